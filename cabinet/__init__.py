@@ -1,0 +1,1 @@
+"""The management cabinet: organizations, users, keys, billing records and their storage."""

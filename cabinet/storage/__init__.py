@@ -1,0 +1,15 @@
+"""Storage for the cabinet domain: one SQL dialect, two backends (SQLite and PostgreSQL)."""
+
+from cabinet.storage.database import Database, IntegrityViolation, StorageError, open_database
+from cabinet.storage.migrations import MIGRATIONS, Migration, MigrationError, apply_migrations
+
+__all__ = [
+    "MIGRATIONS",
+    "Database",
+    "IntegrityViolation",
+    "Migration",
+    "MigrationError",
+    "StorageError",
+    "apply_migrations",
+    "open_database",
+]

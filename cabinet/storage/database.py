@@ -1,0 +1,57 @@
+"""The database interface both backends implement.
+
+Queries are written once, in PostgreSQL style (`$1` placeholders, portable types); the SQLite backend
+rewrites the placeholders to its numbered `?1` form. Rows come back as plain dicts on both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+Row = dict[str, Any]
+NotifyHandler = Callable[[str], Awaitable[None] | None]
+
+
+class StorageError(Exception):
+    """A storage operation failed for a reason other than a constraint."""
+
+
+class IntegrityViolation(StorageError):
+    """A UNIQUE / FOREIGN KEY / CHECK constraint rejected a write."""
+
+
+class Executor(Protocol):
+    """Anything that runs SQL: the database itself or an open transaction."""
+
+    async def execute(self, sql: str, *args: Any) -> int: ...
+    async def fetch(self, sql: str, *args: Any) -> list[Row]: ...
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None: ...
+    async def fetchval(self, sql: str, *args: Any) -> Any: ...
+
+
+class Database(Executor, Protocol):
+    """A connection pool (PostgreSQL) or a serialised connection (SQLite)."""
+
+    dialect: str
+
+    def transaction(self) -> AbstractAsyncContextManager[Executor]: ...
+    async def ping(self) -> None: ...
+    async def close(self) -> None: ...
+    async def notify(self, channel: str, payload: str) -> None: ...
+    async def listen(self, channel: str, handler: NotifyHandler) -> None: ...
+
+
+async def open_database(url: str, *, pool_size: int = 10) -> Database:
+    """Open the backend named by the URL scheme: `sqlite:///path` or `postgresql://…`."""
+    if url.startswith("sqlite:///"):
+        from cabinet.storage.sqlite import SQLiteDatabase
+
+        return await SQLiteDatabase.open(url.removeprefix("sqlite:///") or "modelgate.db")
+    if url.startswith(("postgresql://", "postgres://")):
+        from cabinet.storage.postgres import PostgresDatabase
+
+        return await PostgresDatabase.open(url, pool_size=pool_size)
+    raise StorageError(f"unsupported storage URL scheme: {url.split(':', 1)[0]!r}")
+

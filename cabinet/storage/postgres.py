@@ -1,0 +1,126 @@
+"""PostgreSQL backend (asyncpg pool): the production storage.
+
+LISTEN/NOTIFY carries cache invalidations (key revocation, policy changes) between gateway processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from cabinet.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError
+
+log = logging.getLogger("modelgate.storage")
+
+
+class _Conn:
+    """Statements on one acquired connection (inside a transaction)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        try:
+            status = await self._conn.execute(sql, *args)
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise IntegrityViolation(str(exc)) from exc
+        tail = status.rsplit(" ", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        try:
+            return [dict(r) for r in await self._conn.fetch(sql, *args)]
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise IntegrityViolation(str(exc)) from exc
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        try:
+            row = await self._conn.fetchrow(sql, *args)
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise IntegrityViolation(str(exc)) from exc
+        return dict(row) if row is not None else None
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        try:
+            return await self._conn.fetchval(sql, *args)
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise IntegrityViolation(str(exc)) from exc
+
+
+class PostgresDatabase:
+    """The Database interface over an asyncpg pool."""
+
+    dialect = "postgres"
+
+    def __init__(self, pool: asyncpg.Pool, url: str) -> None:
+        self._pool = pool
+        self._url = url
+        self._listen_conn: asyncpg.Connection | None = None
+        self._handlers: dict[str, list[NotifyHandler]] = {}
+
+    @classmethod
+    async def open(cls, url: str, *, pool_size: int = 10) -> PostgresDatabase:
+        try:
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, command_timeout=30)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
+        return cls(pool, url)
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        async with self._pool.acquire() as conn:
+            return await _Conn(conn).execute(sql, *args)
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        async with self._pool.acquire() as conn:
+            return await _Conn(conn).fetch(sql, *args)
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        async with self._pool.acquire() as conn:
+            return await _Conn(conn).fetchrow(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        async with self._pool.acquire() as conn:
+            return await _Conn(conn).fetchval(sql, *args)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_Conn]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield _Conn(conn)
+
+    async def ping(self) -> None:
+        await self.fetchval("SELECT 1")
+
+    async def close(self) -> None:
+        if self._listen_conn is not None:
+            await self._listen_conn.close()
+        await self._pool.close()
+
+    async def notify(self, channel: str, payload: str) -> None:
+        await self.execute("SELECT pg_notify($1, $2)", channel, payload)
+
+    async def listen(self, channel: str, handler: NotifyHandler) -> None:
+        if self._listen_conn is None:
+            self._listen_conn = await asyncpg.connect(self._url)
+        if channel not in self._handlers:
+            self._handlers[channel] = []
+            await self._listen_conn.add_listener(channel, self._dispatch)
+        self._handlers[channel].append(handler)
+
+    def _dispatch(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+        for handler in self._handlers.get(channel, ()):
+            result = handler(payload)
+            if result is not None:
+                task = asyncio.ensure_future(result)
+                task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Future) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("notify handler failed: %r", task.exception())

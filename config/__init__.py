@@ -1,0 +1,47 @@
+"""modelgate configuration: typed, immutable settings loaded from TOML."""
+
+from .loader import DEFAULT_CONFIG_PATH, ConfigError, load_config
+from .schema import (
+    KNOWN_PLUGINS,
+    LOG_LEVELS,
+    PROVIDER_KINDS,
+    REQUEST_KINDS,
+    BillingConfig,
+    CabinetConfig,
+    Config,
+    LoggingConfig,
+    ModelConfig,
+    PlanConfig,
+    PluginsConfig,
+    PriceConfig,
+    ProviderConfig,
+    RedisConfig,
+    RoutingConfig,
+    RowConfig,
+    ServerConfig,
+    StorageConfig,
+)
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "KNOWN_PLUGINS",
+    "LOG_LEVELS",
+    "PROVIDER_KINDS",
+    "REQUEST_KINDS",
+    "BillingConfig",
+    "CabinetConfig",
+    "Config",
+    "ConfigError",
+    "LoggingConfig",
+    "ModelConfig",
+    "PlanConfig",
+    "PluginsConfig",
+    "PriceConfig",
+    "ProviderConfig",
+    "RedisConfig",
+    "RoutingConfig",
+    "RowConfig",
+    "ServerConfig",
+    "StorageConfig",
+    "load_config",
+]

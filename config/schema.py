@@ -1,0 +1,230 @@
+"""Immutable, typed records describing a validated modelgate configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+REQUEST_KINDS = (
+    "chat",
+    "completions",
+    "responses",
+    "embeddings",
+    "messages",
+    "images",
+    "image_edits",
+    "audio_transcriptions",
+    "audio_translations",
+    "audio_speech",
+    "videos",
+    "realtime",
+    "decisions",
+)
+PROVIDER_KINDS = ("openai", "anthropic", "mock")
+KNOWN_PLUGINS = (
+    "request_id",
+    "route_support",
+    "auth",
+    "body_limits",
+    "provider_filter",
+    "policy",
+    "billing_gate",
+    "rate_limits",
+    "usage_metering",
+)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Where the gateway listens and how it shuts down."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    shutdown_grace_seconds: float = 30.0
+    public_url: str = ""
+    # Secrets stay out of repr so logging a config object never leaks them.
+    operator_token: str | None = field(default=None, repr=False)
+    metrics_token: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """The SQL database holding accounts, keys and the ledger."""
+
+    url: str = field(default="sqlite:///modelgate.db", repr=False)  # may embed a password
+    pool_size: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """Optional shared state for rate limits and cooldowns across workers."""
+
+    url: str | None = field(default=None, repr=False)  # may embed a password
+    fail_open: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CabinetConfig:
+    """Sessions, login throttling and invitations of the management cabinet."""
+
+    session_ttl_seconds: int = 43200
+    login_max_failures: int = 5
+    login_lockout_seconds: int = 300
+    invitation_ttl_seconds: int = 604800
+    invitation_webhook_url: str | None = field(default=None, repr=False)  # webhook URLs often carry a token
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingConfig:
+    """When a failing row is taken out of rotation and for how long."""
+
+    cooldown_seconds: float = 30.0
+    failure_threshold: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BillingConfig:
+    """How usage reaches the ledger."""
+
+    ledger_flush_interval_seconds: float = 1.0
+    ledger_batch_size: int = 500
+    currency: str = "USD"
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    """Log verbosity and format."""
+
+    level: str = "info"
+    json: bool = True
+    log_prompts: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PluginsConfig:
+    """Which request plugins are switched off."""
+
+    disabled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """One upstream API account the gateway forwards requests to."""
+
+    name: str
+    kind: str
+    base_url: str = ""
+    api_key: str | None = field(default=None, repr=False)
+    connect_timeout: float = 5.0
+    first_byte_timeout: float = 60.0
+    read_timeout: float = 60.0
+    pool_size: int = 100
+    # None means "decide from kind", so hand-built records get the same default as loaded ones.
+    native_messages: bool | None = None
+    anthropic_version: str = "2023-06-01"
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # often carries credentials
+
+    def __post_init__(self) -> None:
+        if self.native_messages is None:
+            object.__setattr__(self, "native_messages", self.kind == "anthropic")
+
+    @property
+    def host(self) -> str:
+        """Hostname of base_url, or "mock" for the in-process mock provider."""
+        if self.kind == "mock":
+            return "mock"
+        return urlsplit(self.base_url).hostname or ""
+
+
+@dataclass(frozen=True, slots=True)
+class RowConfig:
+    """One way to serve a model: a provider plus the model name it knows upstream."""
+
+    provider: str
+    upstream_model: str
+    host: str | None = None  # the loader fills in the provider's host
+    weight: float = 1.0
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PriceConfig:
+    """What a model costs, in USD; token prices are per million tokens."""
+
+    input_per_mtok: float = 0.0
+    cached_input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+    per_request: float = 0.0
+    per_image: float = 0.0
+    per_audio_second: float = 0.0
+    per_video_second: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """A model name clients may request, the request kinds it serves and the rows that serve it."""
+
+    name: str
+    kinds: tuple[str, ...]
+    rows: tuple[RowConfig, ...]
+    prices: PriceConfig = field(default_factory=PriceConfig)
+    default_max_tokens: int = 4096
+    max_context_tokens: int = 128000
+
+
+@dataclass(frozen=True, slots=True)
+class PlanConfig:
+    """A subscription plan: its fee, credit and rate limits (0 means unlimited)."""
+
+    code: str
+    name: str = ""  # empty means "same as code"
+    monthly_fee: float = 0.0
+    credit_limit: float = 0.0
+    rpm: int = 60
+    tpm: int = 100000
+    realtime_concurrency: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.code)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole gateway configuration, with O(1) lookups of providers, models and plans."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)
+    cabinet: CabinetConfig = field(default_factory=CabinetConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    billing: BillingConfig = field(default_factory=BillingConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    plugins: PluginsConfig = field(default_factory=PluginsConfig)
+    providers: tuple[ProviderConfig, ...] = ()
+    models: tuple[ModelConfig, ...] = ()
+    plans: tuple[PlanConfig, ...] = ()
+    source: str = "<constructed>"
+    # Derived indexes: excluded from eq/hash so Config stays hashable and compares by content.
+    _providers_by_name: dict[str, ProviderConfig] = field(init=False, repr=False, compare=False)
+    _models_by_name: dict[str, ModelConfig] = field(init=False, repr=False, compare=False)
+    _plans_by_code: dict[str, PlanConfig] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_providers_by_name", {p.name: p for p in self.providers})
+        object.__setattr__(self, "_models_by_name", {m.name: m for m in self.models})
+        object.__setattr__(self, "_plans_by_code", {p.code: p for p in self.plans})
+
+    def provider(self, name: str) -> ProviderConfig | None:
+        """The provider called name, if any."""
+        return self._providers_by_name.get(name)
+
+    def model(self, name: str) -> ModelConfig | None:
+        """The model called name, if any."""
+        return self._models_by_name.get(name)
+
+    def plan(self, code: str) -> PlanConfig | None:
+        """The plan with this code, if any."""
+        return self._plans_by_code.get(code)

@@ -1,0 +1,1 @@
+"""The streaming model-API reverse proxy, its server and CLI."""

@@ -1,0 +1,58 @@
+"""The typed request context every plugin and the forwarder share for one model API request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from proxy.envelopes import Envelope
+
+if TYPE_CHECKING:
+    from proxy.keys import KeyRecord
+    from proxy.routes import Route
+    from proxy.routing import ModelEntry, RoutingRow
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage read from an upstream answer."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What the chain knows about one request; filled in phase by phase."""
+
+    request: web.Request
+    request_id: str
+    started: float
+    route: Route | None = None
+    object_id: str | None = None
+    envelope: Envelope = Envelope.A
+    key: KeyRecord | None = None
+    body: bytes = b""
+    payload: dict[str, Any] | None = None
+    payload_changed: bool = False
+    model: ModelEntry | None = None
+    rows: list[RoutingRow] = field(default_factory=list)
+    stream: bool = False
+    row: RoutingRow | None = None
+    status: int = 0
+    usage: Usage | None = None
+    bytes_sent: int = 0
+    error: Exception | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    claimed_request_id: bool = False
+    attempts: int = 0
+
+    def upstream_body(self) -> bytes:
+        """The body to send upstream: the client's bytes unless a plugin changed the payload."""
+        if self.payload_changed and self.payload is not None:
+            return orjson.dumps(self.payload)
+        return self.body

@@ -1,0 +1,106 @@
+"""The model API's view of organization API keys: an in-memory directory in front of the database.
+
+Lookups are cached, but never past a revocation: the cabinet reports every revocation through
+`key_revoked` inside its transaction; the directory drops the entry, keeps a tombstone so a lookup racing
+the commit cannot re-cache the key, and broadcasts the revocation to the other gateway processes
+(PostgreSQL NOTIFY delivered with the commit, and Redis pub/sub when configured). Without a channel that
+reaches every process (SQLite with several workers and no Redis) the cache is switched off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from cabinet.storage.database import Database, Executor
+from cabinet.tokens import hash_token
+
+log = logging.getLogger("modelgate.keys")
+
+REVOCATION_CHANNEL = "modelgate_key_revoked"
+_TOMBSTONE_SECONDS = 3600.0
+
+_KEY_QUERY = (
+    "SELECT k.id, k.organization_id, k.alias, k.system_id, k.status, o.plan_code"
+    " FROM api_keys k JOIN organizations o ON o.id = k.organization_id WHERE k.secret_hash = $1"
+)
+
+Publisher = Callable[[str, str], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """An active API key as the model API needs it."""
+
+    id: str
+    organization_id: str
+    alias: str
+    system_id: str | None
+    plan_code: str
+
+
+class KeyDirectory:
+    """Resolves presented secrets to active keys; a revocation is seen at once."""
+
+    def __init__(self, db: Database, *, cache: bool = True, max_entries: int = 100_000) -> None:
+        self._db = db
+        self.cache_enabled = cache
+        self._max = max_entries
+        self._cache: OrderedDict[str, KeyRecord] = OrderedDict()
+        self._tombstones: dict[str, float] = {}
+        self._generation = 0
+        self._publishers: list[Publisher] = []
+
+    def add_publisher(self, publish: Publisher) -> None:
+        """A broadcaster (e.g. Redis pub/sub) told of every revocation made in this process."""
+        self._publishers.append(publish)
+
+    async def start(self) -> None:
+        """Hear revocations made by other processes on the same database."""
+        await self._db.listen(REVOCATION_CHANNEL, self.forget)
+
+    async def lookup(self, secret: str) -> KeyRecord | None:
+        """The active key behind a secret, or None."""
+        secret_hash = hash_token(secret)
+        record = self._cache.get(secret_hash)
+        if record is not None:
+            return record
+        if secret_hash in self._tombstones:
+            return None
+        generation = self._generation
+        row = await self._db.fetchrow(_KEY_QUERY, secret_hash)
+        if row is None or row["status"] != "active":
+            return None
+        record = KeyRecord(row["id"], row["organization_id"], row["alias"], row["system_id"], row["plan_code"])
+        # A revocation heard while we were reading may concern this very key: do not cache it then.
+        if self.cache_enabled and generation == self._generation:
+            self._cache[secret_hash] = record
+            if len(self._cache) > self._max:
+                self._cache.popitem(last=False)
+        return record
+
+    def forget(self, secret_hash: str) -> None:
+        """Drop a key from the cache and refuse to cache it again (a revocation heard here)."""
+        self._generation += 1
+        self._cache.pop(secret_hash, None)
+        now = time.monotonic()
+        self._tombstones[secret_hash] = now + _TOMBSTONE_SECONDS
+        if len(self._tombstones) > 10_000:
+            self._tombstones = {h: t for h, t in self._tombstones.items() if t > now}
+
+    def invalidate_all(self) -> None:
+        """Forget every cached key (e.g. when a plan or organization changes)."""
+        self._generation += 1
+        self._cache.clear()
+
+    async def key_revoked(self, secret_hash: str, tx: Executor) -> None:
+        """The cabinet's revocation sink: called inside the revoke transaction, before commit."""
+        self.forget(secret_hash)
+        if self._db.dialect == "postgres":
+            # Sent through the transaction, so other processes hear it exactly when the revocation commits.
+            await tx.execute("SELECT pg_notify($1, $2)", REVOCATION_CHANNEL, secret_hash)
+        for publish in self._publishers:
+            await publish(REVOCATION_CHANNEL, secret_hash)

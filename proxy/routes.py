@@ -1,0 +1,122 @@
+"""The model API's route table: which paths exist, what they route on, their body limits and envelope.
+
+Anything under /v1 that is not in this table answers 404 `route not supported` (envelope A).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from proxy.envelopes import Envelope
+
+MiB = 1024 * 1024
+
+
+class BodyFormat(Enum):
+    """How a route's request body arrives."""
+
+    NONE = "none"
+    JSON = "json"
+    MULTIPART = "multipart"
+    JSON_OR_MULTIPART = "json_or_multipart"
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimit:
+    """The spec's body limits for one route group (bytes)."""
+
+    json: int = 4 * MiB
+    multipart: int = 0
+    part: int = 0
+
+
+JSON_4MIB = BodyLimit()
+IMAGES_MULTIPART = BodyLimit(json=4 * MiB, multipart=32 * MiB, part=25 * MiB)
+AUDIO_MULTIPART = BodyLimit(json=4 * MiB, multipart=25 * MiB, part=25 * MiB)
+VIDEOS = BodyLimit(json=4 * MiB, multipart=100 * MiB, part=100 * MiB)
+REALTIME_JSON = BodyLimit(json=1 * MiB)
+NO_BODY = BodyLimit(json=64 * 1024)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One model API endpoint."""
+
+    name: str
+    method: str
+    path: str
+    kind: str | None  # the request kind a model must serve; None for routes that name no model
+    body: BodyFormat
+    limit: BodyLimit
+    upstream_path: str
+    envelope: Envelope = Envelope.A
+    # GET /v1/models switches to envelope B with the vendor version header, but a wrong key stays in A.
+    envelope_b_with_version_header: bool = False
+    streams: bool = False
+    has_id: bool = False  # the last path segment is an object id (responses/{id}, models/{id})
+
+
+def _post(name: str, path: str, kind: str, body: BodyFormat = BodyFormat.JSON, limit: BodyLimit = JSON_4MIB,
+          *, streams: bool = False, envelope: Envelope = Envelope.A) -> Route:
+    return Route(name, "POST", path, kind, body, limit, path, envelope=envelope, streams=streams)
+
+
+ROUTES: tuple[Route, ...] = (
+    _post("chat_completions", "/v1/chat/completions", "chat", streams=True),
+    _post("completions", "/v1/completions", "completions", streams=True),
+    _post("embeddings", "/v1/embeddings", "embeddings"),
+    _post("responses", "/v1/responses", "responses", streams=True),
+    Route("responses_get", "GET", "/v1/responses/{id}", "responses", BodyFormat.NONE, NO_BODY,
+          "/v1/responses/{id}", has_id=True),
+    Route("responses_delete", "DELETE", "/v1/responses/{id}", "responses", BodyFormat.NONE, NO_BODY,
+          "/v1/responses/{id}", has_id=True),
+    _post("messages", "/v1/messages", "messages", streams=True, envelope=Envelope.B),
+    _post("messages_count_tokens", "/v1/messages/count_tokens", "messages", envelope=Envelope.B),
+    Route("models", "GET", "/v1/models", None, BodyFormat.NONE, NO_BODY, "/v1/models",
+          envelope_b_with_version_header=True),
+    Route("models_get", "GET", "/v1/models/{id}", None, BodyFormat.NONE, NO_BODY, "/v1/models/{id}",
+          envelope_b_with_version_header=True, has_id=True),
+    _post("decisions", "/v1/decisions", "decisions"),
+    _post("images_generations", "/v1/images/generations", "images"),
+    _post("images_edits", "/v1/images/edits", "image_edits", BodyFormat.MULTIPART, IMAGES_MULTIPART),
+    _post("images_variations", "/v1/images/variations", "image_edits", BodyFormat.MULTIPART, IMAGES_MULTIPART),
+    _post("audio_transcriptions", "/v1/audio/transcriptions", "audio_transcriptions", BodyFormat.MULTIPART,
+          AUDIO_MULTIPART),
+    _post("audio_translations", "/v1/audio/translations", "audio_translations", BodyFormat.MULTIPART,
+          AUDIO_MULTIPART),
+    _post("audio_speech", "/v1/audio/speech", "audio_speech", streams=True),
+    _post("videos_create", "/v1/videos", "videos", BodyFormat.JSON_OR_MULTIPART, VIDEOS),
+    _post("realtime_client_secrets", "/v1/realtime/client_secrets", "realtime", limit=REALTIME_JSON),
+)
+
+
+class RouteTable:
+    """Exact-path lookup first, then `{id}` routes by their prefix; built once."""
+
+    __slots__ = ("_exact", "_by_prefix", "_paths")
+
+    def __init__(self, routes: tuple[Route, ...] = ROUTES) -> None:
+        self._exact: dict[tuple[str, str], Route] = {}
+        self._by_prefix: dict[tuple[str, str], Route] = {}
+        self._paths: set[str] = set()
+        for route in routes:
+            if route.has_id:
+                self._by_prefix[(route.method, route.path.rsplit("/", 1)[0] + "/")] = route
+            else:
+                self._exact[(route.method, route.path)] = route
+            self._paths.add(route.path)
+
+    def match(self, method: str, path: str) -> tuple[Route | None, str | None, bool]:
+        """(route, object id, path known for another method)."""
+        path = path.rstrip("/") or "/"
+        route = self._exact.get((method, path))
+        if route is not None:
+            return route, None, False
+        prefix, _, object_id = path.rpartition("/")
+        if object_id:
+            route = self._by_prefix.get((method, prefix + "/"))
+            if route is not None:
+                return route, object_id, False
+        known = path in self._paths or any(p.rsplit("/", 1)[0] == prefix for p in self._paths if "{id}" in p)
+        return None, None, known

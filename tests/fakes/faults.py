@@ -1,0 +1,67 @@
+"""Faults a test queues on a path, consumed FIFO by the next requests to that path."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """How the next request(s) to a path misbehave; unset fields mean normal behaviour.
+
+    `status` answers with that status and `body` (default: the route's vendor error envelope),
+    `headers` adds response headers (e.g. `retry-after`). The stream fields only affect SSE answers.
+    """
+
+    status: int | None = None
+    body: dict | None = None
+    headers: dict[str, str] | None = None
+    delay_before_headers: float = 0.0
+    hang: bool = False
+    disconnect_after_chunks: int | None = None
+    chunk_delay: float = 0.0
+    hold_before_last_chunk: str | None = None
+
+
+FOREVER = -1
+
+
+@dataclass(slots=True)
+class _Queued:
+    fault: Fault
+    remaining: int  # FOREVER, or uses left
+
+
+class FaultBook:
+    """Per-path FIFO of queued faults; shared by the test thread and the server loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: dict[str, deque[_Queued]] = {}
+
+    def add(self, path: str, fault: Fault, times: int = 1) -> None:
+        if not path.startswith("/"):
+            raise ValueError(f"fault path must be absolute, e.g. '/v1/chat/completions', got {path!r}")
+        if times != FOREVER and times < 1:
+            raise ValueError(f"times must be >= 1 or -1 (forever), got {times}")
+        with self._lock:
+            self._queues.setdefault(path, deque()).append(_Queued(fault, times))
+
+    def take(self, path: str) -> Fault | None:
+        """Consume one use of the oldest fault queued on `path`, if any."""
+        with self._lock:
+            queue = self._queues.get(path)
+            if not queue:
+                return None
+            head = queue[0]
+            if head.remaining != FOREVER:
+                head.remaining -= 1
+                if head.remaining == 0:
+                    queue.popleft()
+            return head.fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queues.clear()

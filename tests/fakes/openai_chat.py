@@ -1,0 +1,153 @@
+"""OpenAI `POST /v1/chat/completions` and legacy `POST /v1/completions`, plain and streamed."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from .context import json_body, optional_int, required
+from .echo_model import (
+    Reply,
+    ToolCall,
+    awaits_answer_to_user,
+    echo_reply,
+    last_user_text,
+    new_id,
+    plan_tool_calls,
+    prompt_tokens,
+    stop_list,
+    text_inputs,
+)
+from .envelopes import UpstreamError, json_response
+from .sse import DONE_FRAME, SseScript, data_frame, play
+
+SYSTEM_FINGERPRINT = "fp_fake_upstream"
+_FINISH = {"end": "stop", "stop": "stop", "length": "length"}
+
+
+def openai_usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _function_names(body: dict[str, Any]) -> list[str]:
+    if body.get("tool_choice") == "none" or not isinstance(body.get("tools"), list):
+        return []
+    names = []
+    for tool in body["tools"]:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return names
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    body = json_body(request)
+    model = required(body, "model", str)
+    messages = required(body, "messages", list)
+    if not messages:
+        raise UpstreamError(400, "Invalid 'messages': empty array.", param="messages")
+    user_text = last_user_text(messages)
+    calls = []
+    if awaits_answer_to_user(messages):
+        calls = plan_tool_calls(_function_names(body), user_text, "call_")
+    limit = optional_int(body, "max_completion_tokens", "max_tokens")
+    reply = echo_reply(user_text, max_tokens=limit, stops=stop_list(body.get("stop")))
+    completion = sum(call.tokens for call in calls) if calls else reply.tokens
+    usage = openai_usage(prompt_tokens(messages), completion)
+    finish = "tool_calls" if calls else _FINISH[reply.finish]
+    head = {"id": new_id("chatcmpl-"), "created": int(time.time()), "model": model,
+            "system_fingerprint": SYSTEM_FINGERPRINT}
+    if body.get("stream") is True:
+        return await play(request, _chat_script(head, reply, calls, finish, usage, _include_usage(body)))
+    message: dict[str, Any] = {"role": "assistant", "content": None if calls else reply.text, "refusal": None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+            for c in calls
+        ]
+    return json_response({
+        **head,
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": usage,
+        "service_tier": "default",
+    })
+
+
+def _chat_script(
+    head: dict[str, Any], reply: Reply, calls: list[ToolCall], finish: str, usage: dict[str, Any],
+    include_usage: bool,
+) -> SseScript:
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        frame = {**head, "object": "chat.completion.chunk",
+                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+        if include_usage:
+            # Real streams carry `usage: null` on every chunk before the usage chunk.
+            frame["usage"] = None
+        return data_frame(frame)
+
+    frames: list[bytes] = []
+    for index, call in enumerate(calls):
+        function = {"name": call.name, "arguments": ""}
+        opening: dict[str, Any] = {
+            "tool_calls": [{"index": index, "id": call.id, "type": "function", "function": function}]
+        }
+        frames.append(chunk({"role": "assistant", "content": None, **opening} if index == 0 else opening))
+        frames += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+            for fragment in call.argument_fragments()
+        ]
+    if not calls:
+        pieces = reply.pieces or [""]
+        frames += [chunk({"role": "assistant", "content": p} if i == 0 else {"content": p})
+                   for i, p in enumerate(pieces)]
+    closing = [chunk({}, finish)]
+    if include_usage:
+        closing.append(data_frame({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
+    return SseScript(frames, [*closing, DONE_FRAME])
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    body = json_body(request)
+    model = required(body, "model", str)
+    prompts = text_inputs(body.get("prompt"))
+    if prompts is None:
+        raise UpstreamError(400, "Invalid 'prompt': expected a string, strings or token arrays.",
+                            param="prompt")
+    limit = optional_int(body, "max_tokens")
+    replies = [echo_reply(text, max_tokens=limit, stops=stop_list(body.get("stop"))) for text, _ in prompts]
+    usage = openai_usage(sum(n for _, n in prompts), sum(r.tokens for r in replies))
+    head = {"id": new_id("cmpl-"), "object": "text_completion", "created": int(time.time()), "model": model,
+            "system_fingerprint": SYSTEM_FINGERPRINT}
+    if body.get("stream") is not True:
+        choices = [{"text": r.text, "index": i, "logprobs": None, "finish_reason": _FINISH[r.finish]}
+                   for i, r in enumerate(replies)]
+        return json_response({**head, "choices": choices, "usage": usage})
+
+    def chunk(index: int, text: str, finish_reason: str | None = None) -> bytes:
+        choice = {"text": text, "index": index, "logprobs": None, "finish_reason": finish_reason}
+        return data_frame({**head, "choices": [choice]})
+
+    frames = [chunk(i, piece) for i, r in enumerate(replies) for piece in r.pieces]
+    closing = [chunk(i, "", _FINISH[r.finish]) for i, r in enumerate(replies)]
+    if _include_usage(body):
+        closing.append(data_frame({**head, "choices": [], "usage": usage}))
+    return await play(request, SseScript(frames, [*closing, DONE_FRAME]))

@@ -1,0 +1,126 @@
+"""The storage layer behaves the same on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from cabinet.storage import (
+    MIGRATIONS,
+    IntegrityViolation,
+    Migration,
+    MigrationError,
+    apply_migrations,
+    open_database,
+)
+from cabinet.storage.migrations import current_version
+
+
+async def test_migrations_bring_an_empty_database_to_the_latest_version(storage_url: str) -> None:
+    db = await open_database(storage_url)
+    try:
+        applied = await apply_migrations(db)
+        assert applied == [m.version for m in MIGRATIONS]
+        assert await current_version(db) == MIGRATIONS[-1].version
+    finally:
+        await db.close()
+
+
+async def test_migrations_are_idempotent(storage_url: str) -> None:
+    db = await open_database(storage_url)
+    try:
+        await apply_migrations(db)
+        assert await apply_migrations(db) == []
+        assert await db.fetchval("SELECT COUNT(*) FROM schema_version") == len(MIGRATIONS)
+    finally:
+        await db.close()
+
+
+async def test_a_failed_migration_leaves_the_database_unchanged(storage_url: str) -> None:
+    db = await open_database(storage_url)
+    try:
+        await apply_migrations(db)
+        before = await current_version(db)
+        broken = Migration(
+            version=9999,
+            name="broken",
+            sql={"common": "CREATE TABLE half_done (id TEXT PRIMARY KEY); SELECT * FROM no_such_table"},
+        )
+        with pytest.raises(MigrationError, match="9999_broken"):
+            await apply_migrations(db, (*MIGRATIONS, broken))
+        assert await current_version(db) == before
+        # The table created by the first statement was rolled back with the failure.
+        await db.execute("CREATE TABLE half_done (id TEXT PRIMARY KEY)")
+    finally:
+        await db.close()
+
+
+async def test_two_concurrent_migrators_apply_each_step_once(storage_url: str) -> None:
+    first, second = await open_database(storage_url), await open_database(storage_url)
+    try:
+        results = await asyncio.gather(apply_migrations(first), apply_migrations(second))
+        assert sorted(results[0] + results[1]) == [m.version for m in MIGRATIONS]
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def _insert_org(db, org_id: str) -> None:
+    await db.execute(
+        "INSERT INTO organizations (id, legal_name, plan_code, created_at) VALUES ($1, $2, $3, $4)",
+        org_id,
+        "Ünïcode GmbH — 株式会社",
+        "free",
+        time.time(),
+    )
+
+
+async def test_rows_round_trip_as_dicts_with_unicode(db) -> None:
+    await _insert_org(db, "org_1")
+    row = await db.fetchrow("SELECT id, legal_name, balance_micros FROM organizations WHERE id = $1", "org_1")
+    assert row == {"id": "org_1", "legal_name": "Ünïcode GmbH — 株式会社", "balance_micros": 0}
+
+
+async def test_unique_constraint_raises_integrity_violation(db) -> None:
+    await _insert_org(db, "org_1")
+    with pytest.raises(IntegrityViolation):
+        await _insert_org(db, "org_1")
+
+
+async def test_transaction_rolls_back_on_error(db) -> None:
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as tx:
+            await _insert_org(tx, "org_rolled_back")
+            raise RuntimeError("abort")
+    assert await db.fetchval("SELECT COUNT(*) FROM organizations") == 0
+
+
+async def test_execute_reports_affected_rows(db) -> None:
+    await _insert_org(db, "org_1")
+    await _insert_org(db, "org_2")
+    assert await db.execute("UPDATE organizations SET balance_micros = balance_micros + $1", 5) == 2
+
+
+async def test_conditional_update_is_atomic_under_concurrency(db) -> None:
+    """The primitive behind overspend-free balances: UPDATE … WHERE balance >= cost."""
+    await _insert_org(db, "org_1")
+    await db.execute("UPDATE organizations SET balance_micros = 10 WHERE id = $1", "org_1")
+
+    async def spend() -> int:
+        return await db.execute(
+            "UPDATE organizations SET balance_micros = balance_micros - 1 WHERE id = $1 AND balance_micros >= 1",
+            "org_1",
+        )
+
+    results = await asyncio.gather(*(spend() for _ in range(30)))
+    assert sum(results) == 10
+    assert await db.fetchval("SELECT balance_micros FROM organizations WHERE id = $1", "org_1") == 0
+
+
+async def test_notify_reaches_a_listener(db) -> None:
+    received: asyncio.Queue[str] = asyncio.Queue()
+    await db.listen("modelgate_test", received.put_nowait)
+    await db.notify("modelgate_test", "hello")
+    assert await asyncio.wait_for(received.get(), timeout=5) == "hello"
