@@ -49,6 +49,7 @@ class RequestContext:
     error: Exception | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     claimed_request_id: bool = False
+    bound_object: str | None = None
     attempts: int = 0
 
     def upstream_body(self) -> bytes:

@@ -69,7 +69,12 @@ class ModelNotFound(GatewayError):
 class InvalidRealtimeCredential(GatewayError):
     """404: realtime client secret missing, unknown, used, expired or foreign."""
 
-    status, type_a, code, type_b = 404, "invalid_request_error", "invalid_realtime_credential", "not_found_error"
+    status, type_a, code, type_b = (
+        404,
+        "invalid_request_error",
+        "invalid_realtime_credential",
+        "not_found_error",
+    )
 
 
 class RouteNotSupported(GatewayError):
@@ -96,7 +101,12 @@ class MethodNotAllowed(InvalidRequest):
 class RequestInProgress(GatewayError):
     """409: a second in-flight request claims the same internal request id."""
 
-    status, type_a, code, type_b = 409, "invalid_request_error", "request_in_progress", "invalid_request_error"
+    status, type_a, code, type_b = (
+        409,
+        "invalid_request_error",
+        "request_in_progress",
+        "invalid_request_error",
+    )
 
 
 class RequestTooLarge(GatewayError):
@@ -128,7 +138,9 @@ class UpstreamClientError(GatewayError):
 
     type_a = type_b = "invalid_request_error"
 
-    def __init__(self, status: int, message: str, *, type_a: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, *, type_a: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code

@@ -74,7 +74,9 @@ class KeyDirectory:
         row = await self._db.fetchrow(_KEY_QUERY, secret_hash)
         if row is None or row["status"] != "active":
             return None
-        record = KeyRecord(row["id"], row["organization_id"], row["alias"], row["system_id"], row["plan_code"])
+        record = KeyRecord(
+            row["id"], row["organization_id"], row["alias"], row["system_id"], row["plan_code"]
+        )
         # A revocation heard while we were reading may concern this very key: do not cache it then.
         if self.cache_enabled and generation == self._generation:
             self._cache[secret_hash] = record

@@ -57,8 +57,16 @@ class Route:
     has_id: bool = False  # the last path segment is an object id (responses/{id}, models/{id})
 
 
-def _post(name: str, path: str, kind: str, body: BodyFormat = BodyFormat.JSON, limit: BodyLimit = JSON_4MIB,
-          *, streams: bool = False, envelope: Envelope = Envelope.A) -> Route:
+def _post(
+    name: str,
+    path: str,
+    kind: str,
+    body: BodyFormat = BodyFormat.JSON,
+    limit: BodyLimit = JSON_4MIB,
+    *,
+    streams: bool = False,
+    envelope: Envelope = Envelope.A,
+) -> Route:
     return Route(name, "POST", path, kind, body, limit, path, envelope=envelope, streams=streams)
 
 
@@ -67,24 +75,69 @@ ROUTES: tuple[Route, ...] = (
     _post("completions", "/v1/completions", "completions", streams=True),
     _post("embeddings", "/v1/embeddings", "embeddings"),
     _post("responses", "/v1/responses", "responses", streams=True),
-    Route("responses_get", "GET", "/v1/responses/{id}", "responses", BodyFormat.NONE, NO_BODY,
-          "/v1/responses/{id}", has_id=True),
-    Route("responses_delete", "DELETE", "/v1/responses/{id}", "responses", BodyFormat.NONE, NO_BODY,
-          "/v1/responses/{id}", has_id=True),
+    Route(
+        "responses_get",
+        "GET",
+        "/v1/responses/{id}",
+        "responses",
+        BodyFormat.NONE,
+        NO_BODY,
+        "/v1/responses/{id}",
+        has_id=True,
+    ),
+    Route(
+        "responses_delete",
+        "DELETE",
+        "/v1/responses/{id}",
+        "responses",
+        BodyFormat.NONE,
+        NO_BODY,
+        "/v1/responses/{id}",
+        has_id=True,
+    ),
     _post("messages", "/v1/messages", "messages", streams=True, envelope=Envelope.B),
     _post("messages_count_tokens", "/v1/messages/count_tokens", "messages", envelope=Envelope.B),
-    Route("models", "GET", "/v1/models", None, BodyFormat.NONE, NO_BODY, "/v1/models",
-          envelope_b_with_version_header=True),
-    Route("models_get", "GET", "/v1/models/{id}", None, BodyFormat.NONE, NO_BODY, "/v1/models/{id}",
-          envelope_b_with_version_header=True, has_id=True),
+    Route(
+        "models",
+        "GET",
+        "/v1/models",
+        None,
+        BodyFormat.NONE,
+        NO_BODY,
+        "/v1/models",
+        envelope_b_with_version_header=True,
+    ),
+    Route(
+        "models_get",
+        "GET",
+        "/v1/models/{id}",
+        None,
+        BodyFormat.NONE,
+        NO_BODY,
+        "/v1/models/{id}",
+        envelope_b_with_version_header=True,
+        has_id=True,
+    ),
     _post("decisions", "/v1/decisions", "decisions"),
     _post("images_generations", "/v1/images/generations", "images"),
     _post("images_edits", "/v1/images/edits", "image_edits", BodyFormat.MULTIPART, IMAGES_MULTIPART),
-    _post("images_variations", "/v1/images/variations", "image_edits", BodyFormat.MULTIPART, IMAGES_MULTIPART),
-    _post("audio_transcriptions", "/v1/audio/transcriptions", "audio_transcriptions", BodyFormat.MULTIPART,
-          AUDIO_MULTIPART),
-    _post("audio_translations", "/v1/audio/translations", "audio_translations", BodyFormat.MULTIPART,
-          AUDIO_MULTIPART),
+    _post(
+        "images_variations", "/v1/images/variations", "image_edits", BodyFormat.MULTIPART, IMAGES_MULTIPART
+    ),
+    _post(
+        "audio_transcriptions",
+        "/v1/audio/transcriptions",
+        "audio_transcriptions",
+        BodyFormat.MULTIPART,
+        AUDIO_MULTIPART,
+    ),
+    _post(
+        "audio_translations",
+        "/v1/audio/translations",
+        "audio_translations",
+        BodyFormat.MULTIPART,
+        AUDIO_MULTIPART,
+    ),
     _post("audio_speech", "/v1/audio/speech", "audio_speech", streams=True),
     _post("videos_create", "/v1/videos", "videos", BodyFormat.JSON_OR_MULTIPART, VIDEOS),
     _post("realtime_client_secrets", "/v1/realtime/client_secrets", "realtime", limit=REALTIME_JSON),
@@ -94,7 +147,7 @@ ROUTES: tuple[Route, ...] = (
 class RouteTable:
     """Exact-path lookup first, then `{id}` routes by their prefix; built once."""
 
-    __slots__ = ("_exact", "_by_prefix", "_paths")
+    __slots__ = ("_by_prefix", "_exact", "_paths")
 
     def __init__(self, routes: tuple[Route, ...] = ROUTES) -> None:
         self._exact: dict[tuple[str, str], Route] = {}

@@ -21,7 +21,7 @@ def pg_server_url() -> Iterator[str]:
     """A database on the machine's PostgreSQL, created for this test session and dropped after it."""
     try:
         url = asyncio.run(create_pg_database())
-    except (OSError, Exception) as exc:  # noqa: BLE001 - any failure to reach the server means the same
+    except (OSError, Exception) as exc:
         service_unavailable("PostgreSQL at 127.0.0.1:5432", exc)
         raise
     yield url
@@ -33,7 +33,7 @@ def fresh_pg_url() -> Iterator[str]:
     """A brand-new empty PostgreSQL database for one test (migration tests need an empty schema)."""
     try:
         url = asyncio.run(create_pg_database())
-    except (OSError, Exception) as exc:  # noqa: BLE001
+    except (OSError, Exception) as exc:
         service_unavailable("PostgreSQL at 127.0.0.1:5432", exc)
         raise
     yield url
@@ -47,7 +47,7 @@ def redis_url() -> str:
 
     try:
         redis.Redis.from_url(REDIS_URL, socket_timeout=2).ping()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         service_unavailable("Redis at 127.0.0.1:6379", exc)
     return REDIS_URL
 

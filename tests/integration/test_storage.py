@@ -110,7 +110,8 @@ async def test_conditional_update_is_atomic_under_concurrency(db) -> None:
 
     async def spend() -> int:
         return await db.execute(
-            "UPDATE organizations SET balance_micros = balance_micros - 1 WHERE id = $1 AND balance_micros >= 1",
+            "UPDATE organizations SET balance_micros = balance_micros - 1"
+            " WHERE id = $1 AND balance_micros >= 1",
             "org_1",
         )
 

@@ -1,0 +1,55 @@
+"""The model API's plugin chain. The order of the chain is this list, and only this list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plugins.auth import Auth
+from plugins.base import Plugin, PluginChain
+from plugins.body_limits import BodyLimits
+from plugins.model_routing import ModelRouting
+from plugins.object_binding import ObjectBindingPlugin
+from plugins.provider_filter import ProviderFilter
+from plugins.request_id import InFlightIds, RequestId
+from plugins.request_validation import RequestValidation
+from plugins.route_support import RouteSupport
+from proxy.keys import KeyDirectory
+from proxy.objects import ObjectStore
+from proxy.routes import RouteTable
+from proxy.routing import ModelCatalog
+
+
+@dataclass(frozen=True, slots=True)
+class ChainServices:
+    """What the plugins are built from (state is passed in, never global)."""
+
+    routes: RouteTable
+    keys: KeyDirectory
+    catalog: ModelCatalog
+    objects: ObjectStore
+    in_flight: InFlightIds
+
+
+class PluginConfigError(ValueError):
+    """The config disables a plugin that cannot be switched off."""
+
+
+def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> PluginChain:
+    """The request chain in order: each step may stop the request with a typed gateway error."""
+    plugins: list[Plugin] = [
+        RouteSupport(services.routes),  # 404 route not supported; picks envelope A or B
+        Auth(services.keys),  # 401
+        RequestId(services.in_flight),  # 409 request_in_progress on a double submit
+        BodyLimits(),  # 413 while reading; JSON parsed once
+        RequestValidation(),  # 400 on the gateway's own parameter rules
+        ModelRouting(services.catalog),  # 404 model_not_found; candidate rows
+        ProviderFilter(services.catalog),  # 400 on the provider object; filters rows
+        ObjectBindingPlugin(services.objects, services.catalog),  # follow-ups reach their row
+    ]
+    essential = [p.name for p in plugins if p.essential and p.name in disabled]
+    if essential:
+        raise PluginConfigError(f"plugins.disabled: these plugins cannot be disabled: {', '.join(essential)}")
+    return PluginChain([p for p in plugins if p.name not in disabled])
+
+
+__all__ = ["ChainServices", "Plugin", "PluginChain", "PluginConfigError", "default_chain"]

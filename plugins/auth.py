@@ -1,0 +1,55 @@
+"""Authentication of the model API: `Authorization: Bearer sk-…` or `x-api-key: sk-…`.
+
+Cabinet session tokens and management keys (`sk-mgmt-`) are not model keys and are refused like any
+unknown, revoked or missing key: 401.
+"""
+
+from __future__ import annotations
+
+from plugins.base import Plugin
+from proxy.context import RequestContext
+from proxy.errors import AuthenticationFailed, AuthenticationFailedEnvelopeA
+from proxy.keys import KeyDirectory
+
+_MISSING = "You didn't provide an API key. Provide it as `Authorization: Bearer sk-…` or `x-api-key: sk-…`."
+_WRONG = "Incorrect API key provided."
+
+
+def presented_key(headers) -> str | None:
+    """The secret the client presented, from either header."""
+    value = headers.get("authorization")
+    if value is not None:
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+        return ""
+    value = headers.get("x-api-key")
+    if value is not None:
+        return value.strip()
+    return None
+
+
+class Auth(Plugin):
+    """Resolves the API key; stops the chain with 401."""
+
+    name = "auth"
+    essential = True
+
+    def __init__(self, keys: KeyDirectory) -> None:
+        self._keys = keys
+
+    async def on_request(self, ctx: RequestContext) -> None:
+        error = (
+            AuthenticationFailedEnvelopeA
+            if ctx.route.envelope_b_with_version_header
+            else AuthenticationFailed
+        )
+        secret = presented_key(ctx.request.headers)
+        if not secret:
+            raise error(_MISSING)
+        if not secret.startswith("sk-") or secret.startswith("sk-mgmt-") or len(secret) > 256:
+            raise error(_WRONG)
+        key = await self._keys.lookup(secret)
+        if key is None:
+            raise error(_WRONG)
+        ctx.key = key

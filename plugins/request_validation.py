@@ -1,0 +1,92 @@
+"""Route-specific parameter checks that the gateway owns (the spec's 400 rules); upstreams check the rest."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from plugins.base import Plugin
+from proxy.context import RequestContext
+from proxy.errors import InvalidRequest
+
+_RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
+_CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9_-]{1,128}$")
+DECISION_QUESTION_TYPES = frozenset({"boolean", "choice", "number", "text", "predicate", "score"})
+
+
+def _expect_bool(payload: dict, name: str) -> None:
+    if name in payload and not isinstance(payload[name], bool):
+        raise InvalidRequest(
+            f"Invalid type for '{name}': expected a boolean, got {_type_name(payload[name])}."
+        )
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
+
+
+def validate_responses(payload: dict) -> None:
+    """`store`, `previous_response_id`, `conversation`, `background` (spec rule 2)."""
+    _expect_bool(payload, "store")
+    _expect_bool(payload, "background")
+    previous = payload.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not _RESPONSE_ID.match(previous)):
+        raise InvalidRequest("Invalid 'previous_response_id': expected a response id such as 'resp_…'.")
+    conversation = payload.get("conversation")
+    if conversation is not None:
+        conv_id = conversation.get("id") if isinstance(conversation, dict) else conversation
+        if not isinstance(conv_id, str) or not _CONVERSATION_ID.match(conv_id):
+            raise InvalidRequest(
+                "Invalid 'conversation': expected a conversation id 'conv_…' or {\"id\": \"conv_…\"}."
+            )
+        if previous is not None:
+            raise InvalidRequest("'previous_response_id' and 'conversation' cannot be used together.")
+    if payload.get("background") is True and payload.get("store") is False:
+        raise InvalidRequest("'background' requires 'store' to be true.")
+
+
+def validate_decisions(payload: dict) -> None:
+    """A decision request: `model`, `state` or `input`, and typed `questions`; no streaming."""
+    if payload.get("stream"):
+        raise InvalidRequest("decisions do not support streaming")
+    if "state" not in payload and "input" not in payload:
+        raise InvalidRequest("a decision request needs 'state' or 'input'")
+    questions = payload.get("questions")
+    if not isinstance(questions, list) or not questions:
+        raise InvalidRequest("'questions' must be a non-empty array")
+    for index, question in enumerate(questions):
+        if not isinstance(question, dict) or not isinstance(question.get("id"), str):
+            raise InvalidRequest(f"questions[{index}] must be an object with a string 'id'")
+        if question.get("type") not in DECISION_QUESTION_TYPES:
+            allowed = ", ".join(sorted(DECISION_QUESTION_TYPES))
+            raise InvalidRequest(f"questions[{index}].type must be one of: {allowed}")
+
+
+_ROUTE_CHECKS: dict[str, Callable[[dict], None]] = {
+    "responses": validate_responses,
+    "decisions": validate_decisions,
+}
+
+
+class RequestValidation(Plugin):
+    """Checks `stream` and the route's own parameters before any routing."""
+
+    name = "request_validation"
+    essential = True
+
+    async def on_request(self, ctx: RequestContext) -> None:
+        payload = ctx.payload
+        if payload is None or ctx.route.body.value == "multipart":
+            return
+        stream = payload.get("stream", False)
+        if not isinstance(stream, bool):
+            raise InvalidRequest(f"Invalid type for 'stream': expected a boolean, got {_type_name(stream)}.")
+        if stream and not ctx.route.streams:
+            raise InvalidRequest(f"streaming is not supported on {ctx.route.path}")
+        ctx.stream = stream
+        check = _ROUTE_CHECKS.get(ctx.route.name)
+        if check is not None:
+            check(payload)

@@ -1,0 +1,171 @@
+"""Forwarding to the chosen row: failover before the first byte, then a chunk-by-chunk relay.
+
+Failover happens on connect errors, timeouts, 5xx and 429 from the provider, and on 401/403 (our provider
+credentials, not the client's fault) — as long as nothing has reached the client. Other upstream 4xx are the
+client's fault and are passed on with their status in our envelope. Streams are never buffered: each
+upstream chunk is written as it arrives, so back-pressure reaches the provider.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from plugins.base import PluginChain
+from proxy.context import RequestContext
+from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
+from proxy.errors import ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
+from proxy.routing import RoutingRow, RowSelector
+from proxy.upstream import UpstreamFailure, UpstreamResponse
+
+log = logging.getLogger("modelgate.forward")
+
+# Upstream response headers worth passing on; provider account details and hop-by-hop headers stay behind.
+_PASS_HEADERS = ("content-type", "cache-control", "openai-processing-ms", "openai-version", "retry-after")
+_MAX_ERROR_BODY = 64 * 1024
+
+
+def _failover_status(status: int, has_object_id: bool) -> bool:
+    if status >= 500 or status in (401, 403, 408, 429):
+        return True
+    # A model missing at the provider is a configuration fault of that row; a missing object is not.
+    return status == 404 and not has_object_id
+
+
+def _client_error(status: int, body: bytes) -> UpstreamClientError:
+    message, type_a, code = f"upstream rejected the request with status {status}", None, None
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if isinstance(error, dict):
+        if isinstance(error.get("message"), str):
+            message = error["message"]
+        if isinstance(error.get("type"), str) and parsed.get("type") != "error":
+            type_a = error["type"]
+        if isinstance(error.get("code"), str):
+            code = error["code"]
+    return UpstreamClientError(status, message, type_a=type_a, code=code)
+
+
+class Forwarder:
+    """Sends the request to the best row and relays its answer."""
+
+    def __init__(self, chain: PluginChain, selector: RowSelector) -> None:
+        self._chain = chain
+        self._selector = selector
+
+    async def forward(self, ctx: RequestContext) -> web.StreamResponse:
+        attempts = self._selector.order(ctx.rows)
+        if not attempts:
+            name = ctx.model.name if ctx.model else "this model"
+            raise ServiceUnavailable(
+                f"The model service is temporarily unavailable: every provider row of "
+                f"{name} is cooling down after failures. Retry shortly."
+            )
+        route, request = ctx.route, ctx.request
+        path = route.upstream_path if not route.has_id else route.upstream_path.replace("{id}", ctx.object_id)
+        body_template = ctx.upstream_body() if route.body.value != "none" else None
+        failure = "no answer"
+        for row in attempts:
+            ctx.attempts += 1
+            body = self._body_for(ctx, row, body_template)
+            try:
+                upstream = await row.upstream.send(
+                    request.method, path, body, ctx.request_id, request.headers
+                )
+            except UpstreamFailure as exc:
+                self._selector.failed(row)
+                failure = str(exc)
+                log.warning("row %s failed: %s", row.key, exc)
+                continue
+            status = upstream.status
+            if _failover_status(status, route.has_id):
+                self._selector.failed(row)
+                failure = f"{row.provider} answered HTTP {status}"
+                upstream.close()
+                log.warning("row %s answered %s", row.key, status)
+                continue
+            self._selector.succeeded(row)
+            ctx.row = row
+            ctx.status = status
+            if status >= 400:
+                try:
+                    error_body = await upstream.content.read(_MAX_ERROR_BODY)
+                finally:
+                    upstream.close()
+                raise _client_error(status, error_body)
+            return await self._relay(ctx, upstream)
+        raise UpstreamUnavailable(f"The model is temporarily unavailable at the provider ({failure}).")
+
+    def _body_for(self, ctx: RequestContext, row: RoutingRow, template: bytes | None) -> bytes | None:
+        payload = ctx.payload
+        if template is None or payload is None or ctx.route.body.value == "multipart":
+            return template
+        if payload.get("model") == row.upstream_model or "model" not in payload:
+            return template
+        # Rows may name the model differently upstream; the client's name never leaves the gateway.
+        return orjson.dumps({**payload, "model": row.upstream_model})
+
+    async def _relay(self, ctx: RequestContext, upstream: UpstreamResponse) -> web.StreamResponse:
+        headers = ctx.response_headers
+        upstream_headers = upstream.headers
+        for name in _PASS_HEADERS:
+            value = upstream_headers.get(name)
+            if value is not None:
+                headers[name] = value
+        headers["x-request-id"] = ctx.request_id
+        headers["x-modelgate-provider"] = ctx.row.provider
+        for hook in self._chain.head_hooks:
+            hook(ctx, upstream.status, upstream_headers)
+        chunk_hooks = self._chain.chunk_hooks
+        if not ctx.stream and not headers.get("content-type", "").startswith("text/event-stream"):
+            try:
+                body = await upstream.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                upstream.close()
+                raise UpstreamUnavailable(
+                    f"The provider broke off its answer ({exc.__class__.__name__})."
+                ) from None
+            for hook in chunk_hooks:
+                hook(ctx, body)
+            ctx.bytes_sent = len(body)
+            return web.Response(status=upstream.status, body=body, headers=headers)
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+        await response.prepare(ctx.request)
+        completed = False
+        try:
+            async for chunk in upstream.content.iter_any():
+                for hook in chunk_hooks:
+                    hook(ctx, chunk)
+                await response.write(chunk)
+                ctx.bytes_sent += len(chunk)
+            completed = True
+        except (
+            aiohttp.ClientPayloadError,
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            TimeoutError,
+        ) as exc:
+            # Bytes already reached the client: no failover, but end the stream with a parseable error event.
+            log.warning("row %s broke off a stream: %r", ctx.row.key, exc)
+            ctx.error = exc
+            await response.write(_stream_error_event(ctx.envelope))
+        finally:
+            if completed:
+                upstream.release() if hasattr(upstream, "release") else upstream.close()
+            else:
+                upstream.close()
+        await response.write_eof()
+        return response
+
+
+def _stream_error_event(envelope: Envelope) -> bytes:
+    error = UpstreamUnavailable("The provider broke off the stream.")
+    if envelope is Envelope.B:
+        return b"event: error\ndata: " + orjson.dumps(envelope_b_body(error)) + b"\n\n"
+    return b"data: " + orjson.dumps(envelope_a_body(error)) + b"\n\n"

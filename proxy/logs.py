@@ -1,0 +1,46 @@
+"""Process-wide logging: one JSON object per line (or plain text), level from the config."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import orjson
+
+from config import LoggingConfig
+
+_STANDARD = frozenset(vars(logging.makeLogRecord({})))
+
+
+class JsonFormatter(logging.Formatter):
+    """A log record as one JSON line; extra fields given with `extra=` are kept."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure_logging(config: LoggingConfig) -> None:
+    """Install the handler once for the process."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if config.json
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.level.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

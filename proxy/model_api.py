@@ -1,0 +1,83 @@
+"""The model API request pipeline: run the plugin chain, then answer locally or forward upstream.
+
+Every failure becomes a typed GatewayError rendered in the request's envelope; an unexpected exception is
+logged with its traceback and answered as a generic 500, never with the traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from plugins.base import PluginChain
+from proxy.context import RequestContext
+from proxy.envelopes import render_error
+from proxy.errors import GatewayError, InternalError
+from proxy.forward import Forwarder
+from proxy.model_list import get_model, list_models
+from proxy.routing import ModelCatalog
+
+log = logging.getLogger("modelgate.model_api")
+
+_VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+def request_id_of(request: web.Request) -> str:
+    """The client's `x-request-id` when it is sane, otherwise a fresh one."""
+    supplied = request.headers.get("x-request-id")
+    if supplied is not None and _VALID_REQUEST_ID.match(supplied):
+        return supplied
+    return new_request_id()
+
+
+class ModelApi:
+    """The handler behind every /v1 path."""
+
+    def __init__(self, chain: PluginChain, forwarder: Forwarder, catalog: ModelCatalog) -> None:
+        self._chain = chain
+        self._forwarder = forwarder
+        self._local: dict[str, Callable[[ModelCatalog, RequestContext], web.StreamResponse]] = {
+            "models": list_models,
+            "models_get": get_model,
+        }
+        self._catalog = catalog
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        ctx = RequestContext(request, request_id_of(request), time.perf_counter())
+        try:
+            for hook in self._chain.request_hooks:
+                await hook(ctx)
+            local = self._local.get(ctx.route.name)
+            if local is not None:
+                response = local(self._catalog, ctx)
+                ctx.status = response.status
+                return response
+            return await self._forwarder.forward(ctx)
+        except GatewayError as error:
+            ctx.error = error
+            ctx.status = error.status
+            return render_error(error, ctx.envelope, ctx.request_id)
+        except (asyncio.CancelledError, ConnectionResetError):
+            ctx.status = 499  # the client went away
+            raise
+        except Exception as exc:
+            log.exception("unexpected error in request %s", ctx.request_id)
+            ctx.error = exc
+            ctx.status = 500
+            return render_error(InternalError(), ctx.envelope, ctx.request_id)
+        finally:
+            for hook in self._chain.complete_hooks:
+                try:
+                    await hook(ctx)
+                except Exception:
+                    log.exception("completion hook failed for request %s", ctx.request_id)

@@ -1,0 +1,92 @@
+"""Model API objects (stored responses, videos) bound to their organization and routing row.
+
+Bindings are immutable once written, so they are cached; the cache is filled the moment an id is seen in
+the upstream answer, before the client can know the id, and the database row follows at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from cabinet.storage.database import Database, IntegrityViolation
+
+log = logging.getLogger("modelgate.objects")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectBinding:
+    """Which organization owns an object and which row created it."""
+
+    id: str
+    organization_id: str
+    kind: str
+    model: str
+    row_key: str
+
+
+class ObjectStore:
+    """Bindings by id: memory first, then the database."""
+
+    def __init__(self, db: Database, max_cached: int = 50_000) -> None:
+        self._db = db
+        self._cache: OrderedDict[str, ObjectBinding | None] = OrderedDict()
+        self._max = max_cached
+        self._pending: set[asyncio.Task] = set()
+
+    def remember(self, binding: ObjectBinding) -> None:
+        """Cache now, persist in the background (the request is not held for it)."""
+        self._put(binding.id, binding)
+        task = asyncio.get_running_loop().create_task(self._persist(binding))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _persist(self, binding: ObjectBinding) -> None:
+        try:
+            await self._db.execute(
+                "INSERT INTO model_objects (id, organization_id, kind, model, row_key, created_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                binding.id,
+                binding.organization_id,
+                binding.kind,
+                binding.model,
+                binding.row_key,
+                time.time(),
+            )
+        except IntegrityViolation:
+            log.warning("object id %s was bound twice; keeping the first binding", binding.id)
+
+    async def find(self, object_id: str, organization_id: str, kind: str) -> ObjectBinding | None:
+        """The binding if it exists, is of this kind and belongs to this organization."""
+        binding = self._cache.get(object_id)
+        if binding is None and object_id not in self._cache:
+            row = await self._db.fetchrow(
+                "SELECT id, organization_id, kind, model, row_key FROM model_objects"
+                " WHERE id = $1 AND deleted_at IS NULL",
+                object_id,
+            )
+            binding = ObjectBinding(**row) if row else None
+            if binding is not None:
+                self._put(object_id, binding)
+        if binding is None or binding.organization_id != organization_id or binding.kind != kind:
+            return None
+        return binding
+
+    async def forget(self, object_id: str) -> None:
+        self._cache.pop(object_id, None)
+        await self._db.execute(
+            "UPDATE model_objects SET deleted_at = $1 WHERE id = $2", time.time(), object_id
+        )
+
+    async def drain(self) -> None:
+        """Wait for background writes (graceful shutdown)."""
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    def _put(self, object_id: str, binding: ObjectBinding) -> None:
+        self._cache[object_id] = binding
+        if len(self._cache) > self._max:
+            self._cache.popitem(last=False)

@@ -1,0 +1,155 @@
+"""The HTTP server: one aiohttp application on one event loop serving /v1, /api, /healthz and /readyz.
+
+Graceful shutdown on SIGTERM/SIGINT: stop accepting, let in-flight requests and streams finish within the
+configured grace period, flush, exit 0. `--workers N` runs N such processes sharing one port (SO_REUSEPORT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+
+import orjson
+from aiohttp import web
+
+from cabinet.app import build_cabinet_app
+from cabinet.services import CabinetServices
+from config import Config
+from proxy.gateway import Gateway
+
+log = logging.getLogger("modelgate.server")
+
+GATEWAY = web.AppKey("gateway", Gateway)
+# Bodies are bounded per route by the body_limits plugin; this only lifts aiohttp's own 1 MiB default.
+_CLIENT_MAX_SIZE = 101 * 1024 * 1024
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"}, dumps=lambda o: orjson.dumps(o).decode())
+
+
+async def readyz(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    checks: dict[str, str] = {}
+    try:
+        await asyncio.wait_for(gateway.db.ping(), timeout=2)
+        checks["storage"] = "ok"
+    except Exception as exc:
+        checks["storage"] = f"unavailable: {exc.__class__.__name__}"
+    ready = all(v == "ok" for v in checks.values())
+    return web.Response(
+        status=200 if ready else 503,
+        content_type="application/json",
+        body=orjson.dumps({"status": "ready" if ready else "not ready", "checks": checks}),
+    )
+
+
+def build_app(gateway: Gateway) -> web.Application:
+    """The root application: the model API at /v1, the cabinet at /api, health endpoints."""
+    app = web.Application(client_max_size=_CLIENT_MAX_SIZE)
+    app[GATEWAY] = gateway
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    handle = gateway.model_api.handle
+    app.router.add_route("*", "/v1", handle)
+    app.router.add_route("*", "/v1/{tail:.*}", handle)
+    cabinet = build_cabinet_app(CabinetServices(gateway.config, gateway.db, gateway.keys))
+    app.add_subapp("/api", cabinet)
+    return app
+
+
+async def serve(
+    config: Config,
+    *,
+    host: str,
+    port: int,
+    workers: int = 1,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+    sock: socket.socket | None = None,
+) -> None:
+    """Run one gateway process until SIGTERM/SIGINT (or `stop` is set), then shut down gracefully."""
+    gateway = await Gateway.start(config, workers=workers)
+    app = build_app(gateway)
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, shutdown_timeout=config.server.shutdown_grace_seconds
+    )
+    await runner.setup()
+    try:
+        site: web.BaseSite
+        if sock is not None:
+            site = web.SockSite(runner, sock)
+        else:
+            site = web.TCPSite(runner, host, port, reuse_port=workers > 1, backlog=1024)
+        await site.start()
+        log.info("modelgate listening on http://%s:%d (pid %d)", host, port, os.getpid())
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(signum, stop.set)
+            except (NotImplementedError, RuntimeError):  # not the main thread (tests run us in a thread)
+                pass
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info(
+            "shutting down: waiting up to %gs for in-flight requests", config.server.shutdown_grace_seconds
+        )
+    finally:
+        await runner.cleanup()
+        await gateway.stop()
+        log.info("stopped")
+
+
+def run(config: Config, *, host: str, port: int, workers: int) -> int:
+    """Blocking entry point of `modelgate serve`; returns the exit code."""
+    if workers <= 1:
+        _run_loop(config, host, port, 1)
+        return 0
+    return _run_workers(config, host, port, workers)
+
+
+def _run_loop(config: Config, host: str, port: int, workers: int) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(config, host=host, port=port, workers=workers))
+    else:
+        uvloop.run(serve(config, host=host, port=port, workers=workers))
+
+
+def _worker_main(config: Config, host: str, port: int, workers: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into one SIGTERM per worker
+    _run_loop(config, host, port, workers)
+
+
+def _run_workers(config: Config, host: str, port: int, workers: int) -> int:
+    """N processes bound to one port with SO_REUSEPORT; the parent forwards SIGTERM/SIGINT and waits."""
+    context = multiprocessing.get_context("spawn")
+    processes = [
+        context.Process(target=_worker_main, args=(config, host, port, workers), daemon=False)
+        for _ in range(workers)
+    ]
+    for process in processes:
+        process.start()
+
+    def forward(signum: int, _frame: object) -> None:
+        for process in processes:
+            if process.is_alive() and process.pid:
+                os.kill(process.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for process in processes:
+        process.join()
+    failed = [p.exitcode for p in processes if p.exitcode not in (0, -signal.SIGTERM)]
+    if failed:
+        print(f"modelgate: {len(failed)} worker(s) exited with an error: {failed}", file=sys.stderr)
+        return 1
+    return 0
