@@ -19,6 +19,7 @@ from proxy.context import RequestContext
 from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
 from proxy.errors import ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
 from proxy.routing import RoutingRow, RowSelector
+from proxy.translation import Translator, translator_for
 from proxy.upstream import UpstreamFailure, UpstreamResponse
 
 log = logging.getLogger("modelgate.forward")
@@ -73,10 +74,15 @@ class Forwarder:
         failure = "no answer"
         for row in attempts:
             ctx.attempts += 1
-            body = self._body_for(ctx, row, body_template)
+            translator = translator_for(route.name, row.upstream.kind)
+            if translator is None:
+                row_path, body = path, self._body_for(ctx, row, body_template)
+            else:
+                row_path = translator.upstream_path
+                body = translator.request_body(ctx.payload, row.upstream_model)
             try:
                 upstream = await row.upstream.send(
-                    request.method, path, body, ctx.request_id, request.headers
+                    request.method, row_path, body, ctx.request_id, request.headers
                 )
             except UpstreamFailure as exc:
                 self._selector.failed(row)
@@ -99,7 +105,7 @@ class Forwarder:
                 finally:
                     upstream.close()
                 raise _client_error(status, error_body)
-            return await self._relay(ctx, upstream)
+            return await self._relay(ctx, upstream, translator)
         raise UpstreamUnavailable(f"The model is temporarily unavailable at the provider ({failure}).")
 
     def _body_for(self, ctx: RequestContext, row: RoutingRow, template: bytes | None) -> bytes | None:
@@ -111,7 +117,9 @@ class Forwarder:
         # Rows may name the model differently upstream; the client's name never leaves the gateway.
         return orjson.dumps({**payload, "model": row.upstream_model})
 
-    async def _relay(self, ctx: RequestContext, upstream: UpstreamResponse) -> web.StreamResponse:
+    async def _relay(
+        self, ctx: RequestContext, upstream: UpstreamResponse, translator: Translator | None
+    ) -> web.StreamResponse:
         headers = ctx.response_headers
         upstream_headers = upstream.headers
         for name in _PASS_HEADERS:
@@ -133,17 +141,28 @@ class Forwarder:
                 ) from None
             for hook in chunk_hooks:
                 hook(ctx, body)
+            if translator is not None:
+                body = translator.response_body(body)
             ctx.bytes_sent = len(body)
             return web.Response(status=upstream.status, body=body, headers=headers)
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(ctx.request)
         completed = False
+        stream_translator = translator.stream(ctx.model.name if ctx.model else "") if translator else None
         try:
             async for chunk in upstream.content.iter_any():
                 for hook in chunk_hooks:
                     hook(ctx, chunk)
+                if stream_translator is not None:
+                    chunk = stream_translator.feed(chunk)
+                    if not chunk:
+                        continue
                 await response.write(chunk)
                 ctx.bytes_sent += len(chunk)
+            if stream_translator is not None:
+                tail = stream_translator.finish()
+                if tail:
+                    await response.write(tail)
             completed = True
         except (
             aiohttp.ClientPayloadError,

@@ -1,0 +1,35 @@
+"""The translator interface the forwarder calls; stateless translators, one stateful stream per request."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class StreamTranslator(Protocol):
+    """Turns upstream stream bytes into client stream bytes as they arrive (never buffers a whole stream)."""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Translated bytes ready for the client now (may be empty while an event is incomplete)."""
+        ...
+
+    def finish(self) -> bytes:
+        """Whatever must close the client stream once the upstream stream has ended."""
+        ...
+
+
+class Translator(Protocol):
+    """Request and response translation for one (route, provider kind) pair."""
+
+    upstream_path: str
+
+    def request_body(self, payload: dict, upstream_model: str) -> bytes:
+        """The upstream request body for the client's payload (the model already rewritten)."""
+        ...
+
+    def response_body(self, body: bytes) -> bytes:
+        """The client's response body for a complete (non-streamed) upstream answer."""
+        ...
+
+    def stream(self, model: str) -> StreamTranslator:
+        """A fresh stream translator for one streamed answer; `model` is the name the client asked for."""
+        ...

@@ -1,0 +1,175 @@
+"""Run the real gateway on a loopback port for a test: in a thread with its own event loop, or as a
+subprocess of the real `modelgate` command (for signals and multi-process tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from config import Config, load_config
+from proxy.server import serve
+
+
+def write_config(path: Path, toml: str, env: dict[str, str] | None = None) -> Config:
+    """Write a TOML config and load it through the real loader."""
+    path.write_text(toml, encoding="utf-8")
+    return load_config(path, env=env or {})
+
+
+class ThreadedGateway:
+    """The gateway's `serve()` running in a background thread on a free loopback port."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            ready = asyncio.Event()
+            server = asyncio.create_task(serve(self.config, host="127.0.0.1", port=self.port, ready=ready,
+                                                stop=self._stop, sock=self._sock))
+            waiter = asyncio.create_task(ready.wait())
+            await asyncio.wait({server, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            self._ready.set()
+            await server
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # surfaced to the test thread by start()/stop()
+            self._error = exc
+            self._ready.set()
+
+    def start(self) -> ThreadedGateway:
+        self._thread.start()
+        if not self._ready.wait(timeout=30):
+            raise RuntimeError("gateway did not start within 30 s")
+        if self._error is not None:
+            raise RuntimeError(f"gateway failed to start: {self._error!r}") from self._error
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=60)
+        if self._thread.is_alive():
+            raise RuntimeError("gateway did not stop within 60 s")
+
+    def __enter__(self) -> ThreadedGateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class GatewayProcess:
+    """`modelgate serve` as a child process; stopped with SIGTERM like a real deployment."""
+
+    def __init__(self, config_path: Path, *, workers: int = 1, port: int | None = None,
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._args = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config_path),
+                      "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers)]
+        self._env = {**os.environ, **(env or {})}
+        self._cwd = cwd
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30.0) -> GatewayProcess:
+        self.process = subprocess.Popen(self._args, env=self._env, cwd=self._cwd, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gateway exited with {self.process.returncode}: {self.output()}")
+            try:
+                if httpx.get(f"{self.base_url}/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)  # polling a starting process; bounded by the deadline
+        self.kill()
+        raise RuntimeError("gateway did not become ready in time")
+
+    def terminate(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def output(self) -> str:
+        if self.process is None or self.process.stdout is None or self.process.poll() is None:
+            return ""
+        return self.process.stdout.read().decode(errors="replace")
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.terminate()
+        try:
+            self.wait(timeout=30)
+        finally:
+            self.kill()
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """An organization registered through the cabinet, with its owner's session and one API key."""
+
+    email: str
+    session_token: str
+    api_key: str
+    key_id: str
+
+
+def register_tenant(base_url: str, *, plan: str = "free", email: str | None = None) -> Tenant:
+    """Register an organization and issue an API key, through the real cabinet API."""
+    email = email or f"owner-{os.urandom(6).hex()}@example.com"
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        reply = client.post("/api/auth/register", json={
+            "legalName": "Test Org", "email": email, "password": "correct horse battery", "planCode": plan})
+        assert reply.status_code == 201, reply.text
+        token = reply.json()["token"]
+        key = client.post("/api/organization/api-keys", json={"alias": f"key-{os.urandom(4).hex()}"},
+                          headers={"authorization": f"Bearer {token}"})
+        assert key.status_code == 201, key.text
+    return Tenant(email, token, key.json()["secret"], key.json()["id"])
+
+
+def revoke_key(base_url: str, tenant: Tenant, key_id: str | None = None) -> httpx.Response:
+    return httpx.post(f"{base_url}/api/organization/api-keys/{key_id or tenant.key_id}/revoke",
+                      headers={"authorization": f"Bearer {tenant.session_token}"}, timeout=30)
