@@ -54,4 +54,3 @@ async def open_database(url: str, *, pool_size: int = 10) -> Database:
 
         return await PostgresDatabase.open(url, pool_size=pool_size)
     raise StorageError(f"unsupported storage URL scheme: {url.split(':', 1)[0]!r}")
-

@@ -7,7 +7,9 @@ import openai
 
 def test_chat_completion_round_trips_through_the_gateway(gateway, tenant, alpha) -> None:
     client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=0)
-    reply = client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "hello there"}])
+    reply = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "hello there"}]
+    )
     assert reply.choices[0].message.content == "echo: hello there"
     sent = alpha.requests_to("/v1/chat/completions")[-1]
     assert sent.json["model"] == "gpt-upstream-a"

@@ -1,0 +1,153 @@
+"""The caller's own account: login, the current session, logout and password change."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cabinet.audit import Actor, record
+from cabinet.auth import authenticate, require_session
+from cabinet.clock import isoformat, now
+from cabinet.organizations import require_organization
+from cabinet.passwords import hash_password, needs_rehash, password_policy_violation, verify_password
+from cabinet.requests import (
+    CabinetError,
+    bad_request,
+    json_response,
+    read_json_object,
+    required_email,
+    required_secret,
+)
+from cabinet.services import CabinetServices, services_of
+from cabinet.sessions import end_other_sessions, end_session
+from cabinet.throttle import LoginThrottle
+from cabinet.users import set_password_hash, user_by_email, user_in_organization
+
+# One message for an unknown e-mail and a wrong password, so the answer does not reveal which it was.
+BAD_CREDENTIALS = "invalid e-mail or password"
+
+
+def login_throttle(services: CabinetServices) -> LoginThrottle:
+    """The throttle policy of the configuration."""
+    cabinet = services.config.cabinet
+    return LoginThrottle(cabinet.login_max_failures, cabinet.login_lockout_seconds)
+
+
+async def login(request: web.Request) -> web.Response:
+    """POST /auth/login {email, password} → 200 {token, email}; 401 on bad credentials, 429 when throttled."""
+    services = services_of(request)
+    body = await read_json_object(request)
+    email = required_email(body, "email")
+    password = required_secret(body, "password")
+    throttle = login_throttle(services)
+    subjects = throttle.subjects(email, request.remote)
+    await throttle.reserve(services.db, subjects, now())
+
+    user = await user_by_email(services.db, email)
+    # Unknown e-mails are verified against a dummy hash: both answers take the same time.
+    if not await verify_password(user.password_hash if user else None, password):
+        at = now()
+        await throttle.failed(services.db, subjects, at)
+        if user is not None:
+            await record(
+                services.db,
+                user.organization_id,
+                "auth.login_failed",
+                Actor("user", user.id, user.email),
+                at,
+                target_id=user.id,
+                details={"address": request.remote},
+            )
+        raise CabinetError(401, BAD_CREDENTIALS)
+    assert user is not None and user.password_hash is not None
+
+    await throttle.succeeded(services.db, subjects)
+    upgraded_hash = await hash_password(password) if needs_rehash(user.password_hash) else None
+    async with services.db.transaction() as tx:
+        if upgraded_hash is not None:
+            await set_password_hash(tx, user.id, upgraded_hash)
+        token = await services.create_session(tx, user.id, user.organization_id)
+        await record(
+            tx,
+            user.organization_id,
+            "auth.login",
+            Actor("user", user.id, user.email),
+            now(),
+            target_id=user.id,
+            details={"address": request.remote, "method": "password"},
+        )
+    return json_response({"token": token, "email": user.email})
+
+
+async def current_session(request: web.Request) -> web.Response:
+    """GET /auth/session → the caller (user or management key), its organization and the session expiry."""
+    principal = await authenticate(request)
+    org = await require_organization(services_of(request).db, principal.organization_id)
+    return json_response(
+        {
+            "kind": principal.kind,
+            "user": {"id": principal.user_id, "email": principal.email, "role": principal.role},
+            "organization": {"id": org.id, "legalName": org.legal_name, "planCode": org.plan_code},
+            "expiresAt": isoformat(principal.expires_at),
+        }
+    )
+
+
+async def logout(request: web.Request) -> web.Response:
+    """POST /auth/logout → ends the session of the presented token."""
+    services = services_of(request)
+    principal = await authenticate(request)
+    session_id = require_session(principal, "logout")
+    at = now()
+    async with services.db.transaction() as tx:
+        await end_session(tx, session_id, at)
+        await record(
+            tx,
+            principal.organization_id,
+            "auth.logout",
+            Actor("user", principal.user_id, principal.email),
+            at,
+            target_id=principal.user_id,
+        )
+    return json_response({"ok": True})
+
+
+async def change_password(request: web.Request) -> web.Response:
+    """POST /auth/password {currentPassword, newPassword} → changes it and ends the user's other sessions."""
+    services = services_of(request)
+    principal = await authenticate(request)
+    session_id = require_session(principal, "changing a password")
+    body = await read_json_object(request)
+    current = required_secret(body, "currentPassword")
+    new = required_secret(body, "newPassword")
+    user = await user_in_organization(services.db, principal.organization_id, principal.user_id or "")
+    if user is None:
+        raise CabinetError(401, "invalid or expired session token")
+    if problem := password_policy_violation(new, user.email):
+        raise bad_request(problem.replace("password", "newPassword", 1))
+    if new == current:
+        raise bad_request("newPassword must differ from currentPassword")
+
+    # Guessing the current password through a stolen session is throttled like a login.
+    throttle = login_throttle(services)
+    subjects = throttle.subjects(user.email, None)
+    await throttle.reserve(services.db, subjects, now())
+    if not await verify_password(user.password_hash, current):
+        await throttle.failed(services.db, subjects, now())
+        raise bad_request("currentPassword is incorrect")
+    await throttle.succeeded(services.db, subjects)
+
+    new_hash = await hash_password(new)
+    at = now()
+    async with services.db.transaction() as tx:
+        await set_password_hash(tx, user.id, new_hash)
+        ended = await end_other_sessions(tx, user.id, session_id, at)
+        await record(
+            tx,
+            user.organization_id,
+            "auth.password_changed",
+            Actor("user", user.id, user.email),
+            at,
+            target_id=user.id,
+            details={"endedSessions": ended},
+        )
+    return json_response({"ok": True, "endedSessions": ended})

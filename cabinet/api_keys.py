@@ -1,0 +1,183 @@
+"""Organization API keys for the model API: issued with a secret shown once, revoked at once.
+
+States and errors follow the description's key state table; every error here is a 400. Issuing cannot
+fail in the model API: it reads keys from the same database, so a committed key is live at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+
+from cabinet.audit import actor_of, record
+from cabinet.auth import authenticate
+from cabinet.clock import now
+from cabinet.organizations import require_organization
+from cabinet.requests import (
+    CabinetError,
+    bad_request,
+    json_response,
+    optional_email,
+    path_id,
+    read_json_object,
+    required_text,
+)
+from cabinet.services import services_of
+from cabinet.storage import IntegrityViolation
+from cabinet.storage.database import Executor
+from cabinet.systems import system_in_organization
+from cabinet.tokens import hash_token, new_api_key_secret, new_id, secret_hint
+from cabinet.users import ADMIN_ROLES, first_owner_email
+
+log = logging.getLogger("modelgate.cabinet.api_keys")
+
+MAX_ALIAS_LENGTH = 128
+_COLUMNS = "id, organization_id, alias, owner_email, system_id, status, secret_hash"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """An organization's key for the model API; only the hash of its secret is stored."""
+
+    id: str
+    organization_id: str
+    alias: str
+    owner_email: str
+    system_id: str | None
+    status: str
+    secret_hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The API key object of the description, without the secret."""
+        return {
+            "id": self.id,
+            "organizationId": self.organization_id,
+            "alias": self.alias,
+            "ownerEmail": self.owner_email,
+            "systemId": self.system_id,
+            "status": self.status,
+        }
+
+
+async def api_keys_of(ex: Executor, organization_id: str) -> list[ApiKey]:
+    """The organization's keys, oldest first."""
+    rows = await ex.fetch(
+        f"SELECT {_COLUMNS} FROM api_keys WHERE organization_id = $1 ORDER BY created_at, id", organization_id
+    )
+    return [ApiKey(**r) for r in rows]
+
+
+async def _key_in_organization(ex: Executor, organization_id: str, key_id: str) -> ApiKey | None:
+    row = await ex.fetchrow(
+        f"SELECT {_COLUMNS} FROM api_keys WHERE id = $1 AND organization_id = $2", key_id, organization_id
+    )
+    return ApiKey(**row) if row else None
+
+
+def _alias_taken() -> CabinetError:
+    return bad_request("alias already exists")
+
+
+def _system_id(body: dict[str, Any]) -> str | None:
+    value = body.get("systemId")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise bad_request("systemId must be a string")
+    return value
+
+
+async def create_api_key(request: web.Request) -> web.Response:
+    """POST /organization/api-keys {alias, ownerEmail?, systemId?} (owner/admin) → 201 key and secret."""
+    services = services_of(request)
+    principal = await authenticate(request, roles=ADMIN_ROLES)
+    body = await read_json_object(request)
+    value = body.get("alias")
+    # The description's message for a missing alias covers empty, blank and mistyped ones too.
+    if not isinstance(value, str) or not value.strip():
+        raise bad_request("alias is required")
+    alias = required_text(body, "alias", max_length=MAX_ALIAS_LENGTH)
+    owner_email = optional_email(body, "ownerEmail")
+    system_id = _system_id(body)
+
+    secret = new_api_key_secret()
+    at = now()
+    try:
+        async with services.db.transaction() as tx:
+            org = await require_organization(tx, principal.organization_id)
+            if system_id is not None and await system_in_organization(tx, org.id, system_id) is None:
+                raise bad_request(f"system {system_id} not found")
+            if await tx.fetchval(
+                "SELECT 1 FROM api_keys WHERE organization_id = $1 AND alias = $2", org.id, alias
+            ):
+                raise _alias_taken()
+            # A management key acts for the organization, so its keys belong to the owner by default.
+            owner = owner_email or principal.email or await first_owner_email(tx, org.id) or ""
+            key = ApiKey(new_id("key"), org.id, alias, owner, system_id, "active", hash_token(secret))
+            await tx.execute(
+                "INSERT INTO api_keys (id, organization_id, alias, owner_email, system_id, status,"
+                " secret_hash, secret_hint, created_by, created_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                key.id,
+                key.organization_id,
+                key.alias,
+                key.owner_email,
+                key.system_id,
+                key.status,
+                key.secret_hash,
+                secret_hint(secret),
+                principal.user_id or principal.key_id,
+                at,
+            )
+            await record(
+                tx,
+                org.id,
+                "api_key.created",
+                actor_of(principal),
+                at,
+                target_id=key.id,
+                details={"alias": alias, "ownerEmail": owner, "systemId": system_id},
+            )
+    except IntegrityViolation as exc:
+        # A concurrent create took the alias between our check and the insert.
+        raise _alias_taken() from exc
+    return json_response({**key.to_json(), "secret": secret}, status=201)
+
+
+async def revoke_api_key(request: web.Request) -> web.Response:
+    """POST /organization/api-keys/{keyId}/revoke (owner/admin) → 200 the key, now `revoked`."""
+    services = services_of(request)
+    principal = await authenticate(request, roles=ADMIN_ROLES)
+    key_id = path_id(request, "keyId", unknown=bad_request("api key not found"))
+    at = now()
+    async with services.db.transaction() as tx:
+        org = await require_organization(tx, principal.organization_id)
+        key = await _key_in_organization(tx, org.id, key_id)
+        if key is None:
+            raise bad_request("api key not found")
+        revoked = await tx.execute(
+            "UPDATE api_keys SET status = 'revoked', revoked_at = $1 WHERE id = $2 AND status = 'active'",
+            at,
+            key.id,
+        )
+        if revoked != 1:
+            raise bad_request("api key already revoked")
+        await record(
+            tx,
+            org.id,
+            "api_key.revoked",
+            actor_of(principal),
+            at,
+            target_id=key.id,
+            details={"alias": key.alias},
+        )
+        try:
+            await services.key_sink.key_revoked(key.secret_hash, tx)
+        except Exception as exc:
+            # Raising inside the transaction rolls the revocation back: the key stays active.
+            log.warning("api key %s: revocation in the model API failed: %r", key.id, exc)
+            raise bad_request(f"api key revocation failed in the model API: {exc}") from exc
+    return json_response(replace(key, status="revoked").to_json())

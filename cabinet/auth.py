@@ -1,0 +1,102 @@
+"""Bearer authentication of cabinet requests: a session token or a management key, checked in the
+database on every request so that logout, expiry and revocation take effect at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from cabinet.clock import now
+from cabinet.requests import CabinetError
+from cabinet.services import services_of
+from cabinet.sessions import live_session
+from cabinet.storage.database import Executor
+from cabinet.tokens import API_KEY_PREFIX, MANAGEMENT_KEY_PREFIX, hash_token
+from cabinet.users import ROLES, first_owner_email
+
+SESSION = "session"
+MANAGEMENT_KEY = "management_key"
+# A management key acts with the rights of an admin of its organization.
+MANAGEMENT_KEY_ROLE = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The authenticated caller of a cabinet request."""
+
+    user_id: str | None
+    email: str
+    role: str
+    organization_id: str
+    kind: str = SESSION
+    session_id: str | None = None
+    key_id: str | None = None
+    expires_at: float | None = None
+
+
+def _unauthorized(message: str) -> CabinetError:
+    return CabinetError(401, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an `Authorization: Bearer …` header; 401 when there is none."""
+    if not authorization or not authorization.strip():
+        raise _unauthorized("missing bearer token")
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise _unauthorized("authorization must be a bearer token")
+    return token
+
+
+async def resolve_bearer(ex: Executor, token: str, at: float) -> Principal:
+    """The principal a bearer token stands for; 401 for model keys and unknown, ended or expired tokens."""
+    if token.startswith(MANAGEMENT_KEY_PREFIX):
+        row = await ex.fetchrow(
+            "SELECT id, organization_id FROM management_keys WHERE secret_hash = $1 AND status = 'active'",
+            hash_token(token),
+        )
+        if row is None:
+            raise _unauthorized("invalid or revoked management key")
+        email = await first_owner_email(ex, row["organization_id"])
+        return Principal(
+            user_id=None,
+            email=email or "",
+            role=MANAGEMENT_KEY_ROLE,
+            organization_id=row["organization_id"],
+            kind=MANAGEMENT_KEY,
+            key_id=row["id"],
+        )
+    if token.startswith(API_KEY_PREFIX):
+        raise _unauthorized(
+            "model API keys are not accepted by the cabinet; use a session token or a management key"
+        )
+    holder = await live_session(ex, token, at)
+    if holder is None:
+        raise _unauthorized("invalid or expired session token")
+    return Principal(
+        user_id=holder.user_id,
+        email=holder.email,
+        role=holder.role,
+        organization_id=holder.organization_id,
+        kind=SESSION,
+        session_id=holder.session_id,
+        expires_at=holder.expires_at,
+    )
+
+
+async def authenticate(request: web.Request, *, roles: tuple[str, ...] = ROLES) -> Principal:
+    """The caller of this request; 401 when not authenticated, 403 when its role is not in `roles`."""
+    token = bearer_token(request.headers.get("Authorization"))
+    principal = await resolve_bearer(services_of(request).db, token, now())
+    if principal.role not in roles:
+        raise CabinetError(403, f"this action requires the {' or '.join(roles)} role")
+    return principal
+
+
+def require_session(principal: Principal, action: str) -> str:
+    """The session id of a session caller; a management key cannot do `action` (400)."""
+    if principal.session_id is None:
+        raise CabinetError(400, f"{action} needs a session token, not a management key")
+    return principal.session_id

@@ -1,0 +1,265 @@
+"""Invitations: an owner or admin invites an e-mail with a role; the single-use, expiring token creates
+the account in the inviting organization (or logs in an existing member of it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+
+from cabinet.account import BAD_CREDENTIALS, login_throttle
+from cabinet.audit import Actor, actor_of, record
+from cabinet.auth import authenticate
+from cabinet.clock import isoformat, now
+from cabinet.invitation_delivery import InvitationDelivery
+from cabinet.organizations import require_organization
+from cabinet.passwords import hash_password, password_policy_violation, verify_password
+from cabinet.requests import (
+    CabinetError,
+    bad_request,
+    json_response,
+    path_id,
+    read_json_object,
+    required_choice,
+    required_email,
+    required_secret,
+)
+from cabinet.services import services_of
+from cabinet.storage import IntegrityViolation
+from cabinet.storage.database import Executor, Row
+from cabinet.tokens import hash_token, new_id, new_opaque_token
+from cabinet.users import ADMIN_ROLES, ROLES, User, insert_user, user_by_email
+
+DELIVERY = web.AppKey("cabinet_invitation_delivery", InvitationDelivery)
+_COLUMNS = (
+    "id, organization_id, email, role, status, created_by, created_at, expires_at, accepted_at, revoked_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Invitation:
+    """An offer to join an organization with a role; only the hash of its token is stored."""
+
+    id: str
+    organization_id: str
+    email: str
+    role: str
+    status: str
+    created_by: str | None
+    created_at: float
+    expires_at: float
+    accepted_at: float | None
+    revoked_at: float | None
+
+    def status_at(self, at: float) -> str:
+        """`pending`, `accepted`, `revoked`, or `expired` for a pending one past its expiry."""
+        return "expired" if self.status == "pending" and self.expires_at <= at else self.status
+
+    def to_json(self, at: float) -> dict[str, Any]:
+        """The invitation object of the API (the token appears only in the create response)."""
+        return {
+            "id": self.id,
+            "organizationId": self.organization_id,
+            "email": self.email,
+            "role": self.role,
+            "status": self.status_at(at),
+            "createdAt": isoformat(self.created_at),
+            "expiresAt": isoformat(self.expires_at),
+            "acceptedAt": isoformat(self.accepted_at),
+            "revokedAt": isoformat(self.revoked_at),
+        }
+
+
+def _invitation(row: Row) -> Invitation:
+    return Invitation(**row)
+
+
+def _not_found() -> CabinetError:
+    return CabinetError(404, "invitation not found")
+
+
+async def _in_organization(ex: Executor, organization_id: str, invitation_id: str) -> Invitation | None:
+    row = await ex.fetchrow(
+        f"SELECT {_COLUMNS} FROM invitations WHERE id = $1 AND organization_id = $2",
+        invitation_id,
+        organization_id,
+    )
+    return _invitation(row) if row else None
+
+
+def _account_conflict(existing: User, organization_id: str) -> CabinetError:
+    if existing.organization_id == organization_id:
+        return CabinetError(409, f"{existing.email} is already a member of the organization")
+    return CabinetError(409, "this e-mail already has an account in another organization")
+
+
+async def create_invitation(request: web.Request) -> web.Response:
+    """POST /invitations {email, role} (owner/admin) → 201 the invitation with its token, shown only here."""
+    services = services_of(request)
+    principal = await authenticate(request, roles=ADMIN_ROLES)
+    body = await read_json_object(request)
+    email = required_email(body, "email")
+    role = required_choice(body, "role", ROLES)
+    if role == "owner" and principal.role != "owner":
+        raise CabinetError(403, "only an owner can invite an owner")
+    existing = await user_by_email(services.db, email)
+    if existing is not None:
+        raise _account_conflict(existing, principal.organization_id)
+
+    token = new_opaque_token()
+    at = now()
+    invitation = Invitation(
+        new_id("invite"),
+        principal.organization_id,
+        email,
+        role,
+        "pending",
+        principal.user_id or principal.key_id,
+        at,
+        at + services.config.cabinet.invitation_ttl_seconds,
+        None,
+        None,
+    )
+    async with services.db.transaction() as tx:
+        org = await require_organization(tx, principal.organization_id)
+        await tx.execute(
+            "INSERT INTO invitations (id, organization_id, email, role, token_hash, status, created_by,"
+            " created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            invitation.id,
+            invitation.organization_id,
+            invitation.email,
+            invitation.role,
+            hash_token(token),
+            invitation.status,
+            invitation.created_by,
+            invitation.created_at,
+            invitation.expires_at,
+        )
+        await record(
+            tx,
+            org.id,
+            "invitation.created",
+            actor_of(principal),
+            at,
+            target_id=invitation.id,
+            details={"email": email, "role": role},
+        )
+    created = {**invitation.to_json(at), "token": token}
+    request.app[DELIVERY].deliver(
+        {
+            "event": "invitation.created",
+            "organization": {"id": org.id, "legalName": org.legal_name},
+            "invitation": created,
+        }
+    )
+    return json_response(created, status=201)
+
+
+async def list_invitations(request: web.Request) -> web.Response:
+    """GET /invitations (owner/admin) → the organization's invitations, newest first, without tokens."""
+    principal = await authenticate(request, roles=ADMIN_ROLES)
+    rows = await services_of(request).db.fetch(
+        f"SELECT {_COLUMNS} FROM invitations WHERE organization_id = $1 ORDER BY created_at DESC, id DESC",
+        principal.organization_id,
+    )
+    at = now()
+    return json_response({"invitations": [_invitation(r).to_json(at) for r in rows]})
+
+
+async def revoke_invitation(request: web.Request) -> web.Response:
+    """POST /invitations/{id}/revoke (owner/admin) → the invitation, now `revoked`."""
+    services = services_of(request)
+    principal = await authenticate(request, roles=ADMIN_ROLES)
+    invitation_id = path_id(request, "id", unknown=_not_found())
+    at = now()
+    async with services.db.transaction() as tx:
+        invitation = await _in_organization(tx, principal.organization_id, invitation_id)
+        if invitation is None:
+            raise _not_found()
+        if invitation.status != "pending":
+            raise bad_request(f"invitation already {invitation.status}")
+        await tx.execute(
+            "UPDATE invitations SET status = 'revoked', revoked_at = $1 WHERE id = $2", at, invitation.id
+        )
+        await record(
+            tx,
+            principal.organization_id,
+            "invitation.revoked",
+            actor_of(principal),
+            at,
+            target_id=invitation.id,
+            details={"email": invitation.email, "role": invitation.role},
+        )
+    return json_response(replace(invitation, status="revoked", revoked_at=at).to_json(at))
+
+
+async def _pending_invitation(ex: Executor, token: str, at: float) -> Invitation:
+    row = await ex.fetchrow(f"SELECT {_COLUMNS} FROM invitations WHERE token_hash = $1", hash_token(token))
+    if row is None:
+        raise bad_request("invitation token is not valid")
+    invitation = _invitation(row)
+    status = invitation.status_at(at)
+    if status == "accepted":
+        raise bad_request("invitation has already been used")
+    if status == "revoked":
+        raise bad_request("invitation has been revoked")
+    if status == "expired":
+        raise bad_request("invitation has expired")
+    return invitation
+
+
+async def accept_invitation(request: web.Request) -> web.Response:
+    """POST /invitations/accept {token, password} → 200 {token, email}, a session in the inviting org."""
+    services = services_of(request)
+    body = await read_json_object(request)
+    invitation_token = required_secret(body, "token")
+    password = required_secret(body, "password")
+    invitation = await _pending_invitation(services.db, invitation_token, now())
+
+    existing = await user_by_email(services.db, invitation.email)
+    password_hash: str | None = None
+    if existing is not None:
+        if existing.organization_id != invitation.organization_id:
+            raise _account_conflict(existing, invitation.organization_id)
+        # Already a member (another invitation was accepted first): this is a login.
+        throttle = login_throttle(services)
+        subjects = throttle.subjects(existing.email, request.remote)
+        await throttle.reserve(services.db, subjects, now())
+        if not await verify_password(existing.password_hash, password):
+            await throttle.failed(services.db, subjects, now())
+            raise CabinetError(401, BAD_CREDENTIALS)
+        await throttle.succeeded(services.db, subjects)
+    else:
+        if problem := password_policy_violation(password, invitation.email):
+            raise bad_request(problem)
+        password_hash = await hash_password(password)
+
+    at = now()
+    try:
+        async with services.db.transaction() as tx:
+            consumed = await tx.execute(
+                "UPDATE invitations SET status = 'accepted', accepted_at = $1"
+                " WHERE id = $2 AND status = 'pending' AND expires_at > $1",
+                at,
+                invitation.id,
+            )
+            if consumed != 1:
+                raise bad_request("invitation has already been used")
+            user = existing or await insert_user(
+                tx, invitation.organization_id, invitation.email, password_hash, invitation.role, at
+            )
+            session_token = await services.create_session(tx, user.id, user.organization_id)
+            await record(
+                tx,
+                invitation.organization_id,
+                "invitation.accepted",
+                Actor("user", user.id, user.email),
+                at,
+                target_id=invitation.id,
+                details={"userId": user.id, "role": user.role, "newAccount": existing is None},
+            )
+    except IntegrityViolation as exc:
+        # The e-mail got an account (registration elsewhere) between our check and the insert.
+        raise CabinetError(409, "this e-mail already has an account in another organization") from exc
+    return json_response({"token": session_token, "email": user.email})

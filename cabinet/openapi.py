@@ -1,0 +1,388 @@
+"""The OpenAPI 3.1 document of the cabinet API, served at GET /api/openapi.json.
+
+Hand-written on purpose: it is the contract. A test checks it against the app's route table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from cabinet.requests import json_response
+from cabinet.services import services_of
+
+PREFIX = "/api"
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+_STR = {"type": "string"}
+_NULLABLE_STR = {"type": ["string", "null"]}
+_TIME = {"type": "string", "format": "date-time"}
+_NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
+_ROLE = {"type": "string", "enum": ["owner", "admin", "member"]}
+_STATUS = {"type": "string", "enum": ["active", "revoked"]}
+
+_ERRORS = {
+    400: "Invalid request (message says which field or rule)",
+    401: "Missing, unknown, expired or revoked bearer token; a model API key is not accepted",
+    403: "The caller's role does not allow this action",
+    404: "Unknown id, or one of another organization",
+    409: "Conflict with the current state",
+    413: "Body larger than 64 KiB",
+    429: "Too many failed attempts; see Retry-After",
+}
+
+
+def _op(
+    summary: str,
+    ok: tuple[int, str | None],
+    *,
+    errors: tuple[int, ...] = (400, 401),
+    body: str | None = None,
+    public: bool = False,
+    roles: str | None = None,
+    params: tuple[dict[str, Any], ...] = (),
+) -> dict[str, Any]:
+    status, schema = ok
+    description = summary if roles is None else f"{summary} ({roles} only)."
+    op: dict[str, Any] = {"summary": summary, "description": description, "responses": {}}
+    if public:
+        op["security"] = []
+    if params:
+        op["parameters"] = list(params)
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
+    op["responses"][str(status)] = {"description": "Success"}
+    if schema is not None:
+        op["responses"][str(status)]["content"] = {"application/json": {"schema": _ref(schema)}}
+    for code in sorted({*errors, *(() if body is None else (413,))}):
+        op["responses"][str(code)] = {
+            "description": _ERRORS[code],
+            "content": {"application/json": {"schema": _ref("Error")}},
+        }
+    return op
+
+
+def _path_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": _STR}
+
+
+def _query_param(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+_ADMIN = "owner/admin"
+_AUTH_ERRORS = (400, 401, 403)
+
+PATHS: dict[str, dict[str, Any]] = {
+    "/auth/register": {
+        "post": _op(
+            "Register an organization and its owner",
+            (201, "AuthResponse"),
+            body="RegisterRequest",
+            public=True,
+            errors=(400, 409),
+        ),
+    },
+    "/auth/login": {
+        "post": _op(
+            "Log in with e-mail and password",
+            (200, "AuthResponse"),
+            body="LoginRequest",
+            public=True,
+            errors=(400, 401, 429),
+        ),
+    },
+    "/auth/session": {"get": _op("The current session", (200, "Session"))},
+    "/auth/logout": {"post": _op("End the current session", (200, "Ok"))},
+    "/auth/password": {
+        "post": _op(
+            "Change the password and end the user's other sessions",
+            (200, "PasswordChanged"),
+            body="PasswordChangeRequest",
+            errors=(400, 401, 429),
+        ),
+    },
+    "/members": {"get": _op("The organization's members", (200, "MemberList"))},
+    "/members/{userId}": {
+        "parameters": [_path_param("userId")],
+        "patch": _op(
+            "Change a member's role",
+            (200, "Member"),
+            body="RoleChangeRequest",
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 404, 409),
+        ),
+        "delete": _op("Remove a member", (200, "Member"), roles=_ADMIN, errors=(*_AUTH_ERRORS, 404, 409)),
+    },
+    "/invitations": {
+        "post": _op(
+            "Invite an e-mail with a role; the token is returned only here",
+            (201, "InvitationCreated"),
+            body="InvitationRequest",
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 409),
+        ),
+        "get": _op(
+            "The organization's invitations", (200, "InvitationList"), roles=_ADMIN, errors=_AUTH_ERRORS
+        ),
+    },
+    "/invitations/accept": {
+        "post": _op(
+            "Accept an invitation",
+            (200, "AuthResponse"),
+            body="InvitationAcceptRequest",
+            public=True,
+            errors=(400, 401, 409, 429),
+        ),
+    },
+    "/invitations/{id}/revoke": {
+        "parameters": [_path_param("id")],
+        "post": _op(
+            "Revoke a pending invitation", (200, "Invitation"), roles=_ADMIN, errors=(*_AUTH_ERRORS, 404)
+        ),
+    },
+    "/organization/api-keys": {
+        "post": _op(
+            "Issue an API key for the model API; the secret is returned only here",
+            (201, "ApiKeyCreated"),
+            body="ApiKeyRequest",
+            roles=_ADMIN,
+            errors=_AUTH_ERRORS,
+        ),
+    },
+    "/organization/api-keys/{keyId}/revoke": {
+        "parameters": [_path_param("keyId")],
+        "post": _op(
+            "Revoke an API key, also in the model API", (200, "ApiKey"), roles=_ADMIN, errors=_AUTH_ERRORS
+        ),
+    },
+    "/organization/management-keys": {
+        "post": _op(
+            "Issue a management key; the secret is returned only here",
+            (201, "ManagementKeyCreated"),
+            body="ManagementKeyRequest",
+            roles="owner",
+            errors=_AUTH_ERRORS,
+        ),
+        "get": _op(
+            "The organization's management keys",
+            (200, "ManagementKeyList"),
+            roles="owner",
+            errors=_AUTH_ERRORS,
+        ),
+    },
+    "/organization/management-keys/{id}/revoke": {
+        "parameters": [_path_param("id")],
+        "post": _op(
+            "Revoke a management key", (200, "ManagementKey"), roles="owner", errors=(*_AUTH_ERRORS, 404)
+        ),
+    },
+    "/systems": {
+        "post": _op(
+            "Create a system",
+            (201, "System"),
+            body="SystemRequest",
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 409),
+        ),
+        "get": _op("The organization's systems", (200, "SystemList")),
+    },
+    "/systems/{id}": {
+        "parameters": [_path_param("id")],
+        "get": _op("One system", (200, "System"), errors=(401, 404)),
+        "patch": _op(
+            "Rename or describe a system",
+            (200, "System"),
+            body="SystemUpdateRequest",
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 404, 409),
+        ),
+        "delete": _op(
+            "Delete a system no active key is linked to",
+            (200, "System"),
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 404, 409),
+        ),
+    },
+    "/overview": {
+        "get": _op("Organization, caller, members, API keys, systems and billing", (200, "Overview"))
+    },
+    "/audit-log": {
+        "get": _op(
+            "The audit log, newest first",
+            (200, "AuditPage"),
+            roles=_ADMIN,
+            errors=_AUTH_ERRORS,
+            params=(
+                _query_param("limit", {"type": "integer", "minimum": 1, "maximum": 200}, "Page size"),
+                _query_param("cursor", _STR, "nextCursor of the previous page"),
+            ),
+        ),
+    },
+    "/openapi.json": {"get": _op("This document", (200, None), public=True, errors=())},
+}
+
+_MEMBER = _obj(("id", "email", "role"), id=_STR, email=_STR, role=_ROLE, createdAt=_TIME)
+_INVITATION = _obj(
+    ("id", "organizationId", "email", "role", "status"),
+    id=_STR,
+    organizationId=_STR,
+    email=_STR,
+    role=_ROLE,
+    status={"type": "string", "enum": ["pending", "accepted", "revoked", "expired"]},
+    createdAt=_TIME,
+    expiresAt=_TIME,
+    acceptedAt=_NULLABLE_TIME,
+    revokedAt=_NULLABLE_TIME,
+)
+_API_KEY = _obj(
+    ("id", "organizationId", "alias", "ownerEmail", "systemId", "status"),
+    id=_STR,
+    organizationId=_STR,
+    alias=_STR,
+    ownerEmail=_STR,
+    systemId=_NULLABLE_STR,
+    status=_STATUS,
+)
+_MANAGEMENT_KEY = _obj(
+    ("id", "organizationId", "name", "status", "secretHint"),
+    id=_STR,
+    organizationId=_STR,
+    name=_STR,
+    status=_STATUS,
+    secretHint=_STR,
+    createdAt=_TIME,
+    revokedAt=_NULLABLE_TIME,
+)
+_SYSTEM = _obj(
+    ("id", "organizationId", "name", "description"),
+    id=_STR,
+    organizationId=_STR,
+    name=_STR,
+    description=_STR,
+    createdAt=_TIME,
+)
+_ORGANIZATION = _obj(("id", "legalName", "planCode"), id=_STR, legalName=_STR, planCode=_STR, createdAt=_TIME)
+_CALLER = _obj(
+    ("email", "role"),
+    id=_NULLABLE_STR,
+    email=_STR,
+    role=_ROLE,
+    kind={"type": "string", "enum": ["session", "management_key"]},
+)
+
+
+def _with_secret(schema: dict[str, Any], field: str = "secret") -> dict[str, Any]:
+    return {"allOf": [schema, _obj((field,), **{field: _STR})]}
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj(("error",), error=_STR),
+    "Ok": _obj(("ok",), ok={"type": "boolean"}),
+    "RegisterRequest": _obj(
+        ("legalName", "email", "password", "planCode"),
+        legalName=_STR,
+        email=_STR,
+        password={"type": "string", "minLength": 10},
+        planCode=_STR,
+    ),
+    "LoginRequest": _obj(("email", "password"), email=_STR, password=_STR),
+    "AuthResponse": _obj(("token", "email"), token=_STR, email=_STR),
+    "PasswordChangeRequest": _obj(
+        ("currentPassword", "newPassword"),
+        currentPassword=_STR,
+        newPassword={"type": "string", "minLength": 10},
+    ),
+    "PasswordChanged": _obj(
+        ("ok", "endedSessions"), ok={"type": "boolean"}, endedSessions={"type": "integer"}
+    ),
+    "Session": _obj(
+        ("kind", "user", "organization"),
+        kind=_CALLER["properties"]["kind"],
+        user=_CALLER,
+        organization=_ORGANIZATION,
+        expiresAt=_NULLABLE_TIME,
+    ),
+    "Member": _MEMBER,
+    "MemberList": _obj(("members",), members={"type": "array", "items": _ref("Member")}),
+    "RoleChangeRequest": _obj(("role",), role=_ROLE),
+    "InvitationRequest": _obj(("email", "role"), email=_STR, role=_ROLE),
+    "Invitation": _INVITATION,
+    "InvitationCreated": _with_secret(_ref("Invitation"), "token"),
+    "InvitationList": _obj(("invitations",), invitations={"type": "array", "items": _ref("Invitation")}),
+    "InvitationAcceptRequest": _obj(("token", "password"), token=_STR, password=_STR),
+    "ApiKeyRequest": _obj(("alias",), alias=_STR, ownerEmail=_STR, systemId=_STR),
+    "ApiKey": _API_KEY,
+    "ApiKeyCreated": _with_secret(_ref("ApiKey")),
+    "ManagementKeyRequest": _obj(("name",), name=_STR),
+    "ManagementKey": _MANAGEMENT_KEY,
+    "ManagementKeyCreated": _with_secret(_ref("ManagementKey")),
+    "ManagementKeyList": _obj(
+        ("managementKeys",), managementKeys={"type": "array", "items": _ref("ManagementKey")}
+    ),
+    "SystemRequest": _obj(("name",), name=_STR, description=_STR),
+    "SystemUpdateRequest": _obj((), name=_STR, description=_STR),
+    "System": _SYSTEM,
+    "SystemList": _obj(("systems",), systems={"type": "array", "items": _ref("System")}),
+    "Overview": _obj(
+        ("organization", "user", "members", "apiKeys", "systems", "billing"),
+        organization=_ORGANIZATION,
+        user=_CALLER,
+        members={"type": "array", "items": _ref("Member")},
+        apiKeys={"type": "array", "items": _ref("ApiKey")},
+        systems={"type": "array", "items": _ref("System")},
+        billing={"type": "object", "description": "Plan, balance and open invoices"},
+    ),
+    "AuditEntry": _obj(
+        ("id", "event", "actor", "createdAt"),
+        id=_STR,
+        event=_STR,
+        targetId=_NULLABLE_STR,
+        details={"type": "object"},
+        createdAt=_TIME,
+        actor=_obj(("type",), type=_STR, id=_NULLABLE_STR, email=_NULLABLE_STR),
+    ),
+    "AuditPage": _obj(
+        ("entries", "nextCursor"),
+        entries={"type": "array", "items": _ref("AuditEntry")},
+        nextCursor=_NULLABLE_STR,
+    ),
+}
+
+
+def openapi_document(public_url: str = "") -> dict[str, Any]:
+    """The document, with the server URL of the deployment when one is configured."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "modelgate cabinet API", "version": "1"},
+        "servers": [{"url": public_url.rstrip("/") or "/"}],
+        "security": [{"bearer": []}],
+        "paths": {PREFIX + path: item for path, item in PATHS.items()},
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A session token or a management key (sk-mgmt-…); model keys are refused.",
+                }
+            },
+        },
+    }
+
+
+async def openapi_handler(request: web.Request) -> web.Response:
+    """GET /openapi.json."""
+    return json_response(openapi_document(services_of(request).config.server.public_url))

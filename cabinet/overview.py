@@ -1,0 +1,37 @@
+"""GET /api/overview: everything the cabinet's home page shows, in one read (never a secret)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cabinet.api_keys import api_keys_of
+from cabinet.auth import authenticate
+from cabinet.invoices import billing_overview
+from cabinet.organizations import require_organization
+from cabinet.requests import json_response
+from cabinet.services import services_of
+from cabinet.systems import systems_of
+from cabinet.users import users_of
+
+
+async def overview(request: web.Request) -> web.Response:
+    """The organization, the caller, members, `apiKeys` (without secrets), systems and billing."""
+    services = services_of(request)
+    principal = await authenticate(request)
+    db = services.db
+    org = await require_organization(db, principal.organization_id)
+    return json_response(
+        {
+            "organization": org.to_json(),
+            "user": {
+                "id": principal.user_id,
+                "email": principal.email,
+                "role": principal.role,
+                "kind": principal.kind,
+            },
+            "members": [m.to_json() for m in await users_of(db, org.id)],
+            "apiKeys": [k.to_json() for k in await api_keys_of(db, org.id)],
+            "systems": [s.to_json() for s in await systems_of(db, org.id)],
+            "billing": await billing_overview(db, services.config, org),
+        }
+    )

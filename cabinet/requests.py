@@ -1,0 +1,163 @@
+"""Reading cabinet requests: the bounded JSON body, typed fields, path ids, and the one error type.
+
+Every failure is a `CabinetError`; the app's error middleware renders it as `{"error": message}`.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_NAME_LENGTH = 200
+_EMAIL = re.compile(r"^[^@\s]{1,64}@(?:[^@\s.]+\.)+[^@\s.]{2,}$")
+# Public ids are `kind_<hex>` (see cabinet.tokens.new_id); anything else cannot name a row.
+_PUBLIC_ID = re.compile(r"^[a-z]{1,16}_[0-9a-f]{8,64}$")
+
+
+class CabinetError(Exception):
+    """A failure answered as `{"error": message}` with its HTTP status (and optional headers)."""
+
+    def __init__(self, status: int, message: str, *, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = dict(headers) if headers else {}
+
+
+def bad_request(message: str) -> CabinetError:
+    """400 with the given message."""
+    return CabinetError(400, message)
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    """A JSON answer encoded with orjson."""
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+async def read_json_object(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object, at most 64 KiB; anything else is a 4xx `CabinetError`."""
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY_BYTES:
+        raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    # Read the stream ourselves: a chunked body has no Content-Length to check up front.
+    while chunk := await request.content.readany():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise bad_request("request body must be a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request("request body is not valid JSON") from exc
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    return body
+
+
+def _too_large() -> CabinetError:
+    return CabinetError(413, f"request body is larger than {MAX_BODY_BYTES // 1024} KiB")
+
+
+def _has_control_characters(value: str) -> bool:
+    return any(unicodedata.category(ch) == "Cc" for ch in value)
+
+
+def required_text(body: Mapping[str, Any], field: str, *, max_length: int = MAX_NAME_LENGTH) -> str:
+    """A non-blank single-line string, stripped of surrounding whitespace."""
+    value = body.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise bad_request(f"{field} is required")
+    return _text(field, value, max_length)
+
+
+def optional_text(body: Mapping[str, Any], field: str, *, max_length: int = MAX_NAME_LENGTH) -> str | None:
+    """Like `required_text`, but absent, null or blank gives `None`."""
+    value = body.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return _text(field, value, max_length)
+
+
+def _text(field: str, value: Any, max_length: int) -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"{field} must be a string")
+    value = value.strip()
+    if len(value) > max_length:
+        raise bad_request(f"{field} must be at most {max_length} characters")
+    if _has_control_characters(value):
+        raise bad_request(f"{field} must not contain control characters")
+    return value
+
+
+def required_secret(body: Mapping[str, Any], field: str) -> str:
+    """A password or token, taken exactly as sent (whitespace is significant)."""
+    value = body.get(field)
+    if value is None or value == "":
+        raise bad_request(f"{field} is required")
+    if not isinstance(value, str):
+        raise bad_request(f"{field} must be a string")
+    return value
+
+
+def normalize_email(value: str) -> str | None:
+    """The canonical form of an e-mail address (trimmed, lower case), or None when it is not one."""
+    email = value.strip().lower()
+    if len(email) > 254 or _has_control_characters(email) or not _EMAIL.match(email):
+        return None
+    return email
+
+
+def required_email(body: Mapping[str, Any], field: str = "email") -> str:
+    """A syntactically valid e-mail address, normalised."""
+    value = body.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise bad_request(f"{field} is required")
+    return _email(field, value)
+
+
+def optional_email(body: Mapping[str, Any], field: str) -> str | None:
+    """Like `required_email`, but absent, null or blank gives `None`."""
+    value = body.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return _email(field, value)
+
+
+def _email(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"{field} must be a string")
+    email = normalize_email(value)
+    if email is None:
+        raise bad_request(f"{field} must be a valid e-mail address")
+    return email
+
+
+def required_choice(body: Mapping[str, Any], field: str, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of strings."""
+    value = body.get(field)
+    if value is None:
+        raise bad_request(f"{field} is required")
+    if not isinstance(value, str):
+        raise bad_request(f"{field} must be a string")
+    if value not in choices:
+        raise bad_request(f"{field} must be one of: {', '.join(choices)}")
+    return value
+
+
+def path_id(request: web.Request, name: str, *, unknown: CabinetError) -> str:
+    """A public id from the URL path; a value that cannot be an id raises `unknown` (it names no row)."""
+    value = request.match_info.get(name, "")
+    if not _PUBLIC_ID.match(value):
+        raise unknown
+    return value

@@ -1,0 +1,50 @@
+"""What the cabinet app needs from its host: the config, the database and the key revocation sink."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiohttp import web
+
+from cabinet.sessions import create_session
+from cabinet.storage.database import Database, Executor
+from config import Config
+
+
+class KeyRevocationSink(Protocol):
+    """Tells the model API that an API key was revoked.
+
+    Called inside the revoke transaction, before commit, so a PostgreSQL NOTIFY sent through `tx` is
+    delivered atomically with the commit. Raising rolls the revocation back (answered as a 400).
+    """
+
+    async def key_revoked(self, secret_hash: str, tx: Executor) -> None: ...
+
+
+class NullKeySink:
+    """A sink for a standalone cabinet: the model API reads key status from the database anyway."""
+
+    async def key_revoked(self, secret_hash: str, tx: Executor) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class CabinetServices:
+    """Everything a cabinet handler may use, built once by the host and passed in explicitly."""
+
+    config: Config
+    db: Database
+    key_sink: KeyRevocationSink
+
+    async def create_session(self, tx: Executor, user_id: str, org_id: str) -> str:
+        """Open a session with the configured lifetime (for OIDC and other logins); returns its token."""
+        return await create_session(tx, user_id, org_id, ttl_seconds=self.config.cabinet.session_ttl_seconds)
+
+
+SERVICES = web.AppKey("cabinet_services", CabinetServices)
+
+
+def services_of(request: web.Request) -> CabinetServices:
+    """The services of the cabinet app serving this request."""
+    return request.app[SERVICES]

@@ -1,0 +1,218 @@
+"""Systems: the information systems or agents of an organization that API keys can be linked to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+
+from cabinet.audit import actor_of, record
+from cabinet.auth import authenticate
+from cabinet.clock import isoformat, now
+from cabinet.organizations import require_organization
+from cabinet.requests import (
+    CabinetError,
+    bad_request,
+    json_response,
+    optional_text,
+    path_id,
+    read_json_object,
+    required_text,
+)
+from cabinet.services import services_of
+from cabinet.storage import IntegrityViolation
+from cabinet.storage.database import Executor
+from cabinet.tokens import new_id
+from cabinet.users import ADMIN_ROLES
+
+MAX_DESCRIPTION_LENGTH = 2000
+_COLUMNS = "id, organization_id, name, description, created_at"
+
+
+@dataclass(frozen=True, slots=True)
+class System:
+    """An information system or agent; its name is unique within the organization."""
+
+    id: str
+    organization_id: str
+    name: str
+    description: str
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The system object of the API."""
+        return {
+            "id": self.id,
+            "organizationId": self.organization_id,
+            "name": self.name,
+            "description": self.description,
+            "createdAt": isoformat(self.created_at),
+        }
+
+
+async def system_in_organization(ex: Executor, organization_id: str, system_id: str) -> System | None:
+    """A system of this organization; another organization's system is None, exactly like an unknown id."""
+    row = await ex.fetchrow(
+        f"SELECT {_COLUMNS} FROM systems WHERE id = $1 AND organization_id = $2", system_id, organization_id
+    )
+    return System(**row) if row else None
+
+
+async def systems_of(ex: Executor, organization_id: str) -> list[System]:
+    """The organization's systems by name."""
+    rows = await ex.fetch(
+        f"SELECT {_COLUMNS} FROM systems WHERE organization_id = $1 ORDER BY name, id", organization_id
+    )
+    return [System(**r) for r in rows]
+
+
+def _not_found() -> CabinetError:
+    return CabinetError(404, "system not found")
+
+
+def _name_taken(name: str) -> CabinetError:
+    return CabinetError(409, f"a system named {name!r} already exists")
+
+
+async def _name_in_use(ex: Executor, organization_id: str, name: str, other_than: str = "") -> bool:
+    found = await ex.fetchval(
+        "SELECT 1 FROM systems WHERE organization_id = $1 AND name = $2 AND id <> $3",
+        organization_id,
+        name,
+        other_than,
+    )
+    return found is not None
+
+
+async def create_system(request: web.Request) -> web.Response:
+    """POST /systems {name, description?} (owner/admin) → 201 the system."""
+    services = services_of(request)
+    principal = await authenticate(request, roles=ADMIN_ROLES)
+    body = await read_json_object(request)
+    name = required_text(body, "name")
+    description = optional_text(body, "description", max_length=MAX_DESCRIPTION_LENGTH) or ""
+    at = now()
+    system = System(new_id("sys"), principal.organization_id, name, description, at)
+    try:
+        async with services.db.transaction() as tx:
+            await require_organization(tx, principal.organization_id)
+            if await _name_in_use(tx, principal.organization_id, name):
+                raise _name_taken(name)
+            await tx.execute(
+                f"INSERT INTO systems ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5)",
+                system.id,
+                system.organization_id,
+                system.name,
+                system.description,
+                system.created_at,
+            )
+            await record(
+                tx,
+                system.organization_id,
+                "system.created",
+                actor_of(principal),
+                at,
+                target_id=system.id,
+                details={"name": name},
+            )
+    except IntegrityViolation as exc:
+        raise _name_taken(name) from exc
+    return json_response(system.to_json(), status=201)
+
+
+async def list_systems(request: web.Request) -> web.Response:
+    """GET /systems → the organization's systems."""
+    principal = await authenticate(request)
+    systems = await systems_of(services_of(request).db, principal.organization_id)
+    return json_response({"systems": [s.to_json() for s in systems]})
+
+
+async def get_system(request: web.Request) -> web.Response:
+    """GET /systems/{id} → one system of the organization."""
+    principal = await authenticate(request)
+    system_id = path_id(request, "id", unknown=_not_found())
+    system = await system_in_organization(services_of(request).db, principal.organization_id, system_id)
+    if system is None:
+        raise _not_found()
+    return json_response(system.to_json())
+
+
+async def update_system(request: web.Request) -> web.Response:
+    """PATCH /systems/{id} {name?, description?} (owner/admin) → the updated system."""
+    services = services_of(request)
+    principal = await authenticate(request, roles=ADMIN_ROLES)
+    system_id = path_id(request, "id", unknown=_not_found())
+    body = await read_json_object(request)
+    if "name" not in body and "description" not in body:
+        raise bad_request("give name or description to change")
+    name = required_text(body, "name") if "name" in body else None
+    description = (
+        optional_text(body, "description", max_length=MAX_DESCRIPTION_LENGTH) or ""
+        if "description" in body
+        else None
+    )
+    try:
+        async with services.db.transaction() as tx:
+            system = await system_in_organization(tx, principal.organization_id, system_id)
+            if system is None:
+                raise _not_found()
+            if name is not None and await _name_in_use(tx, principal.organization_id, name, system.id):
+                raise _name_taken(name)
+            updated = replace(
+                system,
+                name=system.name if name is None else name,
+                description=system.description if description is None else description,
+            )
+            await tx.execute(
+                "UPDATE systems SET name = $1, description = $2 WHERE id = $3",
+                updated.name,
+                updated.description,
+                updated.id,
+            )
+            await record(
+                tx,
+                updated.organization_id,
+                "system.updated",
+                actor_of(principal),
+                now(),
+                target_id=updated.id,
+                details={"name": updated.name},
+            )
+    except IntegrityViolation as exc:
+        raise _name_taken(name or "") from exc
+    return json_response(updated.to_json())
+
+
+async def delete_system(request: web.Request) -> web.Response:
+    """DELETE /systems/{id} (owner/admin): refused while active API keys are linked to the system."""
+    services = services_of(request)
+    principal = await authenticate(request, roles=ADMIN_ROLES)
+    system_id = path_id(request, "id", unknown=_not_found())
+    async with services.db.transaction() as tx:
+        system = await system_in_organization(tx, principal.organization_id, system_id)
+        if system is None:
+            raise _not_found()
+        linked = int(
+            await tx.fetchval(
+                "SELECT COUNT(*) FROM api_keys WHERE system_id = $1 AND status = 'active'", system.id
+            )
+            or 0
+        )
+        if linked:
+            raise CabinetError(
+                409, f"system {system.id} is still linked to {linked} active API key(s); revoke them first"
+            )
+        # Revoked keys keep their history in the audit log; their link would block the delete.
+        await tx.execute("UPDATE api_keys SET system_id = NULL WHERE system_id = $1", system.id)
+        await tx.execute("DELETE FROM systems WHERE id = $1", system.id)
+        await record(
+            tx,
+            system.organization_id,
+            "system.deleted",
+            actor_of(principal),
+            now(),
+            target_id=system.id,
+            details={"name": system.name},
+        )
+    return json_response({**system.to_json(), "deleted": True})

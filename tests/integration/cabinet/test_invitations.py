@@ -1,0 +1,271 @@
+"""Invitations: created by owners and admins, accepted once with a token that expires."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+import pytest
+from aiohttp import web
+
+from tests.integration.cabinet.cabinet_client import PASSWORD, Cabinet, unique_email
+from tests.integration.cabinet.conftest import CabinetFactory, cabinet_config
+
+
+async def _accept(cabinet: Cabinet, token: str, password: str = PASSWORD):
+    return await cabinet.call("POST", "/invitations/accept", json={"token": token, "password": password})
+
+
+async def test_an_invitation_comes_back_with_its_token_only_in_the_create_response(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    email = unique_email("invitee")
+
+    created = await cabinet.invite(owner, "admin", email)
+    listed = await cabinet.call("GET", "/invitations", token=owner.token)
+
+    assert created.status == 201
+    assert created.body["email"] == email
+    assert created.body["role"] == "admin"
+    assert created.body["status"] == "pending"
+    assert created.body["token"]
+    assert [i["id"] for i in listed.body["invitations"]] == [created.body["id"]]
+    assert "token" not in listed.body["invitations"][0]
+    assert created.body["token"].encode() not in listed.raw
+
+
+async def test_accepting_creates_the_user_in_the_inviting_organization_and_logs_in(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner, "admin")).body
+
+    accepted = await _accept(cabinet, invitation["token"])
+
+    assert accepted.status == 200
+    assert set(accepted.body) == {"token", "email"}
+    assert accepted.body["email"] == invitation["email"]
+    session = await cabinet.call("GET", "/auth/session", token=accepted.body["token"])
+    assert session.body["organization"]["id"] == await cabinet.organization_id(owner)
+    assert session.body["user"]["role"] == "admin"
+    assert (await cabinet.login(invitation["email"])).status == 200
+
+
+async def test_an_accepted_invitation_shows_as_accepted(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner)).body
+    await _accept(cabinet, invitation["token"])
+
+    listed = await cabinet.call("GET", "/invitations", token=owner.token)
+
+    assert listed.body["invitations"][0]["status"] == "accepted"
+    assert listed.body["invitations"][0]["acceptedAt"] is not None
+
+
+async def test_an_invitation_token_works_only_once(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    token = (await cabinet.invite(owner)).body["token"]
+    await _accept(cabinet, token)
+
+    again = await _accept(cabinet, token)
+
+    assert (again.status, again.body) == (400, {"error": "invitation has already been used"})
+
+
+async def test_an_expired_invitation_is_400(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner)).body
+    await cabinet.db.execute("UPDATE invitations SET expires_at = created_at - 1")
+
+    reply = await _accept(cabinet, invitation["token"])
+    listed = await cabinet.call("GET", "/invitations", token=owner.token)
+
+    assert (reply.status, reply.body) == (400, {"error": "invitation has expired"})
+    assert listed.body["invitations"][0]["status"] == "expired"
+
+
+async def test_the_invitation_lifetime_comes_from_the_config(start_cabinet: CabinetFactory) -> None:
+    cabinet = await start_cabinet(cabinet_config(invitation_ttl_seconds=3600))
+    owner = await cabinet.register()
+    await cabinet.invite(owner)
+
+    lifetime = await cabinet.db.fetchval("SELECT expires_at - created_at FROM invitations")
+
+    assert lifetime == pytest.approx(3600)
+
+
+async def test_a_revoked_invitation_cannot_be_accepted(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner)).body
+
+    revoked = await cabinet.call("POST", f"/invitations/{invitation['id']}/revoke", token=owner.token)
+    reply = await _accept(cabinet, invitation["token"])
+
+    assert (revoked.status, revoked.body["status"]) == (200, "revoked")
+    assert (reply.status, reply.body) == (400, {"error": "invitation has been revoked"})
+
+
+async def test_an_unknown_invitation_token_is_400(cabinet: Cabinet) -> None:
+    reply = await _accept(cabinet, "no-such-token")
+
+    assert (reply.status, reply.body) == (400, {"error": "invitation token is not valid"})
+
+
+async def test_accept_needs_a_token_and_a_password(cabinet: Cabinet) -> None:
+    no_token = await cabinet.call("POST", "/invitations/accept", json={"password": PASSWORD})
+    no_password = await cabinet.call("POST", "/invitations/accept", json={"token": "x"})
+
+    assert (no_token.status, no_token.body) == (400, {"error": "token is required"})
+    assert (no_password.status, no_password.body) == (400, {"error": "password is required"})
+
+
+async def test_accepting_with_a_weak_password_is_400_and_keeps_the_invitation(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    token = (await cabinet.invite(owner)).body["token"]
+
+    weak = await _accept(cabinet, token, "short")
+    strong = await _accept(cabinet, token)
+
+    assert (weak.status, weak.body) == (400, {"error": "password must be at least 10 characters"})
+    assert strong.status == 200
+
+
+async def test_revoking_an_accepted_or_revoked_invitation_is_400(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    accepted = (await cabinet.invite(owner)).body
+    await _accept(cabinet, accepted["token"])
+    revoked = (await cabinet.invite(owner)).body
+    await cabinet.call("POST", f"/invitations/{revoked['id']}/revoke", token=owner.token)
+
+    again_accepted = await cabinet.call("POST", f"/invitations/{accepted['id']}/revoke", token=owner.token)
+    again_revoked = await cabinet.call("POST", f"/invitations/{revoked['id']}/revoke", token=owner.token)
+
+    assert (again_accepted.status, again_accepted.body) == (400, {"error": "invitation already accepted"})
+    assert (again_revoked.status, again_revoked.body) == (400, {"error": "invitation already revoked"})
+
+
+async def test_inviting_an_email_with_an_account_in_another_organization_is_409(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    elsewhere = await cabinet.register()
+
+    reply = await cabinet.invite(owner, "member", elsewhere.email)
+
+    assert (reply.status, reply.body) == (
+        409,
+        {"error": "this e-mail already has an account in another organization"},
+    )
+
+
+async def test_accepting_for_an_email_that_meanwhile_registered_elsewhere_is_409(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner)).body
+    await cabinet.register(invitation["email"])
+
+    reply = await _accept(cabinet, invitation["token"])
+
+    assert (reply.status, reply.body) == (
+        409,
+        {"error": "this e-mail already has an account in another organization"},
+    )
+
+
+async def test_accepting_as_an_existing_member_checks_the_password_and_logs_in(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    email = unique_email("twice")
+    first = (await cabinet.invite(owner, "member", email)).body
+    second = (await cabinet.invite(owner, "member", email)).body
+    await _accept(cabinet, first["token"])
+
+    wrong = await _accept(cabinet, second["token"], "not my password")
+    right = await _accept(cabinet, second["token"])
+
+    assert (wrong.status, wrong.body) == (401, {"error": "invalid e-mail or password"})
+    assert (right.status, right.body["email"]) == (200, email)
+    assert await cabinet.db.fetchval("SELECT COUNT(*) FROM users WHERE email = $1", email) == 1
+
+
+async def test_a_member_cannot_invite_list_or_revoke(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    member = await cabinet.add_member(owner, "member")
+    invitation_id = (await cabinet.invite(owner)).body["id"]
+
+    invite = await cabinet.invite(member)
+    listed = await cabinet.call("GET", "/invitations", token=member.token)
+    revoke = await cabinet.call("POST", f"/invitations/{invitation_id}/revoke", token=member.token)
+
+    assert (invite.status, listed.status, revoke.status) == (403, 403, 403)
+
+
+async def test_only_an_owner_can_invite_an_owner(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    admin = await cabinet.add_member(owner, "admin")
+
+    by_admin = await cabinet.invite(admin, "owner")
+    by_owner = await cabinet.invite(owner, "owner")
+
+    assert (by_admin.status, by_admin.body) == (403, {"error": "only an owner can invite an owner"})
+    assert by_owner.status == 201
+
+
+async def test_invitations_are_audited(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    accepted = (await cabinet.invite(owner)).body
+    await _accept(cabinet, accepted["token"])
+    revoked = (await cabinet.invite(owner)).body
+    await cabinet.call("POST", f"/invitations/{revoked['id']}/revoke", token=owner.token)
+
+    events = [e["event"] for e in await cabinet.audit_events(owner)]
+
+    assert events[:4] == [
+        "invitation.revoked",
+        "invitation.created",
+        "invitation.accepted",
+        "invitation.created",
+    ]
+
+
+async def test_the_invitation_is_posted_to_the_configured_webhook(
+    start_cabinet: CabinetFactory, aiohttp_server
+) -> None:
+    received: asyncio.Queue[dict] = asyncio.Queue()
+
+    async def hook(request: web.Request) -> web.Response:
+        received.put_nowait(orjson.loads(await request.read()))
+        return web.Response(status=204)
+
+    receiver = web.Application()
+    receiver.router.add_post("/hooks/invitations", hook)
+    server = await aiohttp_server(receiver)
+    cabinet = await start_cabinet(
+        cabinet_config(invitation_webhook_url=str(server.make_url("/hooks/invitations")))
+    )
+    owner = await cabinet.register(legal_name="Hooked Inc")
+
+    created = (await cabinet.invite(owner, "admin")).body
+    delivered = await asyncio.wait_for(received.get(), timeout=10)
+
+    assert delivered["event"] == "invitation.created"
+    assert delivered["invitation"] == created
+    assert delivered["organization"]["legalName"] == "Hooked Inc"
+
+
+async def test_a_failing_webhook_does_not_fail_the_invitation(
+    start_cabinet: CabinetFactory, aiohttp_server, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(request: web.Request) -> web.Response:
+        return web.Response(status=500)
+
+    receiver = web.Application()
+    receiver.router.add_post("/hook", broken)
+    server = await aiohttp_server(receiver)
+    cabinet = await start_cabinet(cabinet_config(invitation_webhook_url=str(server.make_url("/hook"))))
+    owner = await cabinet.register()
+
+    with caplog.at_level(logging.WARNING, logger="modelgate.cabinet.invitations"):
+        created = await cabinet.invite(owner)
+        for _ in range(100):
+            if caplog.records:
+                break
+            await asyncio.sleep(0.05)
+
+    assert created.status == 201
+    assert "invitation webhook answered HTTP 500" in caplog.text
+    assert created.body["token"] not in caplog.text
