@@ -1,7 +1,6 @@
-"""Invoices of an organization's plan, and the billing part of the overview.
+"""Invoices of an organization: one per period of its plan, plus the operator's balance top-ups.
 
-Registration opens the first invoice here; the billing work (payment, balance, ledger) builds on the same
-records and extends `billing_overview`.
+Registration opens the first plan invoice here; paying and topping up live in `cabinet.billing`.
 """
 
 from __future__ import annotations
@@ -9,19 +8,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+
+from cabinet.auth import authenticate
 from cabinet.clock import isoformat
-from cabinet.organizations import Organization
+from cabinet.requests import json_response
+from cabinet.services import services_of
 from cabinet.storage.database import Executor
 from cabinet.tokens import new_id
-from config import Config, PlanConfig
+from config import PlanConfig
 
 MICROS_PER_UNIT = 1_000_000
-_COLUMNS = "id, organization_id, plan_code, amount_micros, status, created_at, paid_at"
+PLAN_INVOICE = "plan"
+TOP_UP_INVOICE = "top_up"
+_COLUMNS = "id, organization_id, plan_code, amount_micros, status, created_at, paid_at, kind"
 
 
 @dataclass(frozen=True, slots=True)
 class Invoice:
-    """An amount an organization owes for its plan; `open` until paid (or voided)."""
+    """An amount an organization owes for its plan (`plan`) or paid into its balance (`top_up`).
+
+    `open` until paid (or voided); paying credits the amount to the organization's balance.
+    """
 
     id: str
     organization_id: str
@@ -30,11 +38,13 @@ class Invoice:
     status: str
     created_at: float
     paid_at: float | None
+    kind: str = PLAN_INVOICE
 
     def to_json(self) -> dict[str, Any]:
         """The invoice object of the API."""
         return {
             "id": self.id,
+            "kind": self.kind,
             "planCode": self.plan_code,
             "amountMicros": self.amount_micros,
             "status": self.status,
@@ -48,13 +58,10 @@ def to_micros(amount: float) -> int:
     return round(amount * MICROS_PER_UNIT)
 
 
-async def open_plan_invoice(tx: Executor, organization_id: str, plan: PlanConfig, at: float) -> Invoice:
-    """Open an invoice for one period of the plan's monthly fee."""
-    invoice = Invoice(
-        new_id("inv"), organization_id, plan.code, to_micros(plan.monthly_fee), "open", at, None
-    )
+async def insert_invoice(tx: Executor, invoice: Invoice) -> Invoice:
+    """Store a new invoice as given."""
     await tx.execute(
-        f"INSERT INTO invoices ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        f"INSERT INTO invoices ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         invoice.id,
         invoice.organization_id,
         invoice.plan_code,
@@ -62,8 +69,32 @@ async def open_plan_invoice(tx: Executor, organization_id: str, plan: PlanConfig
         invoice.status,
         invoice.created_at,
         invoice.paid_at,
+        invoice.kind,
     )
     return invoice
+
+
+async def open_plan_invoice(tx: Executor, organization_id: str, plan: PlanConfig, at: float) -> Invoice:
+    """Open an invoice for one period of the plan's monthly fee."""
+    invoice = Invoice(
+        new_id("inv"), organization_id, plan.code, to_micros(plan.monthly_fee), "open", at, None
+    )
+    return await insert_invoice(tx, invoice)
+
+
+async def invoice_by_id(ex: Executor, invoice_id: str) -> Invoice | None:
+    """Any organization's invoice (operator use); None when unknown."""
+    row = await ex.fetchrow(f"SELECT {_COLUMNS} FROM invoices WHERE id = $1", invoice_id)
+    return Invoice(**row) if row else None
+
+
+async def invoices_of(ex: Executor, organization_id: str) -> list[Invoice]:
+    """The organization's invoices, newest first."""
+    rows = await ex.fetch(
+        f"SELECT {_COLUMNS} FROM invoices WHERE organization_id = $1 ORDER BY created_at DESC, id DESC",
+        organization_id,
+    )
+    return [Invoice(**row) for row in rows]
 
 
 async def open_invoices(ex: Executor, organization_id: str) -> list[Invoice]:
@@ -76,19 +107,8 @@ async def open_invoices(ex: Executor, organization_id: str) -> list[Invoice]:
     return [Invoice(**row) for row in rows]
 
 
-async def billing_overview(ex: Executor, config: Config, org: Organization) -> dict[str, Any]:
-    """The `billing` member of GET /api/overview: the plan, the balance and the open invoices."""
-    plan = config.plan(org.plan_code)
-    return {
-        "currency": config.billing.currency,
-        "plan": None
-        if plan is None
-        else {
-            "code": plan.code,
-            "name": plan.name or plan.code,
-            "monthlyFeeMicros": to_micros(plan.monthly_fee),
-            "creditLimitMicros": to_micros(plan.credit_limit),
-        },
-        "balanceMicros": org.balance_micros,
-        "openInvoices": [invoice.to_json() for invoice in await open_invoices(ex, org.id)],
-    }
+async def list_invoices(request: web.Request) -> web.Response:
+    """GET /invoices → the caller's organization's invoices, newest first (any role)."""
+    principal = await authenticate(request)
+    invoices = await invoices_of(services_of(request).db, principal.organization_id)
+    return json_response({"invoices": [invoice.to_json() for invoice in invoices]})

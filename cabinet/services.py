@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiohttp import web
@@ -29,6 +29,31 @@ class NullKeySink:
         return None
 
 
+class BillingSink(Protocol):
+    """Tells the model API that money or policy changed, so its live counters follow at once.
+
+    Called AFTER the cabinet's transaction committed, exactly once, in the process that made the change.
+    """
+
+    async def balance_credited(self, organization_id: str, amount_micros: int) -> None:
+        """A paid invoice or a top-up added `amount_micros` (>= 0) and activated the organization."""
+        ...
+
+    async def policy_changed(self, organization_id: str) -> None:
+        """A policy rule of the organization was created, changed or deleted."""
+        ...
+
+
+class NullBillingSink:
+    """A sink for a standalone cabinet: nothing caches billing state."""
+
+    async def balance_credited(self, organization_id: str, amount_micros: int) -> None:
+        return None
+
+    async def policy_changed(self, organization_id: str) -> None:
+        return None
+
+
 @dataclass(slots=True)
 class CabinetServices:
     """Everything a cabinet handler may use, built once by the host and passed in explicitly."""
@@ -36,6 +61,7 @@ class CabinetServices:
     config: Config
     db: Database
     key_sink: KeyRevocationSink
+    billing_sink: BillingSink = field(default_factory=NullBillingSink)
 
     async def create_session(self, tx: Executor, user_id: str, org_id: str) -> str:
         """Open a session with the configured lifetime (for OIDC and other logins); returns its token."""

@@ -364,6 +364,7 @@ def _cabinet(t: _Table) -> CabinetConfig:
         login_lockout_seconds=t.integer("login_lockout_seconds", check=_at_least(1)),
         invitation_ttl_seconds=t.integer("invitation_ttl_seconds", check=_at_least(60)),
         invitation_webhook_url=t.string("invitation_webhook_url", check=_http_url),
+        cabinet_url=t.string("cabinet_url", check=_http_url),
     )
     t.finish()
     return CabinetConfig(**values)

@@ -67,13 +67,15 @@ class RedisConfig:
 
 @dataclass(frozen=True, slots=True)
 class CabinetConfig:
-    """Sessions, login throttling and invitations of the management cabinet."""
+    """Sessions, login throttling, invitations and single sign-on of the management cabinet."""
 
     session_ttl_seconds: int = 43200
     login_max_failures: int = 5
     login_lockout_seconds: int = 300
     invitation_ttl_seconds: int = 604800
     invitation_webhook_url: str | None = field(default=None, repr=False)  # webhook URLs often carry a token
+    # Where single sign-on sends the browser back to, with ?code= (or ?error=); None answers in JSON.
+    cabinet_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from config import Config
 from plugins.auth import Auth
 from plugins.base import Plugin, PluginChain
+from plugins.billing_gate import BillingGate
 from plugins.body_limits import BodyLimits
 from plugins.model_routing import ModelRouting
+from plugins.native_features import NativeFeatures
 from plugins.object_binding import ObjectBindingPlugin
+from plugins.policy import Policy
 from plugins.provider_filter import ProviderFilter
+from plugins.rate_limits import RateLimits
 from plugins.request_id import InFlightIds, RequestId
 from plugins.request_validation import RequestValidation
 from plugins.route_support import RouteSupport
+from plugins.usage_metering import UsageMetering
+from proxy.billing.accounts import Accounts
+from proxy.billing.counters import Counters
+from proxy.billing.ledger import LedgerWriter
+from proxy.billing.policy import PolicyDirectory
 from proxy.keys import KeyDirectory
 from proxy.objects import ObjectStore
 from proxy.routes import RouteTable
@@ -28,6 +38,11 @@ class ChainServices:
     catalog: ModelCatalog
     objects: ObjectStore
     in_flight: InFlightIds
+    config: Config
+    policies: PolicyDirectory
+    counters: Counters
+    accounts: Accounts
+    ledger: LedgerWriter
 
 
 class PluginConfigError(ValueError):
@@ -44,7 +59,12 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         RequestValidation(),  # 400 on the gateway's own parameter rules
         ModelRouting(services.catalog),  # 404 model_not_found; candidate rows
         ProviderFilter(services.catalog),  # 400 on the provider object; filters rows
+        NativeFeatures(),  # 400 when thinking, caching or token counting has no native row left
         ObjectBindingPlugin(services.objects, services.catalog),  # follow-ups reach their row
+        Policy(services.policies),  # 403 denied model, 404 model not enabled for the key
+        RateLimits(services.config, services.counters),  # 429 RPM/TPM per key and organization
+        BillingGate(services.accounts, services.catalog),  # 402 unpaid invoice, balance or budget
+        UsageMetering(services.ledger, services.catalog),  # usage from answers; a ledger row per request
     ]
     essential = [p.name for p in plugins if p.essential and p.name in disabled]
     if essential:

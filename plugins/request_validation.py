@@ -58,16 +58,38 @@ def validate_decisions(payload: dict) -> None:
     if not isinstance(questions, list) or not questions:
         raise InvalidRequest("'questions' must be a non-empty array")
     for index, question in enumerate(questions):
-        if not isinstance(question, dict) or not isinstance(question.get("id"), str):
-            raise InvalidRequest(f"questions[{index}] must be an object with a string 'id'")
+        if not isinstance(question, dict):
+            raise InvalidRequest(f"questions[{index}] must be an object")
+        # The openai SDK names questions with an optional `name`; the gateway's own shape uses `id`.
+        for label in ("id", "name"):
+            if label in question and not isinstance(question[label], str):
+                raise InvalidRequest(f"questions[{index}].{label} must be a string")
         if question.get("type") not in DECISION_QUESTION_TYPES:
             allowed = ", ".join(sorted(DECISION_QUESTION_TYPES))
             raise InvalidRequest(f"questions[{index}].type must be one of: {allowed}")
 
 
+def validate_messages(payload: dict) -> None:
+    """A Messages request: `max_tokens` (required, spec rule 3) and a non-empty list of turns."""
+    max_tokens = payload.get("max_tokens")
+    if max_tokens is None:
+        raise InvalidRequest("max_tokens: Field required")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise InvalidRequest("max_tokens: must be an integer of at least 1")
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: must be a non-empty array of {role, content} objects")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise InvalidRequest(f"messages.{index}.role: must be 'user' or 'assistant'")
+        if not isinstance(message.get("content"), str | list):
+            raise InvalidRequest(f"messages.{index}.content: must be a string or an array of content blocks")
+
+
 _ROUTE_CHECKS: dict[str, Callable[[dict], None]] = {
     "responses": validate_responses,
     "decisions": validate_decisions,
+    "messages": validate_messages,
 }
 
 

@@ -49,6 +49,17 @@ class RequestContext:
     error: Exception | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     claimed_request_id: bool = False
+    # Governance (policy, limits, billing), filled by those plugins.
+    policy: Any = None
+    decision: Any = None
+    estimated_input_tokens: int = 0
+    max_output_tokens: int = 0
+    reservations: list[tuple[str, int]] = field(default_factory=list)
+    budgets: list[tuple[str, float]] = field(default_factory=list)
+    token_windows: list[tuple[str, int, int]] = field(default_factory=list)
+    cost_micros: int | None = None
+    usage_scanner: Any = None
+    chunk_filter: Any = None
     bound_object: str | None = None
     attempts: int = 0
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from plugins.base import PluginChain
 from proxy.context import RequestContext
 from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
-from proxy.errors import ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
+from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
 from proxy.routing import RoutingRow, RowSelector
 from proxy.translation import Translator, translator_for
 from proxy.upstream import UpstreamFailure, UpstreamResponse
@@ -34,6 +34,12 @@ def _failover_status(status: int, has_object_id: bool) -> bool:
         return True
     # A model missing at the provider is a configuration fault of that row; a missing object is not.
     return status == 404 and not has_object_id
+
+
+def _nested_too_deeply() -> InvalidRequest:
+    # orjson parses 1024 levels but encodes only 254: a body rebuilt for the row (model rewrite, provider
+    # object removed, translation) can fail to encode, which is the client's input, not a gateway fault.
+    return InvalidRequest("request body is nested too deeply to forward (at most 254 levels)")
 
 
 def _client_error(status: int, body: bytes) -> UpstreamClientError:
@@ -70,16 +76,24 @@ class Forwarder:
             )
         route, request = ctx.route, ctx.request
         path = route.upstream_path if not route.has_id else route.upstream_path.replace("{id}", ctx.object_id)
-        body_template = ctx.upstream_body() if route.body.value != "none" else None
+        try:
+            body_template = ctx.upstream_body() if route.body.value != "none" else None
+        except orjson.JSONEncodeError:
+            raise _nested_too_deeply() from None
         failure = "no answer"
         for row in attempts:
             ctx.attempts += 1
-            translator = translator_for(route.name, row.upstream.kind)
-            if translator is None:
-                row_path, body = path, self._body_for(ctx, row, body_template)
-            else:
-                row_path = translator.upstream_path
-                body = translator.request_body(ctx.payload, row.upstream_model)
+            translator = translator_for(route.name, row.upstream.kind, row.upstream.native_messages)
+            try:
+                if translator is None:
+                    row_path, body = path, self._body_for(ctx, row, body_template)
+                else:
+                    row_path = translator.upstream_path
+                    body = translator.request_body(
+                        ctx.payload, row.upstream_model, ctx.model.config.default_max_tokens
+                    )
+            except orjson.JSONEncodeError:
+                raise _nested_too_deeply() from None
             try:
                 upstream = await row.upstream.send(
                     request.method, row_path, body, ctx.request_id, request.headers
@@ -142,27 +156,31 @@ class Forwarder:
             for hook in chunk_hooks:
                 hook(ctx, body)
             if translator is not None:
-                body = translator.response_body(body)
+                body = translator.response_body(body, ctx.model.name)
             ctx.bytes_sent = len(body)
             return web.Response(status=upstream.status, body=body, headers=headers)
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(ctx.request)
         completed = False
-        stream_translator = translator.stream(ctx.model.name if ctx.model else "") if translator else None
+        stream_translator = translator.stream(ctx.model.name, ctx.payload) if translator else None
+        chunk_filter = ctx.chunk_filter
         try:
             async for chunk in upstream.content.iter_any():
                 for hook in chunk_hooks:
                     hook(ctx, chunk)
                 if stream_translator is not None:
                     chunk = stream_translator.feed(chunk)
-                    if not chunk:
-                        continue
+                if chunk_filter is not None and chunk:
+                    chunk = chunk_filter.feed(chunk)
+                if not chunk:
+                    continue
                 await response.write(chunk)
                 ctx.bytes_sent += len(chunk)
-            if stream_translator is not None:
-                tail = stream_translator.finish()
-                if tail:
-                    await response.write(tail)
+            tail = stream_translator.finish() if stream_translator is not None else b""
+            if chunk_filter is not None:
+                tail = chunk_filter.feed(tail) + chunk_filter.finish() if tail else chunk_filter.finish()
+            if tail:
+                await response.write(tail)
             completed = True
         except (
             aiohttp.ClientPayloadError,

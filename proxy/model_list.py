@@ -45,7 +45,10 @@ def list_models(catalog: ModelCatalog, ctx: RequestContext) -> web.Response:
     if unknown:
         raise InvalidRequest(f"unknown query parameter(s): {', '.join(sorted(unknown))}")
     raw_limit = query.get("limit", "20")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
+    # isascii: str.isdigit() accepts digits int() refuses (e.g. "²"); the length bound keeps int() cheap.
+    if not (raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) <= 4) or not (
+        1 <= int(raw_limit) <= 1000
+    ):
         raise InvalidRequest("limit: must be an integer between 1 and 1000")
     limit = int(raw_limit)
     before, after = query.get("before_id"), query.get("after_id")

@@ -41,6 +41,12 @@ async def readyz(request: web.Request) -> web.Response:
         checks["storage"] = "ok"
     except Exception as exc:
         checks["storage"] = f"unavailable: {exc.__class__.__name__}"
+    if gateway.redis is not None:
+        try:
+            await asyncio.wait_for(gateway.redis.ping(), timeout=2)
+            checks["redis"] = "ok"
+        except Exception as exc:
+            checks["redis"] = f"unavailable: {exc.__class__.__name__}"
     ready = all(v == "ok" for v in checks.values())
     return web.Response(
         status=200 if ready else 503,
@@ -58,7 +64,9 @@ def build_app(gateway: Gateway) -> web.Application:
     handle = gateway.model_api.handle
     app.router.add_route("*", "/v1", handle)
     app.router.add_route("*", "/v1/{tail:.*}", handle)
-    cabinet = build_cabinet_app(CabinetServices(gateway.config, gateway.db, gateway.keys))
+    cabinet = build_cabinet_app(
+        CabinetServices(gateway.config, gateway.db, gateway.keys, gateway.accounts)
+    )
     app.add_subapp("/api", cabinet)
     return app
 

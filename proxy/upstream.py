@@ -52,6 +52,7 @@ class HttpUpstream:
         self.kind = config.kind
         self.host = urlsplit(config.base_url).hostname or config.name
         self.native_messages = bool(config.native_messages)
+        self._anthropic_version = config.anthropic_version
         self._base = config.base_url.rstrip("/")
         # The openai SDK convention puts /v1 in the base URL; the anthropic one does not.
         self._strip_v1 = config.kind == "openai"
@@ -92,14 +93,13 @@ class HttpUpstream:
     ) -> aiohttp.ClientResponse:
         headers = self._headers.copy()
         headers["x-request-id"] = request_id
-        if self.kind == "anthropic":
+        # An OpenAI-kind provider flagged native_messages speaks Messages on its /v1/messages paths.
+        if self.kind == "anthropic" or (self.native_messages and path.startswith("/v1/messages")):
             for name in _ANTHROPIC_PASSTHROUGH:
                 value = client_headers.get(name)
                 if value is not None:
                     headers[name] = value
-            version = client_headers.get("anthropic-version")
-            if version:
-                headers["anthropic-version"] = version
+            headers["anthropic-version"] = client_headers.get("anthropic-version") or self._anthropic_version
         url = self._base + (path[3:] if self._strip_v1 else path)
         try:
             async with asyncio.timeout(self._first_byte_timeout):

@@ -1,23 +1,23 @@
 """Wire-format translation between the route the client called and the kind of provider a row is on.
 
-`translator_for(route_name, upstream_kind)` returns None when the row speaks the route's format natively.
+`translator_for(route_name, upstream_kind, native_messages)` returns None when the row speaks the route's
+format natively. Importing this package registers every translator:
+
+- `messages` on `openai` rows: Messages ⇄ chat completions (`messages_on_openai`);
+- `chat_completions` on `anthropic` rows: chat completions ⇄ Messages (`chat_on_anthropic`).
 """
 
 from __future__ import annotations
 
+from proxy.translation import chat_on_anthropic, messages_on_openai
 from proxy.translation.base import StreamTranslator, Translator
+from proxy.translation.registry import register, translator_for
 
-_REGISTRY: dict[tuple[str, str], Translator] = {}
-
-
-def register(route_name: str, upstream_kind: str, translator: Translator) -> None:
-    """Make a translator known (called once at import of each translation module)."""
-    _REGISTRY[(route_name, upstream_kind)] = translator
-
-
-def translator_for(route_name: str, upstream_kind: str) -> Translator | None:
-    """The translator for a route on a provider kind, or None when no translation is needed."""
-    return _REGISTRY.get((route_name, upstream_kind))
-
-
-__all__ = ["StreamTranslator", "Translator", "register", "translator_for"]
+__all__ = [
+    "StreamTranslator",
+    "Translator",
+    "chat_on_anthropic",
+    "messages_on_openai",
+    "register",
+    "translator_for",
+]

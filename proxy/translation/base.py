@@ -22,14 +22,17 @@ class Translator(Protocol):
 
     upstream_path: str
 
-    def request_body(self, payload: dict, upstream_model: str) -> bytes:
-        """The upstream request body for the client's payload (the model already rewritten)."""
+    def request_body(self, payload: dict, upstream_model: str, default_max_tokens: int) -> bytes:
+        """The upstream request body for the client's payload, naming `upstream_model`.
+
+        `default_max_tokens` (the model's config) fills in where the upstream format requires a limit.
+        """
         ...
 
-    def response_body(self, body: bytes) -> bytes:
-        """The client's response body for a complete (non-streamed) upstream answer."""
+    def response_body(self, body: bytes, model: str) -> bytes:
+        """The client's body for a complete (non-streamed) answer; `model` is the name the client used."""
         ...
 
-    def stream(self, model: str) -> StreamTranslator:
+    def stream(self, model: str, payload: dict) -> StreamTranslator:
         """A fresh stream translator for one streamed answer; `model` is the name the client asked for."""
         ...

@@ -19,6 +19,9 @@ import httpx
 from config import Config, load_config
 from proxy.server import serve
 
+# Where each running test gateway keeps its data, so tenants can be funded like an operator would.
+_STORAGE_BY_BASE_URL: dict[str, str] = {}
+
 
 def write_config(path: Path, toml: str, env: dict[str, str] | None = None) -> Config:
     """Write a TOML config and load it through the real loader."""
@@ -36,6 +39,8 @@ class ThreadedGateway:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
+        self.storage_url = config.storage.url
+        _STORAGE_BY_BASE_URL[self.base_url] = self.storage_url
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -47,8 +52,16 @@ class ThreadedGateway:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
             ready = asyncio.Event()
-            server = asyncio.create_task(serve(self.config, host="127.0.0.1", port=self.port, ready=ready,
-                                                stop=self._stop, sock=self._sock))
+            server = asyncio.create_task(
+                serve(
+                    self.config,
+                    host="127.0.0.1",
+                    port=self.port,
+                    ready=ready,
+                    stop=self._stop,
+                    sock=self._sock,
+                )
+            )
             waiter = asyncio.create_task(ready.wait())
             await asyncio.wait({server, waiter}, return_when=asyncio.FIRST_COMPLETED)
             self._ready.set()
@@ -91,19 +104,43 @@ def free_port() -> int:
 class GatewayProcess:
     """`modelgate serve` as a child process; stopped with SIGTERM like a real deployment."""
 
-    def __init__(self, config_path: Path, *, workers: int = 1, port: int | None = None,
-                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        *,
+        workers: int = 1,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self._args = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config_path),
-                      "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers)]
+        self._args = [
+            sys.executable,
+            "-m",
+            "proxy.cli",
+            "serve",
+            "--config",
+            str(config_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(workers),
+        ]
         self._env = {**os.environ, **(env or {})}
         self._cwd = cwd
+        self.storage_url = load_config(config_path, env=self._env).storage.url
+        if self.storage_url.startswith("sqlite:///") and not Path(self.storage_url[10:]).is_absolute():
+            self.storage_url = f"sqlite:///{(cwd or Path.cwd()) / self.storage_url[10:]}"
+        _STORAGE_BY_BASE_URL[self.base_url] = self.storage_url
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 30.0) -> GatewayProcess:
-        self.process = subprocess.Popen(self._args, env=self._env, cwd=self._cwd, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            self._args, env=self._env, cwd=self._cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -156,20 +193,67 @@ class Tenant:
     key_id: str
 
 
-def register_tenant(base_url: str, *, plan: str = "free", email: str | None = None) -> Tenant:
-    """Register an organization and issue an API key, through the real cabinet API."""
+def register_tenant(
+    base_url: str, *, plan: str = "free", email: str | None = None, fund_usd: float | None = 1000.0
+) -> Tenant:
+    """Register an organization and issue an API key through the real cabinet API; unless `fund_usd` is
+    None, its first invoice is then paid and the balance credited with `fund_usd`."""
     email = email or f"owner-{os.urandom(6).hex()}@example.com"
     with httpx.Client(base_url=base_url, timeout=30) as client:
-        reply = client.post("/api/auth/register", json={
-            "legalName": "Test Org", "email": email, "password": "correct horse battery", "planCode": plan})
+        reply = client.post(
+            "/api/auth/register",
+            json={
+                "legalName": "Test Org",
+                "email": email,
+                "password": "correct horse battery",
+                "planCode": plan,
+            },
+        )
         assert reply.status_code == 201, reply.text
         token = reply.json()["token"]
-        key = client.post("/api/organization/api-keys", json={"alias": f"key-{os.urandom(4).hex()}"},
-                          headers={"authorization": f"Bearer {token}"})
+        key = client.post(
+            "/api/organization/api-keys",
+            json={"alias": f"key-{os.urandom(4).hex()}"},
+            headers={"authorization": f"Bearer {token}"},
+        )
         assert key.status_code == 201, key.text
+    if fund_usd is not None:
+        asyncio.run(fund_organization(_STORAGE_BY_BASE_URL[base_url], email, fund_usd))
     return Tenant(email, token, key.json()["secret"], key.json()["id"])
 
 
+async def fund_organization(storage_url: str, owner_email: str, usd: float) -> None:
+    """Pay the organization's open invoices and credit its balance, straight in storage.
+
+    Used before the organization's first model request, so no gateway holds a counter for it yet.
+    """
+    from cabinet.storage import open_database
+
+    db = await open_database(storage_url)
+    try:
+        async with db.transaction() as tx:
+            org_id = await tx.fetchval("SELECT organization_id FROM users WHERE email = $1", owner_email)
+            now = time.time()
+            await tx.execute(
+                "UPDATE invoices SET status = 'paid', paid_at = $1 WHERE organization_id = $2"
+                " AND status = 'open'",
+                now,
+                org_id,
+            )
+            await tx.execute(
+                "UPDATE organizations SET activated_at = $1, balance_micros = balance_micros + $2"
+                " WHERE id = $3",
+                now,
+                round(usd * 1_000_000),
+                org_id,
+            )
+    finally:
+        await db.close()
+
+
 def revoke_key(base_url: str, tenant: Tenant, key_id: str | None = None) -> httpx.Response:
-    return httpx.post(f"{base_url}/api/organization/api-keys/{key_id or tenant.key_id}/revoke",
-                      headers={"authorization": f"Bearer {tenant.session_token}"}, timeout=30)
+    return httpx.post(
+        f"{base_url}/api/organization/api-keys/{key_id or tenant.key_id}/revoke",
+        headers={"authorization": f"Bearer {tenant.session_token}"},
+        timeout=30,
+    )

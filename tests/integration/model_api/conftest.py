@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
+import openai
 import pytest
 
 from tests.fakes import FakeUpstream
@@ -14,14 +16,17 @@ UPSTREAM_KEY = "upstream-secret-key"
 
 
 def gateway_toml(storage_url: str, primary: FakeUpstream, secondary: FakeUpstream, anthropic: FakeUpstream,
-                 *, extra: str = "") -> str:
-    """Two OpenAI-kind providers on distinct hosts (127.0.0.1 / localhost), one Anthropic-kind, and mock."""
+                 *, extra: str = "", timeout: float = 3.0, cooldown_seconds: float = 30.0) -> str:
+    """Two OpenAI-kind providers on distinct hosts (127.0.0.1 / localhost), one Anthropic-kind, and mock.
+
+    `timeout` is the first-byte and read timeout of the OpenAI-kind providers.
+    """
     return f"""
 [storage]
 url = "{storage_url}"
 
 [routing]
-cooldown_seconds = 30.0
+cooldown_seconds = {cooldown_seconds}
 failure_threshold = 2
 
 [[providers]]
@@ -30,8 +35,8 @@ kind = "openai"
 base_url = "{primary.base_url}/v1"
 api_key = "{UPSTREAM_KEY}"
 connect_timeout = 2.0
-first_byte_timeout = 3.0
-read_timeout = 3.0
+first_byte_timeout = {timeout}
+read_timeout = {timeout}
 
 [[providers]]
 name = "beta"
@@ -39,8 +44,8 @@ kind = "openai"
 base_url = "{secondary.base_url.replace('127.0.0.1', 'localhost')}/v1"
 api_key = "{UPSTREAM_KEY}"
 connect_timeout = 2.0
-first_byte_timeout = 3.0
-read_timeout = 3.0
+first_byte_timeout = {timeout}
+read_timeout = {timeout}
 
 [[providers]]
 name = "claude"
@@ -140,3 +145,65 @@ def gateway(tmp_path: Path, upstreams) -> Iterator[ThreadedGateway]:
 @pytest.fixture
 def tenant(gateway: ThreadedGateway) -> Tenant:
     return register_tenant(gateway.base_url)
+
+
+@pytest.fixture
+def gateway_with(tmp_path: Path, upstreams) -> Iterator[Callable[..., ThreadedGateway]]:
+    """Start a gateway on the same fakes with `gateway_toml` options changed (timeouts, cool-down, extra)."""
+    running: list[ThreadedGateway] = []
+
+    def start(**options) -> ThreadedGateway:
+        index = len(running)
+        toml = gateway_toml(f"sqlite:///{tmp_path / f'gw-{index}.db'}", *upstreams, **options)
+        started = ThreadedGateway(write_config(tmp_path / f"modelgate-{index}.toml", toml)).start()
+        running.append(started)
+        return started
+
+    yield start
+    for started in running:
+        started.stop()
+
+
+@pytest.fixture
+def other_tenant(gateway: ThreadedGateway) -> Tenant:
+    """A second organization on the same gateway."""
+    return register_tenant(gateway.base_url)
+
+
+@pytest.fixture
+def client(gateway: ThreadedGateway, tenant: Tenant) -> Iterator[openai.OpenAI]:
+    """The official openai SDK pointed at the gateway with the tenant's key; no retries."""
+    with openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=0) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def http(gateway: ThreadedGateway, tenant: Tenant) -> Iterator[httpx.Client]:
+    """Raw HTTP to the gateway with the tenant's key as a Bearer token."""
+    with httpx.Client(base_url=gateway.base_url, timeout=30,
+                      headers={"authorization": f"Bearer {tenant.api_key}"}) as raw:
+        yield raw
+
+
+@pytest.fixture
+def other_http(gateway: ThreadedGateway, other_tenant: Tenant) -> Iterator[httpx.Client]:
+    """Raw HTTP to the gateway as the second organization."""
+    with httpx.Client(base_url=gateway.base_url, timeout=30,
+                      headers={"authorization": f"Bearer {other_tenant.api_key}"}) as raw:
+        yield raw
+
+
+@pytest.fixture
+def tenant_on() -> Iterator[Callable[[ThreadedGateway], httpx.Client]]:
+    """Register a tenant on another gateway (see `gateway_with`) and give raw HTTP with its key."""
+    opened: list[httpx.Client] = []
+
+    def open_for(running: ThreadedGateway) -> httpx.Client:
+        key = register_tenant(running.base_url).api_key
+        opened.append(httpx.Client(base_url=running.base_url, timeout=30,
+                                   headers={"authorization": f"Bearer {key}"}))
+        return opened[-1]
+
+    yield open_for
+    for raw in opened:
+        raw.close()

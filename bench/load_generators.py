@@ -1,0 +1,163 @@
+"""Closed-loop load at a fixed number of connections: `wrk` when installed, else a Python fallback.
+
+wrk is the reference. The fallback runs asyncio (uvloop) processes that each keep their share of the
+connections busy with keep-alive requests (one in flight per connection); it is slower than wrk, so
+the benchmark reports how busy the load core was and warns when it may have been the bottleneck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+WRK_INSTALL_HINT = (
+    "wrk not found: install it for accurate numbers (Debian/Ubuntu: `apt-get install -y wrk`, "
+    "macOS: `brew install wrk`); using the slower Python load generator instead"
+)
+_LUA_SCRIPT = Path(__file__).with_name("post.lua")
+_WRK_LINE = re.compile(r"^BENCH (.*)$", re.MULTILINE)
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What one load run achieved."""
+
+    requests: int
+    seconds: float
+    errors: int  # non-2xx answers plus socket errors
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+
+def wrk_available() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def run_wrk(
+    port: int, *, connections: int, seconds: float, body_file: Path, api_key: str, cpus: set[int]
+) -> LoadResult:
+    """One wrk thread, pinned to `cpus`, posting the body at `connections` connections."""
+    args = [
+        "wrk",
+        "-t1",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(_LUA_SCRIPT),
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+    ]
+    env = {**os.environ, "BENCH_BODY_FILE": str(body_file), "BENCH_API_KEY": api_key}
+    done = subprocess.run(
+        args,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=False,
+        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+    )
+    match = _WRK_LINE.search(done.stdout)
+    if done.returncode != 0 or match is None:
+        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stdout}\n{done.stderr}")
+    values = {k: int(v) for k, v in (pair.split("=") for pair in match.group(1).split())}
+    errors = sum(values[k] for k in ("status", "connect", "read", "write", "timeout"))
+    return LoadResult(values["requests"], values["duration_us"] / 1e6, errors)
+
+
+class _LoadProtocol(asyncio.Protocol):
+    """One connection that sends the next request as soon as the previous answer is complete."""
+
+    def __init__(self, request: bytes, deadline: float, totals: list[int], closed: asyncio.Future) -> None:
+        self._request, self._deadline, self._totals, self._closed = request, deadline, totals, closed
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        transport.write(self._request)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while (end := self._buffer.find(b"\r\n\r\n")) >= 0:
+            match = _CONTENT_LENGTH.search(self._buffer, 0, end + 2)
+            total = end + 4 + (int(match.group(1)) if match else 0)
+            if len(self._buffer) < total:
+                return
+            ok = self._buffer[9:10] == b"2"
+            del self._buffer[:total]
+            self._totals[0] += 1
+            self._totals[1] += 0 if ok else 1
+            if time.monotonic() >= self._deadline:
+                self._transport.close()
+                return
+            self._transport.write(self._request)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+
+async def _drive(port: int, request: bytes, connections: int, seconds: float) -> tuple[int, int, float]:
+    loop = asyncio.get_running_loop()
+    totals = [0, 0]
+    started = time.monotonic()
+    deadline = started + seconds
+    waits = []
+    for _ in range(connections):
+        closed = loop.create_future()
+        await loop.create_connection(
+            lambda c=closed: _LoadProtocol(request, deadline, totals, c), "127.0.0.1", port
+        )
+        waits.append(closed)
+    await asyncio.wait_for(asyncio.gather(*waits), timeout=seconds + 30)
+    return totals[0], totals[1], time.monotonic() - started
+
+
+def _worker(port: int, request: bytes, connections: int, seconds: float, cpus: set[int], out) -> None:
+    os.sched_setaffinity(0, cpus)
+    try:
+        import uvloop
+
+        result = uvloop.run(_drive(port, request, connections, seconds))
+    except ImportError:
+        result = asyncio.run(_drive(port, request, connections, seconds))
+    out.send(result)
+
+
+def run_python(
+    port: int, *, connections: int, seconds: float, request: bytes, cpus: set[int], processes: int = 2
+) -> LoadResult:
+    """The fallback: `processes` asyncio processes sharing `connections` connections."""
+    processes = max(1, min(processes, connections))
+    context = multiprocessing.get_context("fork")
+    pipes, workers = [], []
+    for index in range(processes):
+        share = connections // processes + (1 if index < connections % processes else 0)
+        receive, send = context.Pipe(duplex=False)
+        worker = context.Process(
+            target=_worker, args=(port, request, share, seconds, cpus, send), daemon=True
+        )
+        worker.start()
+        pipes.append(receive)
+        workers.append(worker)
+    requests = errors = 0
+    elapsed = 0.0
+    for receive, worker in zip(pipes, workers, strict=True):
+        if not receive.poll(seconds + 60):
+            raise RuntimeError("the Python load generator did not finish")
+        done, failed, took = receive.recv()
+        requests, errors, elapsed = requests + done, errors + failed, max(elapsed, took)
+        worker.join(timeout=10)
+    return LoadResult(requests, elapsed, errors)

@@ -1,0 +1,57 @@
+"""Who a single sign-on logs in: a verified e-mail in an allowed domain, matched to a user of the provider's
+organization, or a new member of it when the provider provisions users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cabinet.oidc.failures import SsoFailure
+from cabinet.oidc.providers import OidcProvider
+from cabinet.requests import normalize_email
+from cabinet.storage.database import Executor
+from cabinet.users import User, insert_user, user_by_email
+
+
+@dataclass(frozen=True, slots=True)
+class SsoAccount:
+    """The user a login resolved to, and whether this login created them."""
+
+    user: User
+    provisioned: bool
+
+
+def has_email(claims: dict[str, Any]) -> bool:
+    """Whether a claim set carries an e-mail at all (else the userinfo endpoint is asked)."""
+    return isinstance(claims.get("email"), str) and bool(claims["email"])
+
+
+def verified_email(claims: dict[str, Any], provider: OidcProvider) -> str:
+    """The normalised e-mail of the claims: present, verified by the provider, in an allowed domain."""
+    email = normalize_email(claims["email"]) if has_email(claims) else None
+    if email is None:
+        raise SsoFailure("email_missing", "the provider sent no valid email claim (is the email scope granted?)")
+    # Some providers send the boolean as a string; anything but true is unverified.
+    if claims.get("email_verified") not in (True, "true"):
+        raise SsoFailure("email_not_verified", f"the provider has not verified {email}")
+    domain = email.rpartition("@")[2]
+    if domain not in provider.settings.allowed_domains:
+        raise SsoFailure("email_domain_not_allowed", f"the e-mail domain {domain} is not allowed for this provider")
+    return email
+
+
+async def account_for(tx: Executor, provider: OidcProvider, email: str, at: float) -> SsoAccount:
+    """The provider organization's user with this e-mail, created when the provider provisions users."""
+    user = await user_by_email(tx, email)
+    if user is not None:
+        if user.organization_id != provider.organization_id:
+            # E-mails are unique across organizations; a provider never reaches into another tenant.
+            raise SsoFailure(
+                "account_in_other_organization", f"{email} belongs to another organization's account"
+            )
+        return SsoAccount(user, provisioned=False)
+    if not provider.settings.auto_provision:
+        raise SsoFailure("no_account", f"{email} has no account and this provider does not create accounts")
+    # No password: the account signs in through its identity provider.
+    created = await insert_user(tx, provider.organization_id, email, None, provider.settings.default_role, at)
+    return SsoAccount(created, provisioned=True)

@@ -1,0 +1,88 @@
+"""One-time login codes: the callback hands the browser a short-lived code instead of the session token (a
+token in a URL would end up in history, logs and Referer headers); POST /auth/oidc/exchange redeems it once.
+
+The stored row holds the session token sealed (AES-GCM) under a key derived from the code, and is found by
+the code's hash: without the code itself, the database yields no usable token.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+
+from aiohttp import web
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from cabinet.clock import now
+from cabinet.requests import CabinetError, json_response, read_json_object, required_secret
+from cabinet.services import services_of
+from cabinet.storage.database import Executor
+from cabinet.tokens import hash_token, new_opaque_token
+
+LOGIN_CODE_TTL_SECONDS = 60
+_KEY_CONTEXT = b"modelgate oidc login code v1\x00"
+_NONCE_BYTES = 12
+_MAX_CODE_LENGTH = 200
+
+
+def _key(code: str) -> bytes:
+    # The code carries 256 random bits, so one hash with a context label is a sound key derivation; the
+    # label keeps the key distinct from the lookup hash (plain SHA-256 of the code).
+    return hashlib.sha256(_KEY_CONTEXT + code.encode("utf-8", "surrogatepass")).digest()
+
+
+def _seal(code: str, token: str) -> str:
+    nonce = os.urandom(_NONCE_BYTES)
+    sealed = AESGCM(_key(code)).encrypt(nonce, token.encode(), _KEY_CONTEXT)
+    return base64.urlsafe_b64encode(nonce + sealed).decode()
+
+
+def _unseal(code: str, sealed: str) -> str | None:
+    try:
+        raw = base64.urlsafe_b64decode(sealed)
+        opened = AESGCM(_key(code)).decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _KEY_CONTEXT)
+    except (InvalidTag, binascii.Error, ValueError):
+        return None
+    return opened.decode()
+
+
+async def issue_login_code(tx: Executor, session_token: str, email: str, at: float) -> str:
+    """A new one-time code that redeems to this session token within a minute."""
+    code = new_opaque_token()
+    await tx.execute("DELETE FROM oidc_login_codes WHERE expires_at < $1", at)
+    await tx.execute(
+        "INSERT INTO oidc_login_codes (code_hash, sealed_token, email, created_at, expires_at)"
+        " VALUES ($1, $2, $3, $4, $5)",
+        hash_token(code),
+        _seal(code, session_token),
+        email,
+        at,
+        at + LOGIN_CODE_TTL_SECONDS,
+    )
+    return code
+
+
+def _invalid_code() -> CabinetError:
+    return CabinetError(400, "code is invalid, expired or already used")
+
+
+async def redeem_login_code(request: web.Request) -> web.Response:
+    """POST /auth/oidc/exchange {code} → {token, email}; each code works once, for a minute."""
+    services = services_of(request)
+    code = required_secret(await read_json_object(request), "code")
+    if len(code) > _MAX_CODE_LENGTH:
+        raise _invalid_code()
+    # Deleting and reading in one statement makes the code single-use even under concurrent redemption.
+    row = await services.db.fetchrow(
+        "DELETE FROM oidc_login_codes WHERE code_hash = $1 RETURNING sealed_token, email, expires_at",
+        hash_token(code),
+    )
+    if row is None or row["expires_at"] <= now():
+        raise _invalid_code()
+    token = _unseal(code, row["sealed_token"])
+    if token is None:
+        raise _invalid_code()
+    return json_response({"token": token, "email": row["email"]})

@@ -1,0 +1,61 @@
+"""The URLs single sign-on deals in: the callback the identity provider redirects to, the cabinet landing
+page, and the rule for identity-provider URLs (https, or http on a loopback host for local testing)."""
+
+from __future__ import annotations
+
+from ipaddress import ip_address
+from urllib.parse import urlsplit
+
+from yarl import URL
+
+from cabinet.requests import CabinetError
+from config import Config
+
+# The cabinet is mounted under /api by the host (see cabinet.app).
+CALLBACK_PATH = "/api/auth/oidc/callback"
+_LOOPBACK_NAMES = ("localhost",)
+
+
+def callback_url(config: Config) -> str:
+    """The redirect_uri registered at identity providers; needs `server.public_url` (503 without it)."""
+    public_url = config.server.public_url.rstrip("/")
+    if not public_url:
+        raise CabinetError(503, "single sign-on needs server.public_url to be configured")
+    return public_url + CALLBACK_PATH
+
+
+def login_url(config: Config, provider_id: str) -> str | None:
+    """Where the cabinet sends a browser to sign in with a provider (None without `server.public_url`)."""
+    public_url = config.server.public_url.rstrip("/")
+    return f"{public_url}/api/auth/oidc/{provider_id}/login" if public_url else None
+
+
+def with_query(url: str, params: dict[str, str]) -> str:
+    """`url` with parameters added to its query (existing ones kept, the same names replaced)."""
+    return str(URL(url, encoded=True).update_query(params))
+
+
+def _is_loopback(host: str) -> bool:
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def idp_url_problem(url: str) -> str | None:
+    """Why `url` cannot be an identity-provider URL, or None when it can."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return "must be a valid URL"
+    if not host or parts.scheme not in ("https", "http"):
+        return "must be an https:// URL with a host"
+    if parts.scheme == "http" and not _is_loopback(host):
+        # Tokens and the client secret travel over these URLs; plain http is only for local testing.
+        return "must use https (http is accepted only for a loopback host)"
+    if parts.fragment or parts.username or parts.password:
+        return "must not contain a fragment or credentials"
+    return None

@@ -1,0 +1,64 @@
+"""The billing gate: a request is forwarded only if its worst-case cost fits in the organization's
+balance (plus the plan's credit limit) and in every budget of the policy rules that apply — 402 otherwise.
+
+Until the first invoice is paid only a plan with a credit limit may spend. Reservations are settled to
+the real cost when the answer is complete, or released when it failed, so concurrent requests never
+overspend.
+"""
+
+from __future__ import annotations
+
+import time
+
+from plugins.base import Plugin
+from proxy.billing.accounts import Accounts, balance_key
+from proxy.billing.prices import ModelPrices, ensure_estimate
+from proxy.context import RequestContext, Usage
+from proxy.routing import ModelCatalog
+
+
+def final_cost(ctx: RequestContext, prices: ModelPrices) -> int:
+    """The cost to charge for a finished request (computed once, shared by billing and metering)."""
+    if ctx.cost_micros is None:
+        if ctx.row is None or ctx.status != 200:
+            ctx.cost_micros = 0
+        elif ctx.usage is not None:
+            ctx.cost_micros = prices.cost(ctx.usage)
+        else:
+            # No usage reported (e.g. the client left mid-stream): charge what was seen, ~4 bytes a token.
+            ctx.usage = Usage(input_tokens=len(ctx.body) // 4, output_tokens=ctx.bytes_sent // 4)
+            ctx.cost_micros = prices.cost(ctx.usage)
+    return ctx.cost_micros
+
+
+class BillingGate(Plugin):
+    """Reserves the worst-case cost before forwarding; settles the real cost after."""
+
+    name = "billing_gate"
+
+    def __init__(self, accounts: Accounts, catalog: ModelCatalog) -> None:
+        self._accounts = accounts
+        self._prices = {name: ModelPrices.of(entry.config) for name, entry in catalog.models.items()}
+
+    async def on_request(self, ctx: RequestContext) -> None:
+        if ctx.model is None:
+            return
+        ensure_estimate(ctx)
+        prices = self._prices[ctx.model.name]
+        worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
+        key = ctx.key
+        await self._accounts.reserve_balance(key.organization_id, key.plan_code, worst)
+        ctx.reservations.append((balance_key(key.organization_id), worst))
+        if ctx.decision is not None and ctx.decision.budget_rules:
+            now = time.time()
+            for rule in ctx.decision.budget_rules:
+                counter, start = await self._accounts.reserve_budget(rule, worst, now)
+                ctx.reservations.append((counter, worst))
+                ctx.budgets.append((rule.id, start))
+
+    async def on_complete(self, ctx: RequestContext) -> None:
+        if not ctx.reservations:
+            return
+        cost = final_cost(ctx, self._prices[ctx.model.name])
+        for counter, reserved in ctx.reservations:
+            await self._accounts.settle(counter, reserved, cost)

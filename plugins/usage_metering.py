@@ -1,0 +1,109 @@
+"""Usage metering: token usage is read from the upstream answer as it passes, and every request writes a
+ledger row (organization, key, system, model, row, tokens by kind, cost, request id, status, time).
+
+For OpenAI-style streams whose client did not ask for usage, the gateway asks the upstream for it
+(`stream_options.include_usage`) and keeps that extra usage-only chunk from the client.
+"""
+
+from __future__ import annotations
+
+import time
+
+from plugins.base import Plugin
+from plugins.billing_gate import final_cost
+from proxy.billing.ledger import LedgerEntry, LedgerWriter
+from proxy.billing.prices import ModelPrices
+from proxy.billing.usage import StreamUsageScanner, usage_of_body
+from proxy.context import RequestContext
+from proxy.routing import ModelCatalog
+
+_USAGE_ROUTES = frozenset({"chat_completions", "completions"})
+_USAGE_ONLY_MARKERS = (b'"choices":[]', b'"choices": []')
+
+
+class UsageOnlyChunkFilter:
+    """Drops the usage-only SSE event the client did not ask for; passes every other event unchanged."""
+
+    __slots__ = ("_carry",)
+
+    def __init__(self) -> None:
+        self._carry = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._carry + chunk if self._carry else chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._carry = data
+            return b""
+        complete, self._carry = data[: end + 2], data[end + 2 :]
+        if b'"usage"' not in complete:
+            return complete
+        events = complete.split(b"\n\n")[:-1]
+        return b"".join(event + b"\n\n" for event in events if not _is_usage_only(event))
+
+    def finish(self) -> bytes:
+        tail, self._carry = self._carry, b""
+        return tail
+
+
+def _is_usage_only(event: bytes) -> bool:
+    return b'"usage"' in event and any(marker in event for marker in _USAGE_ONLY_MARKERS)
+
+
+class UsageMetering(Plugin):
+    """Reads usage from answers and records every request in the ledger."""
+
+    name = "usage_metering"
+
+    def __init__(self, ledger: LedgerWriter, catalog: ModelCatalog) -> None:
+        self._ledger = ledger
+        self._prices = {name: ModelPrices.of(entry.config) for name, entry in catalog.models.items()}
+
+    async def on_request(self, ctx: RequestContext) -> None:
+        if ctx.model is None:
+            return
+        if ctx.stream:
+            ctx.usage_scanner = StreamUsageScanner()
+            payload = ctx.payload
+            if ctx.route.name in _USAGE_ROUTES:
+                options = payload.get("stream_options")
+                if not (isinstance(options, dict) and options.get("include_usage") is True):
+                    payload["stream_options"] = {
+                        **(options if isinstance(options, dict) else {}),
+                        "include_usage": True,
+                    }
+                    ctx.payload_changed = True
+                    ctx.chunk_filter = UsageOnlyChunkFilter()
+
+    def on_chunk(self, ctx: RequestContext, chunk: bytes) -> None:
+        scanner = ctx.usage_scanner
+        if scanner is not None:
+            scanner.feed(chunk)
+            if scanner.usage is not None:
+                ctx.usage = scanner.usage
+        elif ctx.model is not None and ctx.status == 200:
+            ctx.usage = usage_of_body(chunk)
+
+    async def on_complete(self, ctx: RequestContext) -> None:
+        if ctx.model is None or ctx.key is None:
+            return
+        cost = final_cost(ctx, self._prices[ctx.model.name])
+        usage = ctx.usage
+        key = ctx.key
+        self._ledger.add(
+            LedgerEntry(
+                organization_id=key.organization_id,
+                key_id=key.id,
+                system_id=key.system_id,
+                model=ctx.model.name,
+                row_key=ctx.row.key if ctx.row else None,
+                request_id=ctx.request_id,
+                status=ctx.status,
+                input_tokens=usage.input_tokens if usage else 0,
+                cached_input_tokens=usage.cached_input_tokens if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0,
+                cost_micros=cost,
+                created_at=time.time(),
+                budgets=tuple(ctx.budgets),
+            )
+        )

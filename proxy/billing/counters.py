@@ -1,0 +1,233 @@
+"""Live counters shared by the billing and limit plugins: money headroom with reservations, and
+sliding request/token windows.
+
+Two implementations with one meaning: in-process (one gateway process) and Redis (atomic Lua scripts,
+Redis server time), where every gateway process shares every counter and reservation exactly.
+
+Money: a counter holds `headroom` (what may still be spent), `reserved` (held by requests in flight) and
+`activated`. A reservation succeeds only if `headroom - reserved >= amount`; settling releases the
+reservation and subtracts the real cost. Windows: 1-second buckets over 60 seconds (a sliding window).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+WINDOW_SECONDS = 60
+
+
+class Reserve:
+    """Outcomes of a money reservation."""
+
+    OK = 1
+    INSUFFICIENT = 0
+    NOT_ACTIVATED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """A sliding-window admission: allowed or not, usage after it, seconds until the window frees up."""
+
+    allowed: bool
+    used: int
+    reset_seconds: int
+    second: int  # the bucket the amount went into (to correct it later)
+
+
+MoneyInit = Callable[[], Awaitable[tuple[int, bool]]]
+
+
+class Counters(Protocol):
+    async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int: ...
+    async def settle(self, key: str, reserved: int, actual: int) -> None: ...
+    async def credit(self, key: str, amount: int) -> None: ...
+    async def drop(self, key: str) -> None: ...
+    async def refresh(self, key: str, init: MoneyInit) -> None: ...
+    async def take(self, key: str, amount: int, limit: int) -> WindowResult: ...
+    async def adjust(self, key: str, second: int, delta: int) -> None: ...
+    async def close(self) -> None: ...
+
+
+class InProcessCounters:
+    """Counters of one process (exact for a single gateway process)."""
+
+    def __init__(self) -> None:
+        self._money: dict[str, list[int]] = {}  # key -> [headroom, reserved, activated]
+        self._windows: dict[str, dict[int, int]] = {}
+
+    async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
+        account = self._money.get(key)
+        if account is None:
+            headroom, activated = await init()
+            # Another coroutine may have initialised it while we awaited the database.
+            account = self._money.setdefault(key, [headroom, 0, int(activated)])
+        if require_activation and not account[2]:
+            return Reserve.NOT_ACTIVATED
+        if account[0] - account[1] < amount:
+            return Reserve.INSUFFICIENT
+        account[1] += amount
+        return Reserve.OK
+
+    async def settle(self, key: str, reserved: int, actual: int) -> None:
+        account = self._money.get(key)
+        if account is not None:
+            account[1] -= reserved
+            account[0] -= actual
+
+    async def credit(self, key: str, amount: int) -> None:
+        account = self._money.get(key)
+        if account is not None:
+            account[0] += amount
+            account[2] = 1
+
+    async def drop(self, key: str) -> None:
+        account = self._money.get(key)
+        # Keep live reservations: only the headroom is re-read on next use.
+        if account is not None and account[1] == 0:
+            del self._money[key]
+
+    async def refresh(self, key: str, init: MoneyInit) -> None:
+        """Re-read the headroom from its source, keeping the reservations in flight."""
+        account = self._money.get(key)
+        if account is not None:
+            headroom, activated = await init()
+            account[0], account[2] = headroom, int(activated)
+
+    async def take(self, key: str, amount: int, limit: int) -> WindowResult:
+        now = int(time.time())
+        buckets = self._windows.setdefault(key, {})
+        used, oldest = 0, now
+        for second in list(buckets):
+            if second <= now - WINDOW_SECONDS:
+                del buckets[second]
+            else:
+                used += buckets[second]
+                oldest = min(oldest, second)
+        reset = oldest + WINDOW_SECONDS - now
+        if used + amount > limit:
+            return WindowResult(False, used, reset, now)
+        if amount:
+            buckets[now] = buckets.get(now, 0) + amount
+        return WindowResult(True, used + amount, reset, now)
+
+    async def adjust(self, key: str, second: int, delta: int) -> None:
+        buckets = self._windows.get(key)
+        if buckets is not None and second in buckets:
+            buckets[second] += delta
+
+    async def close(self) -> None:
+        return None
+
+
+_RESERVE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
+if ARGV[2] == '1' and redis.call('HGET', KEYS[1], 'a') ~= '1' then return -1 end
+local h = tonumber(redis.call('HGET', KEYS[1], 'h'))
+local r = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
+if h - r < tonumber(ARGV[1]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'r', ARGV[1])
+return 1
+"""
+_INIT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'h', ARGV[1], 'r', 0, 'a', ARGV[2])
+end
+return 1
+"""
+_SETTLE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'r', -tonumber(ARGV[1]))
+  redis.call('HINCRBY', KEYS[1], 'h', -tonumber(ARGV[2]))
+end
+return 1
+"""
+_CREDIT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'h', ARGV[1])
+  redis.call('HSET', KEYS[1], 'a', 1)
+end
+return 1
+"""
+_DROP = """
+if tonumber(redis.call('HGET', KEYS[1], 'r') or '0') == 0 then redis.call('DEL', KEYS[1]) end
+return 1
+"""
+_TAKE = """
+local now = tonumber(redis.call('TIME')[1])
+local window = tonumber(ARGV[3])
+local fields = redis.call('HGETALL', KEYS[1])
+local used = 0
+local oldest = now
+for i = 1, #fields, 2 do
+  local second = tonumber(fields[i])
+  if second <= now - window then
+    redis.call('HDEL', KEYS[1], fields[i])
+  else
+    used = used + tonumber(fields[i + 1])
+    if second < oldest then oldest = second end
+  end
+end
+local amount = tonumber(ARGV[1])
+if used + amount > tonumber(ARGV[2]) then return {0, used, oldest + window - now, now} end
+if amount > 0 then
+  redis.call('HINCRBY', KEYS[1], tostring(now), amount)
+  redis.call('EXPIRE', KEYS[1], window + 1)
+end
+return {1, used + amount, oldest + window - now, now}
+"""
+_ADJUST = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2]) end
+return 1
+"""
+
+
+class RedisCounters:
+    """Counters in Redis: every gateway process sees and changes the same numbers atomically."""
+
+    def __init__(self, client, prefix: str = "mg:") -> None:
+        self._redis = client
+        self._prefix = prefix
+        self._reserve = client.register_script(_RESERVE)
+        self._init = client.register_script(_INIT)
+        self._settle = client.register_script(_SETTLE)
+        self._credit = client.register_script(_CREDIT)
+        self._drop = client.register_script(_DROP)
+        self._take = client.register_script(_TAKE)
+        self._adjust = client.register_script(_ADJUST)
+
+    async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
+        name = self._prefix + key
+        args = [amount, "1" if require_activation else "0"]
+        result = await self._reserve(keys=[name], args=args)
+        if result == -2:
+            headroom, activated = await init()
+            await self._init(keys=[name], args=[headroom, 1 if activated else 0])
+            result = await self._reserve(keys=[name], args=args)
+        return int(result)
+
+    async def settle(self, key: str, reserved: int, actual: int) -> None:
+        await self._settle(keys=[self._prefix + key], args=[reserved, actual])
+
+    async def credit(self, key: str, amount: int) -> None:
+        await self._credit(keys=[self._prefix + key], args=[amount])
+
+    async def drop(self, key: str) -> None:
+        await self._drop(keys=[self._prefix + key])
+
+    async def refresh(self, key: str, init: MoneyInit) -> None:
+        await self.drop(key)
+
+    async def take(self, key: str, amount: int, limit: int) -> WindowResult:
+        allowed, used, reset, second = await self._take(
+            keys=[self._prefix + key], args=[amount, limit, WINDOW_SECONDS]
+        )
+        return WindowResult(bool(allowed), int(used), int(reset), int(second))
+
+    async def adjust(self, key: str, second: int, delta: int) -> None:
+        await self._adjust(keys=[self._prefix + key], args=[second, delta])
+
+    async def close(self) -> None:
+        await self._redis.aclose()

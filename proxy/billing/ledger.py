@@ -1,0 +1,147 @@
+"""The usage ledger: one row per request, written in batches off the hot path.
+
+Entries queue in memory and are flushed every `ledger_flush_interval_seconds` (or sooner when a batch is
+full) in one transaction that also moves the organizations' stored balances and the budgets' stored
+spend. A graceful shutdown flushes everything; a crash loses at most one flush interval. A failed flush
+keeps the entries and retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections import defaultdict
+from dataclasses import dataclass
+
+from cabinet.storage.database import Database
+
+log = logging.getLogger("modelgate.ledger")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """What one request used and cost."""
+
+    organization_id: str
+    key_id: str | None
+    system_id: str | None
+    model: str
+    row_key: str | None
+    request_id: str
+    status: int
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    created_at: float
+    budgets: tuple[tuple[str, float], ...] = ()  # (rule id, period start) charged with this cost
+
+
+_INSERT = (
+    "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
+    " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+)
+_BALANCE = "UPDATE organizations SET balance_micros = balance_micros - $1 WHERE id = $2"
+_BUDGET = (
+    "INSERT INTO policy_budget_spend (rule_id, period_start, spent_micros) VALUES ($1, $2, $3)"
+    " ON CONFLICT (rule_id, period_start) DO UPDATE SET spent_micros = policy_budget_spend.spent_micros + $3"
+)
+
+
+class LedgerWriter:
+    """Queues ledger entries and flushes them in batches."""
+
+    def __init__(self, db: Database, *, interval: float, batch_size: int) -> None:
+        self._db = db
+        self._interval = interval
+        self._batch_size = batch_size
+        self._queue: list[LedgerEntry] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.lock = asyncio.Lock()  # held by a flush, and by readers that must not see half of one
+        self.flushed_total = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ledger-flush")
+
+    def add(self, entry: LedgerEntry) -> None:
+        self._queue.append(entry)
+        if len(self._queue) >= self._batch_size:
+            self._wake.set()
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def pending_cost(self, organization_id: str) -> int:
+        """Spend of an organization not yet written to its stored balance."""
+        return sum(e.cost_micros for e in self._queue if e.organization_id == organization_id)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("ledger flush failed; %d entries kept for the next try", len(self._queue))
+
+    async def flush(self) -> int:
+        """Write everything queued now; returns the number of entries written."""
+        async with self.lock:
+            batch, self._queue = self._queue, []
+            if not batch:
+                return 0
+            try:
+                await self._write(batch)
+            except BaseException:
+                self._queue = batch + self._queue
+                raise
+            self.flushed_total += len(batch)
+            return len(batch)
+
+    async def _write(self, batch: list[LedgerEntry]) -> None:
+        spend: dict[str, int] = defaultdict(int)
+        budgets: dict[tuple[str, float], int] = defaultdict(int)
+        async with self._db.transaction() as tx:
+            for e in batch:
+                await tx.execute(
+                    _INSERT,
+                    "led_" + secrets.token_hex(12),
+                    e.organization_id,
+                    e.key_id,
+                    e.system_id,
+                    e.model,
+                    e.row_key,
+                    e.request_id,
+                    e.status,
+                    e.input_tokens,
+                    e.cached_input_tokens,
+                    e.output_tokens,
+                    e.cost_micros,
+                    e.created_at,
+                )
+                if e.cost_micros:
+                    spend[e.organization_id] += e.cost_micros
+                    for budget in e.budgets:
+                        budgets[budget] += e.cost_micros
+            for organization_id, amount in spend.items():
+                await tx.execute(_BALANCE, amount, organization_id)
+            for (rule_id, period_start), amount in budgets.items():
+                await tx.execute(_BUDGET, rule_id, period_start, amount)
+
+    async def stop(self) -> None:
+        """Stop the background task and flush what is left."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        await self.flush()

@@ -1,0 +1,83 @@
+"""Prices per model and token kind, in integer micro-units of the currency; worst-case and real costs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from config import ModelConfig
+from proxy.context import Usage
+
+MICROS = 1_000_000
+
+
+def to_micros(amount: float) -> int:
+    """A currency amount as integer micro-units (rounded half up, never float drift in sums)."""
+    return math.floor(amount * MICROS + 0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPrices:
+    """Micro-units per token (fractions allowed) and per request, from the model's config."""
+
+    input_per_token: float
+    cached_input_per_token: float
+    output_per_token: float
+    per_request: int
+    default_max_tokens: int
+
+    @classmethod
+    def of(cls, model: ModelConfig) -> ModelPrices:
+        prices = model.prices
+        # Config prices are per million tokens; per token in micro-units that is the same number.
+        return cls(
+            prices.input_per_mtok,
+            prices.cached_input_per_mtok,
+            prices.output_per_mtok,
+            to_micros(prices.per_request),
+            model.default_max_tokens,
+        )
+
+    def cost(self, usage: Usage | None) -> int:
+        """The real cost of an answer (rounded up to a whole micro-unit)."""
+        if usage is None:
+            return self.per_request
+        uncached = max(usage.input_tokens - usage.cached_input_tokens, 0)
+        variable = (
+            uncached * self.input_per_token
+            + usage.cached_input_tokens * self.cached_input_per_token
+            + usage.output_tokens * self.output_per_token
+        )
+        return self.per_request + math.ceil(variable - 1e-9)
+
+    def worst_case(self, input_tokens: int, max_output_tokens: int) -> int:
+        """The most a request can cost: every prompt token uncached and the whole output allowance used."""
+        return self.per_request + math.ceil(
+            input_tokens * self.input_per_token + max_output_tokens * self.output_per_token
+        )
+
+
+def estimate_input_tokens(body_size: int) -> int:
+    """A safe upper estimate of prompt tokens from the body size (a token is at least ~2 bytes of JSON)."""
+    return body_size // 2 + 1
+
+
+def requested_max_output(payload: dict | None, default: int) -> int:
+    """The output allowance the request asks for, or the model's default."""
+    if payload:
+        for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+            value = payload.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return default
+
+
+def ensure_estimate(ctx) -> None:
+    """Fill the request's token estimate once (input from the body size, output from its allowance)."""
+    if ctx.max_output_tokens or ctx.model is None:
+        return
+    ctx.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
+    wants_output = ctx.route is not None and ctx.route.kind not in ("embeddings",)
+    ctx.max_output_tokens = (
+        requested_max_output(ctx.payload, ctx.model.config.default_max_tokens) if wants_output else 0
+    ) or 1

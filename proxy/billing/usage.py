@@ -1,0 +1,101 @@
+"""Reading token usage out of upstream answers, in every wire format the gateway relays.
+
+Complete JSON answers are parsed once. Streams are scanned incrementally: only complete SSE events whose
+bytes mention `"usage"` are parsed, so the cost per chunk is a substring search.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.context import Usage
+
+_USAGE = b'"usage"'
+_MAX_CARRY = 256 * 1024
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def merge_usage(target: Usage, usage: dict) -> None:
+    """Fold one `usage` object (OpenAI chat/completions/embeddings, Responses, Anthropic) into `target`."""
+    input_tokens = _int(usage.get("prompt_tokens")) or _int(usage.get("input_tokens"))
+    cache_read = _int(usage.get("cache_read_input_tokens"))
+    cache_write = _int(usage.get("cache_creation_input_tokens"))
+    if cache_read or cache_write:
+        # Anthropic counts cached and cache-writing tokens outside input_tokens.
+        input_tokens += cache_read + cache_write
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    cached = cached or cache_read
+    output_tokens = _int(usage.get("completion_tokens")) or _int(usage.get("output_tokens"))
+    # Streams report usage in several events (Anthropic: message_start, then cumulative message_delta).
+    target.input_tokens = max(target.input_tokens, input_tokens)
+    target.cached_input_tokens = max(target.cached_input_tokens, cached)
+    target.output_tokens = max(target.output_tokens, output_tokens)
+
+
+def usage_objects(document: Any) -> list[dict]:
+    """The usage objects of one JSON document or event (top level, or inside `response` / `message`)."""
+    found = []
+    if isinstance(document, dict):
+        for holder in (document, document.get("response"), document.get("message")):
+            if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
+                found.append(holder["usage"])
+    return found
+
+
+def usage_of_body(body: bytes) -> Usage | None:
+    """Usage of a complete (non-streamed) JSON answer, or None when it reports none."""
+    if _USAGE not in body:
+        return None
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    objects = usage_objects(document)
+    if not objects:
+        return None
+    usage = Usage()
+    for item in objects:
+        merge_usage(usage, item)
+    return usage
+
+
+class StreamUsageScanner:
+    """Finds usage in an SSE stream as it passes, across chunk boundaries, without holding the stream."""
+
+    __slots__ = ("_carry", "usage")
+
+    def __init__(self) -> None:
+        self.usage: Usage | None = None
+        self._carry = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._carry + chunk if self._carry else chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._carry = data if len(data) <= _MAX_CARRY else b""
+            return
+        self._carry = data[end + 2 :] if len(data) - end - 2 <= _MAX_CARRY else b""
+        complete = data[: end + 2]
+        if _USAGE not in complete:
+            return
+        for event in complete.split(b"\n\n"):
+            if _USAGE in event:
+                self._scan_event(event)
+
+    def _scan_event(self, event: bytes) -> None:
+        for line in event.split(b"\n"):
+            if line.startswith(b"data:") and _USAGE in line:
+                try:
+                    document = orjson.loads(line[5:])
+                except orjson.JSONDecodeError:
+                    continue
+                for item in usage_objects(document):
+                    if self.usage is None:
+                        self.usage = Usage()
+                    merge_usage(self.usage, item)

@@ -1,0 +1,83 @@
+"""Redis as the shared state of several gateway processes: the counters' client and a pub/sub bus that
+carries key revocations, credits and policy changes to every process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import redis.asyncio as redis_asyncio
+
+log = logging.getLogger("modelgate.redis")
+
+Handler = Callable[[str], Awaitable[None] | None]
+
+
+class RedisBus:
+    """Publish to and listen on Redis channels; one subscriber connection per process."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis_asyncio.Redis.from_url(
+            url, socket_connect_timeout=2, socket_timeout=5, health_check_interval=30
+        )
+        self._handlers: dict[str, list[Handler]] = {}
+        self._pubsub = None
+        self._task: asyncio.Task | None = None
+
+    async def ping(self) -> None:
+        await self.client.ping()
+
+    def on(self, channel: str, handler: Handler) -> None:
+        self._handlers.setdefault(channel, []).append(handler)
+
+    async def start(self) -> None:
+        """Subscribe to every channel a handler was registered for."""
+        if not self._handlers:
+            return
+        self._pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(*self._handlers)
+        self._task = asyncio.get_running_loop().create_task(self._listen(), name="redis-bus")
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=5.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("redis bus: receive failed; retrying")
+                await asyncio.sleep(1)
+                continue
+            if message is None:
+                continue
+            channel = (
+                message["channel"].decode() if isinstance(message["channel"], bytes) else message["channel"]
+            )
+            data = message["data"].decode() if isinstance(message["data"], bytes) else str(message["data"])
+            for handler in self._handlers.get(channel, ()):
+                try:
+                    result = handler(data)
+                    if result is not None:
+                        await result
+                except Exception:
+                    log.exception("redis bus: handler for %s failed", channel)
+
+    async def publish(self, channel: str, payload: str) -> None:
+        await self.client.publish(channel, payload)
+
+    async def claim(self, token: str, ttl_seconds: int = 3600) -> bool:
+        """True for exactly one caller across all processes (SET NX)."""
+        return bool(await self.client.set(f"mg:claim:{token}", 1, nx=True, ex=ttl_seconds))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._pubsub is not None:
+            await self._pubsub.aclose()
+        await self.client.aclose()

@@ -1,0 +1,38 @@
+"""Route `chat_completions` on an Anthropic-kind row: chat completions served through the Messages API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.errors import UpstreamUnavailable
+from proxy.translation.chat_to_messages import completion_of, messages_request_of
+from proxy.translation.messages_stream_to_chat import ChatChunkStream
+from proxy.translation.registry import register
+
+
+class ChatOnMessages:
+    """Chat completion request → Messages request; Message or events → chat answer or chunks."""
+
+    upstream_path = "/v1/messages"
+
+    def request_body(self, payload: dict[str, Any], upstream_model: str, default_max_tokens: int) -> bytes:
+        return orjson.dumps(messages_request_of(payload, upstream_model, default_max_tokens))
+
+    def response_body(self, body: bytes, model: str) -> bytes:
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise UpstreamUnavailable("The provider answered with a body that is not JSON.") from None
+        if not isinstance(message, dict):
+            raise UpstreamUnavailable("The provider answered with an unexpected body.")
+        return orjson.dumps(completion_of(message, model))
+
+    def stream(self, model: str, payload: dict[str, Any]) -> ChatChunkStream:
+        options = payload.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        return ChatChunkStream(model, include_usage)
+
+
+register("chat_completions", "anthropic", ChatOnMessages())

@@ -1,0 +1,188 @@
+"""A Messages event stream as a chat completion stream, translated event by event as chunks arrive.
+
+Text deltas become `content` deltas, each tool_use block a tool call with its own `index`, its
+`input_json_delta` fragments that call's `arguments`; thinking blocks have no chat counterpart and are
+dropped. The usage chunk (`choices: []`) is sent only when the client asked for it, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from proxy.envelopes import envelope_a_body
+from proxy.errors import UpstreamUnavailable
+from proxy.translation.chat_to_messages import FINISH_REASONS, chat_usage_of, new_completion_id
+from proxy.translation.sse import DONE_FRAME, SseEvent, SseParser, data_frame
+
+_CHOICE_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
+_ROLE_DELTA = b'{"role":"assistant","content":""}'
+_CONTENT_OPEN = b'{"content":'
+_CALL_OPEN = b'{"tool_calls":[{"index":'
+_ARGUMENTS_OPEN = b',"function":{"arguments":'
+_CALL_CLOSE = b"}}]}"
+
+
+class ChatChunkStream:
+    """Messages events in, `chat.completion.chunk` frames and `[DONE]` out; one instance per answer."""
+
+    __slots__ = (
+        "_created",
+        "_ended",
+        "_head",
+        "_id",
+        "_include_usage",
+        "_model",
+        "_parser",
+        "_stop_reason",
+        "_tools",
+        "_usage",
+    )
+
+    def __init__(self, model: str, include_usage: bool) -> None:
+        self._model = model
+        self._include_usage = include_usage
+        self._parser = SseParser()
+        self._id = new_completion_id()
+        self._created = int(time.time())
+        # Every chunk starts the same way; encoded once per stream, not once per delta.
+        self._head = b"".join(
+            (
+                b'data: {"id":"',
+                self._id.encode(),
+                b'","object":"chat.completion.chunk","created":',
+                str(self._created).encode(),
+                b',"model":',
+                orjson.dumps(model),
+                b',"choices":[{"index":0,"delta":',
+            )
+        )
+        self._tools: dict[int, int] = {}  # content block index → chat tool call index
+        self._stop_reason: str | None = None
+        self._usage: dict[str, Any] = {}
+        self._ended = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Chunks completed by this upstream chunk, translated."""
+        if self._ended:
+            return b""
+        out: list[bytes] = []
+        for event in self._parser.feed(chunk):
+            self._on_event(event, out)
+            if self._ended:
+                break
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """An error chunk when the upstream stream ended before `message_stop`."""
+        if self._ended:
+            return b""
+        out: list[bytes] = []
+        for event in self._parser.finish():
+            self._on_event(event, out)
+        if not self._ended:
+            if self._stop_reason is not None:
+                self._close(out)
+            else:
+                self._fail("The provider ended the stream before the answer was complete.", out)
+        return b"".join(out)
+
+    def _on_event(self, event: SseEvent, out: list[bytes]) -> None:
+        if event.name == "ping" or self._ended:
+            return
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            self._fail("The provider sent an unreadable stream event.", out)
+            return
+        if not isinstance(data, dict):
+            return
+        kind = data.get("type") or event.name
+        if kind == "content_block_delta":
+            self._on_delta(data, out)
+        elif kind == "content_block_start":
+            block = data.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                self._open_call(data.get("index", 0), block, out)
+        elif kind == "message_start":
+            message = data.get("message") or {}
+            self._usage.update(message.get("usage") or {})
+            self._chunk(_ROLE_DELTA, out)
+        elif kind == "message_delta":
+            delta = data.get("delta") or {}
+            self._stop_reason = delta.get("stop_reason") or self._stop_reason
+            # message_delta usage is cumulative; fields it leaves out keep their message_start value.
+            self._usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self._close(out)
+        elif kind == "error":
+            error = data.get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+            self._fail(message if isinstance(message, str) else "The provider reported a stream error.", out)
+
+    def _on_delta(self, data: dict[str, Any], out: list[bytes]) -> None:
+        delta = data.get("delta") or {}
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text")
+            if text:
+                out.append(self._head)
+                out.append(_CONTENT_OPEN)
+                out.append(orjson.dumps(text))
+                out.append(b"}")
+                out.append(_CHOICE_TAIL)
+        elif kind == "input_json_delta":
+            call = self._tools.get(data.get("index", 0))
+            fragment = delta.get("partial_json")
+            if call is not None and fragment:
+                out.append(self._head)
+                out.append(_CALL_OPEN + str(call).encode() + _ARGUMENTS_OPEN)
+                out.append(orjson.dumps(fragment))
+                out.append(_CALL_CLOSE)
+                out.append(_CHOICE_TAIL)
+
+    def _open_call(self, block_index: int, block: dict[str, Any], out: list[bytes]) -> None:
+        call = self._tools[block_index] = len(self._tools)
+        opening = {
+            "tool_calls": [
+                {
+                    "index": call,
+                    "id": block.get("id", ""),
+                    "type": "function",
+                    "function": {"name": block.get("name", ""), "arguments": ""},
+                }
+            ]
+        }
+        self._chunk(orjson.dumps(opening), out)
+
+    def _chunk(self, delta: bytes, out: list[bytes]) -> None:
+        out.append(self._head)
+        out.append(delta)
+        out.append(_CHOICE_TAIL)
+
+    def _close(self, out: list[bytes]) -> None:
+        finish_reason = FINISH_REASONS.get(self._stop_reason, "stop")
+        out.append(self._head)
+        out.append(b'{},"logprobs":null,"finish_reason":"' + finish_reason.encode() + b'"}]}\n\n')
+        if self._include_usage:
+            out.append(
+                data_frame(
+                    {
+                        "id": self._id,
+                        "object": "chat.completion.chunk",
+                        "created": self._created,
+                        "model": self._model,
+                        "choices": [],
+                        "usage": chat_usage_of(self._usage),
+                    }
+                )
+            )
+        out.append(DONE_FRAME)
+        self._ended = True
+
+    def _fail(self, message: str, out: list[bytes]) -> None:
+        # The openai SDK raises an APIError for a chunk carrying `error`, instead of a broken stream.
+        out.append(data_frame(envelope_a_body(UpstreamUnavailable(message))))
+        self._ended = True

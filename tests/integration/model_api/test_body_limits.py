@@ -1,0 +1,242 @@
+"""Body limits per route group (the description's Limits table), enforced while reading: 413
+`request_too_large` for a declared length, a chunked body and a single multipart part over the limit.
+
+Bodies are generated lazily from one shared block, so the big cases cost bandwidth on loopback, not memory.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+
+from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b
+
+MiB = 1024 * 1024
+BLOCK = b"x" * MiB
+BOUNDARY = "modelgate-test-boundary"
+
+
+def filler(size: int) -> Iterator[bytes]:
+    """`size` bytes of filler, in 1 MiB blocks."""
+    whole, rest = divmod(size, MiB)
+    for _ in range(whole):
+        yield BLOCK
+    if rest:
+        yield BLOCK[:rest]
+
+
+def json_body(model: str, total: int, field: str = "input") -> Iterator[bytes]:
+    """A JSON object of exactly `total` bytes: `{"model": …, "<field>": "xxxx…"}`."""
+    head = b'{"model": ' + orjson.dumps(model) + b', "' + field.encode() + b'": "'
+    tail = b'"}'
+    yield head
+    yield from filler(total - len(head) - len(tail))
+    yield tail
+
+
+def multipart_body(parts: list[tuple[str, int]], model: str = "gpt-test") -> tuple[int, Iterator[bytes]]:
+    """(total size, chunks) of a multipart/form-data body: a `model` field, then file parts of given sizes."""
+    heads = [f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{model}\r\n'.encode()]
+    for name, _size in parts:
+        heads.append(f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}.bin"'
+                     f'\r\nContent-Type: application/octet-stream\r\n\r\n'.encode())
+    closing = f"--{BOUNDARY}--\r\n".encode()
+    total = sum(map(len, heads)) + sum(size + 2 for _, size in parts) + len(closing)
+
+    def chunks() -> Iterator[bytes]:
+        yield heads[0]
+        for head, (_name, size) in zip(heads[1:], parts, strict=True):
+            yield head
+            yield from filler(size)
+            yield b"\r\n"
+        yield closing
+
+    return total, chunks()
+
+
+MULTIPART = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+JSON = {"content-type": "application/json"}
+
+
+def post(http: httpx.Client, path: str, chunks: Iterator[bytes], headers: dict[str, str],
+         declared: int | None = None) -> httpx.Response:
+    """POST a lazily generated body: chunked, or with the Content-Length `declared`."""
+    if declared is not None:
+        headers = {**headers, "content-length": str(declared)}
+    return http.post(path, content=chunks, headers=headers)
+
+
+def assert_too_large(response: httpx.Response) -> None:
+    assert_envelope_a(response, 413, "invalid_request_error", code="request_too_large")
+
+
+# -- 4 MiB JSON routes -------------------------------------------------------------------------------
+
+JSON_ROUTES = [
+    ("/v1/chat/completions", "gpt-test"),
+    ("/v1/completions", "gpt-test"),
+    ("/v1/responses", "gpt-test"),
+    ("/v1/embeddings", "embed-test"),
+    ("/v1/decisions", "decider"),
+]
+
+
+@pytest.mark.parametrize(("path", "model"), JSON_ROUTES)
+def test_json_body_over_4_mib_is_413(http, alpha, path, model) -> None:
+    size = 4 * MiB + 1
+    assert_too_large(post(http, path, json_body(model, size), JSON, declared=size))
+    assert alpha.requests == []
+
+
+@pytest.mark.parametrize(("path", "model"), JSON_ROUTES)
+def test_chunked_json_body_over_4_mib_is_413(http, alpha, path, model) -> None:
+    assert_too_large(post(http, path, json_body(model, 4 * MiB + 1), JSON))
+    assert alpha.requests == []
+
+
+def test_json_body_of_exactly_4_mib_is_accepted(http, alpha) -> None:
+    response = post(http, "/v1/embeddings", json_body("embed-test", 4 * MiB), JSON, declared=4 * MiB)
+    assert response.status_code == 200, response.text[:300]
+    assert len(alpha.requests_to("/v1/embeddings")[0].body) == 4 * MiB
+
+
+def test_chunked_json_body_of_exactly_4_mib_is_accepted(http, alpha) -> None:
+    response = post(http, "/v1/embeddings", json_body("embed-test", 4 * MiB), JSON)
+    assert response.status_code == 200, response.text[:300]
+
+
+def test_messages_body_over_4_mib_is_413_in_envelope_b(gateway, tenant, claude) -> None:
+    size = 4 * MiB + 1
+    with httpx.Client(base_url=gateway.base_url, timeout=30) as raw:
+        response = post(raw, "/v1/messages", json_body("claude-test", size, field="system"),
+                        {**JSON, "x-api-key": tenant.api_key, "anthropic-version": "2023-06-01"})
+    assert_envelope_b(response, 413, "request_too_large")
+    assert claude.requests == []
+
+
+# -- realtime credentials: 1 MiB JSON -------------------------------------------------------------------
+
+
+def test_realtime_client_secret_body_over_1_mib_is_413(http) -> None:
+    size = MiB + 1
+    assert_too_large(post(http, "/v1/realtime/client_secrets", json_body("gpt-test", size, field="instructions"),
+                          JSON, declared=size))
+
+
+def test_chunked_realtime_client_secret_body_over_1_mib_is_413(http) -> None:
+    assert_too_large(post(http, "/v1/realtime/client_secrets",
+                          json_body("gpt-test", MiB + 1, field="instructions"), JSON))
+
+
+# -- image edits and variations: 32 MiB, one part up to 25 MiB ----------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/images/edits", "/v1/images/variations"])
+def test_image_multipart_over_32_mib_is_413(http, path) -> None:
+    total, chunks = multipart_body([("image", 16 * MiB), ("mask", 16 * MiB)])
+    assert total > 32 * MiB
+    assert_too_large(post(http, path, chunks, MULTIPART))
+
+
+@pytest.mark.parametrize("path", ["/v1/images/edits", "/v1/images/variations"])
+def test_image_multipart_part_over_25_mib_is_413(http, path) -> None:
+    total, chunks = multipart_body([("image", 25 * MiB + 1)])
+    assert total < 32 * MiB
+    assert_too_large(post(http, path, chunks, MULTIPART, declared=total))
+
+
+def test_image_multipart_part_of_exactly_25_mib_passes_the_limits(http) -> None:
+    total, chunks = multipart_body([("image", 25 * MiB)])
+    # Past the limits the request reaches model routing; no configured model edits images.
+    response = post(http, "/v1/images/edits", chunks, MULTIPART, declared=total)
+    assert_envelope_a(response, 404, "invalid_request_error", code="model_not_found")
+
+
+# -- audio transcription and translation: 25 MiB multipart ----------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/audio/transcriptions", "/v1/audio/translations"])
+def test_audio_multipart_over_25_mib_is_413(http, path) -> None:
+    total, chunks = multipart_body([("file", 25 * MiB)])
+    assert total > 25 * MiB
+    assert_too_large(post(http, path, chunks, MULTIPART, declared=total))
+
+
+def test_chunked_audio_multipart_over_25_mib_is_413(http) -> None:
+    _total, chunks = multipart_body([("file", 25 * MiB)])
+    assert_too_large(post(http, "/v1/audio/transcriptions", chunks, MULTIPART))
+
+
+# -- videos: 4 MiB JSON, 100 MiB multipart -------------------------------------------------------------
+
+
+def test_video_json_body_over_4_mib_is_413(http) -> None:
+    size = 4 * MiB + 1
+    assert_too_large(post(http, "/v1/videos", json_body("gpt-test", size, field="prompt"), JSON, declared=size))
+
+
+def test_video_multipart_under_100_mib_is_not_held_to_the_json_limit(http) -> None:
+    total, chunks = multipart_body([("input_reference", 8 * MiB)])
+    response = post(http, "/v1/videos", chunks, MULTIPART, declared=total)
+    assert_envelope_a(response, 404, "invalid_request_error", code="model_not_found")
+
+
+def test_chunked_video_multipart_over_100_mib_is_413(http) -> None:
+    total, chunks = multipart_body([("input_reference", 100 * MiB)])
+    assert total > 100 * MiB
+    assert_too_large(post(http, "/v1/videos", chunks, MULTIPART))
+
+
+# -- a lying Content-Length is refused before the body is read -----------------------------------------
+
+
+def head_only(gateway, path: str, headers: dict[str, str]) -> tuple[int, dict]:
+    """Send only the request head (declaring a huge body), then read the answer; returns (status, JSON)."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{gateway.port}",
+             *(f"{name}: {value}" for name, value in headers.items()), "", ""]
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall("\r\n".join(lines).encode())
+        received = b""
+        while b"\r\n\r\n" not in received:
+            chunk = sock.recv(65536)
+            assert chunk, "the gateway closed the connection without an answer"
+            received += chunk
+        head, _, body = received.partition(b"\r\n\r\n")
+        status_line, *header_lines = head.decode().split("\r\n")
+        fields = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+        length = int(fields["content-length"])
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            assert chunk, "the gateway closed the connection mid-answer"
+            body += chunk
+    return int(status_line.split()[1]), orjson.loads(body)
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type"),
+    [
+        ("/v1/chat/completions", "application/json"),
+        ("/v1/realtime/client_secrets", "application/json"),
+        ("/v1/images/edits", MULTIPART["content-type"]),
+        ("/v1/audio/transcriptions", MULTIPART["content-type"]),
+        ("/v1/videos", MULTIPART["content-type"]),
+    ],
+)
+def test_lying_content_length_is_refused_before_the_body_is_read(gateway, tenant, path, content_type) -> None:
+    status, body = head_only(gateway, path, {"Authorization": f"Bearer {tenant.api_key}",
+                                             "Content-Type": content_type, "Content-Length": str(10 * 1024**3)})
+    assert status == 413
+    assert list(body["error"]) == ["message", "type", "code"]
+    assert body["error"]["code"] == "request_too_large"
+
+
+def test_lying_content_length_on_messages_is_refused_in_envelope_b(gateway, tenant) -> None:
+    status, body = head_only(gateway, "/v1/messages", {
+        "x-api-key": tenant.api_key, "anthropic-version": "2023-06-01", "Content-Type": "application/json",
+        "Content-Length": str(10 * 1024**3)})
+    assert status == 413
+    assert body["type"] == "error" and body["error"]["type"] == "request_too_large"
