@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from proc_stats import (
     rss_mb,
     wait_for_quiet,
 )
+from profiling import start_profiler
 from report import TargetResult, render_diagnostics, render_table, render_targets
 from workload import chat_body, raw_request
 
@@ -65,6 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("auto", "wrk", "python"),
         default="auto",
         help="wrk when installed (auto), or the Python fallback",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="after the measurements, record modelgate under load with py-spy (if installed) into FILE: "
+        ".svg flamegraph, .json speedscope, anything else raw collapsed stacks (summarised here)",
     )
     args = parser.parse_args(argv)
     if args.workers < 1 or args.connections < 1 or args.duration <= 0:
@@ -163,6 +171,20 @@ def measure(
         load_core_busy=busy(load_before, load_after),
         other_cores=others / result.seconds if result.seconds else 0.0,
     )
+
+
+def profile_gateway(pid: int, port: int, args: argparse.Namespace, load: Load) -> None:
+    """One extra, unmeasured load run on the gateway while py-spy samples it from the load core."""
+    path = Path(args.profile).resolve()
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        spy = stack.enter_context(start_profiler(pid, path, args.duration, load.cpus))
+        print(f"profiling modelgate with py-spy into {path} ...", file=sys.stderr, flush=True)
+        load.run(port, args.connections, args.duration)
+        spy.wait(timeout=args.duration + 30)
+    if spy.returncode != 0:
+        took = time.monotonic() - started
+        print(f"note: py-spy exited with {spy.returncode} after {took:.0f}s", file=sys.stderr)
 
 
 def _settle(name: str, phase: str) -> None:
@@ -271,6 +293,8 @@ def run(args: argparse.Namespace) -> int:
             measure(name, port, pids_of, args, load, api_key, proxy_cpus, load_cpus)
             for name, port, pids_of in targets
         ]
+        if args.profile:
+            profile_gateway(gateway.pid, gateway_port, args, load)
         total_rss = sum(rss_mb(pid) for pid in process_tree(gateway.pid))
         problems = _log_problems(gateway)
         signal.alarm(0)

@@ -16,13 +16,22 @@ from cabinet import (
     api_keys,
     audit,
     invitations,
+    invoices,
     management_keys,
     members,
+    operator,
     overview,
+    policy_rules,
     registration,
     systems,
+    usage,
 )
 from cabinet.invitation_delivery import InvitationDelivery
+from cabinet.oidc import callback as oidc_callback
+from cabinet.oidc import exchange as oidc_exchange
+from cabinet.oidc import login as oidc_login
+from cabinet.oidc import provider_routes as oidc_providers
+from cabinet.oidc.runtime import install_sso
 from cabinet.openapi import openapi_handler
 from cabinet.requests import CabinetError, json_response
 from cabinet.services import SERVICES, CabinetServices
@@ -35,6 +44,15 @@ ROUTES = (
     web.get("/auth/session", account.current_session, allow_head=False),
     web.post("/auth/logout", account.logout),
     web.post("/auth/password", account.change_password),
+    web.post("/auth/oidc/providers", oidc_providers.create_provider),
+    web.get("/auth/oidc/providers", oidc_providers.list_providers, allow_head=False),
+    web.get("/auth/oidc/providers/{id}", oidc_providers.get_provider, allow_head=False),
+    web.patch("/auth/oidc/providers/{id}", oidc_providers.update_provider),
+    web.delete("/auth/oidc/providers/{id}", oidc_providers.remove_provider),
+    web.post("/auth/oidc/providers/{id}/discover", oidc_providers.discover_provider),
+    web.get("/auth/oidc/{providerId}/login", oidc_login.start_login, allow_head=False),
+    web.get("/auth/oidc/callback", oidc_callback.finish_login, allow_head=False),
+    web.post("/auth/oidc/exchange", oidc_exchange.redeem_login_code),
     web.get("/members", members.list_members, allow_head=False),
     web.patch("/members/{userId}", members.change_role),
     web.delete("/members/{userId}", members.remove_member),
@@ -54,6 +72,16 @@ ROUTES = (
     web.delete("/systems/{id}", systems.delete_system),
     web.get("/overview", overview.overview, allow_head=False),
     web.get("/audit-log", audit.audit_log_handler, allow_head=False),
+    web.post("/policy-rules", policy_rules.create_policy_rule),
+    web.get("/policy-rules", policy_rules.list_policy_rules, allow_head=False),
+    web.get("/policy-rules/{id}", policy_rules.get_policy_rule, allow_head=False),
+    web.patch("/policy-rules/{id}", policy_rules.update_policy_rule),
+    web.delete("/policy-rules/{id}", policy_rules.delete_policy_rule),
+    web.get("/invoices", invoices.list_invoices, allow_head=False),
+    web.get("/usage", usage.usage_report, allow_head=False),
+    web.post("/operator/invoices/{id}/mark-paid", operator.operator_mark_paid),
+    web.post("/operator/organizations/{id}/top-up", operator.operator_top_up),
+    web.get("/operator/organizations/{id}/invoices", operator.operator_invoices, allow_head=False),
     web.get("/openapi.json", openapi_handler, allow_head=False),
 )
 
@@ -98,5 +126,6 @@ def build_cabinet_app(services: CabinetServices) -> web.Application:
         await delivery.close()
 
     app.on_cleanup.append(finish_deliveries)
+    install_sso(app)
     app.router.add_routes(ROUTES)
     return app

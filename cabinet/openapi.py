@@ -41,6 +41,7 @@ _ERRORS = {
     409: "Conflict with the current state",
     413: "Body larger than 64 KiB",
     429: "Too many failed attempts; see Retry-After",
+    503: "Single sign-on needs server.public_url to be configured",
 }
 
 
@@ -85,6 +86,33 @@ def _query_param(name: str, schema: dict[str, Any], description: str) -> dict[st
 _ADMIN = "owner/admin"
 _AUTH_ERRORS = (400, 401, 403)
 
+
+def _redirect(summary: str, target: str, errors: tuple[int, ...], **kwargs: Any) -> dict[str, Any]:
+    op = _op(summary, (302, None), errors=errors, public=True, **kwargs)
+    op["responses"]["302"] = {
+        "description": f"Redirect to {target}",
+        "headers": {"Location": {"schema": _STR}},
+    }
+    return op
+
+
+_SSO_CALLBACK = _redirect(
+    "Finish a single sign-on: redirect to [cabinet] cabinet_url with ?code= (one-time, 60 s) or ?error=",
+    "the cabinet URL",
+    (400, 503),
+    params=(
+        _query_param("code", _STR, "Authorization code from the identity provider"),
+        _query_param("state", _STR, "State of the login, single use"),
+        _query_param("error", _STR, "Error code from the identity provider"),
+        _query_param("iss", _STR, "Issuer of the authorization response (RFC 9207)"),
+    ),
+)
+# Without a cabinet URL configured, the callback answers in JSON instead of redirecting.
+_SSO_CALLBACK["responses"]["200"] = {
+    "description": "No cabinet_url configured: the one-time code as JSON",
+    "content": {"application/json": {"schema": _ref("OidcLoginCode")}},
+}
+
 PATHS: dict[str, dict[str, Any]] = {
     "/auth/register": {
         "post": _op(
@@ -112,6 +140,62 @@ PATHS: dict[str, dict[str, Any]] = {
             (200, "PasswordChanged"),
             body="PasswordChangeRequest",
             errors=(400, 401, 429),
+        ),
+    },
+    "/auth/oidc/providers": {
+        "post": _op(
+            "Add an OIDC identity provider; the client secret is accepted here and never returned",
+            (201, "OidcProvider"),
+            body="OidcProviderRequest",
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 409),
+        ),
+        "get": _op(
+            "The organization's identity providers",
+            (200, "OidcProviderList"),
+            roles=_ADMIN,
+            errors=_AUTH_ERRORS,
+        ),
+    },
+    "/auth/oidc/providers/{id}": {
+        "parameters": [_path_param("id")],
+        "get": _op("One identity provider", (200, "OidcProvider"), roles=_ADMIN, errors=(*_AUTH_ERRORS, 404)),
+        "patch": _op(
+            "Change an identity provider; a new issuer needs discovery again",
+            (200, "OidcProvider"),
+            body="OidcProviderUpdate",
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 404, 409),
+        ),
+        "delete": _op(
+            "Delete an identity provider", (200, "OidcProvider"), roles=_ADMIN, errors=(*_AUTH_ERRORS, 404)
+        ),
+    },
+    "/auth/oidc/providers/{id}/discover": {
+        "parameters": [_path_param("id")],
+        "post": _op(
+            "Fetch and check the provider's discovery document and JWKS; store the endpoints",
+            (200, "OidcDiscovery"),
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 404, 409),
+        ),
+    },
+    "/auth/oidc/{providerId}/login": {
+        "parameters": [_path_param("providerId")],
+        "get": _redirect(
+            "Start a single sign-on: redirect to the provider with state, nonce and PKCE S256",
+            "the identity provider's authorization endpoint",
+            (404, 503),
+        ),
+    },
+    "/auth/oidc/callback": {"get": _SSO_CALLBACK},
+    "/auth/oidc/exchange": {
+        "post": _op(
+            "Exchange the one-time code of a single sign-on for a session token",
+            (200, "AuthResponse"),
+            body="OidcExchangeRequest",
+            public=True,
+            errors=(400,),
         ),
     },
     "/members": {"get": _op("The organization's members", (200, "MemberList"))},
@@ -283,6 +367,53 @@ _CALLER = _obj(
     kind={"type": "string", "enum": ["session", "management_key"]},
 )
 
+_STR_LIST = {"type": "array", "items": _STR}
+_OIDC_SETTINGS = {
+    "name": _STR,
+    "issuer": {"type": "string", "description": "Exactly as the provider's discovery document names it"},
+    "clientId": _STR,
+    "clientSecret": {"type": "string", "writeOnly": True},
+    "tokenAuthMethod": {"type": "string", "enum": ["client_secret_basic", "client_secret_post"]},
+    "scopes": {**_STR_LIST, "description": "Must include openid; default openid, email, profile"},
+    "allowedDomains": {**_STR_LIST, "minItems": 1, "description": "E-mail domains that may sign in"},
+    "defaultRole": {"type": "string", "enum": ["member", "admin"], "description": "Role of new users"},
+    "autoProvision": {"type": "boolean", "description": "Create unknown users on first login; default false"},
+}
+_OIDC_ENDPOINTS = _obj(
+    ("authorizationEndpoint", "tokenEndpoint", "jwksUri", "idTokenSigningAlgs"),
+    authorizationEndpoint=_STR,
+    tokenEndpoint=_STR,
+    jwksUri=_STR,
+    userinfoEndpoint=_NULLABLE_STR,
+    idTokenSigningAlgs=_STR_LIST,
+)
+_OIDC_PROVIDER = _obj(
+    ("id", "organizationId", "name", "issuer", "clientId", "discovered"),
+    id=_STR,
+    organizationId=_STR,
+    **{k: v for k, v in _OIDC_SETTINGS.items() if k != "clientSecret"},
+    discovered={"type": "boolean"},
+    endpoints={"oneOf": [_OIDC_ENDPOINTS, {"type": "null"}]},
+    loginUrl=_NULLABLE_STR,
+    discoveredAt=_NULLABLE_TIME,
+    createdAt=_TIME,
+    updatedAt=_TIME,
+)
+_OIDC_DISCOVERY = {
+    "allOf": [
+        _OIDC_ENDPOINTS,
+        _obj(
+            ("providerId", "issuer"),
+            providerId=_STR,
+            issuer=_STR,
+            codeChallengeMethod={"type": "string", "enum": ["S256"]},
+            signingKeys={"type": "integer"},
+            redirectUri={**_NULLABLE_STR, "description": "Register this redirect URI at the provider"},
+            discoveredAt=_TIME,
+        ),
+    ]
+}
+
 
 def _with_secret(schema: dict[str, Any], field: str = "secret") -> dict[str, Any]:
     return {"allOf": [schema, _obj((field,), **{field: _STR})]}
@@ -343,8 +474,17 @@ SCHEMAS: dict[str, Any] = {
         members={"type": "array", "items": _ref("Member")},
         apiKeys={"type": "array", "items": _ref("ApiKey")},
         systems={"type": "array", "items": _ref("System")},
-        billing={"type": "object", "description": "Plan, balance and open invoices"},
+        billing=_ref("BillingOverview"),
     ),
+    "OidcProviderRequest": _obj(
+        ("name", "issuer", "clientId", "clientSecret", "allowedDomains"), **_OIDC_SETTINGS
+    ),
+    "OidcProviderUpdate": _obj((), **_OIDC_SETTINGS),
+    "OidcProvider": _OIDC_PROVIDER,
+    "OidcProviderList": _obj(("providers",), providers={"type": "array", "items": _ref("OidcProvider")}),
+    "OidcDiscovery": _OIDC_DISCOVERY,
+    "OidcExchangeRequest": _obj(("code",), code=_STR),
+    "OidcLoginCode": _obj(("code", "expiresIn"), code=_STR, expiresIn={"type": "integer"}),
     "AuditEntry": _obj(
         ("id", "event", "actor", "createdAt"),
         id=_STR,
@@ -364,20 +504,24 @@ SCHEMAS: dict[str, Any] = {
 
 def openapi_document(public_url: str = "") -> dict[str, Any]:
     """The document, with the server URL of the deployment when one is configured."""
+    # The billing part builds on the helpers above, so it is imported here rather than at the top.
+    from cabinet.openapi_billing import BILLING_PATHS, BILLING_SCHEMAS, OPERATOR_SECURITY_SCHEMES
+
     return {
         "openapi": "3.1.0",
         "info": {"title": "modelgate cabinet API", "version": "1"},
         "servers": [{"url": public_url.rstrip("/") or "/"}],
         "security": [{"bearer": []}],
-        "paths": {PREFIX + path: item for path, item in PATHS.items()},
+        "paths": {PREFIX + path: item for path, item in {**PATHS, **BILLING_PATHS}.items()},
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **BILLING_SCHEMAS},
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
                     "scheme": "bearer",
                     "description": "A session token or a management key (sk-mgmt-…); model keys are refused.",
-                }
+                },
+                **OPERATOR_SECURITY_SCHEMES,
             },
         },
     }

@@ -6,7 +6,8 @@ from aiohttp import web
 
 from cabinet.api_keys import api_keys_of
 from cabinet.auth import authenticate
-from cabinet.invoices import billing_overview
+from cabinet.billing import billing_overview
+from cabinet.clock import now
 from cabinet.organizations import require_organization
 from cabinet.requests import json_response
 from cabinet.services import services_of
@@ -32,6 +33,6 @@ async def overview(request: web.Request) -> web.Response:
             "members": [m.to_json() for m in await users_of(db, org.id)],
             "apiKeys": [k.to_json() for k in await api_keys_of(db, org.id)],
             "systems": [s.to_json() for s in await systems_of(db, org.id)],
-            "billing": await billing_overview(db, services.config, org),
+            "billing": await billing_overview(db, services.config, org, now()),
         }
     )

@@ -144,7 +144,9 @@ async def rules_for_key(
 async def rule_in_organization(ex: Executor, organization_id: str, rule_id: str) -> PolicyRule | None:
     """A rule of this organization; another organization's rule is None, exactly like an unknown id."""
     row = await ex.fetchrow(
-        f"SELECT {_COLUMNS} FROM policy_rules WHERE id = $1 AND organization_id = $2", rule_id, organization_id
+        f"SELECT {_COLUMNS} FROM policy_rules WHERE id = $1 AND organization_id = $2",
+        rule_id,
+        organization_id,
     )
     return rule_from_row(row) if row else None
 
@@ -236,9 +238,7 @@ def parse_rule_fields(body: dict[str, Any]) -> dict[str, Any]:
         if rate in body:
             fields[rate] = _rate(body[rate], rate)
     if "description" in body:
-        fields["description"] = (
-            optional_text(body, "description", max_length=MAX_DESCRIPTION_LENGTH) or ""
-        )
+        fields["description"] = optional_text(body, "description", max_length=MAX_DESCRIPTION_LENGTH) or ""
     return fields
 
 
@@ -248,7 +248,9 @@ def _check_consistent(effect: str, budget: tuple[int, str] | None, rpm: int | No
         raise bad_request("a deny rule cannot have a budget, rpm or tpm")
 
 
-async def _resolve_subject(tx: Executor, principal: Principal, subject_type: str, subject_id: str | None) -> str:
+async def _resolve_subject(
+    tx: Executor, principal: Principal, subject_type: str, subject_id: str | None
+) -> str:
     """The subject id, checked to name something of the caller's organization (another's reads as unknown)."""
     org_id = principal.organization_id
     if subject_type == "organization":
@@ -282,7 +284,7 @@ async def announce_policy_change(services: CabinetServices, organization_id: str
 
 
 async def create_policy_rule(request: web.Request) -> web.Response:
-    """POST /policy-rules {subjectType, subjectId?, effect, models, budget?, rpm?, tpm?, description?} → 201."""
+    """POST /policy-rules {subjectType, subjectId?, effect, models, budget?, rpm?, tpm?, description?}."""
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
     fields = parse_rule_fields(await read_json_object(request))
@@ -333,7 +335,13 @@ async def create_policy_rule(request: web.Request) -> web.Response:
             rule.updated_at,
         )
         await record(
-            tx, org_id, "policy_rule.created", actor_of(principal), at, target_id=rule.id, details=_summary(rule)
+            tx,
+            org_id,
+            "policy_rule.created",
+            actor_of(principal),
+            at,
+            target_id=rule.id,
+            details=_summary(rule),
         )
     await announce_policy_change(services, org_id)
     return json_response(rule.to_json(), status=201)
@@ -371,7 +379,7 @@ async def update_policy_rule(request: web.Request) -> web.Response:
     principal = await authenticate(request, roles=ADMIN_ROLES)
     rule_id = path_id(request, "id", unknown=_not_found())
     fields = parse_rule_fields(await read_json_object(request))
-    if not fields and "subjectId" not in fields:
+    if not fields:
         raise bad_request(f"give at least one of: {', '.join(sorted(FIELDS))}")
     at = now()
     org_id = principal.organization_id
@@ -449,7 +457,13 @@ async def delete_policy_rule(request: web.Request) -> web.Response:
         await tx.execute("DELETE FROM policy_budget_spend WHERE rule_id = $1", rule.id)
         await tx.execute("DELETE FROM policy_rules WHERE id = $1", rule.id)
         await record(
-            tx, org_id, "policy_rule.deleted", actor_of(principal), now(), target_id=rule.id, details=_summary(rule)
+            tx,
+            org_id,
+            "policy_rule.deleted",
+            actor_of(principal),
+            now(),
+            target_id=rule.id,
+            details=_summary(rule),
         )
     await announce_policy_change(services, org_id)
     return json_response({**rule.to_json(), "deleted": True})

@@ -30,13 +30,17 @@ def verified_email(claims: dict[str, Any], provider: OidcProvider) -> str:
     """The normalised e-mail of the claims: present, verified by the provider, in an allowed domain."""
     email = normalize_email(claims["email"]) if has_email(claims) else None
     if email is None:
-        raise SsoFailure("email_missing", "the provider sent no valid email claim (is the email scope granted?)")
+        raise SsoFailure(
+            "email_missing", "the provider sent no valid email claim (is the email scope granted?)"
+        )
     # Some providers send the boolean as a string; anything but true is unverified.
     if claims.get("email_verified") not in (True, "true"):
         raise SsoFailure("email_not_verified", f"the provider has not verified {email}")
     domain = email.rpartition("@")[2]
     if domain not in provider.settings.allowed_domains:
-        raise SsoFailure("email_domain_not_allowed", f"the e-mail domain {domain} is not allowed for this provider")
+        raise SsoFailure(
+            "email_domain_not_allowed", f"the e-mail domain {domain} is not allowed for this provider"
+        )
     return email
 
 

@@ -61,7 +61,8 @@ async def redeem_code(
     if reply.status != 200:
         error = oauth_error_code(body.get("error") if body else None)
         raise SsoFailure(
-            "token_exchange_failed", f"the token endpoint refused the code (HTTP {reply.status}, error {error})"
+            "token_exchange_failed",
+            f"the token endpoint refused the code (HTTP {reply.status}, error {error})",
         )
     if body is None:
         raise SsoFailure("token_exchange_failed", "the token endpoint's answer is not a JSON object")
@@ -72,7 +73,9 @@ async def redeem_code(
     return TokenResponse(id_token, access_token if isinstance(access_token, str) and access_token else None)
 
 
-async def fetch_userinfo(client: IdpClient, provider: OidcProvider, access_token: str | None) -> dict[str, Any]:
+async def fetch_userinfo(
+    client: IdpClient, provider: OidcProvider, access_token: str | None
+) -> dict[str, Any]:
     """The userinfo claims of the signed-in user (OpenID Connect Core 5.3); raises SsoFailure."""
     endpoint = provider.endpoints.userinfo_endpoint if provider.endpoints else None
     if endpoint is None or access_token is None:

@@ -69,7 +69,9 @@ async def discover(client: IdpClient, issuer: str, token_auth_method: str) -> Pr
     except IdpRequestFailed as exc:
         raise DiscoveryError(f"the issuer is unreachable: GET {url}: {exc}") from exc
     if reply.status != 200:
-        raise DiscoveryError(f"the issuer's discovery document is not available: GET {url} gave HTTP {reply.status}")
+        raise DiscoveryError(
+            f"the issuer's discovery document is not available: GET {url} gave HTTP {reply.status}"
+        )
     document = reply.json_object()
     if document is None:
         raise DiscoveryError(f"the discovery document at {url} is not a valid JSON object")

@@ -51,7 +51,9 @@ class IdpClient:
         """GET `url`; raises IdpRequestFailed when the provider cannot be reached."""
         return await self._send("GET", url, headers=headers)
 
-    async def post_form(self, url: str, form: dict[str, str], headers: dict[str, str] | None = None) -> IdpReply:
+    async def post_form(
+        self, url: str, form: dict[str, str], headers: dict[str, str] | None = None
+    ) -> IdpReply:
         """POST an application/x-www-form-urlencoded body to `url`."""
         return await self._send("POST", url, headers=headers, data=form)
 

@@ -96,7 +96,10 @@ _PARSERS: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
     "issuer": ("issuer", _issuer),
     "clientId": ("client_id", lambda b: required_text(b, "clientId", max_length=MAX_CLIENT_ID_LENGTH)),
     "clientSecret": ("client_secret", _client_secret),
-    "tokenAuthMethod": ("token_auth_method", lambda b: required_choice(b, "tokenAuthMethod", TOKEN_AUTH_METHODS)),
+    "tokenAuthMethod": (
+        "token_auth_method",
+        lambda b: required_choice(b, "tokenAuthMethod", TOKEN_AUTH_METHODS),
+    ),
     "scopes": ("scopes", _scopes),
     "allowedDomains": ("allowed_domains", _allowed_domains),
     "defaultRole": ("default_role", lambda b: required_choice(b, "defaultRole", PROVISIONED_ROLES)),

@@ -116,7 +116,7 @@ async def update_provider(request: web.Request) -> web.Response:
     return json_response(updated.to_json(services.config))
 
 
-async def delete_provider_route(request: web.Request) -> web.Response:
+async def remove_provider(request: web.Request) -> web.Response:
     """DELETE /auth/oidc/providers/{id} (owner/admin): the provider and its logins under way go."""
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)

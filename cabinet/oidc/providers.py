@@ -152,8 +152,10 @@ async def delete_provider(tx: Executor, provider_id: str) -> None:
     await tx.execute("DELETE FROM oidc_providers WHERE id = $1", provider_id)
 
 
-async def provider_in_organization(ex: Executor, organization_id: str, provider_id: str) -> OidcProvider | None:
-    """A provider of this organization; another organization's provider is None, exactly like an unknown id."""
+async def provider_in_organization(
+    ex: Executor, organization_id: str, provider_id: str
+) -> OidcProvider | None:
+    """A provider of this organization; one of another organization is None, like an unknown id."""
     row = await ex.fetchrow(
         f"SELECT {_COLUMNS} FROM oidc_providers WHERE id = $1 AND organization_id = $2",
         provider_id,

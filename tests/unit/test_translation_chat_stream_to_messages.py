@@ -33,12 +33,34 @@ TEXT_STREAM = [
 
 # Two parallel calls, their arguments cut into fragments, as OpenAI streams them.
 TOOL_STREAM = [
-    chunk({"role": "assistant", "content": None, "tool_calls": [
-        {"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+    chunk(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_a",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""},
+                }
+            ],
+        }
+    ),
     chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}),
     chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'ty":"Paris"}'}}]}),
-    chunk({"tool_calls": [
-        {"index": 1, "id": "call_b", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+    chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 1,
+                    "id": "call_b",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""},
+                }
+            ]
+        }
+    ),
     chunk({"tool_calls": [{"index": 1, "function": {"arguments": '{"city":'}}]}),
     chunk({"tool_calls": [{"index": 1, "function": {"arguments": '"London"}'}}]}),
     chunk({}, "tool_calls"),
@@ -90,11 +112,18 @@ MESSAGE_START = (
     },
 )
 PING = ("ping", {"type": "ping"})
-FINAL_USAGE = {"input_tokens": 9, "output_tokens": 4, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+FINAL_USAGE = {
+    "input_tokens": 9,
+    "output_tokens": 4,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 0,
+}
 MESSAGE_STOP = ("message_stop", {"type": "message_stop"})
 
 
-def message_delta(stop_reason: str, stop_sequence: str | None = None, usage: dict = FINAL_USAGE) -> tuple[str, dict]:
+def message_delta(
+    stop_reason: str, stop_sequence: str | None = None, usage: dict = FINAL_USAGE
+) -> tuple[str, dict]:
     return "message_delta", {
         "type": "message_delta",
         "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
@@ -141,11 +170,17 @@ def test_text_then_a_tool_call_gives_a_text_block_then_a_tool_use_block() -> Non
     ]
     events = translate(chunks)
     assert [name for name, _ in events] == [
-        "message_start", "ping",
-        "content_block_start", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_stop",
-        "message_delta", "message_stop",
-    ]  # fmt: skip
+        "message_start",
+        "ping",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     assert events[5] == block_start(1, {"type": "tool_use", "id": "c", "name": "f", "input": {}})
 
 
@@ -215,10 +250,15 @@ def test_a_stream_that_ends_before_its_finish_reason_ends_with_an_error_event() 
 def test_an_upstream_error_in_the_stream_becomes_an_error_event_and_ends_the_translation() -> None:
     error = b'data: {"error":{"message":"The server had an error","type":"server_error"}}\n\n'
     events = translate([chunk({"content": "a"}), error, chunk({"content": "ignored"}), DONE])
-    assert events[-1] == ("error", {"type": "error", "error": {"type": "api_error", "message": "The server had an error"}})
+    assert events[-1] == (
+        "error",
+        {"type": "error", "error": {"type": "api_error", "message": "The server had an error"}},
+    )
     assert all(payload.get("delta", {}).get("text") != "ignored" for _, payload in events)
 
 
 def test_an_error_before_any_content_is_the_only_event() -> None:
     error = b'data: {"error":{"message":"overloaded","type":"server_error"}}\n\n'
-    assert translate([error]) == [("error", {"type": "error", "error": {"type": "api_error", "message": "overloaded"}})]
+    assert translate([error]) == [
+        ("error", {"type": "error", "error": {"type": "api_error", "message": "overloaded"}})
+    ]

@@ -66,7 +66,10 @@ def test_a_temperature_above_the_messages_range_is_clamped() -> None:
 
 
 def test_streaming_is_passed_on() -> None:
-    assert messages_request_of(chat(stream=True, stream_options={"include_usage": True}), "m", 10)["stream"] is True
+    assert (
+        messages_request_of(chat(stream=True, stream_options={"include_usage": True}), "m", 10)["stream"]
+        is True
+    )
 
 
 def test_image_parts_become_image_blocks() -> None:
@@ -81,7 +84,10 @@ def test_image_parts_become_image_blocks() -> None:
             "role": "user",
             "content": [
                 {"type": "text", "text": "Compare"},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"},
+                },
                 {"type": "image", "source": {"type": "url", "url": "https://example.com/b.png"}},
             ],
         }
@@ -95,8 +101,16 @@ def test_a_tool_conversation_becomes_tool_use_and_merged_tool_result_turns() -> 
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
-                {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"London"}'}},
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"London"}'},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
@@ -190,7 +204,12 @@ def test_a_text_message_becomes_a_chat_completion_named_after_the_client_model()
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13, "prompt_tokens_details": {"cached_tokens": 0}},
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 3,
+            "total_tokens": 13,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        },
     }
 
 
@@ -207,8 +226,16 @@ def test_tool_use_blocks_become_tool_calls_and_thinking_is_dropped() -> None:
         "content": None,
         "refusal": None,
         "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
-            {"id": "toolu_2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"London"}'}},
+            {
+                "id": "toolu_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+            },
+            {
+                "id": "toolu_2",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"London"}'},
+            },
         ],
     }
 
@@ -230,7 +257,9 @@ def test_finish_reasons(stop_reason: str, finish_reason: str) -> None:
 
 
 def test_cache_reads_and_writes_count_as_prompt_tokens_and_reads_as_cached() -> None:
-    body = message([{"type": "text", "text": "x"}], cache_read_input_tokens=100, cache_creation_input_tokens=20)
+    body = message(
+        [{"type": "text", "text": "x"}], cache_read_input_tokens=100, cache_creation_input_tokens=20
+    )
     assert completion_of(body, "m")["usage"] == {
         "prompt_tokens": 130,
         "completion_tokens": 3,

@@ -14,15 +14,22 @@ def event(name: str, payload: dict) -> bytes:
 
 def message_start(input_tokens: int = 10, **usage) -> bytes:
     message = {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-upstream", "content": [],
-        "stop_reason": None, "stop_sequence": None,
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-upstream",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": 1, **usage},
-    }  # fmt: skip
+    }
     return event("message_start", {"type": "message_start", "message": message})
 
 
 def block_start(index: int, block: dict) -> bytes:
-    return event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+    return event(
+        "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+    )
 
 
 def delta(index: int, payload: dict) -> bytes:
@@ -34,11 +41,14 @@ def block_stop(index: int) -> bytes:
 
 
 def message_delta(stop_reason: str, output_tokens: int) -> bytes:
-    return event("message_delta", {
-        "type": "message_delta",
-        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-        "usage": {"output_tokens": output_tokens},
-    })  # fmt: skip
+    return event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": output_tokens},
+        },
+    )
 
 
 PING = event("ping", {"type": "ping"})
@@ -113,7 +123,12 @@ def test_usage_is_sent_in_its_own_chunk_only_when_the_client_asked_for_it() -> N
         "object": "chat.completion.chunk",
         "model": "client-model",
         "choices": [],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12, "prompt_tokens_details": {"cached_tokens": 0}},
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "total_tokens": 12,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        },
     }
     assert all("usage" not in chunk for chunk in translate(TEXT_EVENTS) if isinstance(chunk, dict))
 
@@ -121,16 +136,36 @@ def test_usage_is_sent_in_its_own_chunk_only_when_the_client_asked_for_it() -> N
 def test_tool_use_blocks_become_indexed_tool_calls_and_thinking_is_dropped() -> None:
     assert translate(TOOL_EVENTS) == [
         choice_chunk({"role": "assistant", "content": ""}),
-        choice_chunk({"tool_calls": [
-            {"index": 0, "id": "toolu_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+        choice_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "toolu_a",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            }
+        ),
         choice_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}),
         choice_chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'ty":"Paris"}'}}]}),
-        choice_chunk({"tool_calls": [
-            {"index": 1, "id": "toolu_b", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+        choice_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "toolu_b",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            }
+        ),
         choice_chunk({"tool_calls": [{"index": 1, "function": {"arguments": '{"city":"London"}'}}]}),
         choice_chunk({}, "tool_calls"),
         b"[DONE]",
-    ]  # fmt: skip
+    ]
 
 
 def test_the_same_chunks_come_out_when_the_upstream_bytes_arrive_one_at_a_time() -> None:
@@ -160,13 +195,20 @@ def test_a_max_tokens_stop_finishes_with_length() -> None:
 def test_cache_reads_count_as_cached_prompt_tokens_in_the_usage_chunk() -> None:
     events = [message_start(4, cache_read_input_tokens=50, cache_creation_input_tokens=6), *TEXT_EVENTS[1:]]
     usage = translate(events, include_usage=True)[-2]["usage"]
-    assert usage == {"prompt_tokens": 60, "completion_tokens": 2, "total_tokens": 62, "prompt_tokens_details": {"cached_tokens": 50}}
+    assert usage == {
+        "prompt_tokens": 60,
+        "completion_tokens": 2,
+        "total_tokens": 62,
+        "prompt_tokens_details": {"cached_tokens": 50},
+    }
 
 
 def test_an_upstream_error_event_becomes_an_error_chunk_and_ends_the_translation() -> None:
     error = event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
     chunks = translate([*TEXT_EVENTS[:4], error, *TEXT_EVENTS[4:]])
-    assert chunks[-1] == {"error": {"message": "Overloaded", "type": "server_error", "code": "upstream_unavailable"}}
+    assert chunks[-1] == {
+        "error": {"message": "Overloaded", "type": "server_error", "code": "upstream_unavailable"}
+    }
     assert b"[DONE]" not in chunks
 
 

@@ -23,7 +23,12 @@ WEATHER_FUNCTION = {
 
 
 def request(**fields) -> dict:
-    return {"model": "client-model", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], **fields}
+    return {
+        "model": "client-model",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+        **fields,
+    }
 
 
 # -- request -----------------------------------------------------------------------------------------
@@ -35,7 +40,10 @@ def test_a_text_request_with_a_system_string_and_sampling_parameters() -> None:
         messages=[
             {"role": "user", "content": "Hello"},
             {"role": "assistant", "content": "Hi!"},
-            {"role": "user", "content": [{"type": "text", "text": "Tell me"}, {"type": "text", "text": "a joke"}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Tell me"}, {"type": "text", "text": "a joke"}],
+            },
         ],
         temperature=0.2,
         top_p=0.9,
@@ -122,7 +130,11 @@ def test_tools_become_functions_and_a_tool_conversation_keeps_its_call_ids() -> 
             "role": "assistant",
             "content": "Checking.",
             "tool_calls": [
-                {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                },
                 {
                     "id": "toolu_2",
                     "type": "function",
@@ -153,7 +165,10 @@ def test_an_assistant_turn_of_tool_calls_only_has_null_content() -> None:
 
 def test_a_failed_tool_result_tells_the_model_it_failed() -> None:
     messages = [
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "boom", "is_error": True}]}
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t", "content": "boom", "is_error": True}],
+        }
     ]
     chat = chat_request_of(request(messages=messages), "m")
     assert chat["messages"] == [{"role": "tool", "tool_call_id": "t", "content": "Error: boom"}]
@@ -167,7 +182,10 @@ def test_an_image_in_a_tool_result_moves_to_the_user_message_after_the_tool_mess
     chat = chat_request_of(request(messages=messages), "m")
     assert chat["messages"] == [
         {"role": "tool", "tool_call_id": "t", "content": ""},
-        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/chart.png"}}]},
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "https://example.com/chart.png"}}],
+        },
     ]
 
 
@@ -195,7 +213,9 @@ def test_disabling_parallel_tool_use_turns_off_parallel_tool_calls() -> None:
 
 def test_a_tool_without_input_schema_gets_an_empty_object_schema() -> None:
     chat = chat_request_of(request(tools=[{"name": "now"}]), "m")
-    assert chat["tools"] == [{"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
+    assert chat["tools"] == [
+        {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}
+    ]
 
 
 def test_thinking_blocks_of_an_earlier_turn_are_left_out() -> None:
@@ -203,11 +223,17 @@ def test_thinking_blocks_of_an_earlier_turn_are_left_out() -> None:
         {"role": "user", "content": "hi"},
         {
             "role": "assistant",
-            "content": [{"type": "thinking", "thinking": "hmm", "signature": "s"}, {"type": "text", "text": "Hello"}],
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                {"type": "text", "text": "Hello"},
+            ],
         },
         {"role": "user", "content": "again"},
     ]
-    assert chat_request_of(request(messages=messages), "m")["messages"][1] == {"role": "assistant", "content": "Hello"}
+    assert chat_request_of(request(messages=messages), "m")["messages"][1] == {
+        "role": "assistant",
+        "content": "Hello",
+    }
 
 
 def test_a_server_tool_cannot_be_translated() -> None:
@@ -248,7 +274,12 @@ def test_a_text_answer_becomes_a_message_named_after_the_client_model() -> None:
         "content": [{"type": "text", "text": "Hello there"}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": 12, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        "usage": {
+            "input_tokens": 12,
+            "output_tokens": 5,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
     }
 
 
@@ -257,8 +288,16 @@ def test_parallel_tool_calls_become_tool_use_blocks_with_parsed_input() -> None:
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
-            {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "London"}'}},
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+            },
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "London"}'},
+            },
         ],
     }
     answer = message_of(completion(message, "tool_calls"), "m")
@@ -280,7 +319,10 @@ def test_text_before_a_tool_call_stays_first() -> None:
 
 
 def test_unparseable_tool_arguments_give_an_empty_input() -> None:
-    message = {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}]}
+    message = {
+        "role": "assistant",
+        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}],
+    }
     assert message_of(completion(message, "tool_calls"), "m")["content"][0]["input"] == {}
 
 
@@ -298,8 +340,12 @@ def test_unparseable_tool_arguments_give_an_empty_input() -> None:
         ("stop", {"stop_reason": 128009}, "end_turn", None),
     ],
 )
-def test_stop_reasons(finish_reason: str, choice_fields: dict, stop_reason: str, stop_sequence: str | None) -> None:
-    answer = message_of(completion({"role": "assistant", "content": "x"}, finish_reason, **choice_fields), "m")
+def test_stop_reasons(
+    finish_reason: str, choice_fields: dict, stop_reason: str, stop_sequence: str | None
+) -> None:
+    answer = message_of(
+        completion({"role": "assistant", "content": "x"}, finish_reason, **choice_fields), "m"
+    )
     assert (answer["stop_reason"], answer["stop_sequence"]) == (stop_reason, stop_sequence)
 
 
@@ -315,5 +361,7 @@ def test_cached_prompt_tokens_are_reported_apart_from_input_tokens() -> None:
 
 
 def test_a_refusal_is_reported_as_text() -> None:
-    answer = message_of(completion({"role": "assistant", "content": None, "refusal": "I can't."}, "stop"), "m")
+    answer = message_of(
+        completion({"role": "assistant", "content": None, "refusal": "I can't."}, "stop"), "m"
+    )
     assert answer["content"] == [{"type": "text", "text": "I can't."}]

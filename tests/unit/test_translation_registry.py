@@ -64,7 +64,9 @@ def test_disabled_thinking_does_not() -> None:
                         {
                             "type": "tool_result",
                             "tool_use_id": "t",
-                            "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}],
+                            "content": [
+                                {"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}
+                            ],
                         }
                     ],
                 }
@@ -83,7 +85,10 @@ def test_top_level_automatic_caching_needs_a_native_row() -> None:
 def test_a_tool_parameter_or_tool_input_named_cache_control_is_not_caching() -> None:
     schema = {"type": "object", "properties": {"cache_control": {"type": "string"}}}
     call = {"type": "tool_use", "id": "t", "name": "f", "input": {"cache_control": "no-store"}}
-    payload = {"tools": [{"name": "f", "input_schema": schema}], "messages": [{"role": "assistant", "content": [call]}]}
+    payload = {
+        "tools": [{"name": "f", "input_schema": schema}],
+        "messages": [{"role": "assistant", "content": [call]}],
+    }
     assert feature(payload) is None
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from proxy.translation.sse import SseEvent, SseParser
 
 STREAM = (
-    b"event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
+    b'event: message_start\ndata: {"type":"message_start"}\n\n'
     b": keep-alive comment\n\n"
-    b"data: {\"n\":1}\n\n"
+    b'data: {"n":1}\n\n'
     b"event: ping\ndata: {}\n\n"
     b"data: [DONE]\n\n"
 )
@@ -42,7 +42,7 @@ def test_events_split_at_odd_boundaries_come_out_whole() -> None:
 
 def test_an_event_is_held_back_until_its_blank_line_arrives() -> None:
     parser = SseParser()
-    assert parser.feed(b"data: {\"a\":") == []
+    assert parser.feed(b'data: {"a":') == []
     assert parser.feed(b"1}\n") == []
     assert parser.feed(b"\n") == [SseEvent(None, b'{"a":1}')]
 

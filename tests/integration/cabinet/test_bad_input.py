@@ -156,7 +156,7 @@ async def test_a_nul_character_in_a_login_email_is_400_not_a_storage_error(cabin
 
 
 async def test_unknown_api_paths_are_404_not_found(cabinet: Cabinet) -> None:
-    for path in ("/nope", "/organization/api-keys/key_x/unrevoke", "/auth/oidc/google/login"):
+    for path in ("/nope", "/organization/api-keys/key_x/unrevoke", "/auth/oidc/google/logout"):
         reply = await cabinet.call("GET", path)
 
         assert (reply.status, reply.body) == (404, {"error": "not found"}), path

@@ -7,7 +7,16 @@ import pytest
 from cabinet.app import ROUTES
 from tests.integration.cabinet.cabinet_client import Cabinet
 
-PUBLIC = {"/auth/register", "/auth/login", "/invitations/accept", "/openapi.json"}
+PUBLIC = {
+    "/auth/register",
+    "/auth/login",
+    "/invitations/accept",
+    "/openapi.json",
+    # Single sign-on: the browser arrives without a token (tests/integration/oidc covers these).
+    "/auth/oidc/{providerId}/login",
+    "/auth/oidc/callback",
+    "/auth/oidc/exchange",
+}
 BEARER_ROUTES = sorted({(r.method, r.path) for r in ROUTES if r.path not in PUBLIC})
 
 

@@ -57,8 +57,19 @@ async def test_every_schema_reference_resolves(db: Database) -> None:
         assert ref.removeprefix("#/components/schemas/") in schemas, ref
 
 
-async def test_oidc_endpoints_are_not_part_of_this_document(db: Database) -> None:
-    assert not [path for path in openapi_document()["paths"] if "oidc" in path]
+async def test_the_oidc_endpoints_of_the_description_are_documented(db: Database) -> None:
+    paths = openapi_document()["paths"]
+
+    assert "get" in paths["/api/auth/oidc/{providerId}/login"]
+    assert "get" in paths["/api/auth/oidc/callback"]
+    assert "post" in paths["/api/auth/oidc/providers/{id}/discover"]
+
+
+async def test_the_oidc_client_secret_is_write_only(db: Database) -> None:
+    schemas = openapi_document()["components"]["schemas"]
+
+    assert schemas["OidcProviderRequest"]["properties"]["clientSecret"]["writeOnly"] is True
+    assert "clientSecret" not in schemas["OidcProvider"]["properties"]
 
 
 async def test_the_api_key_object_is_documented_with_the_fields_of_the_description(db: Database) -> None:

@@ -135,15 +135,21 @@ def tenant(gateway: ThreadedGateway) -> Tenant:
 
 
 @pytest.fixture
-def claude_sdk(gateway: ThreadedGateway, tenant: Tenant) -> anthropic.Anthropic:
+def claude_sdk(gateway: ThreadedGateway, tenant: Tenant) -> Iterator[anthropic.Anthropic]:
     """The official anthropic SDK pointed at the gateway; no retries, short timeout so a hang fails."""
-    return anthropic.Anthropic(base_url=gateway.base_url, api_key=tenant.api_key, max_retries=0, timeout=10)
+    with anthropic.Anthropic(
+        base_url=gateway.base_url, api_key=tenant.api_key, max_retries=0, timeout=10
+    ) as sdk:
+        yield sdk
 
 
 @pytest.fixture
-def openai_sdk(gateway: ThreadedGateway, tenant: Tenant) -> openai.OpenAI:
+def openai_sdk(gateway: ThreadedGateway, tenant: Tenant) -> Iterator[openai.OpenAI]:
     """The official openai SDK pointed at the gateway; no retries."""
-    return openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=0, timeout=10)
+    with openai.OpenAI(
+        base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=0, timeout=10
+    ) as sdk:
+        yield sdk
 
 
 @pytest.fixture

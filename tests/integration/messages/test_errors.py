@@ -37,7 +37,9 @@ def test_a_missing_max_tokens_is_a_400_in_envelope_b(http, oai, anth) -> None:
 def test_a_zero_max_tokens_is_a_bad_request_for_the_sdk(claude_sdk) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
         claude_sdk.messages.create(model="claude-native", max_tokens=0, messages=HELLO)
-    assert caught.value.body == envelope_b("invalid_request_error", "max_tokens: must be an integer of at least 1")
+    assert caught.value.body == envelope_b(
+        "invalid_request_error", "max_tokens: must be an integer of at least 1"
+    )
 
 
 def test_empty_messages_are_a_bad_request_for_the_sdk(claude_sdk) -> None:
@@ -71,9 +73,10 @@ def test_a_wrong_key_is_an_authentication_error(gateway) -> None:
 
 def test_a_missing_key_is_a_401_in_envelope_b(gateway) -> None:
     reply = httpx.post(
-        f"{gateway.base_url}{MESSAGES_PATH}", timeout=10,
+        f"{gateway.base_url}{MESSAGES_PATH}",
+        timeout=10,
         json={"model": "claude-native", "max_tokens": 10, "messages": HELLO},
-    )  # fmt: skip
+    )
     assert reply.status_code == 401
     assert_envelope_b(reply.json(), "authentication_error")
 
@@ -94,7 +97,9 @@ def test_a_model_that_does_not_serve_messages_is_not_found(claude_sdk, oai) -> N
 def test_a_body_over_4_mib_is_a_413_in_envelope_b(claude_sdk) -> None:
     huge = "x" * (4 * 1024 * 1024 + 1)
     with pytest.raises(anthropic.ContentTooLargeError) as caught:
-        claude_sdk.messages.create(model="claude-native", max_tokens=10, messages=[{"role": "user", "content": huge}])
+        claude_sdk.messages.create(
+            model="claude-native", max_tokens=10, messages=[{"role": "user", "content": huge}]
+        )
     assert caught.value.status_code == 413
     assert_envelope_b(caught.value.body, "request_too_large")
 
@@ -145,7 +150,10 @@ def test_an_openai_style_400_from_a_translated_row_is_normalised_into_envelope_b
 
 
 def test_an_openai_style_422_keeps_its_status_and_message_in_envelope_b(http, oai) -> None:
-    oai.add_fault(CHAT_PATH, Fault(status=422, body={"error": {"message": "bad schema", "type": "invalid_request_error"}}))
+    oai.add_fault(
+        CHAT_PATH,
+        Fault(status=422, body={"error": {"message": "bad schema", "type": "invalid_request_error"}}),
+    )
     reply = http.post(MESSAGES_PATH, json={"model": "gpt-translated", "max_tokens": 10, "messages": HELLO})
     assert reply.status_code == 422
     assert reply.json() == envelope_b("invalid_request_error", "bad schema")
@@ -162,16 +170,20 @@ def test_an_anthropic_style_400_from_a_native_row_keeps_its_message(claude_sdk, 
 # -- errors in the middle of a stream ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("model", "fake", "path"), [
-    ("gpt-translated", "oai", CHAT_PATH),
-    ("claude-native", "anth", MESSAGES_PATH),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "fake", "path"),
+    [
+        ("gpt-translated", "oai", CHAT_PATH),
+        ("claude-native", "anth", MESSAGES_PATH),
+    ],
+)
 def test_a_stream_broken_by_the_provider_ends_with_an_error_event(
     request, claude_sdk, model: str, fake: str, path: str
 ) -> None:
     request.getfixturevalue(fake).add_fault(path, Fault(disconnect_after_chunks=4))
     received = []
-    with pytest.raises(anthropic.APIStatusError) as caught:  # raised from the `error` event, not a broken socket
+    # Raised from the `error` event: a broken socket would be an APIConnectionError instead.
+    with pytest.raises(anthropic.APIStatusError) as caught:
         with claude_sdk.messages.stream(model=model, max_tokens=50, messages=HELLO) as stream:
             received.extend(stream.text_stream)
     assert received  # the text before the break still reached the client

@@ -14,23 +14,39 @@ CHAT_PATH = "/v1/chat/completions"
 # block inside a tool_result.
 CACHED_REQUESTS = {
     "top level": {"cache_control": EPHEMERAL, "messages": HELLO},
-    "system": {"system": [{"type": "text", "text": "a long preamble", "cache_control": EPHEMERAL}], "messages": HELLO},
+    "system": {
+        "system": [{"type": "text", "text": "a long preamble", "cache_control": EPHEMERAL}],
+        "messages": HELLO,
+    },
     "tools": {
         "tools": [{"name": "get_weather", "input_schema": {"type": "object"}, "cache_control": EPHEMERAL}],
         "messages": HELLO,
     },
-    "message": {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": EPHEMERAL}]}]},
+    "message": {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": EPHEMERAL}]}
+        ]
+    },
     "tool result": {
         "messages": [
             {"role": "user", "content": "weather?"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "w", "input": {}}]},
-            {"role": "user", "content": [{
-                "type": "tool_result", "tool_use_id": "toolu_1",
-                "content": [{"type": "text", "text": "18 C", "cache_control": EPHEMERAL}],
-            }]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "w", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "18 C", "cache_control": EPHEMERAL}],
+                    }
+                ],
+            },
         ],
     },
-}  # fmt: skip
+}
 
 
 def messages_body(model: str, **fields) -> dict:
@@ -45,7 +61,9 @@ def test_a_thinking_request_on_a_mixed_model_skips_its_openai_row(claude_sdk, oa
 
 
 def test_a_streamed_thinking_request_on_a_mixed_model_skips_its_openai_row(claude_sdk, oai) -> None:
-    with claude_sdk.messages.stream(model="mixed", max_tokens=2048, messages=HELLO, thinking=THINKING) as stream:
+    with claude_sdk.messages.stream(
+        model="mixed", max_tokens=2048, messages=HELLO, thinking=THINKING
+    ) as stream:
         final = stream.get_final_message()
     assert final.content[0].type == "thinking"
     assert oai.requests == []
@@ -74,7 +92,9 @@ def test_a_thinking_request_with_only_openai_rows_is_refused_in_envelope_b(claud
 
 
 @pytest.mark.parametrize("where", CACHED_REQUESTS)
-def test_a_cache_control_request_with_only_openai_rows_is_refused_in_envelope_b(http, oai, where: str) -> None:
+def test_a_cache_control_request_with_only_openai_rows_is_refused_in_envelope_b(
+    http, oai, where: str
+) -> None:
     reply = http.post("/v1/messages", json=messages_body("gpt-translated", **CACHED_REQUESTS[where]))
     assert reply.status_code == 400
     body = reply.json()
@@ -93,7 +113,9 @@ def test_disabled_thinking_may_be_translated(claude_sdk, oai) -> None:
 
 
 def test_a_provider_object_that_leaves_only_openai_rows_explains_why_thinking_is_refused(http, oai) -> None:
-    reply = http.post("/v1/messages", json=messages_body("mixed", thinking=THINKING, provider={"only": "openai"}))
+    reply = http.post(
+        "/v1/messages", json=messages_body("mixed", thinking=THINKING, provider={"only": "openai"})
+    )
     assert reply.status_code == 400
     assert reply.json()["type"] == "error"
     assert "'provider' object" in reply.json()["error"]["message"]

@@ -1,4 +1,4 @@
-"""The official anthropic SDK on native rows: the request goes through as is, the answer comes back untouched."""
+"""The official anthropic SDK on native rows: the request goes as is, the answer comes back untouched."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import orjson
 from tests.integration.messages.conftest import UPSTREAM_KEY
 
 HELLO = [{"role": "user", "content": "hello there"}]
-WEATHER_TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 
 
 def test_a_message_is_answered_by_the_anthropic_kind_row(claude_sdk, anth, oai) -> None:
@@ -22,21 +25,38 @@ def test_a_message_is_answered_by_the_anthropic_kind_row(claude_sdk, anth, oai) 
 
 def test_the_request_reaches_the_provider_as_sent_with_only_the_model_renamed(claude_sdk, anth) -> None:
     claude_sdk.messages.create(
-        model="claude-native", max_tokens=50, messages=HELLO, system="Be brief.", extra_body={"top_k": 3},
-        metadata={"user_id": "u-1"}, stop_sequences=["END"],
-    )  # fmt: skip
+        model="claude-native",
+        max_tokens=50,
+        messages=HELLO,
+        system="Be brief.",
+        extra_body={"top_k": 3},
+        metadata={"user_id": "u-1"},
+        stop_sequences=["END"],
+    )
     sent = anth.requests_to("/v1/messages")[-1].json
     assert sent == {
-        "model": "claude-upstream", "max_tokens": 50, "messages": HELLO, "system": "Be brief.", "top_k": 3,
-        "metadata": {"user_id": "u-1"}, "stop_sequences": ["END"],
-    }  # fmt: skip
+        "model": "claude-upstream",
+        "max_tokens": 50,
+        "messages": HELLO,
+        "system": "Be brief.",
+        "top_k": 3,
+        "metadata": {"user_id": "u-1"},
+        "stop_sequences": ["END"],
+    }
 
 
-def test_the_provider_gets_its_own_key_and_the_clients_version_and_beta_headers(claude_sdk, anth, tenant) -> None:
+def test_the_provider_gets_its_own_key_and_the_clients_version_and_beta_headers(
+    claude_sdk, anth, tenant
+) -> None:
     claude_sdk.messages.create(
-        model="claude-native", max_tokens=50, messages=HELLO,
-        extra_headers={"anthropic-version": "2023-06-01", "anthropic-beta": "token-efficient-tools-2025-02-19"},
-    )  # fmt: skip
+        model="claude-native",
+        max_tokens=50,
+        messages=HELLO,
+        extra_headers={
+            "anthropic-version": "2023-06-01",
+            "anthropic-beta": "token-efficient-tools-2025-02-19",
+        },
+    )
     headers = anth.requests_to("/v1/messages")[-1].headers
     assert headers["x-api-key"] == UPSTREAM_KEY
     assert headers["anthropic-version"] == "2023-06-01"
@@ -51,8 +71,11 @@ def test_the_answer_is_relayed_untouched(http, anth) -> None:
     assert body["model"] == "claude-upstream"  # the provider's own answer, not rewritten
     assert body["id"].startswith("msg_")
     assert body["usage"] == {
-        "input_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 3,
-    }  # fmt: skip
+        "input_tokens": 5,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 3,
+    }
 
 
 def test_a_stream_is_relayed_event_by_event_for_the_sdk_helpers(claude_sdk) -> None:
@@ -77,28 +100,42 @@ def test_the_raw_stream_carries_the_providers_events_unchanged(http) -> None:
 
 def test_tool_use_and_the_tool_result_round_trip(claude_sdk, anth) -> None:
     first = claude_sdk.messages.create(
-        model="claude-native", max_tokens=100, tools=[WEATHER_TOOL],
+        model="claude-native",
+        max_tokens=100,
+        tools=[WEATHER_TOOL],
         messages=[{"role": "user", "content": "weather in Paris?"}],
-    )  # fmt: skip
+    )
     assert first.stop_reason == "tool_use"
     call = first.content[0]
     assert (call.type, call.name, call.input) == ("tool_use", "get_weather", {"city": "Paris"})
     second = claude_sdk.messages.create(
-        model="claude-native", max_tokens=100, tools=[WEATHER_TOOL],
+        model="claude-native",
+        max_tokens=100,
+        tools=[WEATHER_TOOL],
         messages=[
             {"role": "user", "content": "weather in Paris?"},
-            {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+            {
+                "role": "assistant",
+                "content": [block.model_dump(exclude_none=True) for block in first.content],
+            },
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "18 C"}]},
         ],
-    )  # fmt: skip
+    )
     assert second.stop_reason == "end_turn"
     sent = anth.requests_to("/v1/messages")[-1].json
-    assert sent["messages"][2]["content"][0] == {"type": "tool_result", "tool_use_id": call.id, "content": "18 C"}
+    assert sent["messages"][2]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": call.id,
+        "content": "18 C",
+    }
 
 
 def test_extended_thinking_is_served(claude_sdk) -> None:
     message = claude_sdk.messages.create(
-        model="claude-native", max_tokens=2048, messages=HELLO, thinking={"type": "enabled", "budget_tokens": 1024}
+        model="claude-native",
+        max_tokens=2048,
+        messages=HELLO,
+        thinking={"type": "enabled", "budget_tokens": 1024},
     )
     assert [block.type for block in message.content] == ["thinking", "text"]
     assert message.content[0].signature
@@ -120,7 +157,10 @@ def test_tokens_are_counted_by_the_native_row(claude_sdk, anth) -> None:
 
 def test_an_openai_kind_provider_flagged_native_gets_messages_untranslated(claude_sdk, compat) -> None:
     message = claude_sdk.messages.create(
-        model="compat-native", max_tokens=2048, messages=HELLO, thinking={"type": "enabled", "budget_tokens": 1024}
+        model="compat-native",
+        max_tokens=2048,
+        messages=HELLO,
+        thinking={"type": "enabled", "budget_tokens": 1024},
     )
     assert [block.type for block in message.content] == ["thinking", "text"]
     sent = compat.requests_to("/v1/messages")[-1]
@@ -133,20 +173,25 @@ def test_a_native_openai_kind_provider_gets_the_configured_version_when_the_clie
     gateway, tenant, compat
 ) -> None:
     reply = httpx.post(
-        f"{gateway.base_url}/v1/messages", headers={"x-api-key": tenant.api_key}, timeout=10,
+        f"{gateway.base_url}/v1/messages",
+        headers={"x-api-key": tenant.api_key},
+        timeout=10,
         json={"model": "compat-native", "max_tokens": 50, "messages": HELLO},
-    )  # fmt: skip
+    )
     assert reply.status_code == 200, reply.text
     assert compat.requests_to("/v1/messages")[-1].headers["anthropic-version"] == "2023-06-01"
 
 
 def test_the_anthropic_sdk_streams_a_native_tool_call(claude_sdk) -> None:
     with claude_sdk.messages.stream(
-        model="claude-native", max_tokens=100, tools=[WEATHER_TOOL],
+        model="claude-native",
+        max_tokens=100,
+        tools=[WEATHER_TOOL],
         messages=[{"role": "user", "content": "weather in parallel please"}],
-    ) as stream:  # fmt: skip
+    ) as stream:
         final = stream.get_final_message()
     assert [(b.name, b.input) for b in final.content] == [
-        ("get_weather", {"city": "Paris"}), ("get_weather", {"city": "London"}),
-    ]  # fmt: skip
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "London"}),
+    ]
     assert isinstance(final, anthropic.types.Message)

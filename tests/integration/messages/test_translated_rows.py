@@ -32,9 +32,14 @@ def test_a_message_is_answered_through_chat_completions(claude_sdk, oai, anth) -
 
 def test_the_chat_request_carries_the_translated_parameters(claude_sdk, oai) -> None:
     claude_sdk.messages.create(
-        model="gpt-translated", max_tokens=50, messages=HELLO, system="Be brief.",
-        extra_body={"temperature": 0.5, "top_p": 0.9}, stop_sequences=["STOP"], metadata={"user_id": "user-7"},
-    )  # fmt: skip
+        model="gpt-translated",
+        max_tokens=50,
+        messages=HELLO,
+        system="Be brief.",
+        extra_body={"temperature": 0.5, "top_p": 0.9},
+        stop_sequences=["STOP"],
+        metadata={"user_id": "user-7"},
+    )
     record = oai.requests_to(CHAT_PATH)[-1]
     assert record.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
     assert record.json == {
@@ -56,7 +61,10 @@ def test_a_max_tokens_cut_is_reported_as_max_tokens(claude_sdk) -> None:
 
 def test_a_stop_sequence_cut_that_the_provider_does_not_name_is_an_end_turn(claude_sdk, oai) -> None:
     message = claude_sdk.messages.create(
-        model="gpt-translated", max_tokens=50, stop_sequences=["END"], messages=[{"role": "user", "content": "a END b"}]
+        model="gpt-translated",
+        max_tokens=50,
+        stop_sequences=["END"],
+        messages=[{"role": "user", "content": "a END b"}],
     )
     assert message.content[0].text == "echo: a "
     assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
@@ -96,10 +104,16 @@ def test_the_raw_stream_is_a_well_formed_messages_event_sequence(http) -> None:
         raw = reply.read().decode()
     names = [line[7:] for line in raw.splitlines() if line.startswith("event: ")]
     assert names == [
-        "message_start", "ping", "content_block_start",
-        "content_block_delta", "content_block_delta", "content_block_delta",
-        "content_block_stop", "message_delta", "message_stop",
-    ]  # fmt: skip
+        "message_start",
+        "ping",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
 
 
 def test_the_first_delta_reaches_the_client_while_the_upstream_is_still_streaming(claude_sdk, oai) -> None:
@@ -120,9 +134,12 @@ def test_the_first_delta_reaches_the_client_while_the_upstream_is_still_streamin
 
 def test_a_tool_call_becomes_tool_use_with_parsed_input(claude_sdk, oai) -> None:
     message = claude_sdk.messages.create(
-        model="gpt-translated", max_tokens=100, tools=[WEATHER_TOOL], tool_choice={"type": "any"},
+        model="gpt-translated",
+        max_tokens=100,
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "any"},
         messages=[{"role": "user", "content": "weather in Paris?"}],
-    )  # fmt: skip
+    )
     assert message.stop_reason == "tool_use"
     [call] = message.content
     assert (call.type, call.name, call.input) == ("tool_use", "get_weather", {"city": "Paris"})
@@ -142,20 +159,31 @@ def test_a_tool_call_becomes_tool_use_with_parsed_input(claude_sdk, oai) -> None
 
 def test_a_tool_result_is_sent_back_as_a_tool_message(claude_sdk, oai) -> None:
     first = claude_sdk.messages.create(
-        model="gpt-translated", max_tokens=100, tools=[WEATHER_TOOL],
+        model="gpt-translated",
+        max_tokens=100,
+        tools=[WEATHER_TOOL],
         messages=[{"role": "user", "content": "weather in Paris?"}],
-    )  # fmt: skip
+    )
     call = first.content[0]
     second = claude_sdk.messages.create(
-        model="gpt-translated", max_tokens=100, tools=[WEATHER_TOOL],
+        model="gpt-translated",
+        max_tokens=100,
+        tools=[WEATHER_TOOL],
         messages=[
             {"role": "user", "content": "weather in Paris?"},
             {"role": "assistant", "content": [call.model_dump(exclude_none=True)]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": call.id, "content": [{"type": "text", "text": "18 C"}]},
-            ]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call.id,
+                        "content": [{"type": "text", "text": "18 C"}],
+                    },
+                ],
+            },
         ],
-    )  # fmt: skip
+    )
     assert second.stop_reason == "end_turn"
     messages = sent_chat(oai)["messages"]
     assert messages[1]["tool_calls"][0]["id"] == call.id
@@ -164,18 +192,23 @@ def test_a_tool_result_is_sent_back_as_a_tool_message(claude_sdk, oai) -> None:
 
 def test_disabling_parallel_tool_use_reaches_the_provider(claude_sdk, oai) -> None:
     claude_sdk.messages.create(
-        model="gpt-translated", max_tokens=100, tools=[WEATHER_TOOL],
-        tool_choice={"type": "auto", "disable_parallel_tool_use": True}, messages=HELLO,
-    )  # fmt: skip
+        model="gpt-translated",
+        max_tokens=100,
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        messages=HELLO,
+    )
     assert sent_chat(oai)["parallel_tool_calls"] is False
 
 
 def test_parallel_tool_calls_stream_as_several_tool_use_blocks(claude_sdk) -> None:
     seen_json = []
     with claude_sdk.messages.stream(
-        model="gpt-translated", max_tokens=100, tools=[WEATHER_TOOL],
+        model="gpt-translated",
+        max_tokens=100,
+        tools=[WEATHER_TOOL],
         messages=[{"role": "user", "content": "weather in parallel please"}],
-    ) as stream:  # fmt: skip
+    ) as stream:
         for event in stream:
             if event.type == "input_json":
                 seen_json.append(event.partial_json)

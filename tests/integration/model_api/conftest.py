@@ -15,8 +15,16 @@ from tests.support.gateway import Tenant, ThreadedGateway, register_tenant, writ
 UPSTREAM_KEY = "upstream-secret-key"
 
 
-def gateway_toml(storage_url: str, primary: FakeUpstream, secondary: FakeUpstream, anthropic: FakeUpstream,
-                 *, extra: str = "", timeout: float = 3.0, cooldown_seconds: float = 30.0) -> str:
+def gateway_toml(
+    storage_url: str,
+    primary: FakeUpstream,
+    secondary: FakeUpstream,
+    anthropic: FakeUpstream,
+    *,
+    extra: str = "",
+    timeout: float = 3.0,
+    cooldown_seconds: float = 30.0,
+) -> str:
     """Two OpenAI-kind providers on distinct hosts (127.0.0.1 / localhost), one Anthropic-kind, and mock.
 
     `timeout` is the first-byte and read timeout of the OpenAI-kind providers.
@@ -41,7 +49,7 @@ read_timeout = {timeout}
 [[providers]]
 name = "beta"
 kind = "openai"
-base_url = "{secondary.base_url.replace('127.0.0.1', 'localhost')}/v1"
+base_url = "{secondary.base_url.replace("127.0.0.1", "localhost")}/v1"
 api_key = "{UPSTREAM_KEY}"
 connect_timeout = 2.0
 first_byte_timeout = {timeout}
@@ -114,8 +122,11 @@ tpm = 0
 
 @pytest.fixture
 def upstreams() -> Iterator[tuple[FakeUpstream, FakeUpstream, FakeUpstream]]:
-    with FakeUpstream("alpha", api_key=UPSTREAM_KEY) as a, FakeUpstream("beta", api_key=UPSTREAM_KEY) as b, \
-            FakeUpstream("claude", api_key=UPSTREAM_KEY) as c:
+    with (
+        FakeUpstream("alpha", api_key=UPSTREAM_KEY) as a,
+        FakeUpstream("beta", api_key=UPSTREAM_KEY) as b,
+        FakeUpstream("claude", api_key=UPSTREAM_KEY) as c,
+    ):
         yield a, b, c
 
 
@@ -136,8 +147,9 @@ def claude(upstreams) -> FakeUpstream:
 
 @pytest.fixture
 def gateway(tmp_path: Path, upstreams) -> Iterator[ThreadedGateway]:
-    config = write_config(tmp_path / "modelgate.toml",
-                          gateway_toml(f"sqlite:///{tmp_path / 'gw.db'}", *upstreams))
+    config = write_config(
+        tmp_path / "modelgate.toml", gateway_toml(f"sqlite:///{tmp_path / 'gw.db'}", *upstreams)
+    )
     with ThreadedGateway(config) as running:
         yield running
 
@@ -180,16 +192,18 @@ def client(gateway: ThreadedGateway, tenant: Tenant) -> Iterator[openai.OpenAI]:
 @pytest.fixture
 def http(gateway: ThreadedGateway, tenant: Tenant) -> Iterator[httpx.Client]:
     """Raw HTTP to the gateway with the tenant's key as a Bearer token."""
-    with httpx.Client(base_url=gateway.base_url, timeout=30,
-                      headers={"authorization": f"Bearer {tenant.api_key}"}) as raw:
+    with httpx.Client(
+        base_url=gateway.base_url, timeout=30, headers={"authorization": f"Bearer {tenant.api_key}"}
+    ) as raw:
         yield raw
 
 
 @pytest.fixture
 def other_http(gateway: ThreadedGateway, other_tenant: Tenant) -> Iterator[httpx.Client]:
     """Raw HTTP to the gateway as the second organization."""
-    with httpx.Client(base_url=gateway.base_url, timeout=30,
-                      headers={"authorization": f"Bearer {other_tenant.api_key}"}) as raw:
+    with httpx.Client(
+        base_url=gateway.base_url, timeout=30, headers={"authorization": f"Bearer {other_tenant.api_key}"}
+    ) as raw:
         yield raw
 
 
@@ -200,8 +214,9 @@ def tenant_on() -> Iterator[Callable[[ThreadedGateway], httpx.Client]]:
 
     def open_for(running: ThreadedGateway) -> httpx.Client:
         key = register_tenant(running.base_url).api_key
-        opened.append(httpx.Client(base_url=running.base_url, timeout=30,
-                                   headers={"authorization": f"Bearer {key}"}))
+        opened.append(
+            httpx.Client(base_url=running.base_url, timeout=30, headers={"authorization": f"Bearer {key}"})
+        )
         return opened[-1]
 
     yield open_for

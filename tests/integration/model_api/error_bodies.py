@@ -8,7 +8,11 @@ import httpx
 
 
 def assert_envelope_a(
-    response: httpx.Response, status: int, error_type: str, code: str | None = None, message: str | None = None
+    response: httpx.Response,
+    status: int,
+    error_type: str,
+    code: str | None = None,
+    message: str | None = None,
 ) -> dict[str, Any]:
     """`{"error": {"message", "type", "code"?}}`; the `code` key is absent when the table names none."""
     assert response.status_code == status, response.text

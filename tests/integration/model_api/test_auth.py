@@ -65,8 +65,12 @@ def test_cabinet_session_token_is_not_a_model_key(gateway, tenant, alpha) -> Non
 
 
 def test_management_key_is_not_a_model_key(gateway, tenant, alpha) -> None:
-    created = httpx.post(f"{gateway.base_url}/api/organization/management-keys", json={"name": "automation"},
-                         headers={"authorization": f"Bearer {tenant.session_token}"}, timeout=10)
+    created = httpx.post(
+        f"{gateway.base_url}/api/organization/management-keys",
+        json={"name": "automation"},
+        headers={"authorization": f"Bearer {tenant.session_token}"},
+        timeout=10,
+    )
     assert created.status_code == 201, created.text
     secret = created.json()["secret"]
     assert secret.startswith("sk-mgmt-")
@@ -76,14 +80,20 @@ def test_management_key_is_not_a_model_key(gateway, tenant, alpha) -> None:
 
 
 def test_key_with_invalid_utf8_bytes_is_401(gateway) -> None:
-    response = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=CHAT_BODY, timeout=10,
-                          headers=[(b"authorization", b"Bearer sk-\xff\xfe\x80abc")])
+    response = httpx.post(
+        f"{gateway.base_url}/v1/chat/completions",
+        json=CHAT_BODY,
+        timeout=10,
+        headers=[(b"authorization", b"Bearer sk-\xff\xfe\x80abc")],
+    )
     assert_envelope_a(response, 401, "invalid_request_error")
 
 
 def test_wrong_key_on_messages_is_envelope_b_authentication_error(gateway) -> None:
-    response = httpx.post(f"{gateway.base_url}/v1/messages", timeout=10,
-                          headers={"x-api-key": "sk-wrong", "anthropic-version": "2023-06-01"},
-                          json={"model": "claude-test", "max_tokens": 8,
-                                "messages": [{"role": "user", "content": "hi"}]})
+    response = httpx.post(
+        f"{gateway.base_url}/v1/messages",
+        timeout=10,
+        headers={"x-api-key": "sk-wrong", "anthropic-version": "2023-06-01"},
+        json={"model": "claude-test", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert_envelope_b(response, 401, "authentication_error")

@@ -14,8 +14,12 @@ CHAT = "/v1/chat/completions"
 
 def nested(depth: int) -> bytes:
     """A chat request whose message content is a list nested `depth` levels deep."""
-    return (b'{"model": "gpt-test", "messages": [{"role": "user", "content": ' + b"[" * depth + b"]" * depth
-            + b"}]}")
+    return (
+        b'{"model": "gpt-test", "messages": [{"role": "user", "content": '
+        + b"[" * depth
+        + b"]" * depth
+        + b"}]}"
+    )
 
 
 def assert_no_traceback(response: httpx.Response) -> None:
@@ -27,7 +31,9 @@ def assert_no_traceback(response: httpx.Response) -> None:
     "body",
     [
         pytest.param(b'{"model": "gpt-test", "messages": [], "temperature": NaN}', id="nan-literal"),
-        pytest.param(b'{"model": "gpt-test", "messages": [], "temperature": Infinity}', id="infinity-literal"),
+        pytest.param(
+            b'{"model": "gpt-test", "messages": [], "temperature": Infinity}', id="infinity-literal"
+        ),
         pytest.param(b'{"model": "gpt-test", "messages": [], "temperature": -Infinity}', id="minus-infinity"),
         pytest.param(b'{"model": "gpt-test", "messages": [], "temperature": 1e400}', id="float-overflow"),
         pytest.param(b'{"model": "gpt-test\xff\xfe", "messages": []}', id="invalid-utf8-in-string"),
@@ -76,8 +82,11 @@ def test_deeply_nested_responses_request_is_400(http, alpha) -> None:
 
 
 def test_huge_integer_is_never_a_500(http) -> None:
-    body = b'{"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": ' + \
-        b"9" * 400 + b"}"
+    body = (
+        b'{"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": '
+        + b"9" * 400
+        + b"}"
+    )
     assert_no_traceback(http.post(CHAT, content=body, headers={"content-type": "application/json"}))
 
 
@@ -106,8 +115,11 @@ def test_very_long_model_name_is_404_model_not_found(http) -> None:
     ids=["invalid-utf8", "very-long", "cyrillic", "space", "semicolon"],
 )
 def test_odd_request_id_header_is_replaced_not_refused(http, alpha, request_id) -> None:
-    response = http.post(CHAT, json={"model": "gpt-test", "messages": [{"role": "user", "content": "x"}]},
-                         headers=[(b"x-request-id", request_id)])
+    response = http.post(
+        CHAT,
+        json={"model": "gpt-test", "messages": [{"role": "user", "content": "x"}]},
+        headers=[(b"x-request-id", request_id)],
+    )
     assert response.status_code == 200, response.text
     assert response.headers["x-request-id"].startswith("req_")
     assert alpha.requests_to(CHAT)[0].headers["x-request-id"] == response.headers["x-request-id"]
@@ -127,27 +139,35 @@ def test_json_route_with_an_odd_content_type_is_never_a_500(http, content_type) 
     "body",
     [
         b"not multipart at all",
-        b"--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-test\r\n",  # no closing boundary
+        b'--x\r\nContent-Disposition: form-data; name="model"\r\n\r\ngpt-test\r\n',  # no closing boundary
         b"--x\r\nno header block",
         b"",
     ],
     ids=["not-multipart", "unterminated", "no-header-block", "empty"],
 )
 def test_malformed_multipart_is_400(http, body) -> None:
-    response = http.post("/v1/audio/transcriptions", content=body,
-                         headers={"content-type": "multipart/form-data; boundary=x"})
+    response = http.post(
+        "/v1/audio/transcriptions", content=body, headers={"content-type": "multipart/form-data; boundary=x"}
+    )
     assert_envelope_a(response, 400, "invalid_request_error")
 
 
 def test_multipart_without_boundary_is_400(http) -> None:
-    response = http.post("/v1/images/edits", content=b"--x--\r\n", headers={"content-type": "multipart/form-data"})
+    response = http.post(
+        "/v1/images/edits", content=b"--x--\r\n", headers={"content-type": "multipart/form-data"}
+    )
     assert_envelope_a(response, 400, "invalid_request_error")
 
 
 @pytest.mark.parametrize(
     "path",
-    ["/v1/chat/completions/../../api/overview", "/v1/%00", "/v1/responses/%FF%FE", "/v1/models/%F0%9F%9A%80",
-     "/v1/" + "a/" * 2000],
+    [
+        "/v1/chat/completions/../../api/overview",
+        "/v1/%00",
+        "/v1/responses/%FF%FE",
+        "/v1/models/%F0%9F%9A%80",
+        "/v1/" + "a/" * 2000,
+    ],
 )
 def test_odd_paths_are_never_a_500(http, path) -> None:
     assert_no_traceback(http.get(path))

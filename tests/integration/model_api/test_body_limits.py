@@ -42,8 +42,10 @@ def multipart_body(parts: list[tuple[str, int]], model: str = "gpt-test") -> tup
     """(total size, chunks) of a multipart/form-data body: a `model` field, then file parts of given sizes."""
     heads = [f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{model}\r\n'.encode()]
     for name, _size in parts:
-        heads.append(f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}.bin"'
-                     f'\r\nContent-Type: application/octet-stream\r\n\r\n'.encode())
+        heads.append(
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}.bin"'
+            f"\r\nContent-Type: application/octet-stream\r\n\r\n".encode()
+        )
     closing = f"--{BOUNDARY}--\r\n".encode()
     total = sum(map(len, heads)) + sum(size + 2 for _, size in parts) + len(closing)
 
@@ -62,8 +64,13 @@ MULTIPART = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
 JSON = {"content-type": "application/json"}
 
 
-def post(http: httpx.Client, path: str, chunks: Iterator[bytes], headers: dict[str, str],
-         declared: int | None = None) -> httpx.Response:
+def post(
+    http: httpx.Client,
+    path: str,
+    chunks: Iterator[bytes],
+    headers: dict[str, str],
+    declared: int | None = None,
+) -> httpx.Response:
     """POST a lazily generated body: chunked, or with the Content-Length `declared`."""
     if declared is not None:
         headers = {**headers, "content-length": str(declared)}
@@ -112,8 +119,12 @@ def test_chunked_json_body_of_exactly_4_mib_is_accepted(http, alpha) -> None:
 def test_messages_body_over_4_mib_is_413_in_envelope_b(gateway, tenant, claude) -> None:
     size = 4 * MiB + 1
     with httpx.Client(base_url=gateway.base_url, timeout=30) as raw:
-        response = post(raw, "/v1/messages", json_body("claude-test", size, field="system"),
-                        {**JSON, "x-api-key": tenant.api_key, "anthropic-version": "2023-06-01"})
+        response = post(
+            raw,
+            "/v1/messages",
+            json_body("claude-test", size, field="system"),
+            {**JSON, "x-api-key": tenant.api_key, "anthropic-version": "2023-06-01"},
+        )
     assert_envelope_b(response, 413, "request_too_large")
     assert claude.requests == []
 
@@ -123,13 +134,21 @@ def test_messages_body_over_4_mib_is_413_in_envelope_b(gateway, tenant, claude) 
 
 def test_realtime_client_secret_body_over_1_mib_is_413(http) -> None:
     size = MiB + 1
-    assert_too_large(post(http, "/v1/realtime/client_secrets", json_body("gpt-test", size, field="instructions"),
-                          JSON, declared=size))
+    assert_too_large(
+        post(
+            http,
+            "/v1/realtime/client_secrets",
+            json_body("gpt-test", size, field="instructions"),
+            JSON,
+            declared=size,
+        )
+    )
 
 
 def test_chunked_realtime_client_secret_body_over_1_mib_is_413(http) -> None:
-    assert_too_large(post(http, "/v1/realtime/client_secrets",
-                          json_body("gpt-test", MiB + 1, field="instructions"), JSON))
+    assert_too_large(
+        post(http, "/v1/realtime/client_secrets", json_body("gpt-test", MiB + 1, field="instructions"), JSON)
+    )
 
 
 # -- image edits and variations: 32 MiB, one part up to 25 MiB ----------------------------------------
@@ -176,7 +195,9 @@ def test_chunked_audio_multipart_over_25_mib_is_413(http) -> None:
 
 def test_video_json_body_over_4_mib_is_413(http) -> None:
     size = 4 * MiB + 1
-    assert_too_large(post(http, "/v1/videos", json_body("gpt-test", size, field="prompt"), JSON, declared=size))
+    assert_too_large(
+        post(http, "/v1/videos", json_body("gpt-test", size, field="prompt"), JSON, declared=size)
+    )
 
 
 def test_video_multipart_under_100_mib_is_not_held_to_the_json_limit(http) -> None:
@@ -196,8 +217,13 @@ def test_chunked_video_multipart_over_100_mib_is_413(http) -> None:
 
 def head_only(gateway, path: str, headers: dict[str, str]) -> tuple[int, dict]:
     """Send only the request head (declaring a huge body), then read the answer; returns (status, JSON)."""
-    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{gateway.port}",
-             *(f"{name}: {value}" for name, value in headers.items()), "", ""]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"Host: 127.0.0.1:{gateway.port}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+        "",
+        "",
+    ]
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall("\r\n".join(lines).encode())
         received = b""
@@ -227,16 +253,30 @@ def head_only(gateway, path: str, headers: dict[str, str]) -> tuple[int, dict]:
     ],
 )
 def test_lying_content_length_is_refused_before_the_body_is_read(gateway, tenant, path, content_type) -> None:
-    status, body = head_only(gateway, path, {"Authorization": f"Bearer {tenant.api_key}",
-                                             "Content-Type": content_type, "Content-Length": str(10 * 1024**3)})
+    status, body = head_only(
+        gateway,
+        path,
+        {
+            "Authorization": f"Bearer {tenant.api_key}",
+            "Content-Type": content_type,
+            "Content-Length": str(10 * 1024**3),
+        },
+    )
     assert status == 413
     assert list(body["error"]) == ["message", "type", "code"]
     assert body["error"]["code"] == "request_too_large"
 
 
 def test_lying_content_length_on_messages_is_refused_in_envelope_b(gateway, tenant) -> None:
-    status, body = head_only(gateway, "/v1/messages", {
-        "x-api-key": tenant.api_key, "anthropic-version": "2023-06-01", "Content-Type": "application/json",
-        "Content-Length": str(10 * 1024**3)})
+    status, body = head_only(
+        gateway,
+        "/v1/messages",
+        {
+            "x-api-key": tenant.api_key,
+            "anthropic-version": "2023-06-01",
+            "Content-Type": "application/json",
+            "Content-Length": str(10 * 1024**3),
+        },
+    )
     assert status == 413
     assert body["type"] == "error" and body["error"]["type"] == "request_too_large"

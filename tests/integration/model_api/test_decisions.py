@@ -11,10 +11,18 @@ from tests.integration.model_api.error_bodies import assert_envelope_a
 
 DECISIONS = "/v1/decisions"
 PREDICATE = {"type": "predicate", "name": "is_greeting", "instructions": "Is the input a greeting?"}
-CHOICE = {"type": "choice", "name": "tone", "instructions": "What is the tone?",
-          "choices": [{"value": "friendly"}, {"value": "hostile"}]}
-SCORE = {"type": "score", "name": "politeness", "instructions": "How polite is it?",
-         "levels": [{"label": "very"}, {"label": "somewhat"}, {"label": "not"}]}
+CHOICE = {
+    "type": "choice",
+    "name": "tone",
+    "instructions": "What is the tone?",
+    "choices": [{"value": "friendly"}, {"value": "hostile"}],
+}
+SCORE = {
+    "type": "score",
+    "name": "politeness",
+    "instructions": "How polite is it?",
+    "levels": [{"label": "very"}, {"label": "somewhat"}, {"label": "not"}],
+}
 
 
 def test_sdk_decision_parses_into_the_sdk_type(client, alpha) -> None:
@@ -37,16 +45,18 @@ def test_sdk_decision_answers_every_question_type_in_order(client) -> None:
 
 def test_async_sdk_decision(gateway, tenant) -> None:
     async def decide() -> openai.types.Decision:
-        async with openai.AsyncOpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key,
-                                      max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=0
+        ) as client:
             return await client.decisions.create(model="decider", input="hey", questions=[PREDICATE])
 
     assert asyncio.run(decide()).answers[0].type == "predicate"
 
 
 def test_decision_with_message_input(client) -> None:
-    decision = client.decisions.create(model="decider", questions=[PREDICATE],
-                                       input=[{"role": "user", "content": "good morning"}])
+    decision = client.decisions.create(
+        model="decider", questions=[PREDICATE], input=[{"role": "user", "content": "good morning"}]
+    )
     assert decision.answers[0].type == "predicate"
 
 
@@ -64,9 +74,13 @@ def test_decision_on_a_model_that_does_not_decide_is_404_model_not_found(client)
         pytest.param({"input": "x", "questions": []}, id="empty-questions"),
         pytest.param({"input": "x", "questions": "is it?"}, id="questions-not-a-list"),
         pytest.param({"input": "x", "questions": ["is it?"]}, id="question-not-an-object"),
-        pytest.param({"input": "x", "questions": [{"type": "mystery", "instructions": "?"}]},
-                     id="unknown-question-type"),
-        pytest.param({"input": "x", "questions": [{**PREDICATE, "name": 5}]}, id="question-name-not-a-string"),
+        pytest.param(
+            {"input": "x", "questions": [{"type": "mystery", "instructions": "?"}]},
+            id="unknown-question-type",
+        ),
+        pytest.param(
+            {"input": "x", "questions": [{**PREDICATE, "name": 5}]}, id="question-name-not-a-string"
+        ),
         pytest.param({"questions": [PREDICATE]}, id="no-input"),
         pytest.param({"input": "x", "questions": [PREDICATE], "stream": True}, id="stream"),
     ],

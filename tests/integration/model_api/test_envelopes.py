@@ -38,7 +38,9 @@ def test_route_not_supported_does_not_depend_on_the_key(gateway) -> None:
 
 
 def test_route_not_supported_stays_envelope_a_with_x_api_key(gateway, tenant) -> None:
-    response = httpx.get(f"{gateway.base_url}/v1/assistants", headers={"x-api-key": tenant.api_key}, timeout=10)
+    response = httpx.get(
+        f"{gateway.base_url}/v1/assistants", headers={"x-api-key": tenant.api_key}, timeout=10
+    )
     assert_envelope_a(response, 404, "invalid_request_error", message="route not supported")
 
 
@@ -60,8 +62,12 @@ def test_embedding_model_called_for_chat_is_404_model_not_found(http) -> None:
 
 
 def test_model_not_found_stays_envelope_a_with_x_api_key(gateway, tenant) -> None:
-    response = httpx.post(f"{gateway.base_url}{CHAT}", headers={"x-api-key": tenant.api_key},
-                          json={"model": "no-such-model", "messages": MESSAGES}, timeout=10)
+    response = httpx.post(
+        f"{gateway.base_url}{CHAT}",
+        headers={"x-api-key": tenant.api_key},
+        json={"model": "no-such-model", "messages": MESSAGES},
+        timeout=10,
+    )
     assert_envelope_a(response, 404, "invalid_request_error", code="model_not_found")
 
 
@@ -93,7 +99,8 @@ def test_streaming_on_a_route_that_does_not_stream_is_400(http) -> None:
 
 
 def test_every_error_answer_carries_the_request_id(http) -> None:
-    response = http.post(CHAT, json={"model": "no-such-model", "messages": MESSAGES},
-                         headers={"x-request-id": "trace-123"})
+    response = http.post(
+        CHAT, json={"model": "no-such-model", "messages": MESSAGES}, headers={"x-request-id": "trace-123"}
+    )
     assert response.status_code == 404
     assert response.headers["x-request-id"] == "trace-123"

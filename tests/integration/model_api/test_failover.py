@@ -98,22 +98,46 @@ def test_streamed_request_fails_over_before_the_first_byte(http, alpha, beta) ->
 
 
 def test_upstream_400_is_passed_on_with_its_status_and_message(http, alpha, beta) -> None:
-    alpha.add_fault(CHAT, Fault(status=400, body={"error": {
-        "message": "Invalid 'temperature': must be at most 2.", "type": "invalid_request_error",
-        "param": "temperature", "code": None}}))
+    alpha.add_fault(
+        CHAT,
+        Fault(
+            status=400,
+            body={
+                "error": {
+                    "message": "Invalid 'temperature': must be at most 2.",
+                    "type": "invalid_request_error",
+                    "param": "temperature",
+                    "code": None,
+                }
+            },
+        ),
+    )
     response = http.post(CHAT, json=BODY)
-    assert_envelope_a(response, 400, "invalid_request_error",
-                      message="Invalid 'temperature': must be at most 2.")
+    assert_envelope_a(
+        response, 400, "invalid_request_error", message="Invalid 'temperature': must be at most 2."
+    )
     assert beta.requests_to(CHAT) == []  # the client's fault: no failover
 
 
 def test_upstream_400_code_is_kept(http, alpha) -> None:
-    alpha.add_fault(CHAT, Fault(status=400, body={"error": {
-        "message": "context too long", "type": "invalid_request_error", "param": "messages",
-        "code": "context_length_exceeded"}}))
+    alpha.add_fault(
+        CHAT,
+        Fault(
+            status=400,
+            body={
+                "error": {
+                    "message": "context too long",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            },
+        ),
+    )
     response = http.post(CHAT, json=BODY)
-    assert_envelope_a(response, 400, "invalid_request_error", code="context_length_exceeded",
-                      message="context too long")
+    assert_envelope_a(
+        response, 400, "invalid_request_error", code="context_length_exceeded", message="context too long"
+    )
 
 
 def test_every_row_answering_500_is_502_upstream_unavailable(http, alpha, beta) -> None:
@@ -130,8 +154,9 @@ def test_connection_refused_on_every_row_is_502_upstream_unavailable(gateway_wit
     assert_envelope_a(response, 502, "server_error", code="upstream_unavailable")
 
 
-def test_first_byte_timeout_on_every_row_is_502_upstream_unavailable(gateway_with, tenant_on, alpha,
-                                                                     beta) -> None:
+def test_first_byte_timeout_on_every_row_is_502_upstream_unavailable(
+    gateway_with, tenant_on, alpha, beta
+) -> None:
     http = tenant_on(gateway_with(timeout=SHORT_TIMEOUT))
     alpha.add_fault(CHAT, Fault(hang=True))
     beta.add_fault(CHAT, Fault(hang=True))
@@ -190,4 +215,3 @@ def test_every_row_cooling_down_is_503_upstream_unavailable(http, alpha, beta) -
     tried = len(alpha.requests) + len(beta.requests)
     assert_envelope_a(http.post(CHAT, json=BODY), 503, "server_error", code="upstream_unavailable")
     assert len(alpha.requests) + len(beta.requests) == tried
-

@@ -70,7 +70,8 @@ def test_models_list_parses_in_the_anthropic_sdk(gateway, tenant) -> None:
 
 
 @pytest.mark.parametrize(
-    "limit", ["abc", "0", "-1", "1001", "1.5", "", "\u00b2", "9" * 5000],
+    "limit",
+    ["abc", "0", "-1", "1001", "1.5", "", "\u00b2", "9" * 5000],
     ids=["letters", "zero", "negative", "too-big", "fraction", "empty", "superscript-two", "5000-digits"],
 )
 def test_invalid_limit_with_the_version_header_is_400_envelope_b(http, limit) -> None:

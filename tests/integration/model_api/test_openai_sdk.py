@@ -20,8 +20,9 @@ HELLO = [{"role": "user", "content": "hello there"}]
 
 @pytest.fixture
 async def async_client(gateway, tenant):
-    async with openai.AsyncOpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key,
-                                  max_retries=0) as client:
+    async with openai.AsyncOpenAI(
+        base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=0
+    ) as client:
         yield client
 
 
@@ -43,8 +44,9 @@ async def test_async_chat_completion(async_client) -> None:
 
 
 async def test_async_streamed_chat_completion(async_client) -> None:
-    stream = await async_client.chat.completions.create(model="gpt-test", messages=HELLO, stream=True,
-                                                        stream_options={"include_usage": True})
+    stream = await async_client.chat.completions.create(
+        model="gpt-test", messages=HELLO, stream=True, stream_options={"include_usage": True}
+    )
     pieces, usage = [], None
     async for chunk in stream:
         if chunk.choices:
@@ -148,8 +150,9 @@ def test_wrong_key_is_an_authentication_error(gateway) -> None:
 
 
 async def test_wrong_key_is_an_authentication_error_in_the_async_sdk(gateway) -> None:
-    async with openai.AsyncOpenAI(base_url=f"{gateway.base_url}/v1", api_key="sk-wrong",
-                                  max_retries=0) as client:
+    async with openai.AsyncOpenAI(
+        base_url=f"{gateway.base_url}/v1", api_key="sk-wrong", max_retries=0
+    ) as client:
         with pytest.raises(openai.AuthenticationError):
             await client.embeddings.create(model="embed-test", input="x")
 

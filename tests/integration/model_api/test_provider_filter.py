@@ -74,8 +74,11 @@ def test_provider_key_is_sent_and_never_the_clients(http, tenant, beta) -> None:
 
 
 def test_streamed_request_honours_the_provider_object(http, alpha, beta) -> None:
-    with http.stream("POST", CHAT, json={"model": "gpt-test", "messages": MESSAGES, "stream": True,
-                                         "provider": {"only": ["beta"]}}) as response:
+    with http.stream(
+        "POST",
+        CHAT,
+        json={"model": "gpt-test", "messages": MESSAGES, "stream": True, "provider": {"only": ["beta"]}},
+    ) as response:
         assert response.status_code == 200
         assert b"data: [DONE]" in response.read()
     assert alpha.requests_to(CHAT) == []
@@ -107,16 +110,24 @@ def test_invalid_provider_object_is_400_without_code(http, alpha, beta, provider
 
 
 def test_provider_object_naming_no_row_of_an_embedding_model_is_400(http, alpha) -> None:
-    response = http.post("/v1/embeddings", json={"model": "embed-test", "input": "x",
-                                                 "provider": {"only": ["beta"]}})
+    response = http.post(
+        "/v1/embeddings", json={"model": "embed-test", "input": "x", "provider": {"only": ["beta"]}}
+    )
     assert_envelope_a(response, 400, "invalid_request_error")
     assert alpha.requests == []
 
 
 def test_provider_object_400_on_messages_stays_envelope_a(gateway, tenant, claude) -> None:
-    response = httpx.post(f"{gateway.base_url}/v1/messages", timeout=10,
-                          headers={"x-api-key": tenant.api_key, "anthropic-version": "2023-06-01"},
-                          json={"model": "claude-test", "max_tokens": 8, "provider": {"only": ["nobody"]},
-                                "messages": [{"role": "user", "content": "hi"}]})
+    response = httpx.post(
+        f"{gateway.base_url}/v1/messages",
+        timeout=10,
+        headers={"x-api-key": tenant.api_key, "anthropic-version": "2023-06-01"},
+        json={
+            "model": "claude-test",
+            "max_tokens": 8,
+            "provider": {"only": ["nobody"]},
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
     assert_envelope_a(response, 400, "invalid_request_error")
     assert claude.requests == []

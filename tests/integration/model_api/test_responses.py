@@ -32,8 +32,9 @@ def create(http, **fields):
         pytest.param({"conversation": 5}, id="conversation-number"),
         pytest.param({"conversation": "resp_abc"}, id="conversation-not-a-conversation-id"),
         pytest.param({"conversation": {"id": 7}}, id="conversation-object-without-id"),
-        pytest.param({"conversation": "conv_abc", "previous_response_id": "resp_abc"},
-                     id="conversation-with-previous"),
+        pytest.param(
+            {"conversation": "conv_abc", "previous_response_id": "resp_abc"}, id="conversation-with-previous"
+        ),
     ],
 )
 def test_invalid_responses_parameter_is_400_without_code(http, alpha, fields) -> None:
@@ -70,14 +71,19 @@ def test_follow_ups_reach_the_row_that_stored_the_response(http, alpha, beta) ->
     assert follow_up["previous_response_id"] == created["id"]
     assert http.delete(f"{RESPONSES}/{created['id']}").status_code == 200
     assert [(r.method, r.path) for r in beta.requests] == [
-        ("POST", RESPONSES), ("GET", f"{RESPONSES}/{created['id']}"), ("POST", RESPONSES),
-        ("DELETE", f"{RESPONSES}/{created['id']}")]
+        ("POST", RESPONSES),
+        ("GET", f"{RESPONSES}/{created['id']}"),
+        ("POST", RESPONSES),
+        ("DELETE", f"{RESPONSES}/{created['id']}"),
+    ]
     assert beta.requests[2].json["model"] == "gpt-upstream-b"
     assert [r.method for r in alpha.requests] == ["POST"]
 
 
 def test_streamed_response_is_stored_and_retrievable(http, alpha) -> None:
-    with http.stream("POST", RESPONSES, json={"model": "gpt-test", "input": "hi", "stream": True}) as streamed:
+    with http.stream(
+        "POST", RESPONSES, json={"model": "gpt-test", "input": "hi", "stream": True}
+    ) as streamed:
         assert streamed.status_code == 200
         body = streamed.read()
     assert b"response.completed" in body
@@ -115,7 +121,8 @@ def test_another_organizations_response_cannot_be_deleted(http, other_http, alph
 
 def test_another_organizations_response_as_previous_response_id_is_400(http, other_http, alpha) -> None:
     created = create(http)
-    response = other_http.post(RESPONSES, json={"model": "gpt-test", "input": "x",
-                                                "previous_response_id": created["id"]})
+    response = other_http.post(
+        RESPONSES, json={"model": "gpt-test", "input": "x", "previous_response_id": created["id"]}
+    )
     assert_envelope_a(response, 400, "invalid_request_error")
     assert len(alpha.requests_to(RESPONSES)) == 1

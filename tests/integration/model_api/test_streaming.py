@@ -11,13 +11,16 @@ import pytest
 from tests.fakes import Fault
 
 CHAT = "/v1/chat/completions"
-STREAM_BODY = {"model": "gpt-test", "stream": True,
-               "messages": [{"role": "user", "content": "one two three four"}]}
+STREAM_BODY = {
+    "model": "gpt-test",
+    "stream": True,
+    "messages": [{"role": "user", "content": "one two three four"}],
+}
 
 
 def sse_data(raw: bytes) -> list[bytes]:
     """The `data:` payloads of an SSE body, in order."""
-    return [line[len(b"data: "):] for line in raw.split(b"\n") if line.startswith(b"data: ")]
+    return [line[len(b"data: ") :] for line in raw.split(b"\n") if line.startswith(b"data: ")]
 
 
 def test_first_chunk_reaches_the_client_before_the_upstream_has_finished(http, alpha) -> None:
@@ -36,7 +39,8 @@ def test_first_chunk_reaches_the_client_before_the_upstream_has_finished(http, a
     assert body.endswith(b"data: [DONE]\n\n")
     text = "".join(
         (orjson.loads(d)["choices"] or [{}])[0].get("delta", {}).get("content") or ""
-        for d in sse_data(body) if d != b"[DONE]"
+        for d in sse_data(body)
+        if d != b"[DONE]"
     )
     assert text == "echo: one two three four"
 
@@ -50,7 +54,8 @@ def test_sdk_stream_yields_a_chunk_while_the_upstream_is_held(client, alpha) -> 
         assert alpha.wait_held("g")
         alpha.release("g")
         text = (first.choices[0].delta.content or "") + "".join(
-            chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+            chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices
+        )
     finally:
         stream.close()
     assert text == "echo: one two three four"
@@ -58,8 +63,9 @@ def test_sdk_stream_yields_a_chunk_while_the_upstream_is_held(client, alpha) -> 
 
 def test_client_disconnect_mid_stream_cancels_the_upstream_request(gateway, tenant, alpha) -> None:
     alpha.add_fault(CHAT, Fault(hold_before_last_chunk="g"))
-    with httpx.Client(base_url=gateway.base_url, timeout=10,
-                      headers={"authorization": f"Bearer {tenant.api_key}"}) as http:
+    with httpx.Client(
+        base_url=gateway.base_url, timeout=10, headers={"authorization": f"Bearer {tenant.api_key}"}
+    ) as http:
         with http.stream("POST", CHAT, json=STREAM_BODY) as response:
             next(response.iter_raw())
             assert alpha.wait_held("g")
@@ -76,9 +82,13 @@ def test_upstream_breaking_off_mid_stream_ends_the_client_stream_with_an_error_e
     events = sse_data(body)
     assert len(events) == 3
     assert b"[DONE]" not in body
-    assert orjson.loads(events[-1]) == {"error": {
-        "message": "The provider broke off the stream.", "type": "server_error",
-        "code": "upstream_unavailable"}}
+    assert orjson.loads(events[-1]) == {
+        "error": {
+            "message": "The provider broke off the stream.",
+            "type": "server_error",
+            "code": "upstream_unavailable",
+        }
+    }
 
 
 def test_sdk_raises_when_the_upstream_breaks_off_mid_stream(client, alpha) -> None:
@@ -92,8 +102,9 @@ def test_sdk_raises_when_the_upstream_breaks_off_mid_stream(client, alpha) -> No
 
 def test_upstream_breaking_off_a_responses_stream_ends_it_with_an_error_event(http, alpha) -> None:
     alpha.add_fault("/v1/responses", Fault(disconnect_after_chunks=3))
-    with http.stream("POST", "/v1/responses",
-                     json={"model": "gpt-test", "input": "one two", "stream": True}) as response:
+    with http.stream(
+        "POST", "/v1/responses", json={"model": "gpt-test", "input": "one two", "stream": True}
+    ) as response:
         assert response.status_code == 200
         body = response.read()
     assert orjson.loads(sse_data(body)[-1])["error"]["code"] == "upstream_unavailable"

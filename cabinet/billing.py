@@ -1,0 +1,236 @@
+"""Money of an organization: paying invoices, topping up the balance, and the billing overview.
+
+Paying and topping up are operator actions (the operator API and `modelgate billing`). Both credit the
+balance in the same transaction as the invoice and activate the organization on its first payment; the
+caller announces the credit after commit (`announce_balance_credit` in-process, `notify_billing_change`
+to other processes), so gateways re-read the balance at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from cabinet.audit import Actor, record
+from cabinet.clock import isoformat
+from cabinet.invoices import (
+    MICROS_PER_UNIT,
+    TOP_UP_INVOICE,
+    Invoice,
+    insert_invoice,
+    invoice_by_id,
+    open_invoices,
+    to_micros,
+)
+from cabinet.organizations import Organization
+from cabinet.requests import CabinetError
+from cabinet.services import CabinetServices
+from cabinet.storage.database import Database, Executor
+from cabinet.tokens import new_id
+from cabinet.usage import day_start, usage_totals
+from config import Config
+
+log = logging.getLogger("modelgate.cabinet.billing")
+
+# Gateways listen here (PostgreSQL NOTIFY, Redis pub/sub); a bare organization id means "re-read its balance".
+BILLING_CHANNEL = "modelgate_billing"
+# One billion currency units per top-up: far above any real payment, far below BIGINT overflow.
+MAX_TOP_UP_MICROS = 10**15
+OPERATOR = Actor("operator", None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class BillingState:
+    """What decides whether an organization may spend: its plan, balance and activation."""
+
+    organization_id: str
+    plan_code: str
+    balance_micros: int
+    activated_at: float | None
+
+    @property
+    def activated(self) -> bool:
+        """Whether a first invoice (or top-up) was paid."""
+        return self.activated_at is not None
+
+
+async def billing_state(ex: Executor, organization_id: str) -> BillingState | None:
+    """The organization's billing state, or None when it does not exist."""
+    row = await ex.fetchrow(
+        "SELECT id AS organization_id, plan_code, balance_micros, activated_at FROM organizations"
+        " WHERE id = $1",
+        organization_id,
+    )
+    return BillingState(**row) if row else None
+
+
+def invoice_not_found() -> CabinetError:
+    return CabinetError(404, "invoice not found")
+
+
+def organization_not_found() -> CabinetError:
+    return CabinetError(404, "organization not found")
+
+
+async def _credit(tx: Executor, organization_id: str, amount_micros: int, at: float) -> None:
+    # One atomic UPDATE: concurrent ledger flushes subtract from the same column without lost updates.
+    await tx.execute(
+        "UPDATE organizations SET balance_micros = balance_micros + $2,"
+        " activated_at = COALESCE(activated_at, $3) WHERE id = $1",
+        organization_id,
+        amount_micros,
+        at,
+    )
+
+
+async def mark_invoice_paid(
+    tx: Executor, invoice_id: str, at: float, *, via: str = "api"
+) -> tuple[Invoice, str, int]:
+    """Pay an open invoice: credit its amount, activate the organization, audit `invoice.paid`.
+
+    Returns (the paid invoice, its organization id, the amount credited). Raises `CabinetError` 404
+    `invoice not found`, or 409 `invoice already paid` / `invoice is void`. Call inside a transaction and
+    announce the credit after commit.
+    """
+    # The conditional UPDATE is the guard: of two concurrent payments only one changes the row.
+    changed = await tx.execute(
+        "UPDATE invoices SET status = 'paid', paid_at = $2 WHERE id = $1 AND status = 'open'", invoice_id, at
+    )
+    invoice = await invoice_by_id(tx, invoice_id)
+    if invoice is None:
+        raise invoice_not_found()
+    if not changed:
+        raise CabinetError(409, "invoice already paid" if invoice.status == "paid" else "invoice is void")
+    await _credit(tx, invoice.organization_id, invoice.amount_micros, at)
+    await record(
+        tx,
+        invoice.organization_id,
+        "invoice.paid",
+        OPERATOR,
+        at,
+        target_id=invoice.id,
+        details={"amountMicros": invoice.amount_micros, "kind": invoice.kind, "via": via},
+    )
+    return invoice, invoice.organization_id, invoice.amount_micros
+
+
+def check_top_up_amount(amount_micros: Any) -> int:
+    """A valid top-up amount in micro-units, or 400."""
+    if isinstance(amount_micros, bool) or not isinstance(amount_micros, int):
+        raise CabinetError(400, "amountMicros must be an integer")
+    if not 0 < amount_micros <= MAX_TOP_UP_MICROS:
+        raise CabinetError(400, f"amountMicros must be from 1 to {MAX_TOP_UP_MICROS}")
+    return amount_micros
+
+
+async def top_up(
+    tx: Executor, organization_id: str, amount_micros: int, at: float, *, via: str = "api"
+) -> Invoice:
+    """Credit the balance by a paid `top_up` invoice and activate the organization; audit `balance.topped_up`.
+
+    Raises `CabinetError` 400 for an amount out of range, 404 `organization not found`. Call inside a
+    transaction and announce the credit after commit.
+    """
+    amount_micros = check_top_up_amount(amount_micros)
+    state = await billing_state(tx, organization_id)
+    if state is None:
+        raise organization_not_found()
+    invoice = Invoice(
+        new_id("inv"), organization_id, state.plan_code, amount_micros, "paid", at, at, TOP_UP_INVOICE
+    )
+    await insert_invoice(tx, invoice)
+    await _credit(tx, organization_id, amount_micros, at)
+    await record(
+        tx,
+        organization_id,
+        "balance.topped_up",
+        OPERATOR,
+        at,
+        target_id=invoice.id,
+        details={"amountMicros": amount_micros, "via": via},
+    )
+    return invoice
+
+
+async def announce_balance_credit(
+    services: CabinetServices, organization_id: str, amount_micros: int
+) -> None:
+    """Tell the model API of this process, after commit; the credit is committed, so a failure is logged."""
+    try:
+        await services.billing_sink.balance_credited(organization_id, amount_micros)
+    except Exception:
+        log.exception("billing sink failed on balance_credited for %s", organization_id)
+
+
+async def notify_billing_change(db: Database, organization_id: str) -> bool:
+    """Announce a committed change on the billing channel of PostgreSQL; False on SQLite (no cross-process
+    notification there: use the operator API of the running gateway instead)."""
+    if db.dialect != "postgres":
+        return False
+    await db.notify(BILLING_CHANNEL, organization_id)
+    return True
+
+
+def parse_money(text: str) -> int:
+    """A decimal amount of currency units (`25`, `25.5`, `0.000001`) as micro-units; ValueError if invalid."""
+    try:
+        amount = Decimal(text.strip())
+    except InvalidOperation as exc:
+        raise ValueError(f"not an amount: {text!r}") from exc
+    if not amount.is_finite() or amount <= 0:
+        raise ValueError(f"the amount must be a positive number, not {text!r}")
+    micros = amount * MICROS_PER_UNIT
+    if micros != micros.to_integral_value():
+        raise ValueError("the amount has more than 6 decimal places")
+    if micros > MAX_TOP_UP_MICROS:
+        raise ValueError(f"the amount is larger than {format_money(MAX_TOP_UP_MICROS)}")
+    return int(micros)
+
+
+def format_money(micros: int) -> str:
+    """Micro-units as a decimal amount with at least two decimals: 49000000 → `49.00`, 1 → `0.000001`."""
+    sign = "-" if micros < 0 else ""
+    whole, fraction = divmod(abs(micros), MICROS_PER_UNIT)
+    digits = f"{fraction:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}{whole}.{digits}"
+
+
+def _month_start(at: float) -> float:
+    today = datetime.fromtimestamp(at, UTC).date()
+    return day_start(today.replace(day=1))
+
+
+async def billing_overview(ex: Executor, config: Config, org: Organization, at: float) -> dict[str, Any]:
+    """The `billing` member of GET /api/overview: plan, balance, whether it may spend, this month's usage
+    and the open invoices."""
+    plan = config.plan(org.plan_code)
+    state = await billing_state(ex, org.id)
+    activated_at = state.activated_at if state else None
+    credit_limit = to_micros(plan.credit_limit) if plan else 0
+    month_start = _month_start(at)
+    usage = await usage_totals(ex, org.id, month_start, at + 1)
+    return {
+        "currency": config.billing.currency,
+        "plan": None
+        if plan is None
+        else {
+            "code": plan.code,
+            "name": plan.name or plan.code,
+            "monthlyFeeMicros": to_micros(plan.monthly_fee),
+            "creditLimitMicros": credit_limit,
+        },
+        "balanceMicros": state.balance_micros if state else org.balance_micros,
+        "activated": activated_at is not None,
+        "activatedAt": isoformat(activated_at),
+        "creditLimitMicros": credit_limit,
+        "canSpend": activated_at is not None or credit_limit > 0,
+        "usage": {
+            "since": isoformat(month_start),
+            "requests": usage.requests,
+            "costMicros": usage.cost_micros,
+        },
+        "openInvoices": [invoice.to_json() for invoice in await open_invoices(ex, org.id)],
+    }

@@ -1,0 +1,230 @@
+"""The billing part of the OpenAPI document: policy rules, invoices, usage and the operator API.
+
+Kept beside `cabinet.openapi` (whose helpers it uses) so that file stays one idea; `openapi_document`
+merges these paths, schemas and the operator security scheme.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cabinet.openapi import _ADMIN, _AUTH_ERRORS, _STR, _TIME, _obj, _op, _path_param, _query_param, _ref
+from cabinet.policy_rules import (
+    BUDGET_PERIODS,
+    EFFECTS,
+    MAX_BUDGET_MICROS,
+    MAX_PATTERNS,
+    MAX_RATE,
+    SUBJECT_TYPES,
+)
+from cabinet.usage import GROUPINGS, MAX_DAYS
+
+_INT = {"type": "integer"}
+_MICROS = {"type": "integer", "description": "Micro-units of the configured currency"}
+_NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
+_DATE = {"type": "string", "format": "date"}
+
+OPERATOR_SECURITY_SCHEMES: dict[str, Any] = {
+    "operator": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "server.operator_token of the config; without one the operator API answers 404.",
+    }
+}
+
+
+def _operator_op(summary: str, ok: tuple[int, str], *, body: str | None = None) -> dict[str, Any]:
+    op = _op(summary, ok, body=body, errors=(400, 401, 404, 409) if body is None else (400, 401, 404))
+    op["security"] = [{"operator": []}]
+    op["responses"]["401"]["description"] = "Missing or wrong operator token"
+    op["responses"]["404"]["description"] = "Unknown id, or the operator API is disabled (no operator token)"
+    return op
+
+
+_RULE_ERRORS = (*_AUTH_ERRORS, 404)
+
+BILLING_PATHS: dict[str, dict[str, Any]] = {
+    "/policy-rules": {
+        "post": _op(
+            "Create a policy rule",
+            (201, "PolicyRule"),
+            body="PolicyRuleRequest",
+            roles=_ADMIN,
+            errors=(*_AUTH_ERRORS, 409),
+        ),
+        "get": _op("The organization's policy rules, oldest first", (200, "PolicyRuleList")),
+    },
+    "/policy-rules/{id}": {
+        "parameters": [_path_param("id")],
+        "get": _op("One policy rule", (200, "PolicyRule"), errors=(401, 404)),
+        "patch": _op(
+            "Change a policy rule (null clears budget, rpm or tpm)",
+            (200, "PolicyRule"),
+            body="PolicyRuleUpdateRequest",
+            roles=_ADMIN,
+            errors=_RULE_ERRORS,
+        ),
+        "delete": _op("Delete a policy rule", (200, "PolicyRule"), roles=_ADMIN, errors=_RULE_ERRORS),
+    },
+    "/invoices": {"get": _op("The organization's invoices, newest first", (200, "InvoiceList"))},
+    "/usage": {
+        "get": _op(
+            "Usage of the model API from the ledger, by UTC day, model, key or system",
+            (200, "UsageReport"),
+            params=(
+                _query_param("from", _DATE, "First UTC day (default: 29 days before `to`)"),
+                _query_param(
+                    "to", _DATE, f"Last UTC day, inclusive (default: today); at most {MAX_DAYS} days"
+                ),
+                _query_param("groupBy", {"type": "string", "enum": list(GROUPINGS)}, "Default: day"),
+            ),
+        )
+    },
+    "/operator/invoices/{id}/mark-paid": {
+        "parameters": [_path_param("id")],
+        "post": _operator_op(
+            "Mark an open invoice paid: credit its amount and activate the organization", (200, "Payment")
+        ),
+    },
+    "/operator/organizations/{id}/top-up": {
+        "parameters": [_path_param("id")],
+        "post": _operator_op(
+            "Top up an organization's balance with a paid top-up invoice",
+            (201, "Payment"),
+            body="TopUpRequest",
+        ),
+    },
+    "/operator/organizations/{id}/invoices": {
+        "parameters": [_path_param("id")],
+        "get": _operator_op("An organization's balance and invoices", (200, "OrganizationInvoices")),
+    },
+}
+# Reading an operator list cannot conflict with anything.
+del BILLING_PATHS["/operator/organizations/{id}/invoices"]["get"]["responses"]["409"]
+
+_BUDGET = _obj(
+    ("amountMicros", "period"),
+    amountMicros={**_MICROS, "minimum": 1, "maximum": MAX_BUDGET_MICROS},
+    period={"type": "string", "enum": list(BUDGET_PERIODS)},
+)
+_BUDGET["additionalProperties"] = False
+_RULE_FIELDS: dict[str, Any] = {
+    "subjectType": {"type": "string", "enum": list(SUBJECT_TYPES)},
+    "subjectId": {
+        "type": ["string", "null"],
+        "description": "The caller's organization (default for `organization`), or a key or system of it",
+    },
+    "effect": {"type": "string", "enum": list(EFFECTS)},
+    "models": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1},
+        "minItems": 1,
+        "maxItems": MAX_PATTERNS,
+        "description": "Model name globs, case-sensitive: `*`, `?`, `[seq]`",
+    },
+    "budget": {"oneOf": [_ref("PolicyRuleBudget"), {"type": "null"}], "description": "Allow rules only"},
+    "rpm": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_RATE, "description": "0: unlimited"},
+    "tpm": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_RATE, "description": "0: unlimited"},
+    "description": _STR,
+}
+
+
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "additionalProperties": False}
+
+
+_INVOICE = _obj(
+    ("id", "kind", "planCode", "amountMicros", "status", "createdAt", "paidAt"),
+    id=_STR,
+    kind={"type": "string", "enum": ["plan", "top_up"]},
+    planCode=_STR,
+    amountMicros=_MICROS,
+    status={"type": "string", "enum": ["open", "paid", "void"]},
+    createdAt=_TIME,
+    paidAt=_NULLABLE_TIME,
+)
+_USAGE_NUMBERS = {
+    "requests": _INT,
+    "inputTokens": _INT,
+    "cachedInputTokens": _INT,
+    "outputTokens": _INT,
+    "costMicros": _MICROS,
+}
+
+BILLING_SCHEMAS: dict[str, Any] = {
+    "PolicyRuleBudget": _BUDGET,
+    "PolicyRuleRequest": _closed(_obj(("subjectType", "effect", "models"), **_RULE_FIELDS)),
+    "PolicyRuleUpdateRequest": _closed(_obj((), **_RULE_FIELDS)),
+    "PolicyRule": _obj(
+        ("id", "organizationId", "subjectType", "subjectId", "effect", "models", "budget", "rpm", "tpm"),
+        id=_STR,
+        organizationId=_STR,
+        **{**_RULE_FIELDS, "subjectId": _STR},
+        createdAt=_TIME,
+        updatedAt=_TIME,
+    ),
+    "PolicyRuleList": _obj(("policyRules",), policyRules={"type": "array", "items": _ref("PolicyRule")}),
+    "Invoice": _INVOICE,
+    "InvoiceList": _obj(("invoices",), invoices={"type": "array", "items": _ref("Invoice")}),
+    "UsageTotals": _obj(tuple(_USAGE_NUMBERS), **_USAGE_NUMBERS),
+    "UsageReport": _obj(
+        ("from", "to", "groupBy", "currency", "rows", "totals"),
+        **{"from": _DATE},
+        to=_DATE,
+        groupBy={"type": "string", "enum": list(GROUPINGS)},
+        currency=_STR,
+        rows={
+            "type": "array",
+            "description": "Usage numbers plus the group: `day`, `model`, `keyId` or `systemId`",
+            "items": _obj(
+                tuple(_USAGE_NUMBERS),
+                day=_DATE,
+                model=_STR,
+                keyId={"type": ["string", "null"]},
+                systemId={"type": ["string", "null"]},
+                **_USAGE_NUMBERS,
+            ),
+        },
+        totals=_ref("UsageTotals"),
+    ),
+    "BillingOverview": _obj(
+        ("currency", "plan", "balanceMicros", "activated", "creditLimitMicros", "canSpend", "usage"),
+        currency=_STR,
+        plan={
+            "type": ["object", "null"],
+            "properties": {
+                "code": _STR,
+                "name": _STR,
+                "monthlyFeeMicros": _MICROS,
+                "creditLimitMicros": _MICROS,
+            },
+        },
+        balanceMicros=_MICROS,
+        activated={"type": "boolean", "description": "A first invoice or top-up was paid"},
+        activatedAt=_NULLABLE_TIME,
+        creditLimitMicros=_MICROS,
+        canSpend={"type": "boolean", "description": "Activated, or the plan has a credit limit"},
+        usage=_obj(("since", "requests", "costMicros"), since=_TIME, requests=_INT, costMicros=_MICROS),
+        openInvoices={"type": "array", "items": _ref("Invoice")},
+    ),
+    "TopUpRequest": _closed(_obj(("amountMicros",), amountMicros={**_MICROS, "minimum": 1})),
+    "Payment": _obj(
+        ("organizationId", "invoice", "creditedMicros", "balanceMicros", "currency"),
+        organizationId=_STR,
+        invoice=_ref("Invoice"),
+        creditedMicros=_MICROS,
+        balanceMicros=_MICROS,
+        currency=_STR,
+    ),
+    "OrganizationInvoices": _obj(
+        ("organizationId", "legalName", "planCode", "balanceMicros", "activated", "invoices"),
+        organizationId=_STR,
+        legalName=_STR,
+        planCode=_STR,
+        balanceMicros=_MICROS,
+        activated={"type": "boolean"},
+        activatedAt=_NULLABLE_TIME,
+        currency=_STR,
+        invoices={"type": "array", "items": _ref("Invoice")},
+    ),
+}

@@ -1,0 +1,119 @@
+"""The operator API: marking invoices paid, topping up balances and reading any organization's invoices.
+
+Guarded by `server.operator_token` (Bearer, compared in constant time); session tokens and keys of the
+cabinet are not operator tokens. Without a configured token the operator API answers 404 as if absent.
+The same results are what `modelgate billing … --url` prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+
+from aiohttp import web
+
+from cabinet.auth import bearer_token
+from cabinet.billing import (
+    announce_balance_credit,
+    billing_state,
+    mark_invoice_paid,
+    organization_not_found,
+    top_up,
+)
+from cabinet.clock import isoformat, now
+from cabinet.invoices import Invoice, invoices_of
+from cabinet.organizations import organization_by_id
+from cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
+from cabinet.services import services_of
+from cabinet.storage.database import Executor
+from config import Config
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+def require_operator(request: web.Request) -> None:
+    """Pass only a request carrying the configured operator token: 404 when none is configured, else 401."""
+    expected = services_of(request).config.server.operator_token
+    if not expected:
+        raise CabinetError(404, "not found")
+    presented = bearer_token(request.headers.get("Authorization"))
+    # Digests have equal length, so the comparison time says nothing about the token.
+    if not hmac.compare_digest(_digest(presented), _digest(expected)):
+        raise CabinetError(401, "invalid operator token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def payment_json(
+    config: Config, invoice: Invoice, credited_micros: int, balance_micros: int
+) -> dict[str, Any]:
+    """The answer of mark-paid and top-up: the invoice, what was credited and the balance after it."""
+    return {
+        "organizationId": invoice.organization_id,
+        "invoice": invoice.to_json(),
+        "creditedMicros": credited_micros,
+        "balanceMicros": balance_micros,
+        "currency": config.billing.currency,
+    }
+
+
+async def organization_invoices_json(ex: Executor, config: Config, organization_id: str) -> dict[str, Any]:
+    """An organization's billing state and all its invoices, newest first; 404 when it does not exist."""
+    org = await organization_by_id(ex, organization_id)
+    state = await billing_state(ex, organization_id)
+    if org is None or state is None:
+        raise organization_not_found()
+    return {
+        "organizationId": org.id,
+        "legalName": org.legal_name,
+        "planCode": org.plan_code,
+        "balanceMicros": state.balance_micros,
+        "activated": state.activated,
+        "activatedAt": isoformat(state.activated_at),
+        "currency": config.billing.currency,
+        "invoices": [invoice.to_json() for invoice in await invoices_of(ex, organization_id)],
+    }
+
+
+async def _balance(ex: Executor, organization_id: str) -> int:
+    state = await billing_state(ex, organization_id)
+    return state.balance_micros if state else 0
+
+
+async def operator_mark_paid(request: web.Request) -> web.Response:
+    """POST /operator/invoices/{id}/mark-paid → the paid invoice and the new balance."""
+    require_operator(request)
+    services = services_of(request)
+    invoice_id = path_id(request, "id", unknown=CabinetError(404, "invoice not found"))
+    async with services.db.transaction() as tx:
+        invoice, organization_id, amount = await mark_invoice_paid(tx, invoice_id, now())
+        balance = await _balance(tx, organization_id)
+    await announce_balance_credit(services, organization_id, amount)
+    return json_response(payment_json(services.config, invoice, amount, balance))
+
+
+async def operator_top_up(request: web.Request) -> web.Response:
+    """POST /operator/organizations/{id}/top-up {amountMicros} → 201 the top-up invoice and the balance."""
+    require_operator(request)
+    services = services_of(request)
+    organization_id = path_id(request, "id", unknown=organization_not_found())
+    body = await read_json_object(request)
+    unknown = sorted(set(body) - {"amountMicros"})
+    if unknown:
+        raise bad_request(f"unknown field: {unknown[0]}")
+    if "amountMicros" not in body:
+        raise bad_request("amountMicros is required")
+    async with services.db.transaction() as tx:
+        invoice = await top_up(tx, organization_id, body["amountMicros"], now())
+        balance = await _balance(tx, organization_id)
+    await announce_balance_credit(services, organization_id, invoice.amount_micros)
+    return json_response(payment_json(services.config, invoice, invoice.amount_micros, balance), status=201)
+
+
+async def operator_invoices(request: web.Request) -> web.Response:
+    """GET /operator/organizations/{id}/invoices → the organization's billing state and invoices."""
+    require_operator(request)
+    services = services_of(request)
+    organization_id = path_id(request, "id", unknown=organization_not_found())
+    return json_response(await organization_invoices_json(services.db, services.config, organization_id))

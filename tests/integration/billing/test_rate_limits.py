@@ -1,0 +1,140 @@
+"""RPM/TPM limits: 429 with retry-after and consistent x-ratelimit headers, exact across processes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import orjson
+
+from cabinet.storage import open_database
+from tests.integration.billing.conftest import billing_toml
+from tests.support.gateway import GatewayProcess, register_tenant
+
+
+def _post(gateway, tenant, body: dict, path: str = "/v1/chat/completions") -> httpx.Response:
+    return httpx.post(
+        f"{gateway.base_url}{path}",
+        content=orjson.dumps(body),
+        timeout=30,
+        headers={"authorization": f"Bearer {tenant.api_key}", "content-type": "application/json"},
+    )
+
+
+CHAT = {"model": "metered", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+
+
+def test_requests_past_the_rpm_limit_get_429_with_retry_after(start_gateway) -> None:
+    gateway = start_gateway(rpm=3)
+    tenant = register_tenant(gateway.base_url)
+    assert [_post(gateway, tenant, CHAT).status_code for _ in range(3)] == [200, 200, 200]
+    refused = _post(gateway, tenant, CHAT)
+    assert refused.status_code == 429
+    assert refused.json() == {
+        "error": {
+            "message": refused.json()["error"]["message"],
+            "type": "rate_limit_error",
+            "code": "rate_limit_exceeded",
+        }
+    }
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+
+
+def test_rate_limit_errors_on_messages_use_envelope_b(single_backend_gateway) -> None:
+    gateway = single_backend_gateway(rpm=1)
+    tenant = register_tenant(gateway.base_url)
+    body = {"model": "metered", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    assert _post(gateway, tenant, body, "/v1/messages").status_code == 200
+    refused = _post(gateway, tenant, body, "/v1/messages")
+    assert refused.status_code == 429
+    assert refused.json()["type"] == "error"
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+
+
+def test_rate_limit_headers_count_down_consistently(single_backend_gateway) -> None:
+    gateway = single_backend_gateway(rpm=5, tpm=100_000)
+    tenant = register_tenant(gateway.base_url)
+    remaining = []
+    for _ in range(3):
+        reply = _post(gateway, tenant, CHAT)
+        assert reply.headers["x-ratelimit-limit-requests"] == "5"
+        assert reply.headers["x-ratelimit-limit-tokens"] == "100000"
+        assert reply.headers["x-ratelimit-reset-requests"].endswith("s")
+        remaining.append(int(reply.headers["x-ratelimit-remaining-requests"]))
+    assert remaining == [4, 3, 2]
+
+
+def _estimate(body: dict) -> int:
+    """The gateway's up-front token estimate: body bytes / 2 + 1, plus the output allowance."""
+    return len(orjson.dumps(body)) // 2 + 1 + body["max_tokens"]
+
+
+def test_tpm_is_corrected_to_the_real_usage_of_a_stream(start_gateway) -> None:
+    tpm = 10_000
+    gateway = start_gateway(tpm=tpm)
+    tenant = register_tenant(gateway.base_url)
+    streamed = {
+        "model": "metered",
+        "stream": True,
+        "max_tokens": 500,
+        "messages": [{"role": "user", "content": "one two three"}],
+    }
+    with httpx.stream(
+        "POST",
+        f"{gateway.base_url}/v1/chat/completions",
+        content=orjson.dumps(streamed),
+        headers={"authorization": f"Bearer {tenant.api_key}", "content-type": "application/json"},
+        timeout=30,
+    ) as reply:
+        assert int(reply.headers["x-ratelimit-remaining-tokens"]) == tpm - _estimate(streamed)
+        body = reply.read()
+    # The gateway asked upstream for usage; the client, who did not, never sees the usage-only chunk.
+    assert b'"usage"' not in body
+    assert body.rstrip().endswith(b"data: [DONE]")
+    # Mock usage: 3 words + 3 per message in, "echo: one two three" = 4 words out.
+    actual = 6 + 4
+    second = _post(gateway, tenant, CHAT)
+    assert int(second.headers["x-ratelimit-remaining-tokens"]) == tpm - actual - _estimate(CHAT)
+
+
+def test_a_client_that_asks_for_stream_usage_still_gets_it(single_backend_gateway) -> None:
+    gateway = single_backend_gateway(tpm=10_000)
+    tenant = register_tenant(gateway.base_url)
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    reply = _post(gateway, tenant, body)
+    assert b'"usage"' in reply.content
+
+
+def _two_process_config(tmp_path: Path, storage_url: str, redis_url: str) -> Path:
+    path = tmp_path / "shared.toml"
+    path.write_text(billing_toml(storage_url, redis_url, rpm=10, flush_interval=0.2))
+    return path
+
+
+def test_two_gateway_processes_share_one_rpm_limit_and_one_ledger(
+    tmp_path: Path, pg_server_url: str, redis_url: str
+) -> None:
+    config = _two_process_config(tmp_path, pg_server_url, redis_url)
+    with GatewayProcess(config, cwd=tmp_path) as first, GatewayProcess(config, cwd=tmp_path) as second:
+        tenant = register_tenant(first.base_url)
+        statuses = [_post((first, second)[i % 2], tenant, CHAT).status_code for i in range(20)]
+        first.terminate()
+        second.terminate()
+        assert first.wait(timeout=30) == 0 and second.wait(timeout=30) == 0
+    assert statuses.count(200) == 10
+    assert statuses.count(429) == 10
+
+    async def served() -> int:
+        db = await open_database(pg_server_url)
+        try:
+            return await db.fetchval(
+                "SELECT COUNT(*) FROM usage_ledger l JOIN users u ON u.organization_id = l.organization_id"
+                " WHERE u.email = $1 AND l.status = 200",
+                tenant.email,
+            )
+        finally:
+            await db.close()
+
+    assert asyncio.run(served()) == 10

@@ -1,0 +1,50 @@
+"""Fixtures of the billing cabinet suite: the cabinet under /api on a real loopback server with a recording
+billing sink, over both storage backends (`db` from tests/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+import pytest
+from aiohttp import web
+
+from cabinet.app import build_cabinet_app
+from cabinet.services import CabinetServices
+from cabinet.storage import Database
+from config import Config, load_config
+from tests.integration.billing_cabinet.billing_client import (
+    OPERATOR_TOKEN,
+    BillingCabinet,
+    RecordingBillingSink,
+)
+from tests.integration.cabinet.cabinet_client import RecordingSink
+
+BillingCabinetFactory = Callable[..., Awaitable[BillingCabinet]]
+
+
+def billing_config(operator_token: str | None = OPERATOR_TOKEN) -> Config:
+    """The embedded default config with an operator token (or none)."""
+    config = load_config(None)
+    return replace(config, server=replace(config.server, operator_token=operator_token))
+
+
+@pytest.fixture
+def start_billing_cabinet(aiohttp_client, db: Database) -> BillingCabinetFactory:
+    """Start a cabinet server mounted like the gateway does, with a recording billing sink."""
+
+    async def start(config: Config | None = None) -> BillingCabinet:
+        keys, billing = RecordingSink(), RecordingBillingSink(db)
+        root = web.Application()
+        root.add_subapp(
+            "/api", build_cabinet_app(CabinetServices(config or billing_config(), db, keys, billing))
+        )
+        return BillingCabinet(await aiohttp_client(root), db, keys, billing)
+
+    return start
+
+
+@pytest.fixture
+async def cabinet(start_billing_cabinet: BillingCabinetFactory) -> BillingCabinet:
+    """A cabinet with the operator API enabled."""
+    return await start_billing_cabinet()
