@@ -23,7 +23,8 @@ async def _org_state(storage_url: str, email: str) -> dict:
     db = await open_database(storage_url)
     try:
         return await db.fetchrow(
-            "SELECT o.id, o.balance_micros, (SELECT COUNT(*) FROM usage_ledger l WHERE l.organization_id = o.id"
+            "SELECT o.id, o.balance_micros, (SELECT COUNT(*) FROM usage_ledger l"
+            " WHERE l.organization_id = o.id"
             " AND l.status = 200) AS served FROM organizations o JOIN users u ON u.organization_id = o.id"
             " WHERE u.email = $1",
             email,
