@@ -288,9 +288,10 @@ async def create_policy_rule(request: web.Request) -> web.Response:
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
     fields = parse_rule_fields(await read_json_object(request))
-    subject_type = _choice(fields.get("subjectType"), "subjectType", SUBJECT_TYPES)
-    effect = _choice(fields.get("effect"), "effect", EFFECTS)
-    models = _patterns(fields.get("models"))
+    for required in ("subjectType", "effect", "models"):
+        if required not in fields:
+            raise bad_request(f"{required} is required")
+    subject_type, effect, models = fields["subjectType"], fields["effect"], fields["models"]
     budget, rpm, tpm = fields.get("budget"), fields.get("rpm"), fields.get("tpm")
     _check_consistent(effect, budget, rpm, tpm)
     at = now()

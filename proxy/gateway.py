@@ -56,7 +56,10 @@ class Gateway:
             await apply_migrations(db)
             if config.redis.url:
                 bus = RedisBus(config.redis.url)
-                await bus.ping()
+                try:
+                    await bus.ping()
+                except Exception as exc:  # start anyway; /readyz and requests report it
+                    log.error("REDIS UNAVAILABLE at start (%r); fail_open = %s", exc, config.redis.fail_open)
             elif workers > 1:
                 log.warning(
                     "several workers without Redis: rate limits and balances are counted per process; "
@@ -64,7 +67,9 @@ class Gateway:
                 )
             # A key cache is only safe where every process hears every revocation.
             keys = KeyDirectory(db, cache=workers == 1 or db.dialect == "postgres" or bus is not None)
-            counters: Counters = RedisCounters(bus.client) if bus else InProcessCounters()
+            counters: Counters = (
+                RedisCounters(bus.client, fail_open=config.redis.fail_open) if bus else InProcessCounters()
+            )
             ledger = LedgerWriter(
                 db,
                 interval=config.billing.ledger_flush_interval_seconds,

@@ -64,9 +64,7 @@ def build_app(gateway: Gateway) -> web.Application:
     handle = gateway.model_api.handle
     app.router.add_route("*", "/v1", handle)
     app.router.add_route("*", "/v1/{tail:.*}", handle)
-    cabinet = build_cabinet_app(
-        CabinetServices(gateway.config, gateway.db, gateway.keys, gateway.accounts)
-    )
+    cabinet = build_cabinet_app(CabinetServices(gateway.config, gateway.db, gateway.keys, gateway.accounts))
     app.add_subapp("/api", cabinet)
     return app
 

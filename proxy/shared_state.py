@@ -37,11 +37,21 @@ class RedisBus:
         if not self._handlers:
             return
         self._pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-        await self._pubsub.subscribe(*self._handlers)
         self._task = asyncio.get_running_loop().create_task(self._listen(), name="redis-bus")
 
     async def _listen(self) -> None:
+        subscribed = False
         while True:
+            if not subscribed:
+                try:
+                    await self._pubsub.subscribe(*self._handlers)
+                    subscribed = True
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # Redis down: retry, loudly
+                    log.error("redis bus: cannot subscribe (%r); retrying in 1 s", exc)
+                    await asyncio.sleep(1)
+                    continue
             try:
                 message = await self._pubsub.get_message(timeout=5.0)
             except asyncio.CancelledError:

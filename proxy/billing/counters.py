@@ -11,10 +11,17 @@ reservation and subtracts the real cost. Windows: 1-second buckets over 60 secon
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+from redis.exceptions import RedisError
+
+from proxy.errors import ServiceUnavailable
+
+log = logging.getLogger("modelgate.counters")
 
 WINDOW_SECONDS = 60
 
@@ -185,11 +192,17 @@ return 1
 
 
 class RedisCounters:
-    """Counters in Redis: every gateway process sees and changes the same numbers atomically."""
+    """Counters in Redis: every gateway process sees and changes the same numbers atomically.
 
-    def __init__(self, client, prefix: str = "mg:") -> None:
+    If Redis cannot be reached, `fail_open` decides: admit requests without limits or reservations (logged
+    loudly, at most once per 10 s), or refuse them with 503 until Redis is back.
+    """
+
+    def __init__(self, client, prefix: str = "mg:", *, fail_open: bool = False) -> None:
         self._redis = client
         self._prefix = prefix
+        self._fail_open = fail_open
+        self._last_alarm = 0.0
         self._reserve = client.register_script(_RESERVE)
         self._init = client.register_script(_INIT)
         self._settle = client.register_script(_SETTLE)
@@ -198,7 +211,29 @@ class RedisCounters:
         self._take = client.register_script(_TAKE)
         self._adjust = client.register_script(_ADJUST)
 
+    def _unavailable(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last_alarm > 10:
+            self._last_alarm = now
+            log.error(
+                "REDIS UNAVAILABLE (%r): shared limits and balances are %s",
+                exc,
+                "NOT ENFORCED (fail_open = true)" if self._fail_open else "refusing requests (503)",
+            )
+        if not self._fail_open:
+            raise ServiceUnavailable(
+                "The model service is temporarily unavailable: shared limits cannot be "
+                "checked. Retry shortly."
+            ) from exc
+
     async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
+        try:
+            return await self._reserve_checked(key, amount, require_activation, init)
+        except RedisError as exc:
+            self._unavailable(exc)
+            return Reserve.OK
+
+    async def _reserve_checked(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
         name = self._prefix + key
         args = [amount, "1" if require_activation else "0"]
         result = await self._reserve(keys=[name], args=args)
@@ -209,7 +244,10 @@ class RedisCounters:
         return int(result)
 
     async def settle(self, key: str, reserved: int, actual: int) -> None:
-        await self._settle(keys=[self._prefix + key], args=[reserved, actual])
+        try:
+            await self._settle(keys=[self._prefix + key], args=[reserved, actual])
+        except RedisError as exc:
+            log.error("redis: settling %s failed: %r", key, exc)
 
     async def credit(self, key: str, amount: int) -> None:
         await self._credit(keys=[self._prefix + key], args=[amount])
@@ -221,13 +259,20 @@ class RedisCounters:
         await self.drop(key)
 
     async def take(self, key: str, amount: int, limit: int) -> WindowResult:
-        allowed, used, reset, second = await self._take(
-            keys=[self._prefix + key], args=[amount, limit, WINDOW_SECONDS]
-        )
+        try:
+            allowed, used, reset, second = await self._take(
+                keys=[self._prefix + key], args=[amount, limit, WINDOW_SECONDS]
+            )
+        except RedisError as exc:
+            self._unavailable(exc)
+            return WindowResult(True, 0, 0, int(time.time()))
         return WindowResult(bool(allowed), int(used), int(reset), int(second))
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
-        await self._adjust(keys=[self._prefix + key], args=[second, delta])
+        try:
+            await self._adjust(keys=[self._prefix + key], args=[second, delta])
+        except RedisError as exc:
+            log.error("redis: correcting %s failed: %r", key, exc)
 
     async def close(self) -> None:
         await self._redis.aclose()

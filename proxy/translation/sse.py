@@ -10,9 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
-_LF = 10
 _CR = 13
-_COLON = 58
 _SPACE = 32
 
 
@@ -27,58 +25,62 @@ class SseEvent:
 class SseParser:
     """Feeds bytes in, yields complete events out; `id:` and `retry:` fields are not needed and dropped."""
 
-    __slots__ = ("_buffer", "_data", "_name")
+    __slots__ = ("_carry", "_data", "_name")
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._carry = b""  # the unfinished last line, usually empty: providers send whole events per chunk
         self._name: str | None = None
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         """The events completed by `chunk`, oldest first."""
-        buffer = self._buffer
-        buffer += chunk
+        data = self._carry + chunk if self._carry else chunk
         events: list[SseEvent] = []
+        find = data.find
         start = 0
         while True:
-            end = buffer.find(b"\n", start)
+            end = find(b"\n", start)
             if end < 0:
                 break
-            stop = end - 1 if end > start and buffer[end - 1] == _CR else end
+            stop = end - 1 if end > start and data[end - 1] == _CR else end
             if stop == start:
                 self._dispatch(events)
-            elif buffer[start] != _COLON:  # a leading colon marks a comment (keep-alive)
-                self._field(bytes(buffer[start:stop]))
+            else:
+                self._field(data, start, stop)
             start = end + 1
-        if start:
-            del buffer[:start]
+        self._carry = data[start:] if start < len(data) else b""
         return events
 
     def finish(self) -> list[SseEvent]:
         """An event left unterminated when the stream ended (a last line without its blank line)."""
-        if self._buffer:
-            line = bytes(self._buffer).rstrip(b"\r")
-            self._buffer.clear()
-            if line and line[0] != _COLON:
-                self._field(line)
+        carry, self._carry = self._carry, b""
+        if carry:
+            stop = len(carry) - 1 if carry[-1] == _CR else len(carry)
+            if stop:
+                self._field(carry, 0, stop)
         events: list[SseEvent] = []
         self._dispatch(events)
         return events
 
-    def _field(self, line: bytes) -> None:
-        name, _, value = line.partition(b":")
-        if value and value[0] == _SPACE:
-            value = value[1:]
-        if name == b"data":
-            self._data.append(value)
-        elif name == b"event":
-            self._name = value.decode("utf-8", "replace")
+    def _field(self, data: bytes, start: int, stop: int) -> None:
+        # Slices straight out of the chunk: one copy per value, none per line.
+        if data.startswith(b"data:", start, stop):
+            value = start + 5
+            if value < stop and data[value] == _SPACE:
+                value += 1
+            self._data.append(data[value:stop])
+        elif data.startswith(b"event:", start, stop):
+            value = start + 6
+            if value < stop and data[value] == _SPACE:
+                value += 1
+            self._name = data[value:stop].decode("utf-8", "replace")
+        # Anything else is a comment (a leading colon: keep-alives) or a field this proxy has no use for.
 
     def _dispatch(self, events: list[SseEvent]) -> None:
         data = self._data
         if data:
             events.append(SseEvent(self._name, data[0] if len(data) == 1 else b"\n".join(data)))
-            self._data = []
+            data.clear()
         self._name = None
 
 

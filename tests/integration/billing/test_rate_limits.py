@@ -138,3 +138,28 @@ def test_two_gateway_processes_share_one_rpm_limit_and_one_ledger(
             await db.close()
 
     assert asyncio.run(served()) == 10
+
+
+def _dead_redis_gateway(tmp_path: Path, fail_open: bool):
+    from tests.support.gateway import ThreadedGateway, free_port, write_config
+
+    toml = billing_toml(f"sqlite:///{tmp_path / 'dead.db'}", f"redis://127.0.0.1:{free_port()}/0", rpm=5)
+    toml = toml.replace("[redis]\n", f"[redis]\nfail_open = {'true' if fail_open else 'false'}\n")
+    return ThreadedGateway(write_config(tmp_path / "dead.toml", toml))
+
+
+def test_with_redis_down_and_fail_closed_requests_get_503(tmp_path: Path) -> None:
+    with _dead_redis_gateway(tmp_path, fail_open=False) as gateway:
+        tenant = register_tenant(gateway.base_url)
+        reply = _post(gateway, tenant, CHAT)
+        assert reply.status_code == 503
+        assert reply.json()["error"]["code"] == "upstream_unavailable"
+        ready = httpx.get(f"{gateway.base_url}/readyz", timeout=10)
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["redis"].startswith("unavailable")
+
+
+def test_with_redis_down_and_fail_open_requests_pass_without_limits(tmp_path: Path) -> None:
+    with _dead_redis_gateway(tmp_path, fail_open=True) as gateway:
+        tenant = register_tenant(gateway.base_url)
+        assert [_post(gateway, tenant, CHAT).status_code for _ in range(7)] == [200] * 7
