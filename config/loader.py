@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from .schema import (
+    ESSENTIAL_PLUGINS,
     KNOWN_PLUGINS,
     LOG_LEVELS,
     PROVIDER_KINDS,
@@ -400,7 +401,7 @@ def _logging(t: _Table) -> LoggingConfig:
 
 
 def _plugins(t: _Table) -> PluginsConfig:
-    values = _given(disabled=t.strings("disabled", check=lambda v: _membership("plugin", v, KNOWN_PLUGINS)))
+    values = _given(disabled=t.strings("disabled", check=_disableable_plugin))
     t.finish()
     return PluginsConfig(**values)
 
@@ -534,6 +535,12 @@ def _unknown_key(key: str, known: Sequence[str]) -> str:
     if match := _suggest(key, known):
         return f"unknown key; did you mean {match!r}?"
     return f"unknown key; expected one of: {', '.join(known)}" if known else "unknown key"
+
+
+def _disableable_plugin(value: str) -> str | None:
+    if value in ESSENTIAL_PLUGINS:
+        return f"plugin {value!r} cannot be disabled; only these can: {', '.join(KNOWN_PLUGINS)}"
+    return _membership("plugin", value, KNOWN_PLUGINS)
 
 
 def _membership(noun: str, value: str, options: Iterable[str]) -> str | None:

@@ -21,16 +21,25 @@ REQUEST_KINDS = (
     "decisions",
 )
 PROVIDER_KINDS = ("openai", "anthropic", "mock")
+# Plugins the config may switch off. The other steps of the chain (route_support, auth, request_id,
+# body_limits, request_validation, model_routing, provider_filter, native_features, object_binding) keep
+# the model API correct and safe and are always on.
 KNOWN_PLUGINS = (
-    "request_id",
+    "policy",
+    "rate_limits",
+    "billing_gate",
+    "usage_metering",
+)
+ESSENTIAL_PLUGINS = (
     "route_support",
     "auth",
+    "request_id",
     "body_limits",
+    "request_validation",
+    "model_routing",
     "provider_filter",
-    "policy",
-    "billing_gate",
-    "rate_limits",
-    "usage_metering",
+    "native_features",
+    "object_binding",
 )
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

@@ -33,7 +33,16 @@ def _json(ctx: RequestContext, body: dict) -> web.Response:
 
 
 def _visible(catalog: ModelCatalog, ctx: RequestContext) -> list[str]:
-    return sorted(catalog.models)
+    """The models this key may use: all configured ones, less those its policy denies or does not enable."""
+    policy, key = ctx.policy, ctx.key
+    if policy is None or not policy.rules:
+        return sorted(catalog.models)
+    visible = []
+    for name in sorted(catalog.models):
+        decision = policy.decide(key.id, key.system_id, name)
+        if not decision.denied and not decision.not_enabled:
+            visible.append(name)
+    return visible
 
 
 def list_models(catalog: ModelCatalog, ctx: RequestContext) -> web.Response:
@@ -79,6 +88,6 @@ def list_models(catalog: ModelCatalog, ctx: RequestContext) -> web.Response:
 
 def get_model(catalog: ModelCatalog, ctx: RequestContext) -> web.Response:
     name = ctx.object_id
-    if name not in _visible(catalog, ctx):
+    if name not in catalog.models or name not in _visible(catalog, ctx):
         raise ModelNotFound(f"The model `{name}` does not exist or you do not have access to it.")
     return _json(ctx, _anthropic_model(name) if ctx.envelope is Envelope.B else _openai_model(name))

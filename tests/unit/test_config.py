@@ -434,3 +434,12 @@ def test_secrets_stay_out_of_repr():
 
 def test_request_kinds_are_the_documented_set():
     assert "messages" in REQUEST_KINDS and "decisions" in REQUEST_KINDS and len(REQUEST_KINDS) == 13
+
+
+def test_an_essential_plugin_cannot_be_disabled(write):
+    path = write('[plugins]\ndisabled = ["auth"]\n' + VALID)
+
+    assert problems(path) == [
+        "my.toml: plugins.disabled[0]: plugin 'auth' cannot be disabled; only these can: "
+        "policy, rate_limits, billing_gate, usage_metering"
+    ]
