@@ -25,7 +25,7 @@ SECONDS_PER_DAY = 86400
 # The ledger starts after the epoch; the upper bound keeps date arithmetic clear of `date.max`.
 FIRST_DAY = date(1970, 1, 1)
 LAST_DAY = date(9998, 12, 31)
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _SUMS = (
     "COUNT(*) AS requests, COALESCE(SUM(input_tokens), 0) AS input_tokens,"
     " COALESCE(SUM(cached_input_tokens), 0) AS cached_input_tokens,"

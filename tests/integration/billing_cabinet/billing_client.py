@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
 from cabinet.storage import Database
 from cabinet.tokens import new_id
+from config import Config, load_config
 from tests.integration.cabinet.cabinet_client import Account, Cabinet, RecordingSink, Reply
 
 OPERATOR_TOKEN = "operator-secret-for-tests-0123456789"
 _numbers = itertools.count(1)
+
+
+def billing_config(operator_token: str | None = OPERATOR_TOKEN, **server: Any) -> Config:
+    """The embedded default config with an operator token (or none) and other `[server]` settings."""
+    config = load_config(None)
+    return replace(config, server=replace(config.server, operator_token=operator_token, **server))
 
 
 class RecordingBillingSink:
@@ -115,3 +124,6 @@ async def insert_usage(
         cost_micros,
         at,
     )
+
+
+BillingCabinetFactory = Callable[..., Awaitable[BillingCabinet]]

@@ -3,30 +3,20 @@ billing sink, over both storage backends (`db` from tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
-
 import pytest
 from aiohttp import web
 
 from cabinet.app import build_cabinet_app
 from cabinet.services import CabinetServices
 from cabinet.storage import Database
-from config import Config, load_config
+from config import Config
 from tests.integration.billing_cabinet.billing_client import (
-    OPERATOR_TOKEN,
     BillingCabinet,
+    BillingCabinetFactory,
     RecordingBillingSink,
+    billing_config,
 )
 from tests.integration.cabinet.cabinet_client import RecordingSink
-
-BillingCabinetFactory = Callable[..., Awaitable[BillingCabinet]]
-
-
-def billing_config(operator_token: str | None = OPERATOR_TOKEN) -> Config:
-    """The embedded default config with an operator token (or none)."""
-    config = load_config(None)
-    return replace(config, server=replace(config.server, operator_token=operator_token))
 
 
 @pytest.fixture

@@ -6,8 +6,12 @@ import asyncio
 
 from cabinet.billing import mark_invoice_paid, top_up
 from cabinet.requests import CabinetError
-from tests.integration.billing_cabinet.billing_client import OPERATOR_TOKEN, BillingCabinet
-from tests.integration.billing_cabinet.conftest import BillingCabinetFactory, billing_config
+from tests.integration.billing_cabinet.billing_client import (
+    OPERATOR_TOKEN,
+    BillingCabinet,
+    BillingCabinetFactory,
+    billing_config,
+)
 
 PRO_FEE_MICROS = 49_000_000
 
@@ -72,7 +76,9 @@ async def test_marking_an_invoice_paid_credits_the_balance_and_activates_the_org
     assert reply.body["invoice"]["paidAt"] is not None
     assert listed.body["invoices"][0]["status"] == "paid"
     assert await cabinet.balance(org_id) == PRO_FEE_MICROS
-    assert await cabinet.db.fetchval("SELECT activated_at FROM organizations WHERE id = $1", org_id) is not None
+    assert (
+        await cabinet.db.fetchval("SELECT activated_at FROM organizations WHERE id = $1", org_id) is not None
+    )
     assert overview.body["billing"]["activated"] is True
     assert overview.body["billing"]["openInvoices"] == []
 
@@ -181,7 +187,9 @@ async def test_a_top_up_adds_a_paid_top_up_invoice_and_activates(cabinet: Billin
     owner = await cabinet.register(plan="pro")
     org_id = await cabinet.organization_id(owner)
 
-    reply = await cabinet.operator("POST", f"/organizations/{org_id}/top-up", json={"amountMicros": 2_500_000})
+    reply = await cabinet.operator(
+        "POST", f"/organizations/{org_id}/top-up", json={"amountMicros": 2_500_000}
+    )
     overview = await cabinet.call("GET", "/overview", token=owner.token)
 
     assert reply.status == 201
@@ -221,9 +229,15 @@ async def test_invalid_top_ups_are_4xx_and_credit_nothing(cabinet: BillingCabine
         assert reply.status == status, (body, reply.body)
         assert reply.body["error"].startswith(message), (body, reply.body)
     not_json = await cabinet.call(
-        "POST", f"/operator{path}", token=OPERATOR_TOKEN, data=b"{", headers={"Content-Type": "application/json"}
+        "POST",
+        f"/operator{path}",
+        token=OPERATOR_TOKEN,
+        data=b"{",
+        headers={"Content-Type": "application/json"},
     )
-    unknown_org = await cabinet.operator("POST", "/organizations/org_0123456789abcdef/top-up", json={"amountMicros": 5})
+    unknown_org = await cabinet.operator(
+        "POST", "/organizations/org_0123456789abcdef/top-up", json={"amountMicros": 5}
+    )
 
     assert (not_json.status, not_json.body) == (400, {"error": "request body is not valid JSON"})
     assert (unknown_org.status, unknown_org.body) == (404, {"error": "organization not found"})
@@ -250,7 +264,9 @@ async def test_the_operator_lists_an_organizations_invoices_and_balance(cabinet:
     assert (unknown.status, unknown.body) == (404, {"error": "organization not found"})
 
 
-async def test_the_first_payment_sets_the_activation_time_and_later_ones_keep_it(cabinet: BillingCabinet) -> None:
+async def test_the_first_payment_sets_the_activation_time_and_later_ones_keep_it(
+    cabinet: BillingCabinet,
+) -> None:
     owner = await cabinet.register(plan="pro")
     org_id = await cabinet.organization_id(owner)
     invoice_id = await cabinet.open_invoice_id(owner)
@@ -261,7 +277,9 @@ async def test_the_first_payment_sets_the_activation_time_and_later_ones_keep_it
         await top_up(tx, org_id, 7, 2_000.0)
 
     assert (invoice.status, invoice.paid_at, paid_org, amount) == ("paid", 1_000.0, org_id, PRO_FEE_MICROS)
-    assert await cabinet.db.fetchval("SELECT activated_at FROM organizations WHERE id = $1", org_id) == 1_000.0
+    assert (
+        await cabinet.db.fetchval("SELECT activated_at FROM organizations WHERE id = $1", org_id) == 1_000.0
+    )
     assert await cabinet.balance(org_id) == PRO_FEE_MICROS + 7
 
 

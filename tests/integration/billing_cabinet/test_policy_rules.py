@@ -128,7 +128,10 @@ INVALID_BODIES: list[tuple[dict[str, Any], str]] = [
         {"subjectType": "organization", "effect": "allow", "models": ["m" * 201]},
         "models[0] must be a pattern",
     ),
-    ({"subjectType": "organization", "effect": "allow", "models": ["*"] * 101}, "models must have at most 100"),
+    (
+        {"subjectType": "organization", "effect": "allow", "models": ["*"] * 101},
+        "models must have at most 100",
+    ),
     (
         {"subjectType": "organization", "effect": "allow", "models": ["*"], "owner": "x"},
         "unknown field: owner",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -120,14 +122,59 @@ tpm = 0
 """
 
 
+SHARED_GATEWAY = "shared_gateway"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{SHARED_GATEWAY}: the module's tests share one gateway, fakes and tenant (the fakes are wiped "
+        "before each test); only for tests that leave no state in the gateway (no row failures, "
+        "no revocations)",
+    )
+
+
+def _shares_gateway(request: pytest.FixtureRequest) -> bool:
+    return request.node.get_closest_marker(SHARED_GATEWAY) is not None
+
+
+def _start_fakes(stack: ExitStack) -> tuple[FakeUpstream, FakeUpstream, FakeUpstream]:
+    return tuple(
+        stack.enter_context(FakeUpstream(name, api_key=UPSTREAM_KEY)) for name in ("alpha", "beta", "claude")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SharedStack:
+    upstreams: tuple[FakeUpstream, FakeUpstream, FakeUpstream]
+    gateway: ThreadedGateway
+    tenant: Tenant
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
+    """One gateway on its own fakes with one tenant, for a module marked `shared_gateway`."""
+    directory = tmp_path_factory.mktemp("shared-gateway")
+    with ExitStack() as stack:
+        fakes = _start_fakes(stack)
+        config = write_config(
+            directory / "modelgate.toml", gateway_toml(f"sqlite:///{directory / 'gw.db'}", *fakes)
+        )
+        running = stack.enter_context(ThreadedGateway(config))
+        yield SharedStack(fakes, running, register_tenant(running.base_url))
+
+
 @pytest.fixture
-def upstreams() -> Iterator[tuple[FakeUpstream, FakeUpstream, FakeUpstream]]:
-    with (
-        FakeUpstream("alpha", api_key=UPSTREAM_KEY) as a,
-        FakeUpstream("beta", api_key=UPSTREAM_KEY) as b,
-        FakeUpstream("claude", api_key=UPSTREAM_KEY) as c,
-    ):
-        yield a, b, c
+def upstreams(request: pytest.FixtureRequest) -> Iterator[tuple[FakeUpstream, FakeUpstream, FakeUpstream]]:
+    if _shares_gateway(request):
+        fakes = request.getfixturevalue("shared_stack").upstreams
+        for fake in fakes:
+            fake.clear_faults()
+            fake.clear()
+        yield fakes
+        return
+    with ExitStack() as stack:
+        yield _start_fakes(stack)
 
 
 @pytest.fixture
@@ -146,7 +193,10 @@ def claude(upstreams) -> FakeUpstream:
 
 
 @pytest.fixture
-def gateway(tmp_path: Path, upstreams) -> Iterator[ThreadedGateway]:
+def gateway(request: pytest.FixtureRequest, tmp_path: Path, upstreams) -> Iterator[ThreadedGateway]:
+    if _shares_gateway(request):
+        yield request.getfixturevalue("shared_stack").gateway
+        return
     config = write_config(
         tmp_path / "modelgate.toml", gateway_toml(f"sqlite:///{tmp_path / 'gw.db'}", *upstreams)
     )
@@ -155,7 +205,9 @@ def gateway(tmp_path: Path, upstreams) -> Iterator[ThreadedGateway]:
 
 
 @pytest.fixture
-def tenant(gateway: ThreadedGateway) -> Tenant:
+def tenant(request: pytest.FixtureRequest, gateway: ThreadedGateway) -> Tenant:
+    if _shares_gateway(request):
+        return request.getfixturevalue("shared_stack").tenant
     return register_tenant(gateway.base_url)
 
 

@@ -15,6 +15,9 @@ import pytest
 
 from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b
 
+# Nothing here fails a row or revokes a key: one gateway serves the whole module.
+pytestmark = pytest.mark.shared_gateway
+
 MiB = 1024 * 1024
 BLOCK = b"x" * MiB
 BOUNDARY = "modelgate-test-boundary"

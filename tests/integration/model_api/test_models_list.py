@@ -10,6 +10,9 @@ import pytest
 
 from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b
 
+# Nothing here fails a row or revokes a key: one gateway serves the whole module.
+pytestmark = pytest.mark.shared_gateway
+
 CONFIGURED = ["balanced", "claude-test", "decider", "embed-test", "gpt-test", "mock-chat"]
 VERSION = {"anthropic-version": "2023-06-01"}
 

@@ -8,6 +8,9 @@ import pytest
 from tests.integration.model_api.conftest import UPSTREAM_KEY
 from tests.integration.model_api.error_bodies import assert_envelope_a
 
+# Nothing here fails a row or revokes a key: one gateway serves the whole module.
+pytestmark = pytest.mark.shared_gateway
+
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "pick a row"}]
 
