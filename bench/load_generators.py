@@ -13,9 +13,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from workload import CHAT_PATH, raw_request
 
 WRK_INSTALL_HINT = (
     "wrk not found: install it for accurate numbers (Debian/Ubuntu: `apt-get install -y wrk`, "
@@ -24,6 +27,7 @@ WRK_INSTALL_HINT = (
 _LUA_SCRIPT = Path(__file__).with_name("post.lua")
 _WRK_LINE = re.compile(r"^BENCH (.*)$", re.MULTILINE)
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
+_HOST = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +60,7 @@ def run_wrk(
         "10s",
         "-s",
         str(_LUA_SCRIPT),
-        f"http://127.0.0.1:{port}/v1/chat/completions",
+        f"http://{_HOST}:{port}{CHAT_PATH}",
     ]
     env = {**os.environ, "BENCH_BODY_FILE": str(body_file), "BENCH_API_KEY": api_key}
     done = subprocess.run(
@@ -118,7 +122,7 @@ async def _drive(port: int, request: bytes, connections: int, seconds: float) ->
     for _ in range(connections):
         closed = loop.create_future()
         await loop.create_connection(
-            lambda c=closed: _LoadProtocol(request, deadline, totals, c), "127.0.0.1", port
+            lambda c=closed: _LoadProtocol(request, deadline, totals, c), _HOST, port
         )
         waits.append(closed)
     await asyncio.wait_for(asyncio.gather(*waits), timeout=seconds + 30)
@@ -136,11 +140,9 @@ def _worker(port: int, request: bytes, connections: int, seconds: float, cpus: s
     out.send(result)
 
 
-def run_python(
-    port: int, *, connections: int, seconds: float, request: bytes, cpus: set[int], processes: int = 2
-) -> LoadResult:
-    """The fallback: `processes` asyncio processes sharing `connections` connections."""
-    processes = max(1, min(processes, connections))
+def run_python(port: int, *, connections: int, seconds: float, request: bytes, cpus: set[int]) -> LoadResult:
+    """The fallback: one asyncio process per core in `cpus`, sharing `connections` connections."""
+    processes = max(1, min(len(cpus), connections))
     context = multiprocessing.get_context("fork")
     pipes, workers = [], []
     for index in range(processes):
@@ -161,3 +163,30 @@ def run_python(
         requests, errors, elapsed = requests + done, errors + failed, max(elapsed, took)
         worker.join(timeout=10)
     return LoadResult(requests, elapsed, errors)
+
+
+class LoadGenerator:
+    """The generator chosen for a run (wrk unless missing or `choice` says python), pinned to `cpus`."""
+
+    def __init__(self, choice: str, cpus: set[int], body_file: Path, api_key: str) -> None:
+        if choice == "wrk" and not wrk_available():
+            raise SystemExit(WRK_INSTALL_HINT.split(";")[0])
+        self.use_wrk = choice == "wrk" or (choice == "auto" and wrk_available())
+        if not self.use_wrk and choice == "auto":
+            print(f"note: {WRK_INSTALL_HINT}", file=sys.stderr)
+        self.cpus, self._body_file, self._api_key = cpus, body_file, api_key
+        self.name = "wrk -t1" if self.use_wrk else "python (asyncio) fallback"
+
+    def run(self, port: int, connections: int, seconds: float) -> LoadResult:
+        """Keep `connections` connections busy for `seconds`."""
+        if self.use_wrk:
+            return run_wrk(
+                port,
+                connections=connections,
+                seconds=seconds,
+                body_file=self._body_file,
+                api_key=self._api_key,
+                cpus=self.cpus,
+            )
+        request = raw_request(_HOST, port, self._body_file.read_bytes(), self._api_key)
+        return run_python(port, connections=connections, seconds=seconds, request=request, cpus=self.cpus)

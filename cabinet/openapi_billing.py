@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from cabinet.openapi import _ADMIN, _AUTH_ERRORS, _STR, _TIME, _obj, _op, _path_param, _query_param, _ref
-from cabinet.policy_rules import (
+from cabinet.policy_rule_input import (
     BUDGET_PERIODS,
     EFFECTS,
     MAX_BUDGET_MICROS,

@@ -2,8 +2,8 @@
 
 A rule has a subject (`organization`, `system` or `key` of the organization), an effect (`allow` or
 `deny`), model name globs (`fnmatch` case-sensitive: `*` any run, `?` one character, `[seq]`), and on an
-allow rule optionally a budget (micro-units per UTC `day` or `month`) and `rpm`/`tpm` overrides
-(0 means unlimited, as in plans).
+allow rule optionally a budget (micro-units per UTC `day` or `month`) and `rpm`/`tpm` overrides of the
+plan's per-key limits (0: no per-key limit; the plan's organization-wide limits still apply).
 
 How the model API evaluates them for a request by key K (linked to system S) of organization O on model M:
 
@@ -15,7 +15,7 @@ How the model API evaluates them for a request by key K (linked to system S) of 
    (spend is kept per rule and period in `policy_budget_spend`): else 402 `insufficient_balance`.
    Editing a rule starts its budget counter afresh from the stored spend of the period.
 5. rpm/tpm: among the matching rules, the most specific subject with a value (key, then system, then
-   organization) overrides the plan's limit; without one the plan's limits apply.
+   organization) overrides the plan's per-key limit; without one the plan's limits apply.
 
 Every change is audited (`policy_rule.created/updated/deleted`) and, after commit, announced through the
 billing sink (`policy_changed`) so gateways drop their compiled policy at once.
@@ -35,14 +35,8 @@ from cabinet.audit import actor_of, record
 from cabinet.auth import Principal, authenticate
 from cabinet.clock import isoformat, now
 from cabinet.organizations import require_organization
-from cabinet.requests import (
-    CabinetError,
-    bad_request,
-    json_response,
-    optional_text,
-    path_id,
-    read_json_object,
-)
+from cabinet.policy_rule_input import FIELDS, REQUIRED_FIELDS, check_consistent, parse_rule_fields
+from cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
 from cabinet.services import CabinetServices, services_of
 from cabinet.storage.database import Executor, Row
 from cabinet.tokens import new_id
@@ -50,17 +44,7 @@ from cabinet.users import ADMIN_ROLES
 
 log = logging.getLogger("modelgate.cabinet.policy_rules")
 
-SUBJECT_TYPES = ("organization", "key", "system")
-EFFECTS = ("allow", "deny")
-BUDGET_PERIODS = ("day", "month")
-FIELDS = frozenset({"subjectType", "subjectId", "effect", "models", "budget", "rpm", "tpm", "description"})
 MAX_RULES_PER_ORGANIZATION = 1000
-MAX_PATTERNS = 100
-MAX_PATTERN_LENGTH = 200
-MAX_DESCRIPTION_LENGTH = 2000
-# One billion currency units: far above any real budget, far below BIGINT overflow in spend sums.
-MAX_BUDGET_MICROS = 10**15
-MAX_RATE = 10**9
 _COLUMNS = (
     "id, organization_id, subject_type, subject_id, effect, models, budget_micros, budget_period, rpm, tpm,"
     " description, created_at, updated_at"
@@ -151,103 +135,6 @@ async def rule_in_organization(ex: Executor, organization_id: str, rule_id: str)
     return rule_from_row(row) if row else None
 
 
-# -- reading a rule from a request body -------------------------------------------------------------
-
-
-def _reject_unknown_fields(body: dict[str, Any], known: frozenset[str], prefix: str = "") -> None:
-    unknown = sorted(set(body) - known)
-    if unknown:
-        raise bad_request(f"unknown field: {prefix}{unknown[0]}")
-
-
-def _choice(value: Any, field: str, choices: tuple[str, ...]) -> str:
-    if value is None:
-        raise bad_request(f"{field} is required")
-    if not isinstance(value, str) or value not in choices:
-        raise bad_request(f"{field} must be one of: {', '.join(choices)}")
-    return value
-
-
-def _patterns(value: Any) -> tuple[str, ...]:
-    if value is None:
-        raise bad_request("models is required")
-    if not isinstance(value, list) or not value:
-        raise bad_request("models must be a non-empty array of model name patterns")
-    if len(value) > MAX_PATTERNS:
-        raise bad_request(f"models must have at most {MAX_PATTERNS} patterns")
-    patterns: list[str] = []
-    for index, pattern in enumerate(value):
-        if (
-            not isinstance(pattern, str)
-            or not pattern
-            or len(pattern) > MAX_PATTERN_LENGTH
-            or not pattern.isprintable()
-            or any(ch.isspace() for ch in pattern)
-        ):
-            raise bad_request(
-                f"models[{index}] must be a pattern of 1 to {MAX_PATTERN_LENGTH} printable characters"
-                " without spaces"
-            )
-        if pattern not in patterns:
-            patterns.append(pattern)
-    return tuple(patterns)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _budget(value: Any) -> tuple[int, str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise bad_request("budget must be an object with amountMicros and period, or null")
-    _reject_unknown_fields(value, frozenset({"amountMicros", "period"}), "budget.")
-    amount = value.get("amountMicros")
-    if not _is_int(amount) or not 0 < amount <= MAX_BUDGET_MICROS:
-        raise bad_request(f"budget.amountMicros must be an integer from 1 to {MAX_BUDGET_MICROS}")
-    return amount, _choice(value.get("period"), "budget.period", BUDGET_PERIODS)
-
-
-def _rate(value: Any, field: str) -> int | None:
-    if value is None:
-        return None
-    if not _is_int(value) or not 0 <= value <= MAX_RATE:
-        raise bad_request(f"{field} must be an integer from 0 to {MAX_RATE} (0 means unlimited), or null")
-    return value
-
-
-def parse_rule_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """The fields present in a create or update body, validated; keys are the API field names."""
-    _reject_unknown_fields(body, FIELDS)
-    fields: dict[str, Any] = {}
-    if "subjectType" in body:
-        fields["subjectType"] = _choice(body["subjectType"], "subjectType", SUBJECT_TYPES)
-    if "subjectId" in body:
-        subject_id = body["subjectId"]
-        if subject_id is not None and not isinstance(subject_id, str):
-            raise bad_request("subjectId must be a string")
-        fields["subjectId"] = subject_id or None
-    if "effect" in body:
-        fields["effect"] = _choice(body["effect"], "effect", EFFECTS)
-    if "models" in body:
-        fields["models"] = _patterns(body["models"])
-    if "budget" in body:
-        fields["budget"] = _budget(body["budget"])
-    for rate in ("rpm", "tpm"):
-        if rate in body:
-            fields[rate] = _rate(body[rate], rate)
-    if "description" in body:
-        fields["description"] = optional_text(body, "description", max_length=MAX_DESCRIPTION_LENGTH) or ""
-    return fields
-
-
-def _check_consistent(effect: str, budget: tuple[int, str] | None, rpm: int | None, tpm: int | None) -> None:
-    if effect == "deny" and (budget is not None or rpm is not None or tpm is not None):
-        # A matching deny always blocks, so limits on it could never take effect.
-        raise bad_request("a deny rule cannot have a budget, rpm or tpm")
-
-
 async def _resolve_subject(
     tx: Executor, principal: Principal, subject_type: str, subject_id: str | None
 ) -> str:
@@ -288,12 +175,12 @@ async def create_policy_rule(request: web.Request) -> web.Response:
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
     fields = parse_rule_fields(await read_json_object(request))
-    for required in ("subjectType", "effect", "models"):
+    for required in REQUIRED_FIELDS:
         if required not in fields:
             raise bad_request(f"{required} is required")
     subject_type, effect, models = fields["subjectType"], fields["effect"], fields["models"]
     budget, rpm, tpm = fields.get("budget"), fields.get("rpm"), fields.get("tpm")
-    _check_consistent(effect, budget, rpm, tpm)
+    check_consistent(effect, budget, rpm, tpm)
     at = now()
     org_id = principal.organization_id
     async with services.db.transaction() as tx:
@@ -385,6 +272,12 @@ async def update_policy_rule(request: web.Request) -> web.Response:
     at = now()
     org_id = principal.organization_id
     async with services.db.transaction() as tx:
+        # A no-op UPDATE write-locks the row on both backends, so concurrent edits apply one after another.
+        await tx.execute(
+            "UPDATE policy_rules SET updated_at = updated_at WHERE id = $1 AND organization_id = $2",
+            rule_id,
+            org_id,
+        )
         rule = await rule_in_organization(tx, org_id, rule_id)
         if rule is None:
             raise _not_found()
@@ -415,7 +308,7 @@ async def update_policy_rule(request: web.Request) -> web.Response:
             created_at=rule.created_at,
             updated_at=max(at, rule.updated_at),
         )
-        _check_consistent(updated.effect, budget, updated.rpm, updated.tpm)
+        check_consistent(updated.effect, budget, updated.rpm, updated.tpm)
         await tx.execute(
             "UPDATE policy_rules SET subject_type = $2, subject_id = $3, effect = $4, models = $5,"
             " budget_micros = $6, budget_period = $7, rpm = $8, tpm = $9, description = $10, updated_at = $11"

@@ -20,6 +20,7 @@ from .schema import (
     RowConfig,
     ServerConfig,
     StorageConfig,
+    TracingConfig,
 )
 
 __all__ = [
@@ -43,5 +44,6 @@ __all__ = [
     "RowConfig",
     "ServerConfig",
     "StorageConfig",
+    "TracingConfig",
     "load_config",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import importlib.util
 import math
 import os
 import re
@@ -34,6 +35,7 @@ from .schema import (
     RowConfig,
     ServerConfig,
     StorageConfig,
+    TracingConfig,
 )
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("defaults.toml")
@@ -283,6 +285,7 @@ def _build(root: _Table) -> Config:
     routing = _routing(root.table("routing"))
     billing = _billing(root.table("billing"))
     logging = _logging(root.table("logging"))
+    tracing = _tracing(root.table("tracing"))
     plugins = _plugins(root.table("plugins"))
     providers = _unique(root.tables("providers"), _provider, "name", "provider name")
     by_name = {provider.name: provider for provider in providers}
@@ -299,6 +302,7 @@ def _build(root: _Table) -> Config:
         routing=routing,
         billing=billing,
         logging=logging,
+        tracing=tracing,
         plugins=plugins,
         providers=providers,
         models=models,
@@ -330,6 +334,7 @@ def _server(t: _Table) -> ServerConfig:
         port=t.integer("port", check=_between(1, 65535)),
         workers=t.integer("workers", check=_at_least(1)),
         shutdown_grace_seconds=t.number("shutdown_grace_seconds", check=_at_least(0)),
+        drain_seconds=t.number("drain_seconds", check=_at_least(0)),
         public_url=t.string("public_url", check=lambda v: _http_url(v) if v else None),
         operator_token=t.string("operator_token", check=_secret),
         metrics_token=t.string("metrics_token", check=_secret),
@@ -398,6 +403,32 @@ def _logging(t: _Table) -> LoggingConfig:
     )
     t.finish()
     return LoggingConfig(**values)
+
+
+# What `[tracing] enabled = true` imports: the `otel` extra.
+_OPENTELEMETRY_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+
+def _opentelemetry_installed() -> bool:
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in _OPENTELEMETRY_MODULES)
+    except (ImportError, ValueError):  # a parent package is missing or broken
+        return False
+
+
+def _tracing(t: _Table) -> TracingConfig:
+    values = _given(
+        enabled=t.boolean("enabled"),
+        service_name=t.string("service_name", check=_non_empty),
+    )
+    if values.get("enabled") and not _opentelemetry_installed():
+        t.report(
+            "enabled",
+            "tracing needs OpenTelemetry, which is not installed: pip install 'modelgate[otel]' "
+            "(opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http), or set enabled = false",
+        )
+    t.finish()
+    return TracingConfig(**values)
 
 
 def _plugins(t: _Table) -> PluginsConfig:

@@ -23,7 +23,8 @@ REQUEST_KINDS = (
 PROVIDER_KINDS = ("openai", "anthropic", "mock")
 # Plugins the config may switch off. The other steps of the chain (route_support, auth, request_id,
 # body_limits, request_validation, model_routing, provider_filter, native_features, object_binding) keep
-# the model API correct and safe and are always on.
+# the model API correct and safe, and the observability steps (tracing, metrics, access_log) keep it
+# visible: they are always on.
 KNOWN_PLUGINS = (
     "policy",
     "rate_limits",
@@ -40,6 +41,9 @@ ESSENTIAL_PLUGINS = (
     "provider_filter",
     "native_features",
     "object_binding",
+    "tracing",
+    "metrics",
+    "access_log",
 )
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -52,6 +56,8 @@ class ServerConfig:
     port: int = 8080
     workers: int = 1
     shutdown_grace_seconds: float = 30.0
+    # After SIGTERM, keep serving this long with /readyz answering 503, so load balancers stop sending.
+    drain_seconds: float = 0.0
     public_url: str = ""
     # Secrets stay out of repr so logging a config object never leaks them.
     operator_token: str | None = field(default=None, repr=False)
@@ -111,6 +117,14 @@ class LoggingConfig:
     level: str = "info"
     json: bool = True
     log_prompts: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TracingConfig:
+    """Optional OpenTelemetry tracing (needs the `otel` extra)."""
+
+    enabled: bool = False
+    service_name: str = "modelgate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +227,7 @@ class Config:
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     billing: BillingConfig = field(default_factory=BillingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     plugins: PluginsConfig = field(default_factory=PluginsConfig)
     providers: tuple[ProviderConfig, ...] = ()
     models: tuple[ModelConfig, ...] = ()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from config import Config
+from plugins.access_log import AccessLog
 from plugins.auth import Auth
 from plugins.base import Plugin, PluginChain
 from plugins.billing_gate import BillingGate
 from plugins.body_limits import BodyLimits
+from plugins.metrics import Metrics
 from plugins.model_routing import ModelRouting
 from plugins.native_features import NativeFeatures
 from plugins.object_binding import ObjectBindingPlugin
@@ -18,15 +20,18 @@ from plugins.rate_limits import RateLimits
 from plugins.request_id import InFlightIds, RequestId
 from plugins.request_validation import RequestValidation
 from plugins.route_support import RouteSupport
+from plugins.tracing import RequestTracing
 from plugins.usage_metering import UsageMetering
 from proxy.billing.accounts import Accounts
 from proxy.billing.counters import Counters
 from proxy.billing.ledger import LedgerWriter
 from proxy.billing.policy import PolicyDirectory
 from proxy.keys import KeyDirectory
+from proxy.metrics import GatewayMetrics
 from proxy.objects import ObjectStore
 from proxy.routes import RouteTable
 from proxy.routing import ModelCatalog
+from proxy.tracing import Tracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,8 @@ class ChainServices:
     counters: Counters
     accounts: Accounts
     ledger: LedgerWriter
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    tracer: Tracer | None = None  # set when [tracing] is on
 
 
 class PluginConfigError(ValueError):
@@ -52,6 +59,7 @@ class PluginConfigError(ValueError):
 def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> PluginChain:
     """The request chain in order: each step may stop the request with a typed gateway error."""
     plugins: list[Plugin] = [
+        RequestTracing(services.tracer),  # a span per request when [tracing] is on; first, to see it all
         RouteSupport(services.routes),  # 404 route not supported; picks envelope A or B
         Auth(services.keys),  # 401
         RequestId(services.in_flight),  # 409 request_in_progress on a double submit
@@ -65,6 +73,8 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         RateLimits(services.config, services.counters),  # 429 RPM/TPM per key and organization
         BillingGate(services.accounts, services.catalog),  # 402 unpaid invoice, balance or budget
         UsageMetering(services.ledger, services.catalog),  # usage from answers; a ledger row per request
+        Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
+        AccessLog(services.config.logging.log_prompts),  # one structured line per request, last
     ]
     essential = [p.name for p in plugins if p.essential and p.name in disabled]
     if essential:

@@ -16,7 +16,8 @@ DECISION_QUESTION_TYPES = frozenset({"boolean", "choice", "number", "text", "pre
 
 
 def _expect_bool(payload: dict, name: str) -> None:
-    if name in payload and not isinstance(payload[name], bool):
+    # null is the OpenAI API's "not given" for these flags, so only other non-booleans are refused.
+    if payload.get(name) is not None and not isinstance(payload[name], bool):
         raise InvalidRequest(
             f"Invalid type for '{name}': expected a boolean, got {_type_name(payload[name])}."
         )
@@ -103,7 +104,9 @@ class RequestValidation(Plugin):
         payload = ctx.payload
         if payload is None or ctx.route.body.value == "multipart":
             return
-        stream = payload.get("stream", False)
+        stream = payload.get("stream")
+        if stream is None:  # absent, or null: the OpenAI API's "not given"
+            stream = False
         if not isinstance(stream, bool):
             raise InvalidRequest(f"Invalid type for 'stream': expected a boolean, got {_type_name(stream)}.")
         if stream and not ctx.route.streams:

@@ -1,9 +1,10 @@
-"""The `modelgate` command: serve, check-config, migrate."""
+"""The `modelgate` command: serve, check-config, migrate, billing."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -67,6 +68,54 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_billing(args: argparse.Namespace) -> int:
+    from cabinet.billing_commands import run_billing_command
+
+    config = None
+    if args.url is None:
+        config = _load(args.config)
+        if config is None:
+            return EXIT_CONFIG
+    token = args.operator_token or os.environ.get("MODELGATE_OPERATOR_TOKEN")
+    return asyncio.run(
+        run_billing_command(
+            args.billing_command,
+            config=config,
+            url=args.url,
+            token=token,
+            invoice_id=getattr(args, "invoice_id", ""),
+            organization_id=getattr(args, "organization_id", ""),
+            amount=getattr(args, "amount", ""),
+        )
+    )
+
+
+def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
+    billing = commands.add_parser(
+        "billing",
+        help="operator billing: mark invoices paid, top up balances, list invoices",
+        description="Act on the configured storage (and notify running gateways over PostgreSQL/Redis), "
+        "or with --url through the operator API of a running gateway (needed for SQLite).",
+    )
+    actions = billing.add_subparsers(dest="billing_command", required=True)
+    where = argparse.ArgumentParser(add_help=False)
+    target = where.add_mutually_exclusive_group()
+    target.add_argument("--config", help="TOML config file whose storage to use (default: embedded defaults)")
+    target.add_argument("--url", help="base URL of a running gateway, e.g. http://127.0.0.1:8080")
+    where.add_argument(
+        "--operator-token", help="operator token for --url (default: $MODELGATE_OPERATOR_TOKEN)"
+    )
+
+    paid = actions.add_parser("mark-paid", parents=[where], help="mark an open invoice paid")
+    paid.add_argument("invoice_id", metavar="INVOICE_ID")
+    top_up = actions.add_parser("top-up", parents=[where], help="credit an organization's balance")
+    top_up.add_argument("organization_id", metavar="ORG_ID")
+    top_up.add_argument("amount", metavar="AMOUNT_USD", help="amount in the configured currency, e.g. 25.50")
+    listing = actions.add_parser("invoices", parents=[where], help="an organization's balance and invoices")
+    listing.add_argument("organization_id", metavar="ORG_ID")
+    billing.set_defaults(func=cmd_billing)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelgate", description="modelgate LLM gateway")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -85,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="apply pending storage migrations")
     migrate.add_argument("--config", help="TOML config file (default: embedded defaults)")
     migrate.set_defaults(func=cmd_migrate)
+
+    _add_billing_commands(commands)
     return parser
 
 

@@ -62,6 +62,10 @@ class RequestContext:
     chunk_filter: Any = None
     bound_object: str | None = None
     attempts: int = 0
+    # Observability: when the first byte of an upstream answer went to the client (perf_counter), and
+    # each row that failed during this request with why ("unreachable", "http_503", ...).
+    first_byte_at: float | None = None
+    row_failures: list[tuple[RoutingRow, str]] = field(default_factory=list)
 
     def upstream_body(self) -> bytes:
         """The body to send upstream: the client's bytes unless a plugin changed the payload."""

@@ -9,6 +9,8 @@ upstream chunk is written as it arrives, so back-pressure reaches the provider.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
@@ -102,6 +104,7 @@ class Forwarder:
                 self._selector.failed(row)
                 failure = str(exc)
                 log.warning("row %s failed: %s", row.key, exc)
+                ctx.row_failures.append((row, "unreachable"))
                 continue
             status = upstream.status
             if _failover_status(status, route.has_id):
@@ -109,17 +112,33 @@ class Forwarder:
                 failure = f"{row.provider} answered HTTP {status}"
                 upstream.close()
                 log.warning("row %s answered %s", row.key, status)
+                ctx.row_failures.append((row, f"http_{status}"))
                 continue
-            self._selector.succeeded(row)
-            ctx.row = row
-            ctx.status = status
             if status >= 400:
+                self._selector.succeeded(row)
+                ctx.row, ctx.status = row, status
                 try:
                     error_body = await upstream.content.read(_MAX_ERROR_BODY)
                 finally:
                     upstream.close()
                 raise _client_error(status, error_body)
-            return await self._relay(ctx, upstream, translator)
+            # Nothing is sent to the client before the answer's first bytes are in: a row that breaks off
+            # before then is failed over like one that never answered.
+            try:
+                opening, rest = await _opening(ctx, upstream)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                upstream.close()
+                self._selector.failed(row)
+                failure = f"{row.provider} broke off its answer ({exc.__class__.__name__})"
+                log.warning("row %s broke off before its first bytes: %r", row.key, exc)
+                ctx.row_failures.append((row, "broke_off"))
+                continue
+            except BaseException:  # the client went away meanwhile: let go of the provider at once
+                upstream.close()
+                raise
+            self._selector.succeeded(row)
+            ctx.row, ctx.status = row, status
+            return await self._relay(ctx, upstream, translator, opening, rest)
         raise UpstreamUnavailable(f"The model is temporarily unavailable at the provider ({failure}).")
 
     def _body_for(self, ctx: RequestContext, row: RoutingRow, template: bytes | None) -> bytes | None:
@@ -132,7 +151,12 @@ class Forwarder:
         return orjson.dumps({**payload, "model": row.upstream_model})
 
     async def _relay(
-        self, ctx: RequestContext, upstream: UpstreamResponse, translator: Translator | None
+        self,
+        ctx: RequestContext,
+        upstream: UpstreamResponse,
+        translator: Translator | None,
+        opening: bytes,
+        rest: AsyncIterator[bytes] | None,
     ) -> web.StreamResponse:
         headers = ctx.response_headers
         upstream_headers = upstream.headers
@@ -145,19 +169,14 @@ class Forwarder:
         for hook in self._chain.head_hooks:
             hook(ctx, upstream.status, upstream_headers)
         chunk_hooks = self._chain.chunk_hooks
-        if not ctx.stream and not headers.get("content-type", "").startswith("text/event-stream"):
-            try:
-                body = await upstream.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                upstream.close()
-                raise UpstreamUnavailable(
-                    f"The provider broke off its answer ({exc.__class__.__name__})."
-                ) from None
+        if rest is None:
+            body = opening
             for hook in chunk_hooks:
                 hook(ctx, body)
             if translator is not None:
                 body = translator.response_body(body, ctx.model.name)
             ctx.bytes_sent = len(body)
+            ctx.first_byte_at = time.perf_counter()
             return web.Response(status=upstream.status, body=body, headers=headers)
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(ctx.request)
@@ -165,7 +184,7 @@ class Forwarder:
         stream_translator = translator.stream(ctx.model.name, ctx.payload) if translator else None
         chunk_filter = ctx.chunk_filter
         try:
-            async for chunk in upstream.content.iter_any():
+            async for chunk in _chain_chunks(opening, rest):
                 for hook in chunk_hooks:
                     hook(ctx, chunk)
                 if stream_translator is not None:
@@ -174,6 +193,8 @@ class Forwarder:
                     chunk = chunk_filter.feed(chunk)
                 if not chunk:
                     continue
+                if ctx.first_byte_at is None:
+                    ctx.first_byte_at = time.perf_counter()
                 await response.write(chunk)
                 ctx.bytes_sent += len(chunk)
             tail = stream_translator.finish() if stream_translator is not None else b""
@@ -199,6 +220,24 @@ class Forwarder:
                 upstream.close()
         await response.write_eof()
         return response
+
+
+async def _opening(
+    ctx: RequestContext, upstream: UpstreamResponse
+) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """The whole body of a plain answer (rest None), or a stream's first chunk and the rest of its chunks."""
+    streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    if not ctx.stream and not streamed:
+        return await upstream.read(), None
+    chunks = aiter(upstream.content.iter_any())
+    return await anext(chunks, b""), chunks
+
+
+async def _chain_chunks(opening: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    if opening:
+        yield opening
+    async for chunk in rest:
+        yield chunk
 
 
 def _stream_error_event(envelope: Envelope) -> bytes:

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from cabinet.storage import Database, apply_migrations, open_database
 from config import Config
-from plugins import ChainServices, PluginChain, default_chain
+from plugins import PluginChain
 from plugins.request_id import InFlightIds
 from proxy.billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts
 from proxy.billing.counters import Counters, InProcessCounters, RedisCounters
 from proxy.billing.ledger import LedgerWriter
 from proxy.billing.policy import PolicyDirectory
-from proxy.forward import Forwarder
 from proxy.keys import REVOCATION_CHANNEL, KeyDirectory
+from proxy.metrics import GatewayMetrics
 from proxy.model_api import ModelApi
 from proxy.objects import ObjectStore
-from proxy.routes import RouteTable
-from proxy.routing import ModelCatalog, RowSelector
+from proxy.routing import ModelCatalog
+from proxy.runtime import ModelRuntime, build_runtime
 from proxy.shared_state import RedisBus
-from proxy.upstream import Upstream, build_upstream
+from proxy.tracing import Tracer
+from proxy.upstream import Upstream
 
 log = logging.getLogger("modelgate.gateway")
 
@@ -31,26 +34,51 @@ async def _never_claimed(_token: str) -> bool:
 
 @dataclass(slots=True)
 class Gateway:
-    """The running gateway of one process."""
+    """The running gateway of one process: lasting state, and the runtime a config reload replaces."""
 
-    config: Config
     db: Database
     redis: RedisBus | None
     keys: KeyDirectory
-    upstreams: dict[str, Upstream]
-    catalog: ModelCatalog
-    chain: PluginChain
     objects: ObjectStore
     counters: Counters
     ledger: LedgerWriter
     policies: PolicyDirectory
     accounts: Accounts
-    model_api: ModelApi
+    in_flight_ids: InFlightIds
+    metrics: GatewayMetrics
+    tracer: Tracer | None
+    runtime: ModelRuntime = field(init=False)
+    shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
+    _config_followers: list[Callable[[Config], None]] = field(default_factory=list)
+    _retiring: set[asyncio.Task] = field(default_factory=set)
+
+    @property
+    def config(self) -> Config:
+        return self.runtime.config
+
+    @property
+    def upstreams(self) -> dict[str, Upstream]:
+        return self.runtime.upstreams
+
+    @property
+    def catalog(self) -> ModelCatalog:
+        return self.runtime.catalog
+
+    @property
+    def chain(self) -> PluginChain:
+        return self.runtime.chain
+
+    @property
+    def model_api(self) -> ModelApi:
+        return self.runtime.model_api
 
     @classmethod
     async def start(cls, config: Config, *, workers: int = 1) -> Gateway:
         """Open storage (and Redis), apply migrations, build upstream clients, counters and the chain."""
+        tracer = Tracer(config.tracing) if config.tracing.enabled else None
         db = await open_database(config.storage.url, pool_size=config.storage.pool_size)
+        if tracer is not None:
+            db = tracer.traced_database(db)
         bus: RedisBus | None = None
         try:
             await apply_migrations(db)
@@ -86,24 +114,23 @@ class Gateway:
                 claim_nonce=bus.claim if bus else _never_claimed,
             )
             await _connect_channels(db, bus, keys, accounts)
-            upstreams = {p.name: build_upstream(p) for p in config.providers}
-            catalog = ModelCatalog(config, upstreams)
-            objects = ObjectStore(db)
-            services = ChainServices(
-                RouteTable(),
-                keys,
-                catalog,
-                objects,
-                InFlightIds(),
-                config,
-                policies,
-                counters,
-                accounts,
-                ledger,
+            metrics = GatewayMetrics()
+            metrics.watch_ledger(ledger)
+            gateway = cls(
+                db=db,
+                redis=bus,
+                keys=keys,
+                objects=ObjectStore(db),
+                counters=counters,
+                ledger=ledger,
+                policies=policies,
+                accounts=accounts,
+                in_flight_ids=InFlightIds(),
+                metrics=metrics,
+                tracer=tracer,
             )
-            chain = default_chain(services, config.plugins.disabled)
-            selector = RowSelector(config.routing.cooldown_seconds, config.routing.failure_threshold)
-            model_api = ModelApi(chain, Forwarder(chain, selector), catalog)
+            gateway.runtime = build_runtime(config, gateway)
+            gateway.follow_config(accounts.use_config)
             ledger.start()
         except BaseException:
             if bus is not None:
@@ -112,34 +139,38 @@ class Gateway:
             raise
         log.info(
             "gateway ready: %d models, %d providers, storage %s, redis %s, plugins %s",
-            len(catalog.models),
-            len(upstreams),
+            len(gateway.catalog.models),
+            len(gateway.upstreams),
             db.dialect,
             "on" if bus else "off",
-            ",".join(chain.names),
+            ",".join(gateway.chain.names),
         )
-        return cls(
-            config,
-            db,
-            bus,
-            keys,
-            upstreams,
-            catalog,
-            chain,
-            objects,
-            counters,
-            ledger,
-            policies,
-            accounts,
-            model_api,
-        )
+        return gateway
+
+    def follow_config(self, follower: Callable[[Config], None]) -> None:
+        """Something built once from the config (the cabinet, the accounts) that a reload must update."""
+        self._config_followers.append(follower)
+
+    def swap(self, runtime: ModelRuntime) -> None:
+        """Make `runtime` serve new requests at once; the old one closes after its last request."""
+        old, self.runtime = self.runtime, runtime
+        for follower in self._config_followers:
+            follower(runtime.config)
+        task = asyncio.get_running_loop().create_task(old.retire(), name="retire-runtime")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def stop(self) -> None:
         """Flush what must be flushed (ledger, object bindings), then close clients and storage."""
         await self.ledger.stop()
         await self.objects.drain()
-        for upstream in self.upstreams.values():
-            await upstream.close()
+        retiring = list(self._retiring)
+        for task in retiring:  # every request has ended (or was cancelled): old clients close now
+            task.cancel()
+        await asyncio.gather(*retiring, return_exceptions=True)
+        await self.runtime.close()
+        if self.tracer is not None:
+            await self.tracer.flush()
         if self.redis is not None:
             await self.redis.close()
         await self.db.close()

@@ -1,7 +1,9 @@
-"""The HTTP server: one aiohttp application on one event loop serving /v1, /api, /healthz and /readyz.
+"""The HTTP server: one aiohttp application on one event loop serving /v1, /api, /healthz, /readyz, /metrics.
 
-Graceful shutdown on SIGTERM/SIGINT: stop accepting, let in-flight requests and streams finish within the
-configured grace period, flush, exit 0. `--workers N` runs N such processes sharing one port (SO_REUSEPORT).
+Graceful shutdown on SIGTERM/SIGINT: /readyz answers 503 (for `server.drain_seconds`, still serving), then
+stop accepting, let in-flight requests and streams finish within the configured grace period, flush, exit 0.
+SIGHUP reloads the config file (proxy/reload.py). `--workers N` runs N such processes sharing one port
+(SO_REUSEPORT); the parent forwards SIGTERM, SIGINT and SIGHUP to them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from cabinet.app import build_cabinet_app
 from cabinet.services import CabinetServices
 from config import Config
 from proxy.gateway import Gateway
+from proxy.metrics import metrics_handler
+from proxy.reload import Reloader
+from proxy.runtime import ModelApiDispatcher
 
 log = logging.getLogger("modelgate.server")
 
@@ -35,6 +40,10 @@ async def healthz(_request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
+    if gateway.shutting_down:
+        return web.Response(
+            status=503, content_type="application/json", body=b'{"status":"shutting down","checks":{}}'
+        )
     checks: dict[str, str] = {}
     try:
         await asyncio.wait_for(gateway.db.ping(), timeout=2)
@@ -61,10 +70,13 @@ def build_app(gateway: Gateway) -> web.Application:
     app[GATEWAY] = gateway
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    handle = gateway.model_api.handle
+    app.router.add_get("/metrics", metrics_handler(gateway))
+    handle = ModelApiDispatcher(gateway).handle
     app.router.add_route("*", "/v1", handle)
     app.router.add_route("*", "/v1/{tail:.*}", handle)
-    cabinet = build_cabinet_app(CabinetServices(gateway.config, gateway.db, gateway.keys, gateway.accounts))
+    services = CabinetServices(gateway.config, gateway.db, gateway.keys, gateway.accounts)
+    gateway.follow_config(lambda config: setattr(services, "config", config))
+    cabinet = build_cabinet_app(services)
     app.add_subapp("/api", cabinet)
     return app
 
@@ -96,14 +108,24 @@ async def serve(
         log.info("modelgate listening on http://%s:%d (pid %d)", host, port, os.getpid())
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        reloader = Reloader(gateway)
+        for signum, handler in (
+            (signal.SIGTERM, stop.set),
+            (signal.SIGINT, stop.set),
+            (signal.SIGHUP, reloader.reload),
+        ):
             try:
-                loop.add_signal_handler(signum, stop.set)
+                loop.add_signal_handler(signum, handler)
             except (NotImplementedError, RuntimeError):  # not the main thread (tests run us in a thread)
                 pass
         if ready is not None:
             ready.set()
         await stop.wait()
+        gateway.shutting_down = True
+        drain = gateway.config.server.drain_seconds
+        if drain > 0:
+            log.info("draining: /readyz answers 503; still serving for %gs", drain)
+            await asyncio.sleep(drain)
         log.info(
             "shutting down: waiting up to %gs for in-flight requests", config.server.shutdown_grace_seconds
         )
@@ -122,6 +144,8 @@ def run(config: Config, *, host: str, port: int, workers: int) -> int:
 
 
 def _run_loop(config: Config, host: str, port: int, workers: int) -> None:
+    # Until serve() installs the reload handler, a SIGHUP must not end the process (its default action).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         import uvloop
     except ImportError:
@@ -138,6 +162,9 @@ def _worker_main(config: Config, host: str, port: int, workers: int) -> None:
 def _run_workers(config: Config, host: str, port: int, workers: int) -> int:
     """N processes bound to one port with SO_REUSEPORT; the parent forwards SIGTERM/SIGINT and waits."""
     context = multiprocessing.get_context("spawn")
+    # Workers inherit an ignored SIGHUP through exec, so a reload signal forwarded while one is still
+    # starting cannot kill it (its default action); each worker installs its reload handler when serving.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     processes = [
         context.Process(target=_worker_main, args=(config, host, port, workers), daemon=False)
         for _ in range(workers)
@@ -148,10 +175,11 @@ def _run_workers(config: Config, host: str, port: int, workers: int) -> int:
     def forward(signum: int, _frame: object) -> None:
         for process in processes:
             if process.is_alive() and process.pid:
-                os.kill(process.pid, signal.SIGTERM)
+                os.kill(process.pid, signal.SIGHUP if signum == signal.SIGHUP else signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGHUP, forward)  # each worker re-reads the config file
     for process in processes:
         process.join()
     failed = [p.exitcode for p in processes if p.exitcode not in (0, -signal.SIGTERM)]

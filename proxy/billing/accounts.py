@@ -76,6 +76,10 @@ class Accounts:
             self._rechecked.clear()
         return True
 
+    def use_config(self, config: Config) -> None:
+        """A reloaded config: its plans (credit limits) apply from the next reservation on."""
+        self._config = config
+
     def add_broadcast(self, broadcast: Broadcast) -> None:
         self._broadcasts.append(broadcast)
 

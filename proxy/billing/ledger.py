@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ class LedgerWriter:
         self._task: asyncio.Task | None = None
         self.lock = asyncio.Lock()  # held by a flush, and by readers that must not see half of one
         self.flushed_total = 0
+        self.last_flush_at = time.time()  # of the last flush that succeeded, even an empty one (metrics)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ledger-flush")
@@ -96,6 +98,7 @@ class LedgerWriter:
         async with self.lock:
             batch, self._queue = self._queue, []
             if not batch:
+                self.last_flush_at = time.time()
                 return 0
             try:
                 await self._write(batch)
@@ -103,6 +106,7 @@ class LedgerWriter:
                 self._queue = batch + self._queue
                 raise
             self.flushed_total += len(batch)
+            self.last_flush_at = time.time()
             return len(batch)
 
     async def _write(self, batch: list[LedgerEntry]) -> None:

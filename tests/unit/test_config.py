@@ -24,6 +24,7 @@ from config import (
     RowConfig,
     ServerConfig,
     StorageConfig,
+    TracingConfig,
     load_config,
 )
 
@@ -133,6 +134,7 @@ def test_example_file_documents_every_key():
         RoutingConfig,
         BillingConfig,
         LoggingConfig,
+        TracingConfig,
         PluginsConfig,
         ProviderConfig,
         RowConfig,

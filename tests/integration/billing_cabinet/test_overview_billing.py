@@ -60,7 +60,7 @@ async def test_the_overview_sums_this_months_usage_of_the_organization_only(cabi
     org, other_org = await cabinet.organization_id(owner), await cabinet.organization_id(other)
     now = datetime.now(UTC)
     month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    await insert_usage(cabinet.db, org, now.timestamp() - 1, cost_micros=30)
+    await insert_usage(cabinet.db, org, now.timestamp(), cost_micros=30)
     await insert_usage(cabinet.db, org, month_start.timestamp(), cost_micros=12)
     await insert_usage(cabinet.db, org, (month_start - timedelta(seconds=1)).timestamp(), cost_micros=1000)
     await insert_usage(cabinet.db, other_org, now.timestamp() - 1, cost_micros=5000)

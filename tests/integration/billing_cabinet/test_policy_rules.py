@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -496,3 +497,15 @@ async def test_rules_for_a_key_are_those_of_its_organization_system_and_itself(
     assert [r.id for r in rules] == [org_rule, system_rule, key_rule]
     assert [r.id for r in without_system] == [org_rule, key_rule]
     assert rules[0].matches("gpt-4o") and rules[0].models == ("*",)
+
+
+async def test_concurrent_edits_of_different_fields_all_take_effect(cabinet: BillingCabinet) -> None:
+    owner = await cabinet.register()
+    path = f"/policy-rules/{(await cabinet.create_rule(owner)).body['id']}"
+    edits = [{"rpm": 5}, {"tpm": 7}, {"description": "edited"}, {"models": ["gpt-*"]}]
+
+    replies = await asyncio.gather(*(cabinet.call("PATCH", path, token=owner.token, json=e) for e in edits))
+    final = (await cabinet.call("GET", path, token=owner.token)).body
+
+    assert [r.status for r in replies] == [200] * 4
+    assert (final["rpm"], final["tpm"], final["description"], final["models"]) == (5, 7, "edited", ["gpt-*"])

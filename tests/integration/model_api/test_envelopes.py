@@ -87,13 +87,18 @@ def test_model_not_found_stays_envelope_a_with_x_api_key(gateway, tenant) -> Non
         pytest.param(b'{"model": 42, "messages": []}', id="model-not-a-string"),
         pytest.param(b'{"model": "gpt-test", "messages": [], "stream": "true"}', id="stream-string"),
         pytest.param(b'{"model": "gpt-test", "messages": [], "stream": 1}', id="stream-number"),
-        pytest.param(b'{"model": "gpt-test", "messages": [], "stream": null}', id="stream-null"),
     ],
 )
 def test_invalid_request_body_is_400_without_code(http, alpha, body) -> None:
     response = http.post(CHAT, content=body, headers={"content-type": "application/json"})
     assert_envelope_a(response, 400, "invalid_request_error")
     assert alpha.requests == []
+
+
+def test_null_stream_means_not_streaming(http, alpha) -> None:
+    response = http.post(CHAT, json={"model": "gpt-test", "messages": MESSAGES, "stream": None})
+    assert response.status_code == 200, response.text
+    assert response.json()["object"] == "chat.completion"
 
 
 def test_streaming_on_a_route_that_does_not_stream_is_400(http) -> None:

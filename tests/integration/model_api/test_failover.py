@@ -97,6 +97,25 @@ def test_streamed_request_fails_over_before_the_first_byte(http, alpha, beta) ->
     assert len(alpha.requests_to(CHAT)) == 1
 
 
+def test_stream_broken_off_before_its_first_chunk_fails_over(http, alpha, beta) -> None:
+    alpha.add_fault(CHAT, Fault(disconnect_after_chunks=0))  # 200 head, then the connection drops
+    with http.stream("POST", CHAT, json={**BODY, "stream": True}) as response:
+        assert response.status_code == 200
+        assert response.headers["x-modelgate-provider"] == "beta"
+        body = response.read()
+    assert body.endswith(b"data: [DONE]\n\n") and b'"error"' not in body
+    assert len(alpha.requests_to(CHAT)) == 1
+
+
+def test_upstream_400_on_a_streamed_request_is_a_json_error_not_a_stream(http, alpha, beta) -> None:
+    alpha.add_fault(CHAT, Fault(status=400))
+    response = http.post(CHAT, json={**BODY, "stream": True})
+    assert_envelope_a(
+        response, 400, "invalid_request_error", message="fake upstream 'alpha': injected HTTP 400"
+    )
+    assert beta.requests_to(CHAT) == []
+
+
 def test_upstream_400_is_passed_on_with_its_status_and_message(http, alpha, beta) -> None:
     alpha.add_fault(
         CHAT,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tests.fakes import Fault
 from tests.integration.model_api.conftest import UPSTREAM_KEY
 from tests.integration.model_api.error_bodies import assert_envelope_a
 
@@ -74,6 +75,22 @@ def test_provider_key_is_sent_and_never_the_clients(http, tenant, beta) -> None:
     assert "x-api-key" not in sent.headers
     assert all(tenant.api_key not in value for value in sent.headers.values())
     assert tenant.api_key.encode() not in sent.body
+
+
+def test_client_headers_do_not_reach_the_provider(http, alpha) -> None:
+    client_only = {"openai-organization": "org-client", "openai-project": "proj-client", "cookie": "s=1"}
+    response = http.post(CHAT, json={"model": "gpt-test", "messages": MESSAGES}, headers=client_only)
+    assert response.status_code == 200
+    [sent] = alpha.requests_to(CHAT)
+    assert not set(client_only) & set(sent.headers)
+
+
+def test_provider_account_headers_do_not_reach_the_client(http, alpha) -> None:
+    alpha.add_fault(CHAT, Fault(headers={"openai-organization": "org-upstream", "set-cookie": "u=1"}))
+    response = chat(http, {"only": "alpha"})
+    assert response.status_code == 200
+    assert "openai-organization" not in response.headers and "set-cookie" not in response.headers
+    assert "x-fake-upstream" not in response.headers
 
 
 def test_streamed_request_honours_the_provider_object(http, alpha, beta) -> None:

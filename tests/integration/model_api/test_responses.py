@@ -22,7 +22,6 @@ def create(http, **fields):
     [
         pytest.param({"store": "yes"}, id="store-string"),
         pytest.param({"store": 1}, id="store-number"),
-        pytest.param({"store": None}, id="store-null"),
         pytest.param({"background": "true"}, id="background-string"),
         pytest.param({"background": True, "store": False}, id="background-without-store"),
         pytest.param({"previous_response_id": 123}, id="previous-number"),
@@ -41,6 +40,12 @@ def test_invalid_responses_parameter_is_400_without_code(http, alpha, fields) ->
     response = http.post(RESPONSES, json={"model": "gpt-test", "input": "hello", **fields})
     assert_envelope_a(response, 400, "invalid_request_error")
     assert alpha.requests == []
+
+
+@pytest.mark.parametrize("flag", ["store", "background"])
+def test_null_store_or_background_means_not_given(http, flag) -> None:
+    created = create(http, **{flag: None})
+    assert created["store"] is True
 
 
 def test_stored_response_is_retrievable_through_the_gateway(http, alpha) -> None:

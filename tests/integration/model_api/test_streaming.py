@@ -67,21 +67,32 @@ def test_client_disconnect_mid_stream_cancels_the_upstream_request(gateway, tena
         base_url=gateway.base_url, timeout=10, headers={"authorization": f"Bearer {tenant.api_key}"}
     ) as http:
         with http.stream("POST", CHAT, json=STREAM_BODY) as response:
-            next(response.iter_raw())
+            chunks = response.iter_raw()  # kept: dropping the iterator would close the response early
+            assert next(chunks).startswith(b"data: ")
             assert alpha.wait_held("g")
+            assert alpha.cancelled_count == 0
         # Leaving the block closed the connection mid-stream (the pool does not keep a half-read one).
     assert alpha.wait_cancelled(1)
     assert alpha.wait_active_streams(0)
 
 
+# "echo: one two three four" streams as 5 content frames, then the finish frame and [DONE]; the fake holds
+# at "g" before the finish frame and drops the connection right after sending it.
+BREAK_AFTER_FIRST_CHUNK = Fault(hold_before_last_chunk="g", disconnect_after_chunks=6)
+
+
 def test_upstream_breaking_off_mid_stream_ends_the_client_stream_with_an_error_event(http, alpha) -> None:
-    alpha.add_fault(CHAT, Fault(disconnect_after_chunks=2))
+    alpha.add_fault(CHAT, BREAK_AFTER_FIRST_CHUNK)
     with http.stream("POST", CHAT, json=STREAM_BODY) as response:
         assert response.status_code == 200
-        body = response.read()  # returns: the gateway ends the stream rather than hanging
+        chunks = response.iter_raw()
+        first = next(chunks)  # content reached the client: failover is no longer possible
+        assert alpha.wait_held("g")
+        alpha.release("g")
+        body = first + b"".join(chunks)  # ends: the gateway closes the stream rather than hanging
     events = sse_data(body)
-    assert len(events) == 3
     assert b"[DONE]" not in body
+    assert orjson.loads(events[0])["choices"][0]["delta"]["role"] == "assistant"
     assert orjson.loads(events[-1]) == {
         "error": {
             "message": "The provider broke off the stream.",
@@ -92,22 +103,47 @@ def test_upstream_breaking_off_mid_stream_ends_the_client_stream_with_an_error_e
 
 
 def test_sdk_raises_when_the_upstream_breaks_off_mid_stream(client, alpha) -> None:
-    alpha.add_fault(CHAT, Fault(disconnect_after_chunks=2))
+    alpha.add_fault(CHAT, BREAK_AFTER_FIRST_CHUNK)
     stream = client.chat.completions.create(**STREAM_BODY)
+    chunks = iter(stream)
+    assert next(chunks).choices[0].delta.role == "assistant"
+    assert alpha.wait_held("g")
+    alpha.release("g")
     with pytest.raises(openai.APIError) as raised:
-        for _ in stream:
+        for _ in chunks:
             pass
     assert raised.value.code == "upstream_unavailable"
 
 
 def test_upstream_breaking_off_a_responses_stream_ends_it_with_an_error_event(http, alpha) -> None:
-    alpha.add_fault("/v1/responses", Fault(disconnect_after_chunks=3))
+    # "echo: one two": 4 opening events and 3 deltas, held before the 4 closing events; dropped after one.
+    alpha.add_fault("/v1/responses", Fault(hold_before_last_chunk="g", disconnect_after_chunks=8))
     with http.stream(
         "POST", "/v1/responses", json={"model": "gpt-test", "input": "one two", "stream": True}
     ) as response:
         assert response.status_code == 200
-        body = response.read()
+        chunks = response.iter_raw()
+        first = next(chunks)
+        assert alpha.wait_held("g")
+        alpha.release("g")
+        body = first + b"".join(chunks)
+    assert body.startswith(b"event: response.created")
+    assert b"response.completed" not in body
     assert orjson.loads(sse_data(body)[-1])["error"]["code"] == "upstream_unavailable"
+
+
+def test_client_disconnect_before_the_upstream_answers_cancels_the_upstream_request(
+    gateway, tenant, alpha
+) -> None:
+    alpha.add_fault(CHAT, Fault(hang=True))
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up long before the gateway's 3 s timeout
+        httpx.post(
+            f"{gateway.base_url}{CHAT}",
+            json=STREAM_BODY,
+            headers={"authorization": f"Bearer {tenant.api_key}"},
+            timeout=httpx.Timeout(10, read=0.3),
+        )
+    assert alpha.wait_cancelled(1)
 
 
 def test_streamed_completions_are_relayed(client) -> None:

@@ -1,0 +1,118 @@
+"""Reading a policy rule from a request body: every field typed and bounded, unknown fields refused.
+
+The same reader serves create (all required fields) and update (any subset); `null` clears an optional
+field. Values are returned under their API names, validated but not yet checked against the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cabinet.requests import bad_request, optional_text
+
+SUBJECT_TYPES = ("organization", "key", "system")
+EFFECTS = ("allow", "deny")
+BUDGET_PERIODS = ("day", "month")
+FIELDS = frozenset({"subjectType", "subjectId", "effect", "models", "budget", "rpm", "tpm", "description"})
+REQUIRED_FIELDS = ("subjectType", "effect", "models")
+MAX_PATTERNS = 100
+MAX_PATTERN_LENGTH = 200
+MAX_DESCRIPTION_LENGTH = 2000
+# One billion currency units: far above any real budget, far below BIGINT overflow in spend sums.
+MAX_BUDGET_MICROS = 10**15
+MAX_RATE = 10**9
+
+
+def _reject_unknown_fields(body: dict[str, Any], known: frozenset[str], prefix: str = "") -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise bad_request(f"unknown field: {prefix}{unknown[0]}")
+
+
+def _choice(value: Any, field: str, choices: tuple[str, ...]) -> str:
+    if value is None:
+        raise bad_request(f"{field} is required")
+    if not isinstance(value, str) or value not in choices:
+        raise bad_request(f"{field} must be one of: {', '.join(choices)}")
+    return value
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    if value is None:
+        raise bad_request("models is required")
+    if not isinstance(value, list) or not value:
+        raise bad_request("models must be a non-empty array of model name patterns")
+    if len(value) > MAX_PATTERNS:
+        raise bad_request(f"models must have at most {MAX_PATTERNS} patterns")
+    patterns: list[str] = []
+    for index, pattern in enumerate(value):
+        if (
+            not isinstance(pattern, str)
+            or not pattern
+            or len(pattern) > MAX_PATTERN_LENGTH
+            or not pattern.isprintable()
+            or any(ch.isspace() for ch in pattern)
+        ):
+            raise bad_request(
+                f"models[{index}] must be a pattern of 1 to {MAX_PATTERN_LENGTH} printable characters"
+                " without spaces"
+            )
+        if pattern not in patterns:
+            patterns.append(pattern)
+    return tuple(patterns)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _budget(value: Any) -> tuple[int, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad_request("budget must be an object with amountMicros and period, or null")
+    _reject_unknown_fields(value, frozenset({"amountMicros", "period"}), "budget.")
+    amount = value.get("amountMicros")
+    if not _is_int(amount) or not 0 < amount <= MAX_BUDGET_MICROS:
+        raise bad_request(f"budget.amountMicros must be an integer from 1 to {MAX_BUDGET_MICROS}")
+    return amount, _choice(value.get("period"), "budget.period", BUDGET_PERIODS)
+
+
+def _rate(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if not _is_int(value) or not 0 <= value <= MAX_RATE:
+        raise bad_request(f"{field} must be an integer from 0 to {MAX_RATE} (0 means unlimited), or null")
+    return value
+
+
+def parse_rule_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The fields present in a create or update body, validated; keys are the API field names."""
+    _reject_unknown_fields(body, FIELDS)
+    fields: dict[str, Any] = {}
+    if "subjectType" in body:
+        fields["subjectType"] = _choice(body["subjectType"], "subjectType", SUBJECT_TYPES)
+    if "subjectId" in body:
+        subject_id = body["subjectId"]
+        if subject_id is not None and not isinstance(subject_id, str):
+            raise bad_request("subjectId must be a string")
+        fields["subjectId"] = subject_id or None
+    if "effect" in body:
+        fields["effect"] = _choice(body["effect"], "effect", EFFECTS)
+    if "models" in body:
+        fields["models"] = _patterns(body["models"])
+    if "budget" in body:
+        fields["budget"] = _budget(body["budget"])
+    for rate in ("rpm", "tpm"):
+        if rate in body:
+            fields[rate] = _rate(body[rate], rate)
+    if "description" in body:
+        fields["description"] = optional_text(body, "description", max_length=MAX_DESCRIPTION_LENGTH) or ""
+    return fields
+
+
+def check_consistent(effect: str, budget: tuple[int, str] | None, rpm: int | None, tpm: int | None) -> None:
+    """400 for a combination no rule may have: limits on a deny rule."""
+    if effect == "deny" and (budget is not None or rpm is not None or tpm is not None):
+        # A matching deny always blocks, so limits on it could never take effect.
+        raise bad_request("a deny rule cannot have a budget, rpm or tpm")

@@ -1,0 +1,80 @@
+"""Access log: one structured line per model API request on the `modelgate.access` logger.
+
+The line names the organization and key by id, never a secret; request and answer bodies are left out
+unless `logging.log_prompts` is true, and then the request body goes to a separate debug line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from plugins.base import Plugin
+from proxy.context import RequestContext
+from proxy.errors import GatewayError
+
+log = logging.getLogger("modelgate.access")
+
+_MAX_MODEL_NAME = 200
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
+
+
+class AccessLog(Plugin):
+    """Writes the access line (info; warning for upstream failures; error for internal errors)."""
+
+    name = "access_log"
+    essential = True
+
+    def __init__(self, log_prompts: bool) -> None:
+        self._log_prompts = log_prompts
+
+    async def on_complete(self, ctx: RequestContext) -> None:
+        latency = time.perf_counter() - ctx.started
+        status = ctx.status
+        level = logging.ERROR if status == 500 else logging.WARNING if status > 500 else logging.INFO
+        if not log.isEnabledFor(level):
+            return
+        request, key, row, usage, error = ctx.request, ctx.key, ctx.row, ctx.usage, ctx.error
+        fields = {
+            "request_id": ctx.request_id,
+            "method": request.method,
+            "path": request.path,  # never the query string: it may carry a realtime client secret
+            "route": ctx.route.name if ctx.route is not None else None,
+            "organization_id": key.organization_id if key else None,
+            "key_id": key.id if key else None,
+            "model": ctx.model.name if ctx.model is not None else _requested_model(ctx),
+            "row": row.key if row else None,
+            "provider": row.provider if row else None,
+            "status": status,
+            "stream": ctx.stream,
+            "latency_ms": _ms(latency),
+            "ttfb_ms": _ms(ctx.first_byte_at - ctx.started) if ctx.first_byte_at is not None else None,
+            "input_tokens": usage.input_tokens if usage else 0,
+            "output_tokens": usage.output_tokens if usage else 0,
+            "cost_micros": ctx.cost_micros or 0,
+            "attempts": ctx.attempts,
+            "bytes_sent": ctx.bytes_sent,
+        }
+        if isinstance(error, GatewayError):
+            fields["error"] = error.code or error.type_b  # e.g. "authentication_error", "rate_limit_exceeded"
+        elif error is not None:
+            fields["error"] = "stream_broken" if status < 500 else "internal"
+        if ctx.row_failures:
+            fields["failed_rows"] = [f"{failed.key}: {reason}" for failed, reason in ctx.row_failures]
+        log.log(level, "%s %s %d", request.method, request.path, status, extra=fields)
+        if self._log_prompts and ctx.body and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request body of %s",
+                ctx.request_id,
+                extra={"request_id": ctx.request_id, "body": ctx.body.decode("utf-8", "replace")},
+            )
+
+
+def _requested_model(ctx: RequestContext) -> str | None:
+    """The model the client asked for when it is not a configured one (e.g. a 404), clipped."""
+    payload = ctx.payload
+    name = payload.get("model") if isinstance(payload, dict) else None
+    return name[:_MAX_MODEL_NAME] if isinstance(name, str) else None

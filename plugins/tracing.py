@@ -1,0 +1,30 @@
+"""Request tracing: the first step of the chain opens the request's span, completion closes it.
+
+A no-op unless `[tracing] enabled = true`; the upstream and storage spans nest under this one.
+"""
+
+from __future__ import annotations
+
+from plugins.base import Plugin
+from proxy.context import RequestContext
+from proxy.tracing import RequestSpan, Tracer
+
+
+class RequestTracing(Plugin):
+    """One span per model API request, with its route, model, row, status and tokens."""
+
+    name = "tracing"
+    essential = True
+
+    def __init__(self, tracer: Tracer | None) -> None:
+        self._tracer = tracer
+        self._open: dict[int, RequestSpan] = {}  # id() of the context -> its span
+
+    async def on_request(self, ctx: RequestContext) -> None:
+        if self._tracer is not None:
+            self._open[id(ctx)] = self._tracer.start_request(ctx)
+
+    async def on_complete(self, ctx: RequestContext) -> None:
+        opened = self._open.pop(id(ctx), None)
+        if opened is not None:
+            self._tracer.end_request(opened, ctx)

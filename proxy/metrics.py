@@ -1,0 +1,155 @@
+"""Prometheus metrics of one gateway process, served at GET /metrics.
+
+Every process keeps its own CollectorRegistry (never prometheus-client's global one), so several gateways
+in one Python process (tests) never collide. With `--workers N` each worker has its own registry and a
+scrape of the shared port reaches whichever worker accepted the connection: scrape one worker per
+instance (see docs/deploy.md), or sum per instance in PromQL.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import orjson
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    generate_latest,
+)
+
+if TYPE_CHECKING:
+    from proxy.billing.ledger import LedgerWriter
+    from proxy.gateway import Gateway
+
+# Model calls range from a cached embedding (milliseconds) to a long reasoning stream (minutes).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class GatewayMetrics:
+    """The instruments of one process; plugins and the server update them, /metrics renders them."""
+
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        # Which process answered a scrape (with --workers N, any of them may): cpu, memory, fds, start time.
+        ProcessCollector(registry=registry)
+        Info("modelgate_worker", "The gateway process that answered this scrape.", registry=registry).info(
+            {"pid": str(os.getpid())}
+        )
+        self.requests = Counter(
+            "modelgate_requests",
+            "Model API requests by route, model, routing row (provider/upstream model@host) and status.",
+            ["route", "model", "row", "status"],
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "modelgate_request_duration_seconds",
+            "Time from the request's arrival to the end of its answer (whole stream included).",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.time_to_first_byte = Histogram(
+            "modelgate_time_to_first_byte_seconds",
+            "Time from the request's arrival to the first byte of an upstream answer sent to the client.",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.upstream_errors = Counter(
+            "modelgate_upstream_errors",
+            "Failed tries of a routing row: unreachable, an HTTP status that fails over, or a broken stream.",
+            ["provider", "row", "reason"],
+            registry=registry,
+        )
+        self.failovers = Counter(
+            "modelgate_failovers",
+            "Tries moved on to another routing row after a failure, by model.",
+            ["model"],
+            registry=registry,
+        )
+        self.rejections = Counter(
+            "modelgate_rejections",
+            "Requests the gateway itself refused (401, 402 balance or budget, 403, 429 rate limit, ...).",
+            ["status", "reason"],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "modelgate_tokens",
+            "Tokens metered from upstream answers, by model and kind (input, cached_input, output).",
+            ["model", "kind"],
+            registry=registry,
+        )
+        self.requests_in_flight = Gauge(
+            "modelgate_requests_in_flight", "Model API requests being handled now.", registry=registry
+        )
+        self.active_streams = Gauge(
+            "modelgate_active_streams", "Streamed answers being relayed now.", registry=registry
+        )
+        self.realtime_sessions = Gauge(
+            "modelgate_realtime_sessions",
+            "Open realtime (WebSocket) sessions. The realtime route increments it on connect and decrements "
+            "it on close; it stays 0 where no realtime session is open.",
+            registry=registry,
+        )
+        self.ledger_queue_depth = Gauge(
+            "modelgate_ledger_queue_depth",
+            "Usage entries waiting in memory for the next ledger flush.",
+            registry=registry,
+        )
+        self.ledger_flush_lag = Gauge(
+            "modelgate_ledger_flush_lag_seconds",
+            "Seconds since the ledger last flushed successfully (about the flush interval when healthy; "
+            "grows while storage refuses writes).",
+            registry=registry,
+        )
+        self.config_reloads = Counter(
+            "modelgate_config_reloads",
+            "Config reloads on SIGHUP: applied, or refused (the previous config kept).",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("applied", "refused"):
+            self.config_reloads.labels(result)
+
+    def watch_ledger(self, ledger: LedgerWriter) -> None:
+        """Read the ledger's queue depth and flush lag at every scrape."""
+        self.ledger_queue_depth.set_function(lambda: ledger.queued)
+        self.ledger_flush_lag.set_function(lambda: max(0.0, time.time() - ledger.last_flush_at))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _authorized(request: web.Request, token: str) -> bool:
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+def metrics_handler(gateway: Gateway) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """GET /metrics: open when `server.metrics_token` is unset, else `Authorization: Bearer <token>`."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        # Read per request, so a token changed by a config reload applies at once.
+        token = gateway.config.server.metrics_token
+        if token is not None and not _authorized(request, token):
+            return web.Response(
+                status=401,
+                body=orjson.dumps({"error": "metrics require Authorization: Bearer <server.metrics_token>"}),
+                content_type="application/json",
+                headers={"www-authenticate": 'Bearer realm="metrics"'},
+            )
+        return web.Response(body=gateway.metrics.render(), headers={"content-type": CONTENT_TYPE_LATEST})
+
+    return metrics

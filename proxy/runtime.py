@@ -1,0 +1,119 @@
+"""The reloadable part of a running gateway: upstream clients, model catalog, plugin chain and model API.
+
+A runtime is built from one config on the gateway's lasting state (storage, Redis, counters, ledger, key
+directory, policies, metrics). A config reload builds a new runtime beside the current one and swaps it
+in; each request keeps the runtime it started on, which counts it, so an old runtime closes its upstream
+clients only after its last request finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from config import Config
+from plugins import ChainServices, PluginChain, default_chain
+from proxy.forward import Forwarder
+from proxy.model_api import ModelApi
+from proxy.routes import RouteTable
+from proxy.routing import ModelCatalog, RowSelector
+from proxy.upstream import Upstream, build_upstream
+
+if TYPE_CHECKING:
+    from proxy.gateway import Gateway
+
+log = logging.getLogger("modelgate.runtime")
+
+
+class ModelRuntime:
+    """Everything built from the reloadable config, with a count of the requests running on it."""
+
+    def __init__(
+        self, config: Config, upstreams: dict[str, Upstream], catalog: ModelCatalog, chain: PluginChain
+    ) -> None:
+        self.config = config
+        self.upstreams = upstreams
+        self.catalog = catalog
+        self.chain = chain
+        selector = RowSelector(config.routing.cooldown_seconds, config.routing.failure_threshold)
+        self.model_api = ModelApi(chain, Forwarder(chain, selector), catalog)
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+
+    def enter(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self._idle.set()
+
+    async def retire(self) -> None:
+        """Wait for the requests still running on this runtime, then close its upstream clients."""
+        if self.in_flight:
+            log.info(
+                "previous config: %d request(s) still in flight; closing its clients after them",
+                self.in_flight,
+            )
+        try:
+            await self._idle.wait()
+        finally:  # also when the gateway stops first
+            await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for upstream in self.upstreams.values():
+            try:
+                await upstream.close()
+            except Exception:
+                log.exception("closing the upstream client of %s failed", upstream.name)
+
+
+def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
+    """Upstream clients, catalog, chain and model API for `config`, on the gateway's lasting state."""
+    upstreams = {p.name: build_upstream(p) for p in config.providers}
+    if gateway.tracer is not None:
+        upstreams = {name: gateway.tracer.traced_upstream(u) for name, u in upstreams.items()}
+    catalog = ModelCatalog(config, upstreams)
+    services = ChainServices(
+        RouteTable(),
+        gateway.keys,
+        catalog,
+        gateway.objects,
+        gateway.in_flight_ids,
+        config,
+        gateway.policies,
+        gateway.counters,
+        gateway.accounts,
+        gateway.ledger,
+        gateway.metrics,
+        gateway.tracer,
+    )
+    return ModelRuntime(config, upstreams, catalog, default_chain(services, config.plugins.disabled))
+
+
+class ModelApiDispatcher:
+    """The handler of every /v1 path: each request runs on the runtime current when it arrived."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        runtime = self._gateway.runtime
+        in_flight = self._gateway.metrics.requests_in_flight
+        runtime.enter()
+        in_flight.inc()
+        try:
+            # A stream's answer is fully relayed when this returns; a plain answer no longer needs upstream.
+            return await runtime.model_api.handle(request)
+        finally:
+            in_flight.dec()
+            runtime.leave()

@@ -1,0 +1,40 @@
+"""The OpenAPI document describes the billing objects with the fields the API actually returns."""
+
+from __future__ import annotations
+
+from cabinet.openapi import openapi_document
+from tests.integration.billing_cabinet.billing_client import BillingCabinet
+
+SCHEMAS = openapi_document()["components"]["schemas"]
+
+
+async def test_the_policy_rule_and_invoice_schemas_list_the_returned_fields(cabinet: BillingCabinet) -> None:
+    owner = await cabinet.register()
+    rule = (await cabinet.create_rule(owner)).body
+    [invoice] = (await cabinet.call("GET", "/invoices", token=owner.token)).body["invoices"]
+
+    assert set(SCHEMAS["PolicyRule"]["properties"]) == set(rule)
+    assert set(SCHEMAS["Invoice"]["properties"]) == set(invoice)
+
+
+async def test_the_billing_overview_schema_lists_the_returned_fields(cabinet: BillingCabinet) -> None:
+    owner = await cabinet.register()
+    billing = (await cabinet.call("GET", "/overview", token=owner.token)).body["billing"]
+
+    assert set(SCHEMAS["BillingOverview"]["properties"]) == set(billing)
+    assert SCHEMAS["Overview"]["properties"]["billing"] == {"$ref": "#/components/schemas/BillingOverview"}
+
+
+def test_operator_routes_use_the_operator_token_scheme() -> None:
+    document = openapi_document()
+    operator_ops = [
+        op
+        for path, item in document["paths"].items()
+        if path.startswith("/api/operator/")
+        for method, op in item.items()
+        if method != "parameters"
+    ]
+
+    assert len(operator_ops) == 3
+    assert all(op["security"] == [{"operator": []}] for op in operator_ops)
+    assert document["components"]["securitySchemes"]["operator"]["scheme"] == "bearer"

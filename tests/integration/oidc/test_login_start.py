@@ -1,0 +1,53 @@
+"""GET /api/auth/oidc/{providerId}/login for providers that cannot be used: 404 (or 503 without the
+server's public URL), never a redirect."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.oidc.browser import Browser
+from tests.integration.oidc.conftest import GatewayFactory
+from tests.integration.oidc.fake_idp import FakeIdp
+from tests.integration.oidc.sso_client import SsoGateway
+
+
+@pytest.mark.parametrize("provider_id", ["oidc_000000000000000000000000", "google", "..%2F..%2Fadmin"])
+async def test_an_unknown_provider_is_404(gateway: SsoGateway, browser: Browser, provider_id: str) -> None:
+    reply = await browser.open(gateway.login_url(provider_id))
+
+    assert (reply.status_code, reply.json()) == (404, {"error": "identity provider not found"})
+
+
+async def test_an_undiscovered_provider_is_404(
+    gateway: SsoGateway, fake_idp: FakeIdp, browser: Browser
+) -> None:
+    owner = await gateway.cabinet.register()
+    created = await gateway.add_provider(owner, fake_idp.issuer)
+
+    reply = await browser.open(gateway.login_url(created.body["id"]))
+
+    assert reply.status_code == 404
+    assert reply.json() == {"error": "identity provider is not ready for login: run discovery first"}
+
+
+async def test_a_deleted_provider_is_404(gateway: SsoGateway, fake_idp: FakeIdp, browser: Browser) -> None:
+    owner = await gateway.cabinet.register()
+    provider_id = await gateway.ready_provider(owner, fake_idp.issuer)
+    await gateway.cabinet.call("DELETE", f"/auth/oidc/providers/{provider_id}", token=owner.token)
+
+    reply = await browser.open(gateway.login_url(provider_id))
+
+    assert reply.status_code == 404
+
+
+async def test_without_a_public_url_sso_is_503(
+    start_gateway: GatewayFactory, fake_idp: FakeIdp, browser: Browser
+) -> None:
+    gateway = await start_gateway(public_url="")
+    owner = await gateway.cabinet.register()
+    provider_id = await gateway.ready_provider(owner, fake_idp.issuer)
+
+    reply = await browser.open(gateway.login_url(provider_id))
+
+    assert reply.status_code == 503
+    assert reply.json() == {"error": "single sign-on needs server.public_url to be configured"}
