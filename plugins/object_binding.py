@@ -17,6 +17,7 @@ from proxy.routing import ModelCatalog
 
 _RESPONSE_ID_IN_BODY = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]+)"')
 _SCAN_LIMIT = 64 * 1024
+_TAIL = 256  # longer than any `"id": "resp_…"` we bind
 
 
 class ObjectBindingPlugin(Plugin):
@@ -57,7 +58,10 @@ class ObjectBindingPlugin(Plugin):
             return
         if ctx.bound_object is not None or ctx.payload.get("store") is False:
             return
-        match = _RESPONSE_ID_IN_BODY.search(chunk)
+        # The id may straddle two chunks: search the previous chunk's tail together with this one.
+        data = ctx.scan_tail + chunk if ctx.scan_tail else chunk
+        match = _RESPONSE_ID_IN_BODY.search(data)
+        ctx.scan_tail = data[-_TAIL:]
         if match:
             object_id = match.group(1).decode()
             ctx.bound_object = object_id

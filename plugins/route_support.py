@@ -8,7 +8,7 @@ from __future__ import annotations
 from plugins.base import Plugin
 from proxy.context import RequestContext
 from proxy.envelopes import Envelope
-from proxy.errors import MethodNotAllowed, RouteNotSupported
+from proxy.errors import RouteNotSupported
 from proxy.routes import RouteTable
 
 VENDOR_VERSION_HEADER = "anthropic-version"
@@ -25,10 +25,9 @@ class RouteSupport(Plugin):
 
     async def on_request(self, ctx: RequestContext) -> None:
         request = ctx.request
-        route, object_id, known_path = self._table.match(request.method, request.path)
+        route, object_id = self._table.match(request.method, request.path)
         if route is None:
-            if known_path:
-                raise MethodNotAllowed(f"method {request.method} is not allowed on {request.path}")
+            # A known path with a method it does not serve is outside the reference too (the spec has no 405).
             raise RouteNotSupported()
         ctx.route = route
         ctx.object_id = object_id

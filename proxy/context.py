@@ -61,6 +61,7 @@ class RequestContext:
     usage_scanner: Any = None
     chunk_filter: Any = None
     bound_object: str | None = None
+    scan_tail: bytes = b""
     attempts: int = 0
     # Observability: when the first byte of an upstream answer went to the client (perf_counter), and
     # each row that failed during this request with why ("unreachable", "http_503", ...).

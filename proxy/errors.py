@@ -92,12 +92,6 @@ class UnknownTask(GatewayError):
     status, type_a, type_b = 404, "invalid_request_error", "not_found_error"
 
 
-class MethodNotAllowed(InvalidRequest):
-    """405: a model route called with a method it does not serve."""
-
-    status = 405
-
-
 class RequestInProgress(GatewayError):
     """409: a second in-flight request claims the same internal request id."""
 

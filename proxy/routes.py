@@ -147,29 +147,26 @@ ROUTES: tuple[Route, ...] = (
 class RouteTable:
     """Exact-path lookup first, then `{id}` routes by their prefix; built once."""
 
-    __slots__ = ("_by_prefix", "_exact", "_paths")
+    __slots__ = ("_by_prefix", "_exact")
 
     def __init__(self, routes: tuple[Route, ...] = ROUTES) -> None:
         self._exact: dict[tuple[str, str], Route] = {}
         self._by_prefix: dict[tuple[str, str], Route] = {}
-        self._paths: set[str] = set()
         for route in routes:
             if route.has_id:
                 self._by_prefix[(route.method, route.path.rsplit("/", 1)[0] + "/")] = route
             else:
                 self._exact[(route.method, route.path)] = route
-            self._paths.add(route.path)
 
-    def match(self, method: str, path: str) -> tuple[Route | None, str | None, bool]:
-        """(route, object id, path known for another method)."""
+    def match(self, method: str, path: str) -> tuple[Route | None, str | None]:
+        """(route, object id); (None, None) for anything outside the model API reference."""
         path = path.rstrip("/") or "/"
         route = self._exact.get((method, path))
         if route is not None:
-            return route, None, False
+            return route, None
         prefix, _, object_id = path.rpartition("/")
         if object_id:
             route = self._by_prefix.get((method, prefix + "/"))
             if route is not None:
-                return route, object_id, False
-        known = path in self._paths or any(p.rsplit("/", 1)[0] == prefix for p in self._paths if "{id}" in p)
-        return None, None, known
+                return route, object_id
+        return None, None
