@@ -83,6 +83,7 @@ class Forwarder:
         except orjson.JSONEncodeError:
             raise _nested_too_deeply() from None
         failure = "no answer"
+        translation_refusal: InvalidRequest | None = None
         for row in attempts:
             ctx.attempts += 1
             translator = translator_for(route.name, row.upstream.kind, row.upstream.native_messages)
@@ -96,6 +97,11 @@ class Forwarder:
                     )
             except orjson.JSONEncodeError:
                 raise _nested_too_deeply() from None
+            except InvalidRequest as refusal:
+                # This row's wire format cannot carry the request (e.g. a document block on an OpenAI-kind
+                # row); another row may speak it natively. Not a row failure: no cool-down.
+                translation_refusal = refusal
+                continue
             try:
                 upstream = await row.upstream.send(
                     request.method, row_path, body, ctx.request_id, request.headers
@@ -139,6 +145,8 @@ class Forwarder:
             self._selector.succeeded(row)
             ctx.row, ctx.status = row, status
             return await self._relay(ctx, upstream, translator, opening, rest)
+        if translation_refusal is not None and failure == "no answer":
+            raise translation_refusal  # no row could carry the request: the client's 400, not an outage
         raise UpstreamUnavailable(f"The model is temporarily unavailable at the provider ({failure}).")
 
     def _body_for(self, ctx: RequestContext, row: RoutingRow, template: bytes | None) -> bytes | None:

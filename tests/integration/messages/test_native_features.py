@@ -145,3 +145,34 @@ def test_counting_tokens_without_a_native_row_is_refused_in_envelope_b(claude_sd
         "model 'gpt-translated' has none"
     )
     assert oai.requests == []
+
+
+def test_a_block_the_translated_row_cannot_carry_goes_to_the_native_row(http, oai, anth) -> None:
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "hello"}}
+    reply = http.post(
+        "/v1/messages",
+        json={
+            "model": "mixed",
+            "max_tokens": 20,
+            "messages": [{"role": "user", "content": [document, {"type": "text", "text": "summarise"}]}],
+        },
+    )
+    assert reply.status_code == 200, reply.text
+    assert oai.requests_to("/v1/chat/completions") == []
+    assert anth.requests_to("/v1/messages")[-1].json["messages"][0]["content"][0]["type"] == "document"
+
+
+def test_a_block_no_row_can_carry_is_the_clients_400(http, oai) -> None:
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "hello"}}
+    reply = http.post(
+        "/v1/messages",
+        json={
+            "model": "gpt-translated",
+            "max_tokens": 20,
+            "messages": [{"role": "user", "content": [document]}],
+        },
+    )
+    assert reply.status_code == 400
+    assert reply.json()["type"] == "error"
+    assert reply.json()["error"]["type"] == "invalid_request_error"
+    assert oai.requests_to("/v1/chat/completions") == []
