@@ -1,0 +1,58 @@
+"""A key revoked through one gateway process is refused by another on the very next request, with only
+PostgreSQL between them (the revocation travels as a NOTIFY delivered with the commit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from tests.support.gateway import GatewayProcess, register_tenant, revoke_key
+
+
+def _config(tmp_path: Path, storage_url: str) -> Path:
+    path = tmp_path / "pg.toml"
+    path.write_text(f"""
+[storage]
+url = "{storage_url}"
+
+[[providers]]
+name = "mock"
+kind = "mock"
+
+[[models]]
+name = "mock-chat"
+kinds = ["chat"]
+[[models.rows]]
+provider = "mock"
+
+[[plans]]
+code = "free"
+rpm = 0
+tpm = 0
+""")
+    return path
+
+
+def _chat(base_url: str, api_key: str) -> int:
+    return httpx.post(
+        f"{base_url}/v1/chat/completions",
+        timeout=30,
+        headers={"authorization": f"Bearer {api_key}"},
+        json={"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]},
+    ).status_code
+
+
+def test_a_key_revoked_through_one_process_is_refused_by_the_other_at_once(
+    tmp_path: Path, pg_server_url: str
+) -> None:
+    config = _config(tmp_path, pg_server_url)
+    with GatewayProcess(config, cwd=tmp_path) as first, GatewayProcess(config, cwd=tmp_path) as second:
+        for _ in range(10):
+            tenant = register_tenant(first.base_url)
+            # Both processes have the key in their cache before the revocation.
+            assert _chat(first.base_url, tenant.api_key) == 200
+            assert _chat(second.base_url, tenant.api_key) == 200
+            assert revoke_key(first.base_url, tenant).status_code == 200
+            assert _chat(second.base_url, tenant.api_key) == 401
+            assert _chat(first.base_url, tenant.api_key) == 401
