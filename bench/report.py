@@ -83,9 +83,14 @@ def render_targets(results: list[TargetResult], connections: int) -> str:
     added_ttfb = gateway.ttfb_p50_ms - direct.ttfb_p50_ms
     floor_added_ttfb = floor.ttfb_p50_ms - direct.ttfb_p50_ms
     rss = gateway.rss_mb or 0.0
+    cpu_ratio = (
+        floor.cpu_s_per_1k / gateway.cpu_s_per_1k if floor.cpu_s_per_1k and gateway.cpu_s_per_1k else 0.0
+    )
     return "\n".join(
         [
             f"modelgate / passthrough rps ratio: {ratio:.2f}",
+            f"modelgate / passthrough requests per CPU-second: {cpu_ratio:.2f} "
+            "(the same ratio from CPU time, which other load on the machine disturbs less)",
             "",
             "targets (from the issue):",
             f"  modelgate >= {TARGET_RPS_RATIO}x the floor's rps at {connections} connections: "

@@ -378,6 +378,10 @@ _OIDC_SETTINGS = {
     "allowedDomains": {**_STR_LIST, "minItems": 1, "description": "E-mail domains that may sign in"},
     "defaultRole": {"type": "string", "enum": ["member", "admin"], "description": "Role of new users"},
     "autoProvision": {"type": "boolean", "description": "Create unknown users on first login; default false"},
+    "assumePkceS256": {
+        "type": "boolean",
+        "description": "Use PKCE S256 although discovery does not list it (Entra ID); default false",
+    },
 }
 _OIDC_ENDPOINTS = _obj(
     ("authorizationEndpoint", "tokenEndpoint", "jwksUri", "idTokenSigningAlgs"),

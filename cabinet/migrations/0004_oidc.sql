@@ -18,6 +18,7 @@ CREATE TABLE oidc_providers (
     allowed_domains TEXT NOT NULL,
     default_role TEXT NOT NULL CHECK (default_role IN ('admin', 'member')),
     auto_provision BIGINT NOT NULL CHECK (auto_provision IN (0, 1)),
+    assume_pkce_s256 BIGINT NOT NULL DEFAULT 0 CHECK (assume_pkce_s256 IN (0, 1)),
     authorization_endpoint TEXT,
     token_endpoint TEXT,
     jwks_uri TEXT,

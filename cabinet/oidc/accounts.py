@@ -26,6 +26,15 @@ def has_email(claims: dict[str, Any]) -> bool:
     return isinstance(claims.get("email"), str) and bool(claims["email"])
 
 
+def _verified(claims: dict[str, Any]) -> bool:
+    # Some providers send the boolean as a string; anything but true is unverified.
+    if "email_verified" in claims:
+        return claims["email_verified"] in (True, "true")
+    # Microsoft Entra ID never sends email_verified; its optional claim xms_edov ("email domain owner
+    # verified") is Microsoft's signal for the same assurance. An explicit email_verified always wins.
+    return claims.get("xms_edov") in (True, "true")
+
+
 def verified_email(claims: dict[str, Any], provider: OidcProvider) -> str:
     """The normalised e-mail of the claims: present, verified by the provider, in an allowed domain."""
     email = normalize_email(claims["email"]) if has_email(claims) else None
@@ -33,8 +42,7 @@ def verified_email(claims: dict[str, Any], provider: OidcProvider) -> str:
         raise SsoFailure(
             "email_missing", "the provider sent no valid email claim (is the email scope granted?)"
         )
-    # Some providers send the boolean as a string; anything but true is unverified.
-    if claims.get("email_verified") not in (True, "true"):
+    if not _verified(claims):
         raise SsoFailure("email_not_verified", f"the provider has not verified {email}")
     domain = email.rpartition("@")[2]
     if domain not in provider.settings.allowed_domains:

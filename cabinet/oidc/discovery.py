@@ -4,10 +4,13 @@ can do what the gateway needs (the exact issuer, the code flow, PKCE S256, a sup
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cabinet.oidc.idp_client import IdpClient, IdpRequestFailed
 from cabinet.oidc.urls import idp_url_problem
+
+if TYPE_CHECKING:
+    from cabinet.oidc.providers import ProviderSettings
 
 # Asymmetric algorithms only: an HS256 ID token would be "signed" with the client secret we also store.
 SUPPORTED_SIGNING_ALGS = (
@@ -61,9 +64,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_LENGTH else text[:_SHOWN_LENGTH] + "…"
 
 
-async def discover(client: IdpClient, issuer: str, token_auth_method: str) -> ProviderEndpoints:
-    """Fetch and check the discovery document of `issuer`; raises DiscoveryError saying what is wrong."""
-    url = discovery_url(issuer)
+async def discover(client: IdpClient, settings: ProviderSettings) -> ProviderEndpoints:
+    """Fetch and check the discovery document of a provider; raises DiscoveryError saying what is wrong."""
+    url = discovery_url(settings.issuer)
     try:
         reply = await client.get(url)
     except IdpRequestFailed as exc:
@@ -75,11 +78,12 @@ async def discover(client: IdpClient, issuer: str, token_auth_method: str) -> Pr
     document = reply.json_object()
     if document is None:
         raise DiscoveryError(f"the discovery document at {url} is not a valid JSON object")
-    return endpoints_of(document, issuer, token_auth_method)
+    return endpoints_of(document, settings)
 
 
-def endpoints_of(document: dict[str, Any], issuer: str, token_auth_method: str) -> ProviderEndpoints:
-    """Check a discovery document against the configured issuer and the gateway's needs."""
+def endpoints_of(document: dict[str, Any], settings: ProviderSettings) -> ProviderEndpoints:
+    """Check a discovery document against the provider's settings and the gateway's needs."""
+    issuer, token_auth_method = settings.issuer, settings.token_auth_method
     # Exact match (no normalisation): the ID token's `iss` is compared with the same string.
     if document.get("issuer") != issuer:
         raise DiscoveryError(
@@ -99,9 +103,12 @@ def endpoints_of(document: dict[str, Any], issuer: str, token_auth_method: str) 
         raise DiscoveryError("the discovery document's userinfo_endpoint is not a usable https URL")
 
     methods = document.get("code_challenge_methods_supported")
-    if not isinstance(methods, list) or "S256" not in methods:
+    # Absent, the list can be assumed on request (Entra ID omits it); present, it must name S256.
+    unadvertised = methods is None and not settings.assume_pkce_s256
+    if unadvertised or (methods is not None and (not isinstance(methods, list) or "S256" not in methods)):
         raise DiscoveryError(
-            "the provider does not advertise PKCE with S256 (code_challenge_methods_supported)"
+            "the provider does not advertise PKCE with S256 (code_challenge_methods_supported);"
+            " if it supports S256 regardless, set assumePkceS256"
         )
     response_types = document.get("response_types_supported")
     if isinstance(response_types, list) and "code" not in response_types:

@@ -30,6 +30,7 @@ _FIELDS = (
     "allowedDomains",
     "defaultRole",
     "autoProvision",
+    "assumePkceS256",
 )
 
 
@@ -104,12 +105,14 @@ _PARSERS: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
     "allowedDomains": ("allowed_domains", _allowed_domains),
     "defaultRole": ("default_role", lambda b: required_choice(b, "defaultRole", PROVISIONED_ROLES)),
     "autoProvision": ("auto_provision", lambda b: _boolean(b, "autoProvision")),
+    "assumePkceS256": ("assume_pkce_s256", lambda b: _boolean(b, "assumePkceS256")),
 }
 _DEFAULTS: dict[str, Any] = {
     "tokenAuthMethod": "client_secret_basic",
     "scopes": list(DEFAULT_SCOPES),
     "defaultRole": "member",
     "autoProvision": False,
+    "assumePkceS256": False,
 }
 
 

@@ -144,7 +144,7 @@ async def discover_provider(request: web.Request) -> web.Response:
     issuer = provider.settings.issuer
     # The network calls run outside any transaction: a slow provider must not hold a database lock.
     try:
-        endpoints = await discover(sso.client, issuer, provider.settings.token_auth_method)
+        endpoints = await discover(sso.client, provider.settings)
         key_count = await sso.jwks.load(endpoints.jwks_uri)
     except (DiscoveryError, JwksError) as exc:
         raise bad_request(f"discovery failed: {exc}") from exc

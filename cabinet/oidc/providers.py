@@ -19,8 +19,8 @@ PROVISIONED_ROLES = ("member", "admin")
 
 _COLUMNS = (
     "id, organization_id, name, issuer, client_id, client_secret, token_auth_method, scopes,"
-    " allowed_domains, default_role, auto_provision, authorization_endpoint, token_endpoint, jwks_uri,"
-    " userinfo_endpoint, signing_algs, discovered_at, created_at, updated_at"
+    " allowed_domains, default_role, auto_provision, assume_pkce_s256, authorization_endpoint,"
+    " token_endpoint, jwks_uri, userinfo_endpoint, signing_algs, discovered_at, created_at, updated_at"
 )
 
 
@@ -37,6 +37,8 @@ class ProviderSettings:
     allowed_domains: tuple[str, ...]
     default_role: str
     auto_provision: bool
+    # For providers that support PKCE S256 without saying so in discovery (Microsoft Entra ID).
+    assume_pkce_s256: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class OidcProvider:
             "allowedDomains": list(s.allowed_domains),
             "defaultRole": s.default_role,
             "autoProvision": s.auto_provision,
+            "assumePkceS256": s.assume_pkce_s256,
             "discovered": self.endpoints is not None,
             "endpoints": self.endpoints.to_json() if self.endpoints else None,
             "loginUrl": login_url(config, self.id),
@@ -94,6 +97,7 @@ def _provider(row: Row) -> OidcProvider:
         allowed_domains=tuple(row["allowed_domains"].split()),
         default_role=row["default_role"],
         auto_provision=bool(row["auto_provision"]),
+        assume_pkce_s256=bool(row["assume_pkce_s256"]),
     )
     return OidcProvider(
         id=row["id"],
@@ -120,6 +124,7 @@ def _values(p: OidcProvider) -> tuple[Any, ...]:
         " ".join(s.allowed_domains),
         s.default_role,
         int(s.auto_provision),
+        int(s.assume_pkce_s256),
         e.authorization_endpoint if e else None,
         e.token_endpoint if e else None,
         e.jwks_uri if e else None,
@@ -133,7 +138,7 @@ def _values(p: OidcProvider) -> tuple[Any, ...]:
 
 async def insert_provider(tx: Executor, provider: OidcProvider) -> None:
     """Store a new provider; raises IntegrityViolation when its name is taken in the organization."""
-    placeholders = ", ".join(f"${i}" for i in range(1, 20))
+    placeholders = ", ".join(f"${i}" for i in range(1, 21))
     await tx.execute(f"INSERT INTO oidc_providers ({_COLUMNS}) VALUES ({placeholders})", *_values(provider))
 
 

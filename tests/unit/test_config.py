@@ -363,6 +363,16 @@ def test_storage_url_scheme_is_checked_without_echoing_the_url(write):
     assert "hunter2" not in problem
 
 
+def test_cabinet_url_for_single_sign_on_is_unset_by_default_and_must_be_an_http_url(write):
+    assert load_config(write(VALID), env=ENV).cabinet.cabinet_url is None
+    given = load_config(write('[cabinet]\ncabinet_url = "https://app.example.com/sso"\n' + VALID), env=ENV)
+
+    assert given.cabinet.cabinet_url == "https://app.example.com/sso"
+    assert problems(write('[cabinet]\ncabinet_url = "app.example.com/sso"\n' + VALID)) == [
+        "my.toml: cabinet.cabinet_url: expected an http:// or https:// URL with a host"
+    ]
+
+
 def test_rows_default_to_the_model_name_and_provider_host(write):
     row = load_config(write(VALID), env=ENV).model("gpt-4o").rows[0]
 

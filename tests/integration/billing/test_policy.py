@@ -180,3 +180,45 @@ def test_the_billing_cli_unblocks_a_running_gateway_through_postgres(tmp_path, p
             time.sleep(0.02)
             status = _chat(gateway, tenant).status_code
         assert status == 200
+
+
+def test_a_cli_top_up_on_sqlite_reaches_a_gateway_that_refused_the_organization(tmp_path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from tests.integration.billing.conftest import billing_toml
+    from tests.support.gateway import ThreadedGateway, write_config
+
+    config_path = tmp_path / "sqlite-cli.toml"
+    toml = billing_toml(f"sqlite:///{tmp_path / 'cli.db'}", None, per_request_usd=1.0)
+    with ThreadedGateway(write_config(config_path, toml)) as gateway:
+        tenant = register_tenant(gateway.base_url, fund_usd=None)
+        assert _chat(gateway, tenant).status_code == 402
+        org_id = _cabinet(gateway, tenant, "GET", "/auth/session").json()["organization"]["id"]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "proxy.cli",
+                "billing",
+                "top-up",
+                org_id,
+                "3",
+                "--config",
+                str(config_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        # No channel reaches the gateway from the CLI on SQLite: it re-reads a refused organization at
+        # most once a second, so the first 200 comes within that bound.
+        deadline = time.monotonic() + 5
+        status = _chat(gateway, tenant).status_code
+        while status != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            status = _chat(gateway, tenant).status_code
+        assert status == 200
+        assert [_chat(gateway, tenant).status_code for _ in range(3)] == [200, 200, 402]

@@ -104,6 +104,30 @@ async def test_an_unsuitable_discovery_document_is_a_400(
     assert message in reply.body["error"]
 
 
+async def test_pkce_s256_can_be_assumed_for_a_provider_that_does_not_list_its_methods(
+    gateway: SsoGateway, fake_idp: FakeIdp
+) -> None:
+    # Microsoft Entra ID supports S256 but its discovery document has no code_challenge_methods_supported.
+    owner, provider_id = await _provider(gateway, fake_idp.issuer, assumePkceS256=True)
+    fake_idp.discovery_overrides = {"code_challenge_methods_supported": None}
+
+    reply = await gateway.discover(owner, provider_id)
+
+    assert (reply.status, reply.body["codeChallengeMethod"]) == (200, "S256")
+
+
+async def test_pkce_s256_is_never_assumed_against_a_list_without_it(
+    gateway: SsoGateway, fake_idp: FakeIdp
+) -> None:
+    owner, provider_id = await _provider(gateway, fake_idp.issuer, assumePkceS256=True)
+    fake_idp.discovery_overrides = {"code_challenge_methods_supported": ["plain"]}
+
+    reply = await gateway.discover(owner, provider_id)
+
+    assert reply.status == 400
+    assert "does not advertise PKCE with S256" in reply.body["error"]
+
+
 async def test_a_discovery_document_that_is_not_json_is_a_400(gateway: SsoGateway, fake_idp: FakeIdp) -> None:
     owner, provider_id = await _provider(gateway, fake_idp.issuer)
     fake_idp.discovery_raw = b"<html>not json</html>"

@@ -235,3 +235,32 @@ async def test_an_authorization_response_naming_another_issuer_is_refused(
 
     await _refused(gateway, owner, journey, reason="issuer_mismatch")
     assert fake_idp.token_requests == []
+
+
+async def test_entra_ids_xms_edov_claim_stands_for_a_missing_email_verified(
+    gateway: SsoGateway, fake_idp: FakeIdp, browser: Browser
+) -> None:
+    _, provider_id = await _ready(gateway, fake_idp)
+    fake_idp.claim_overrides = {"email_verified": DROP, "xms_edov": True}
+
+    journey = await _login(gateway, browser, provider_id)
+
+    assert "code" in journey.params
+
+
+async def test_xms_edov_never_overrides_an_explicit_email_verified_false(
+    gateway: SsoGateway, fake_idp: FakeIdp, browser: Browser
+) -> None:
+    owner, provider_id = await _ready(gateway, fake_idp)
+    fake_idp.claim_overrides = {"email_verified": False, "xms_edov": True}
+
+    await _refused(gateway, owner, await _login(gateway, browser, provider_id), reason="email_not_verified")
+
+
+async def test_an_email_without_any_verification_claim_is_refused(
+    gateway: SsoGateway, fake_idp: FakeIdp, browser: Browser
+) -> None:
+    owner, provider_id = await _ready(gateway, fake_idp)
+    fake_idp.claim_overrides = {"email_verified": DROP}
+
+    await _refused(gateway, owner, await _login(gateway, browser, provider_id), reason="email_not_verified")

@@ -134,8 +134,11 @@ class Scrape:
             if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
         )
 
+    def samples(self, sample: str) -> list:
+        return [s for family in self.families.values() for s in family.samples if s.name == sample]
+
     def has(self, sample: str) -> bool:
-        return any(s.name == sample for family in self.families.values() for s in family.samples)
+        return bool(self.samples(sample))
 
 
 def scrape(base_url: str, token: str | None = None) -> Scrape:
@@ -153,7 +156,9 @@ def stop_and_collect(gateway: GatewayProcess, timeout: float = 30.0) -> str:
         code = gateway.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         gateway.kill()
-        pytest.fail(f"gateway did not stop within {timeout}s; its output ends with:\n{gateway.output()[-8000:]}")
+        pytest.fail(
+            f"gateway did not stop within {timeout}s; its output ends with:\n{gateway.output()[-8000:]}"
+        )
     output = gateway.output()
     assert code == 0, output[-8000:]
     return output

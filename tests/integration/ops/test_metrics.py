@@ -28,7 +28,9 @@ priority = 1
 def test_counters_follow_successes_refusals_and_upstream_failures(
     tmp_path: Path, sqlite_url: str, upstream: FakeUpstream
 ) -> None:
-    config = write_config(tmp_path / "m.toml", ops_toml(sqlite_url, upstream, models=DUO, per_request_usd=1.0))
+    config = write_config(
+        tmp_path / "m.toml", ops_toml(sqlite_url, upstream, models=DUO, per_request_usd=1.0)
+    )
     with ThreadedGateway(config) as gateway:
         base = gateway.base_url
         rich = register_tenant(base)
