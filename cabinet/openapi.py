@@ -185,7 +185,7 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _redirect(
             "Start a single sign-on: redirect to the provider with state, nonce and PKCE S256",
             "the identity provider's authorization endpoint",
-            (404, 503),
+            (404, 429, 503),
         ),
     },
     "/auth/oidc/callback": {"get": _SSO_CALLBACK},

@@ -17,6 +17,8 @@ from plugins.object_binding import ObjectBindingPlugin
 from plugins.policy import Policy
 from plugins.provider_filter import ProviderFilter
 from plugins.rate_limits import RateLimits
+from plugins.realtime_cap import RealtimeCap
+from plugins.realtime_credentials import RealtimeCredentials
 from plugins.request_id import InFlightIds, RequestId
 from plugins.request_validation import RequestValidation
 from plugins.route_support import RouteSupport
@@ -29,6 +31,7 @@ from proxy.billing.policy import PolicyDirectory
 from proxy.keys import KeyDirectory
 from proxy.metrics import GatewayMetrics
 from proxy.objects import ObjectStore
+from proxy.realtime_secrets import InProcessSecrets, RealtimeSecrets
 from proxy.routes import RouteTable
 from proxy.routing import ModelCatalog
 from proxy.tracing import Tracer
@@ -50,6 +53,7 @@ class ChainServices:
     ledger: LedgerWriter
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     tracer: Tracer | None = None  # set when [tracing] is on
+    realtime_secrets: RealtimeSecrets = field(default_factory=InProcessSecrets)
 
 
 class PluginConfigError(ValueError):
@@ -63,7 +67,8 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         RouteSupport(services.routes),  # 404 route not supported; picks envelope A or B
         Auth(services.keys),  # 401
         RequestId(services.in_flight),  # 409 request_in_progress on a double submit
-        BodyLimits(),  # 413 while reading; JSON parsed once
+        BodyLimits(),  # 413 while reading; JSON parsed once; multipart heads only (the rest streams)
+        RealtimeCredentials(services.realtime_secrets),  # 404 invalid_realtime_credential, 409 race
         RequestValidation(),  # 400 on the gateway's own parameter rules
         ModelRouting(services.catalog),  # 404 model_not_found; candidate rows
         ProviderFilter(services.catalog),  # 400 on the provider object; filters rows
@@ -71,6 +76,7 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         ObjectBindingPlugin(services.objects, services.catalog),  # follow-ups reach their row
         Policy(services.policies),  # 403 denied model, 404 model not enabled for the key
         RateLimits(services.config, services.counters),  # 429 RPM/TPM per key and organization
+        RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
         BillingGate(services.accounts, services.catalog),  # 402 unpaid invoice, balance or budget
         UsageMetering(services.ledger, services.catalog),  # usage from answers; a ledger row per request
         Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)

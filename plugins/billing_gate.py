@@ -12,6 +12,7 @@ import time
 
 from plugins.base import Plugin
 from proxy.billing.accounts import Accounts, balance_key
+from proxy.billing.media import FREE_ROUTES, media_worst_case
 from proxy.billing.prices import ModelPrices, ensure_estimate
 from proxy.context import RequestContext, Usage
 from proxy.routing import ModelCatalog
@@ -20,7 +21,8 @@ from proxy.routing import ModelCatalog
 def final_cost(ctx: RequestContext, prices: ModelPrices) -> int:
     """The cost to charge for a finished request (computed once, shared by billing and metering)."""
     if ctx.cost_micros is None:
-        if ctx.row is None or ctx.status != 200:
+        # 101: a realtime session, charged from the usage its events reported.
+        if ctx.row is None or ctx.status not in (200, 101) or ctx.route.name in FREE_ROUTES:
             ctx.cost_micros = 0
         elif ctx.usage is not None:
             ctx.cost_micros = prices.cost(ctx.usage)
@@ -45,7 +47,9 @@ class BillingGate(Plugin):
             return
         ensure_estimate(ctx)
         prices = self._prices[ctx.model.name]
-        worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
+        worst = media_worst_case(ctx.route.name, ctx.payload, prices)
+        if worst is None:
+            worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
         key = ctx.key
         await self._accounts.reserve_balance(key.organization_id, key.plan_code, worst)
         ctx.reservations.append((balance_key(key.organization_id), worst))

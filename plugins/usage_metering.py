@@ -12,6 +12,7 @@ import time
 from plugins.base import Plugin
 from plugins.billing_gate import final_cost
 from proxy.billing.ledger import LedgerEntry, LedgerWriter
+from proxy.billing.media import MEDIA_ROUTES, MediaUsageReader
 from proxy.billing.prices import ModelPrices
 from proxy.billing.usage import StreamUsageScanner, usage_of_body
 from proxy.context import RequestContext
@@ -62,6 +63,10 @@ class UsageMetering(Plugin):
     async def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
+        if ctx.route.name in MEDIA_ROUTES:
+            # Media answers are charged per unit (image, second) or per request, never by bytes seen.
+            ctx.usage_scanner = MediaUsageReader(ctx.route.name, ctx.payload)
+            return
         if ctx.stream:
             ctx.usage_scanner = StreamUsageScanner()
             payload = ctx.payload
@@ -105,5 +110,6 @@ class UsageMetering(Plugin):
                 cost_micros=cost,
                 created_at=time.time(),
                 budgets=tuple(ctx.budgets),
+                units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
             )
         )

@@ -23,6 +23,10 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    # Media units of image, audio and video answers (priced per image / audio second / video second).
+    images: int = 0
+    audio_seconds: float = 0.0
+    video_seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -37,6 +41,8 @@ class RequestContext:
     envelope: Envelope = Envelope.A
     key: KeyRecord | None = None
     body: bytes = b""
+    # A multipart body relayed as it arrives (proxy.multipart.StreamedMultipart); `body` stays empty then.
+    body_stream: Any = None
     payload: dict[str, Any] | None = None
     payload_changed: bool = False
     model: ModelEntry | None = None
@@ -63,6 +69,7 @@ class RequestContext:
     bound_object: str | None = None
     scan_tail: bytes = b""
     attempts: int = 0
+    realtime: Any = None  # the claimed client secret of a realtime connect (plugins.realtime_credentials)
     # Observability: when the first byte of an upstream answer went to the client (perf_counter), and
     # each row that failed during this request with why ("unreachable", "http_503", ...).
     first_byte_at: float | None = None

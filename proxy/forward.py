@@ -22,13 +22,14 @@ from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
 from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
 from proxy.routing import RoutingRow, RowSelector
 from proxy.translation import Translator, translator_for
-from proxy.upstream import UpstreamFailure, UpstreamResponse
+from proxy.upstream import StreamedBody, UpstreamFailure, UpstreamResponse
 
 log = logging.getLogger("modelgate.forward")
 
 # Upstream response headers worth passing on; provider account details and hop-by-hop headers stay behind.
 _PASS_HEADERS = ("content-type", "cache-control", "openai-processing-ms", "openai-version", "retry-after")
 _MAX_ERROR_BODY = 64 * 1024
+_STREAMED_TYPES = ("text/event-stream", "audio/", "video/", "image/", "application/octet-stream")
 
 
 def _failover_status(status: int, has_object_id: bool) -> bool:
@@ -70,6 +71,8 @@ class Forwarder:
 
     async def forward(self, ctx: RequestContext) -> web.StreamResponse:
         attempts = self._selector.order(ctx.rows)
+        if ctx.body_stream is not None:
+            attempts = attempts[:1]  # a body relayed as it arrives cannot be replayed to another row
         if not attempts:
             name = ctx.model.name if ctx.model else "this model"
             raise ServiceUnavailable(
@@ -78,6 +81,8 @@ class Forwarder:
             )
         route, request = ctx.route, ctx.request
         path = route.upstream_path if not route.has_id else route.upstream_path.replace("{id}", ctx.object_id)
+        if route.has_id and request.query_string:
+            path += "?" + request.query_string  # e.g. GET /v1/videos/{id}/content?variant=thumbnail
         try:
             body_template = ctx.upstream_body() if route.body.value != "none" else None
         except orjson.JSONEncodeError:
@@ -107,6 +112,9 @@ class Forwarder:
                     request.method, row_path, body, ctx.request_id, request.headers
                 )
             except UpstreamFailure as exc:
+                if ctx.body_stream is not None and ctx.body_stream.error is not None:
+                    # The client's body broke a limit mid-upload and we aborted it: not the row's fault.
+                    raise ctx.body_stream.error from None
                 self._selector.failed(row)
                 failure = str(exc)
                 log.warning("row %s failed: %s", row.key, exc)
@@ -149,7 +157,12 @@ class Forwarder:
             raise translation_refusal  # no row could carry the request: the client's 400, not an outage
         raise UpstreamUnavailable(f"The model is temporarily unavailable at the provider ({failure}).")
 
-    def _body_for(self, ctx: RequestContext, row: RoutingRow, template: bytes | None) -> bytes | None:
+    def _body_for(
+        self, ctx: RequestContext, row: RoutingRow, template: bytes | None
+    ) -> bytes | StreamedBody | None:
+        if ctx.body_stream is not None:
+            ctx.body_stream.rewrite_model(row.upstream_model)
+            return ctx.body_stream
         payload = ctx.payload
         if template is None or payload is None or ctx.route.body.value == "multipart":
             return template
@@ -234,7 +247,9 @@ async def _opening(
     ctx: RequestContext, upstream: UpstreamResponse
 ) -> tuple[bytes, AsyncIterator[bytes] | None]:
     """The whole body of a plain answer (rest None), or a stream's first chunk and the rest of its chunks."""
-    streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    content_type = upstream.headers.get("content-type", "")
+    # Event streams and binary media (speech, video content) are relayed chunk by chunk, never read whole.
+    streamed = content_type.startswith(_STREAMED_TYPES)
     if not ctx.stream and not streamed:
         return await upstream.read(), None
     chunks = aiter(upstream.content.iter_any())

@@ -19,6 +19,8 @@ from proxy.keys import REVOCATION_CHANNEL, KeyDirectory
 from proxy.metrics import GatewayMetrics
 from proxy.model_api import ModelApi
 from proxy.objects import ObjectStore
+from proxy.realtime import RealtimeSessions, RealtimeState
+from proxy.realtime_secrets import InProcessSecrets, RedisSecrets
 from proxy.routing import ModelCatalog
 from proxy.runtime import ModelRuntime, build_runtime
 from proxy.shared_state import RedisBus
@@ -47,6 +49,7 @@ class Gateway:
     in_flight_ids: InFlightIds
     metrics: GatewayMetrics
     tracer: Tracer | None
+    realtime: RealtimeState  # client secrets (Redis when configured) and open sessions
     runtime: ModelRuntime = field(init=False)
     shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
     _config_followers: list[Callable[[Config], None]] = field(default_factory=list)
@@ -128,6 +131,9 @@ class Gateway:
                 in_flight_ids=InFlightIds(),
                 metrics=metrics,
                 tracer=tracer,
+                realtime=RealtimeState(
+                    RedisSecrets(bus.client) if bus else InProcessSecrets(), RealtimeSessions()
+                ),
             )
             gateway.runtime = build_runtime(config, gateway)
             gateway.follow_config(accounts.use_config)

@@ -114,6 +114,10 @@ class MockUpstream:
     async def send(
         self, method: str, path: str, body: bytes | None, request_id: str, client_headers: Any
     ) -> MockResponse:
+        if body is not None and not isinstance(body, bytes):
+            return _json(
+                404, {"error": {"message": "mock provider takes no uploads", "type": "invalid_request_error"}}
+            )
         payload = orjson.loads(body) if body else {}
         if path == "/v1/chat/completions":
             return self._chat(payload)

@@ -11,7 +11,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
@@ -26,6 +26,9 @@ from proxy.routing import ModelCatalog
 log = logging.getLogger("modelgate.model_api")
 
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+# A route the gateway answers itself after the chain (video list, realtime secrets and WebSocket).
+LocalHandler = Callable[[RequestContext], Awaitable[web.StreamResponse]]
 
 
 def new_request_id() -> str:
@@ -43,8 +46,15 @@ def request_id_of(request: web.Request) -> str:
 class ModelApi:
     """The handler behind every /v1 path."""
 
-    def __init__(self, chain: PluginChain, forwarder: Forwarder, catalog: ModelCatalog) -> None:
+    def __init__(
+        self,
+        chain: PluginChain,
+        forwarder: Forwarder,
+        catalog: ModelCatalog,
+        handlers: Mapping[str, LocalHandler] | None = None,
+    ) -> None:
         self._chain = chain
+        self._handlers = dict(handlers or {})
         self._forwarder = forwarder
         self._local: dict[str, Callable[[ModelCatalog, RequestContext], web.StreamResponse]] = {
             "models": list_models,
@@ -62,6 +72,9 @@ class ModelApi:
                 response = local(self._catalog, ctx)
                 ctx.status = response.status
                 return response
+            handler = self._handlers.get(ctx.route.name)
+            if handler is not None:
+                return await handler(ctx)
             return await self._forwarder.forward(ctx)
         except GatewayError as error:
             ctx.error = error

@@ -75,6 +75,39 @@ class ObjectStore:
             return None
         return binding
 
+    async def listed(
+        self, organization_id: str, kind: str, *, limit: int, newest_first: bool, after: str | None
+    ) -> list[tuple[ObjectBinding, float]]:
+        """The organization's live objects of one kind with their creation time, a page after `after`."""
+        await self.drain()  # a list right after a create includes it
+        order = "DESC" if newest_first else "ASC"
+        sql = (
+            "SELECT id, organization_id, kind, model, row_key, created_at FROM model_objects"
+            " WHERE organization_id = $1 AND kind = $2 AND deleted_at IS NULL"
+        )
+        args: list = [organization_id, kind]
+        if after is not None:
+            cursor = await self._db.fetchrow(
+                "SELECT created_at FROM model_objects WHERE id = $1 AND organization_id = $2 AND kind = $3",
+                after,
+                organization_id,
+                kind,
+            )
+            if cursor is None:
+                return []
+            compare = "<" if newest_first else ">"
+            sql += f" AND (created_at {compare} $3 OR (created_at = $3 AND id {compare} $4))"
+            args += [cursor["created_at"], after]
+        sql += f" ORDER BY created_at {order}, id {order} LIMIT ${len(args) + 1}"
+        rows = await self._db.fetch(sql, *args, limit)
+        return [
+            (
+                ObjectBinding(r["id"], r["organization_id"], r["kind"], r["model"], r["row_key"]),
+                r["created_at"],
+            )
+            for r in rows
+        ]
+
     async def forget(self, object_id: str) -> None:
         self._cache.pop(object_id, None)
         await self._db.execute(

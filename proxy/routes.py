@@ -70,6 +70,11 @@ def _post(
     return Route(name, "POST", path, kind, body, limit, path, envelope=envelope, streams=streams)
 
 
+def _object(name: str, method: str, path: str, kind: str) -> Route:
+    """A follow-up on an object the model API created (`{id}` in the path)."""
+    return Route(name, method, path, kind, BodyFormat.NONE, NO_BODY, path, has_id=True)
+
+
 ROUTES: tuple[Route, ...] = (
     _post("chat_completions", "/v1/chat/completions", "chat", streams=True),
     _post("completions", "/v1/completions", "completions", streams=True),
@@ -140,21 +145,33 @@ ROUTES: tuple[Route, ...] = (
     ),
     _post("audio_speech", "/v1/audio/speech", "audio_speech", streams=True),
     _post("videos_create", "/v1/videos", "videos", BodyFormat.JSON_OR_MULTIPART, VIDEOS),
+    # The organization's videos come from the gateway's own bindings, so the list names no model.
+    Route("videos_list", "GET", "/v1/videos", None, BodyFormat.NONE, NO_BODY, "/v1/videos"),
+    _object("videos_get", "GET", "/v1/videos/{id}", "videos"),
+    _object("videos_delete", "DELETE", "/v1/videos/{id}", "videos"),
+    _object("videos_content", "GET", "/v1/videos/{id}/content", "videos"),
     _post("realtime_client_secrets", "/v1/realtime/client_secrets", "realtime", limit=REALTIME_JSON),
+    # The WebSocket upgrade: `?client_secret=…&model=…`, the API key in a header.
+    Route("realtime", "GET", "/v1/realtime", "realtime", BodyFormat.NONE, NO_BODY, "/v1/realtime"),
 )
 
 
 class RouteTable:
-    """Exact-path lookup first, then `{id}` routes by their prefix; built once."""
+    """Exact paths first, then `{id}` routes by their prefix (and suffix, e.g. `/content`); built once."""
 
-    __slots__ = ("_by_prefix", "_exact")
+    __slots__ = ("_by_prefix", "_exact", "_with_suffix")
 
     def __init__(self, routes: tuple[Route, ...] = ROUTES) -> None:
         self._exact: dict[tuple[str, str], Route] = {}
         self._by_prefix: dict[tuple[str, str], Route] = {}
+        self._with_suffix: list[tuple[str, str, str, Route]] = []
         for route in routes:
             if route.has_id:
-                self._by_prefix[(route.method, route.path.rsplit("/", 1)[0] + "/")] = route
+                prefix, _, suffix = route.path.partition("{id}")
+                if suffix:
+                    self._with_suffix.append((route.method, prefix, suffix, route))
+                else:
+                    self._by_prefix[(route.method, prefix)] = route
             else:
                 self._exact[(route.method, route.path)] = route
 
@@ -169,4 +186,9 @@ class RouteTable:
             route = self._by_prefix.get((method, prefix + "/"))
             if route is not None:
                 return route, object_id
+        for route_method, prefix, suffix, route in self._with_suffix:
+            if method == route_method and path.startswith(prefix) and path.endswith(suffix):
+                object_id = path[len(prefix) : -len(suffix)]
+                if object_id and "/" not in object_id:
+                    return route, object_id
         return None, None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -17,10 +18,13 @@ from aiohttp import web
 from config import Config
 from plugins import ChainServices, PluginChain, default_chain
 from proxy.forward import Forwarder
-from proxy.model_api import ModelApi
+from proxy.model_api import LocalHandler, ModelApi
+from proxy.realtime import RealtimeRelay
+from proxy.realtime_secrets import ClientSecretIssuer
 from proxy.routes import RouteTable
 from proxy.routing import ModelCatalog, RowSelector
 from proxy.upstream import Upstream, build_upstream
+from proxy.videos import VideoList
 
 if TYPE_CHECKING:
     from proxy.gateway import Gateway
@@ -32,14 +36,20 @@ class ModelRuntime:
     """Everything built from the reloadable config, with a count of the requests running on it."""
 
     def __init__(
-        self, config: Config, upstreams: dict[str, Upstream], catalog: ModelCatalog, chain: PluginChain
+        self,
+        config: Config,
+        upstreams: dict[str, Upstream],
+        catalog: ModelCatalog,
+        chain: PluginChain,
+        handlers: Callable[[RowSelector], dict[str, LocalHandler]] | None = None,
     ) -> None:
         self.config = config
         self.upstreams = upstreams
         self.catalog = catalog
         self.chain = chain
         selector = RowSelector(config.routing.cooldown_seconds, config.routing.failure_threshold)
-        self.model_api = ModelApi(chain, Forwarder(chain, selector), catalog)
+        local = handlers(selector) if handlers is not None else {}
+        self.model_api = ModelApi(chain, Forwarder(chain, selector), catalog, local)
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -96,8 +106,19 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
         gateway.ledger,
         gateway.metrics,
         gateway.tracer,
+        gateway.realtime.secrets,
     )
-    return ModelRuntime(config, upstreams, catalog, default_chain(services, config.plugins.disabled))
+
+    def handlers(selector: RowSelector) -> dict[str, LocalHandler]:
+        """Routes answered by the gateway itself once the chain admitted them (async, unlike models)."""
+        return {
+            "videos_list": VideoList(gateway.objects).handle,
+            "realtime_client_secrets": ClientSecretIssuer(gateway.realtime.secrets).handle,
+            "realtime": RealtimeRelay(selector, gateway.realtime).handle,
+        }
+
+    chain = default_chain(services, config.plugins.disabled)
+    return ModelRuntime(config, upstreams, catalog, chain, handlers)
 
 
 class ModelApiDispatcher:

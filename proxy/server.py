@@ -68,6 +68,8 @@ def build_app(gateway: Gateway) -> web.Application:
     """The root application: the model API at /v1, the cabinet at /api, health endpoints."""
     app = web.Application(client_max_size=_CLIENT_MAX_SIZE)
     app[GATEWAY] = gateway
+    # Open realtime sessions are closed (1001 going away) at once, not waited for through the grace period.
+    app.on_shutdown.append(lambda _app: gateway.realtime.sessions.close_all())
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler(gateway))

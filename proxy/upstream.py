@@ -7,6 +7,7 @@ An upstream returns an object with aiohttp's response surface (`status`, `header
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -17,6 +18,16 @@ from config import ProviderConfig
 
 class UpstreamFailure(Exception):
     """The provider could not be reached, timed out or broke the connection."""
+
+
+class StreamedBody(Protocol):
+    """A request body relayed as it arrives (a multipart upload), sent with its own Content-Type."""
+
+    content_type: str
+
+    @property
+    def length(self) -> int | None: ...
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
 
 
 class UpstreamResponse(Protocol):
@@ -35,7 +46,7 @@ class Upstream(Protocol):
     native_messages: bool
 
     async def send(
-        self, method: str, path: str, body: bytes | None, request_id: str, client_headers: Any
+        self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
     ) -> UpstreamResponse: ...
     async def close(self) -> None: ...
 
@@ -89,10 +100,15 @@ class HttpUpstream:
         return self._session
 
     async def send(
-        self, method: str, path: str, body: bytes | None, request_id: str, client_headers: Any
+        self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
     ) -> aiohttp.ClientResponse:
         headers = self._headers.copy()
         headers["x-request-id"] = request_id
+        streamed = body is not None and not isinstance(body, bytes)
+        if streamed:
+            headers["content-type"] = body.content_type
+            if body.length is not None:
+                headers["content-length"] = str(body.length)
         # An OpenAI-kind provider flagged native_messages speaks Messages on its /v1/messages paths.
         if self.kind == "anthropic" or (self.native_messages and path.startswith("/v1/messages")):
             for name in _ANTHROPIC_PASSTHROUGH:
@@ -101,11 +117,38 @@ class HttpUpstream:
                     headers[name] = value
             headers["anthropic-version"] = client_headers.get("anthropic-version") or self._anthropic_version
         url = self._base + (path[3:] if self._strip_v1 else path)
+        # An upload takes as long as the client takes to send it, so the first-byte deadline cannot start
+        # with the request; aiohttp's read timeout starts once the last byte of the body is out.
+        first_byte_timeout = None if streamed else self._first_byte_timeout
         try:
-            async with asyncio.timeout(self._first_byte_timeout):
+            async with asyncio.timeout(first_byte_timeout):
                 return await self._client().request(method, url, data=body, headers=headers)
         except TimeoutError as exc:
             raise UpstreamFailure(f"{self.name}: no response within {self._first_byte_timeout:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailure(f"{self.name}: {exc.__class__.__name__}") from exc
+
+    async def connect_realtime(self, model: str, request_id: str) -> aiohttp.ClientWebSocketResponse:
+        """The provider's realtime WebSocket, `{base_url}/realtime?model=…`, with the provider's key."""
+        scheme, _, rest = self._base.partition("://")
+        url = ("wss" if scheme == "https" else "ws") + "://" + rest + "/realtime"
+        headers = {k: v for k, v in self._headers.items() if k not in ("content-type", "accept-encoding")}
+        headers["x-request-id"] = request_id
+        try:
+            async with asyncio.timeout(self._first_byte_timeout):
+                return await self._client().ws_connect(
+                    url,
+                    params={"model": model},
+                    headers=headers,
+                    autoping=True,
+                    max_msg_size=16 * 1024 * 1024,
+                )
+        except TimeoutError as exc:
+            raise UpstreamFailure(
+                f"{self.name}: no realtime handshake within {self._first_byte_timeout:g}s"
+            ) from exc
+        except aiohttp.WSServerHandshakeError as exc:
+            raise UpstreamFailure(f"{self.name}: realtime handshake answered HTTP {exc.status}") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamFailure(f"{self.name}: {exc.__class__.__name__}") from exc
 

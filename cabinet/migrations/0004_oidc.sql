@@ -39,6 +39,7 @@ CREATE TABLE oidc_login_states (
     expires_at DOUBLE PRECISION NOT NULL
 );
 CREATE INDEX oidc_login_states_by_expiry ON oidc_login_states (expires_at);
+CREATE INDEX oidc_login_states_by_provider ON oidc_login_states (provider_id);
 
 -- sealed_token is the session token encrypted with a key derived from the one-time code itself, so the
 -- database alone never reveals a usable session token.

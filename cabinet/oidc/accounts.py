@@ -26,13 +26,17 @@ def has_email(claims: dict[str, Any]) -> bool:
     return isinstance(claims.get("email"), str) and bool(claims["email"])
 
 
+def _is_true(value: Any) -> bool:
+    # Some providers send the boolean as a string; anything else (1 included) is not true.
+    return value is True or value == "true"
+
+
 def _verified(claims: dict[str, Any]) -> bool:
-    # Some providers send the boolean as a string; anything but true is unverified.
     if "email_verified" in claims:
-        return claims["email_verified"] in (True, "true")
+        return _is_true(claims["email_verified"])
     # Microsoft Entra ID never sends email_verified; its optional claim xms_edov ("email domain owner
     # verified") is Microsoft's signal for the same assurance. An explicit email_verified always wins.
-    return claims.get("xms_edov") in (True, "true")
+    return _is_true(claims.get("xms_edov"))
 
 
 def verified_email(claims: dict[str, Any], provider: OidcProvider) -> str:

@@ -57,7 +57,7 @@ async def finish_login(request: web.Request) -> web.StreamResponse:
         code = await _complete(request, services, sso_of(request), login, redirect_uri)
     except SsoFailure as failure:
         return await _failed(request, services, login.provider if login else None, failure)
-    return _forget_state(_to_cabinet(services, {"code": code}, ok=True))
+    return _forget_state(_code_answer(services, code))
 
 
 async def _accepted_login(request: web.Request, services: CabinetServices) -> _Login:
@@ -152,21 +152,26 @@ async def _failed(
                 "address": request.remote,
             },
         )
-    return _forget_state(_to_cabinet(services, {"error": failure.reason}, ok=False, detail=failure.detail))
+    return _forget_state(_failure_answer(services, failure))
 
 
-def _to_cabinet(
-    services: CabinetServices, params: dict[str, str], *, ok: bool, detail: str = ""
-) -> web.StreamResponse:
+def _cabinet_redirect(services: CabinetServices, params: dict[str, str]) -> web.StreamResponse | None:
     cabinet_url = services.config.cabinet.cabinet_url
-    if cabinet_url:
-        return no_store(web.Response(status=302, headers={"Location": with_query(cabinet_url, params)}))
-    # No cabinet to return to: answer in JSON (the code is still one-time and short-lived).
-    if ok:
-        return no_store(json_response({**params, "expiresIn": LOGIN_CODE_TTL_SECONDS}))
-    return no_store(
-        json_response({"error": f"single sign-on failed: {params['error']}: {detail}"}, status=400)
-    )
+    if not cabinet_url:
+        return None
+    return no_store(web.Response(status=302, headers={"Location": with_query(cabinet_url, params)}))
+
+
+def _code_answer(services: CabinetServices, code: str) -> web.StreamResponse:
+    # Without a cabinet to return to, the code comes as JSON (still one-time and short-lived).
+    redirect = _cabinet_redirect(services, {"code": code})
+    return redirect or no_store(json_response({"code": code, "expiresIn": LOGIN_CODE_TTL_SECONDS}))
+
+
+def _failure_answer(services: CabinetServices, failure: SsoFailure) -> web.StreamResponse:
+    redirect = _cabinet_redirect(services, {"error": failure.reason})
+    message = f"single sign-on failed: {failure.reason}: {failure.detail}"
+    return redirect or no_store(json_response({"error": message}, status=400))
 
 
 def _forget_state(response: web.StreamResponse) -> web.StreamResponse:

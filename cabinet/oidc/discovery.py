@@ -64,7 +64,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_LENGTH else text[:_SHOWN_LENGTH] + "…"
 
 
-async def discover(client: IdpClient, settings: ProviderSettings) -> ProviderEndpoints:
+async def discover(
+    client: IdpClient, settings: ProviderSettings, *, plain_http_loopback: bool
+) -> ProviderEndpoints:
     """Fetch and check the discovery document of a provider; raises DiscoveryError saying what is wrong."""
     url = discovery_url(settings.issuer)
     try:
@@ -78,10 +80,12 @@ async def discover(client: IdpClient, settings: ProviderSettings) -> ProviderEnd
     document = reply.json_object()
     if document is None:
         raise DiscoveryError(f"the discovery document at {url} is not a valid JSON object")
-    return endpoints_of(document, settings)
+    return endpoints_of(document, settings, plain_http_loopback=plain_http_loopback)
 
 
-def endpoints_of(document: dict[str, Any], settings: ProviderSettings) -> ProviderEndpoints:
+def endpoints_of(
+    document: dict[str, Any], settings: ProviderSettings, *, plain_http_loopback: bool
+) -> ProviderEndpoints:
     """Check a discovery document against the provider's settings and the gateway's needs."""
     issuer, token_auth_method = settings.issuer, settings.token_auth_method
     # Exact match (no normalisation): the ID token's `iss` is compared with the same string.
@@ -95,17 +99,22 @@ def endpoints_of(document: dict[str, Any], settings: ProviderSettings) -> Provid
         value = document.get(name)
         if not isinstance(value, str) or not value:
             raise DiscoveryError(f"the discovery document has no {name}")
-        if problem := idp_url_problem(value):
+        if problem := idp_url_problem(value, plain_http_loopback=plain_http_loopback):
             raise DiscoveryError(f"the discovery document's {name} {problem}")
         found[name] = value
     userinfo = document.get("userinfo_endpoint")
-    if userinfo is not None and (not isinstance(userinfo, str) or idp_url_problem(userinfo)):
+    if userinfo is not None and (
+        not isinstance(userinfo, str) or idp_url_problem(userinfo, plain_http_loopback=plain_http_loopback)
+    ):
         raise DiscoveryError("the discovery document's userinfo_endpoint is not a usable https URL")
 
     methods = document.get("code_challenge_methods_supported")
-    # Absent, the list can be assumed on request (Entra ID omits it); present, it must name S256.
-    unadvertised = methods is None and not settings.assume_pkce_s256
-    if unadvertised or (methods is not None and (not isinstance(methods, list) or "S256" not in methods)):
+    if methods is None:
+        # Some providers support S256 without listing it (Entra ID); the admin may vouch for that.
+        s256 = settings.assume_pkce_s256
+    else:
+        s256 = isinstance(methods, list) and "S256" in methods
+    if not s256:
         raise DiscoveryError(
             "the provider does not advertise PKCE with S256 (code_challenge_methods_supported);"
             " if it supports S256 regardless, set assumePkceS256"

@@ -21,7 +21,8 @@ from cabinet.oidc.providers import OidcProvider
 
 # Clocks of the gateway and the provider may disagree a little.
 CLOCK_LEEWAY_SECONDS = 60
-MAX_ID_TOKEN_LENGTH = 16 * 1024
+# Generous: Entra ID tokens that carry many group ids run to several KiB.
+MAX_ID_TOKEN_LENGTH = 64 * 1024
 
 
 def _invalid(detail: str) -> SsoFailure:
@@ -59,7 +60,8 @@ async def _verified_claims(jwks: JwksCache, provider: OidcProvider, token: str) 
     for key in keys:
         try:
             return jwt.decode(token, key, algorithms=[alg]).claims
-        except JoseError:
+        except (JoseError, ValueError, TypeError):
+            # A wrong key, a bad signature or a malformed payload: the token is not this provider's.
             continue
     raise _invalid("the ID token's signature does not verify against the provider's keys")
 

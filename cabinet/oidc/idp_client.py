@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +78,6 @@ class IdpClient:
         """Close the session (at app cleanup)."""
         if self._session is not None:
             await self._session.close()
-            # Let the connector's transports finish closing before the loop goes away.
-            await asyncio.sleep(0)
 
 
 async def _read_bounded(resp: aiohttp.ClientResponse) -> bytes:

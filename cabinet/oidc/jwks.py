@@ -50,7 +50,7 @@ class JwksCache:
 
     async def load(self, uri: str) -> int:
         """Fetch the set now (discovery does, to prove the URI works); returns how many keys it holds."""
-        return len((await self._refresh(uri, seen=None)).keys.keys)
+        return len((await self._refresh(uri, seen=self._sets.get(uri))).keys.keys)
 
     async def verification_keys(self, uri: str, kid: str | None, alg: str) -> list[Key]:
         """The keys that may have signed a token with this `kid` and `alg`; an unknown kid refetches once."""

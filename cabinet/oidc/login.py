@@ -19,6 +19,8 @@ from cabinet.storage.database import Executor
 from cabinet.tokens import hash_token
 
 LOGIN_STATE_TTL_SECONDS = 600
+# Anyone may start a login, and each start stores a row: the bound keeps a flood from filling the table.
+MAX_PENDING_LOGINS_PER_PROVIDER = 10_000
 # Binds the callback to the browser that started the login, so nobody can hand a victim their own login.
 STATE_COOKIE = "modelgate_oidc_state"
 # 43 characters of [A-Za-z0-9] carry > 250 bits; a PKCE verifier may be 43..128 characters (RFC 7636).
@@ -64,6 +66,15 @@ async def start_login(request: web.Request) -> web.StreamResponse:
     at = now()
     async with services.db.transaction() as tx:
         await tx.execute("DELETE FROM oidc_login_states WHERE expires_at < $1", at)
+        pending = await tx.fetchval(
+            "SELECT COUNT(*) FROM oidc_login_states WHERE provider_id = $1", provider.id
+        )
+        if int(pending or 0) >= MAX_PENDING_LOGINS_PER_PROVIDER:
+            raise CabinetError(
+                429,
+                "too many sign-ins are under way with this identity provider; try again in a few minutes",
+                headers={"Retry-After": "60"},
+            )
         await tx.execute(
             "INSERT INTO oidc_login_states (state_hash, provider_id, nonce, code_verifier, created_at,"
             " expires_at) VALUES ($1, $2, $3, $4, $5, $6)",

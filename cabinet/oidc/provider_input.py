@@ -41,9 +41,9 @@ def _reject_unknown_fields(body: Mapping[str, Any]) -> None:
         raise bad_request(f"unknown field: {unknown[0]} (known: {', '.join(_FIELDS)})")
 
 
-def _issuer(body: Mapping[str, Any]) -> str:
+def _issuer(body: Mapping[str, Any], plain_http_loopback: bool) -> str:
     issuer = required_text(body, "issuer", max_length=MAX_URL_LENGTH)
-    if problem := idp_url_problem(issuer):
+    if problem := idp_url_problem(issuer, plain_http_loopback=plain_http_loopback):
         raise bad_request(f"issuer {problem}")
     if urlsplit(issuer).query:
         raise bad_request("issuer must not contain a query")
@@ -92,21 +92,28 @@ def _boolean(body: Mapping[str, Any], field: str) -> bool:
     return value
 
 
-_PARSERS: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
-    "name": ("name", lambda b: required_text(b, "name")),
-    "issuer": ("issuer", _issuer),
-    "clientId": ("client_id", lambda b: required_text(b, "clientId", max_length=MAX_CLIENT_ID_LENGTH)),
-    "clientSecret": ("client_secret", _client_secret),
-    "tokenAuthMethod": (
-        "token_auth_method",
-        lambda b: required_choice(b, "tokenAuthMethod", TOKEN_AUTH_METHODS),
-    ),
-    "scopes": ("scopes", _scopes),
-    "allowedDomains": ("allowed_domains", _allowed_domains),
-    "defaultRole": ("default_role", lambda b: required_choice(b, "defaultRole", PROVISIONED_ROLES)),
-    "autoProvision": ("auto_provision", lambda b: _boolean(b, "autoProvision")),
-    "assumePkceS256": ("assume_pkce_s256", lambda b: _boolean(b, "assumePkceS256")),
-}
+Parser = Callable[[Mapping[str, Any]], Any]
+
+
+def _parsers(plain_http_loopback: bool) -> dict[str, tuple[str, Parser]]:
+    """Each API field with the settings attribute it fills and how it is read."""
+    return {
+        "name": ("name", lambda b: required_text(b, "name")),
+        "issuer": ("issuer", lambda b: _issuer(b, plain_http_loopback)),
+        "clientId": ("client_id", lambda b: required_text(b, "clientId", max_length=MAX_CLIENT_ID_LENGTH)),
+        "clientSecret": ("client_secret", _client_secret),
+        "tokenAuthMethod": (
+            "token_auth_method",
+            lambda b: required_choice(b, "tokenAuthMethod", TOKEN_AUTH_METHODS),
+        ),
+        "scopes": ("scopes", _scopes),
+        "allowedDomains": ("allowed_domains", _allowed_domains),
+        "defaultRole": ("default_role", lambda b: required_choice(b, "defaultRole", PROVISIONED_ROLES)),
+        "autoProvision": ("auto_provision", lambda b: _boolean(b, "autoProvision")),
+        "assumePkceS256": ("assume_pkce_s256", lambda b: _boolean(b, "assumePkceS256")),
+    }
+
+
 _DEFAULTS: dict[str, Any] = {
     "tokenAuthMethod": "client_secret_basic",
     "scopes": list(DEFAULT_SCOPES),
@@ -116,18 +123,20 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def new_provider_settings(body: Mapping[str, Any]) -> ProviderSettings:
+def new_provider_settings(body: Mapping[str, Any], *, plain_http_loopback: bool) -> ProviderSettings:
     """The settings of a provider to create; optional fields take their defaults."""
     _reject_unknown_fields(body)
     complete = {**_DEFAULTS, **{k: v for k, v in body.items() if v is not None}}
-    values = {attribute: parse(complete) for attribute, parse in _PARSERS.values()}
+    values = {attribute: parse(complete) for attribute, parse in _parsers(plain_http_loopback).values()}
     return ProviderSettings(**values)
 
 
-def changed_settings(settings: ProviderSettings, body: Mapping[str, Any]) -> ProviderSettings:
+def changed_settings(
+    settings: ProviderSettings, body: Mapping[str, Any], *, plain_http_loopback: bool
+) -> ProviderSettings:
     """`settings` with the fields present in an update request replaced."""
     _reject_unknown_fields(body)
     if not body:
         raise bad_request(f"give at least one field to change ({', '.join(_FIELDS)})")
-    changes = {_PARSERS[field][0]: _PARSERS[field][1](body) for field in body}
-    return replace(settings, **changes)
+    parsers = _parsers(plain_http_loopback)
+    return replace(settings, **{parsers[field][0]: parsers[field][1](body) for field in body})

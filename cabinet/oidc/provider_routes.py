@@ -21,7 +21,7 @@ from cabinet.oidc.providers import (
     save_provider,
 )
 from cabinet.oidc.runtime import sso_of
-from cabinet.oidc.urls import CALLBACK_PATH
+from cabinet.oidc.urls import CALLBACK_PATH, plain_http_allowed
 from cabinet.organizations import require_organization
 from cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
 from cabinet.services import services_of
@@ -51,7 +51,9 @@ async def create_provider(request: web.Request) -> web.Response:
     """POST /auth/oidc/providers (owner/admin) → 201 the provider; the client secret is never returned."""
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
-    settings = new_provider_settings(await read_json_object(request))
+    settings = new_provider_settings(
+        await read_json_object(request), plain_http_loopback=plain_http_allowed(services.config)
+    )
     at = now()
     provider = OidcProvider(new_id("oidc"), principal.organization_id, settings, None, None, at, at)
     try:
@@ -96,7 +98,9 @@ async def update_provider(request: web.Request) -> web.Response:
     try:
         async with services.db.transaction() as tx:
             provider = await _target(tx, principal, request)
-            settings = changed_settings(provider.settings, body)
+            settings = changed_settings(
+                provider.settings, body, plain_http_loopback=plain_http_allowed(services.config)
+            )
             updated = replace(provider, settings=settings, updated_at=now())
             if settings.issuer != provider.settings.issuer:
                 # Endpoints and keys belong to the old issuer; login waits for a new discovery.
@@ -144,15 +148,17 @@ async def discover_provider(request: web.Request) -> web.Response:
     issuer = provider.settings.issuer
     # The network calls run outside any transaction: a slow provider must not hold a database lock.
     try:
-        endpoints = await discover(sso.client, provider.settings)
+        endpoints = await discover(
+            sso.client, provider.settings, plain_http_loopback=plain_http_allowed(services.config)
+        )
         key_count = await sso.jwks.load(endpoints.jwks_uri)
     except (DiscoveryError, JwksError) as exc:
         raise bad_request(f"discovery failed: {exc}") from exc
     at = now()
     async with services.db.transaction() as tx:
         current = await _target(tx, principal, request)
-        if current.settings.issuer != issuer:
-            raise CabinetError(409, "the provider's issuer changed during discovery; discover again")
+        if current.settings != provider.settings:
+            raise CabinetError(409, "the provider changed during discovery; discover again")
         await save_provider(tx, replace(current, endpoints=endpoints, discovered_at=at, updated_at=at))
         await record(
             tx,

@@ -1,5 +1,6 @@
 """The URLs single sign-on deals in: the callback the identity provider redirects to, the cabinet landing
-page, and the rule for identity-provider URLs (https, or http on a loopback host for local testing)."""
+page, and the rule for identity-provider URLs (https; plain http on loopback only for a gateway that
+itself runs on plain http on loopback, i.e. local development and tests)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def idp_url_problem(url: str) -> str | None:
+def plain_http_allowed(config: Config) -> bool:
+    """Whether identity providers may use plain http on loopback: only while the gateway itself runs on
+    plain http on loopback (local development and tests), never in a deployment."""
+    parts = urlsplit(config.server.public_url)
+    return parts.scheme == "http" and _is_loopback(parts.hostname or "")
+
+
+def idp_url_problem(url: str, *, plain_http_loopback: bool) -> str | None:
     """Why `url` cannot be an identity-provider URL, or None when it can."""
     try:
         parts = urlsplit(url)
@@ -53,9 +61,9 @@ def idp_url_problem(url: str) -> str | None:
         return "must be a valid URL"
     if not host or parts.scheme not in ("https", "http"):
         return "must be an https:// URL with a host"
-    if parts.scheme == "http" and not _is_loopback(host):
+    if parts.scheme == "http" and not (plain_http_loopback and _is_loopback(host)):
         # Tokens and the client secret travel over these URLs; plain http is only for local testing.
-        return "must use https (http is accepted only for a loopback host)"
+        return "must use https"
     if parts.fragment or parts.username or parts.password:
         return "must not contain a fragment or credentials"
     return None

@@ -4,6 +4,10 @@ sliding request/token windows.
 Two implementations with one meaning: in-process (one gateway process) and Redis (atomic Lua scripts,
 Redis server time), where every gateway process shares every counter and reservation exactly.
 
+Concurrency: a slot counter per key (realtime sessions in flight); acquiring fails at the limit, releasing
+always frees one. In Redis the count carries a safety TTL, refreshed on every acquire, so slots of a process
+that died without releasing them free themselves.
+
 Money: a counter holds `headroom` (what may still be spent), `reserved` (held by requests in flight) and
 `activated`. A reservation succeeds only if `headroom - reserved >= amount`; settling releases the
 reservation and subtracts the real cost. Windows: 1-second buckets over 60 seconds (a sliding window).
@@ -55,7 +59,12 @@ class Counters(Protocol):
     async def refresh(self, key: str, init: MoneyInit) -> None: ...
     async def take(self, key: str, amount: int, limit: int) -> WindowResult: ...
     async def adjust(self, key: str, second: int, delta: int) -> None: ...
+    async def acquire(self, key: str, limit: int) -> bool: ...
+    async def release(self, key: str) -> None: ...
     async def close(self) -> None: ...
+
+
+SLOT_TTL_SECONDS = 6 * 3600  # longer than any session should last; only frees slots of dead processes
 
 
 class InProcessCounters:
@@ -64,6 +73,7 @@ class InProcessCounters:
     def __init__(self) -> None:
         self._money: dict[str, list[int]] = {}  # key -> [headroom, reserved, activated]
         self._windows: dict[str, dict[int, int]] = {}
+        self._slots: dict[str, int] = {}
 
     async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
         account = self._money.get(key)
@@ -125,6 +135,20 @@ class InProcessCounters:
         if buckets is not None and second in buckets:
             buckets[second] += delta
 
+    async def acquire(self, key: str, limit: int) -> bool:
+        held = self._slots.get(key, 0)
+        if held >= limit:
+            return False
+        self._slots[key] = held + 1
+        return True
+
+    async def release(self, key: str) -> None:
+        held = self._slots.get(key, 0) - 1
+        if held > 0:
+            self._slots[key] = held
+        else:
+            self._slots.pop(key, None)
+
     async def close(self) -> None:
         return None
 
@@ -185,6 +209,17 @@ if amount > 0 then
 end
 return {1, used + amount, oldest + window - now, now}
 """
+_ACQUIRE = """
+local held = tonumber(redis.call('GET', KEYS[1]) or '0')
+if held >= tonumber(ARGV[1]) then return 0 end
+redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+_RELEASE = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+return 1
+"""
 _ADJUST = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2]) end
 return 1
@@ -210,6 +245,8 @@ class RedisCounters:
         self._drop = client.register_script(_DROP)
         self._take = client.register_script(_TAKE)
         self._adjust = client.register_script(_ADJUST)
+        self._acquire = client.register_script(_ACQUIRE)
+        self._release = client.register_script(_RELEASE)
 
     def _unavailable(self, exc: Exception) -> None:
         now = time.monotonic()
@@ -273,6 +310,19 @@ class RedisCounters:
             await self._adjust(keys=[self._prefix + key], args=[second, delta])
         except RedisError as exc:
             log.error("redis: correcting %s failed: %r", key, exc)
+
+    async def acquire(self, key: str, limit: int) -> bool:
+        try:
+            return bool(await self._acquire(keys=[self._prefix + key], args=[limit, SLOT_TTL_SECONDS]))
+        except RedisError as exc:
+            self._unavailable(exc)
+            return True
+
+    async def release(self, key: str) -> None:
+        try:
+            await self._release(keys=[self._prefix + key])
+        except RedisError as exc:
+            log.error("redis: releasing a slot of %s failed: %r", key, exc)
 
     async def close(self) -> None:
         await self._redis.aclose()

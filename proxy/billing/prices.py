@@ -18,13 +18,16 @@ def to_micros(amount: float) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ModelPrices:
-    """Micro-units per token (fractions allowed) and per request, from the model's config."""
+    """Micro-units per token (fractions allowed), per request and per media unit, from the model's config."""
 
     input_per_token: float
     cached_input_per_token: float
     output_per_token: float
     per_request: int
     default_max_tokens: int
+    per_image: int = 0
+    per_audio_second: float = 0.0
+    per_video_second: float = 0.0
 
     @classmethod
     def of(cls, model: ModelConfig) -> ModelPrices:
@@ -36,6 +39,9 @@ class ModelPrices:
             prices.output_per_mtok,
             to_micros(prices.per_request),
             model.default_max_tokens,
+            to_micros(prices.per_image),
+            prices.per_audio_second * MICROS,
+            prices.per_video_second * MICROS,
         )
 
     def cost(self, usage: Usage | None) -> int:
@@ -47,14 +53,30 @@ class ModelPrices:
             uncached * self.input_per_token
             + usage.cached_input_tokens * self.cached_input_per_token
             + usage.output_tokens * self.output_per_token
+            + usage.audio_seconds * self.per_audio_second
+            + usage.video_seconds * self.per_video_second
         )
-        return self.per_request + math.ceil(variable - 1e-9)
+        return self.per_request + usage.images * self.per_image + math.ceil(variable - 1e-9)
 
     def worst_case(self, input_tokens: int, max_output_tokens: int) -> int:
         """The most a request can cost: every prompt token uncached and the whole output allowance used."""
         return self.per_request + math.ceil(
             input_tokens * self.input_per_token + max_output_tokens * self.output_per_token
         )
+
+
+# Request kinds whose answer is not generated text: no output-token allowance is reserved for them.
+_NO_TOKEN_OUTPUT = frozenset(
+    {
+        "embeddings",
+        "images",
+        "image_edits",
+        "audio_transcriptions",
+        "audio_translations",
+        "audio_speech",
+        "videos",
+    }
+)
 
 
 def estimate_input_tokens(body_size: int) -> int:
@@ -77,7 +99,7 @@ def ensure_estimate(ctx) -> None:
     if ctx.max_output_tokens or ctx.model is None:
         return
     ctx.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
-    wants_output = ctx.route is not None and ctx.route.kind not in ("embeddings",)
+    wants_output = ctx.route is not None and ctx.route.kind not in _NO_TOKEN_OUTPUT
     ctx.max_output_tokens = (
         requested_max_output(ctx.payload, ctx.model.config.default_max_tokens) if wants_output else 0
     ) or 1

@@ -12,6 +12,7 @@ from aiohttp import web
 from .envelopes import UpstreamError, Vendor
 from .faults import Fault, FaultBook
 from .gates import Gates
+from .media_records import MediaLog, RealtimeLog
 from .records import RecordedRequest, RequestLog
 from .stream_stats import StreamStats
 
@@ -33,6 +34,9 @@ class FakeContext:
     # Anthropic prompt-cache prefixes already written.
     responses: dict[str, dict[str, Any]] = field(default_factory=dict)
     prompt_cache: set[str] = field(default_factory=set)
+    # Uploads, videos and realtime sessions (media_routes.py, realtime_routes.py); thread-safe.
+    media: MediaLog = field(default_factory=MediaLog)
+    realtime: RealtimeLog = field(default_factory=RealtimeLog)
 
     async def unless_stopping(self, awaitable: Awaitable[Any]) -> bool:
         """Await `awaitable` unless the server stops first; True when it finished."""

@@ -60,8 +60,10 @@ async def _apply_fault(request: web.Request, fault: Fault, vendor: Vendor) -> we
 @web.middleware
 async def upstream_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
+    # Multipart uploads are left for their route to read part by part as they arrive (body not recorded).
+    body = b"" if request.content_type.startswith("multipart/") else await request.read()
     record = RecordedRequest.capture(
-        request.method, request.path, dict(request.query), dict(request.headers), await request.read()
+        request.method, request.path, dict(request.query), dict(request.headers), body
     )
     ctx.log.append(record)
     request[RECORD] = record

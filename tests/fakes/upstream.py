@@ -13,9 +13,11 @@ from types import TracebackType
 
 from aiohttp import web
 
+from . import media_routes, realtime_routes
 from .anthropic_routes import count_tokens, messages
 from .context import CONTEXT, FakeContext
 from .faults import Fault
+from .media_records import MediaLog, RealtimeLog
 from .middleware import stamp_headers, upstream_middleware
 from .model_list import list_models, retrieve_model
 from .openai_chat import chat_completions, completions
@@ -49,6 +51,8 @@ def build_app(ctx: FakeContext) -> web.Application:
         web.post("/v1/decisions", decisions),
         web.post("/v1/messages", messages),
         web.post("/v1/messages/count_tokens", count_tokens),
+        *media_routes.ROUTES,
+        *realtime_routes.ROUTES,
     ])
     return app
 
@@ -160,9 +164,21 @@ class FakeUpstream:
         return [record for record in self._ctx.log.snapshot() if record.path == path]
 
     def clear(self) -> None:
-        """Forget recorded requests and reset `cancelled_count`."""
+        """Forget recorded requests (uploads and realtime sessions too) and reset `cancelled_count`."""
         self._ctx.log.clear()
+        self._ctx.media.clear()
+        self._ctx.realtime.clear()
         self._ctx.stats.reset_cancelled()
+
+    @property
+    def media(self) -> MediaLog:
+        """Multipart uploads (part sizes, bytes of the one in flight), video content size."""
+        return self._ctx.media
+
+    @property
+    def realtime(self) -> RealtimeLog:
+        """Realtime sessions (model, credential, events, how they closed), and the handshake hold gate."""
+        return self._ctx.realtime
 
     # -- faults ------------------------------------------------------------------------------------
 

@@ -1,6 +1,10 @@
 """Body limits per route group (the description's Limits table), enforced while reading: 413
 `request_too_large` for a declared length, a chunked body and a single multipart part over the limit.
 
+Multipart bodies are streamed to the row as they arrive: the gateway reads only up to the `model` field
+before routing, so their limits are checked while the rest flows to a row of a model that serves the route
+(the `media_http` gateway), and a body that passes a limit is cut off there.
+
 Bodies are generated lazily from one shared block, so the big cases cost bandwidth on loopback, not memory.
 """
 
@@ -13,10 +17,13 @@ import httpx
 import orjson
 import pytest
 
+from tests.integration.model_api.conftest import gateway_toml
 from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b
+from tests.support.gateway import ThreadedGateway, register_tenant, write_config
 
-# Nothing here fails a row or revokes a key: one gateway serves the whole module.
-pytestmark = pytest.mark.shared_gateway
+# Nothing here fails a row or revokes a key: one gateway serves the whole module. (aiohttp's multipart
+# reader, the fake's, uses a deprecated call internally.)
+pytestmark = [pytest.mark.shared_gateway, pytest.mark.filterwarnings("ignore:unread_data:DeprecationWarning")]
 
 MiB = 1024 * 1024
 BLOCK = b"x" * MiB
@@ -65,6 +72,45 @@ def multipart_body(parts: list[tuple[str, int]], model: str = "gpt-test") -> tup
 
 MULTIPART = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
 JSON = {"content-type": "application/json"}
+
+MEDIA_MODELS = """
+[[models]]
+name = "image-edit-test"
+kinds = ["image_edits"]
+[[models.rows]]
+provider = "alpha"
+
+[[models]]
+name = "audio-test"
+kinds = ["audio_transcriptions", "audio_translations"]
+[[models.rows]]
+provider = "alpha"
+
+[[models]]
+name = "video-test"
+kinds = ["videos"]
+[[models.rows]]
+provider = "alpha"
+"""
+
+
+@pytest.fixture(scope="module")
+def media_http(shared_stack, tmp_path_factory) -> Iterator[httpx.Client]:
+    """Raw HTTP to a second gateway on the same fakes whose models serve the multipart routes."""
+    directory = tmp_path_factory.mktemp("media-limits")
+    toml = gateway_toml(f"sqlite:///{directory / 'gw.db'}", *shared_stack.upstreams, extra=MEDIA_MODELS)
+    with ThreadedGateway(write_config(directory / "modelgate.toml", toml)) as running:
+        key = register_tenant(running.base_url).api_key
+        with httpx.Client(
+            base_url=running.base_url, timeout=60, headers={"authorization": f"Bearer {key}"}
+        ) as raw:
+            yield raw
+
+
+def cut_off(fake) -> None:
+    """The row got the start of the upload as it streamed, and never its end."""
+    assert fake.media.wait_uploads(1)
+    assert [upload.complete for upload in fake.media.uploads] == [False]
 
 
 def post(
@@ -158,24 +204,35 @@ def test_chunked_realtime_client_secret_body_over_1_mib_is_413(http) -> None:
 
 
 @pytest.mark.parametrize("path", ["/v1/images/edits", "/v1/images/variations"])
-def test_image_multipart_over_32_mib_is_413(http, path) -> None:
-    total, chunks = multipart_body([("image", 16 * MiB), ("mask", 16 * MiB)])
+def test_image_multipart_over_32_mib_is_413(media_http, alpha, path) -> None:
+    total, chunks = multipart_body([("image", 16 * MiB), ("mask", 16 * MiB)], model="image-edit-test")
     assert total > 32 * MiB
-    assert_too_large(post(http, path, chunks, MULTIPART))
+    assert_too_large(post(media_http, path, chunks, MULTIPART))
+    cut_off(alpha)
 
 
 @pytest.mark.parametrize("path", ["/v1/images/edits", "/v1/images/variations"])
-def test_image_multipart_part_over_25_mib_is_413(http, path) -> None:
-    total, chunks = multipart_body([("image", 25 * MiB + 1)])
+def test_image_multipart_part_over_25_mib_is_413(media_http, alpha, path) -> None:
+    total, chunks = multipart_body([("image", 25 * MiB + 1)], model="image-edit-test")
     assert total < 32 * MiB
-    assert_too_large(post(http, path, chunks, MULTIPART, declared=total))
+    assert_too_large(post(media_http, path, chunks, MULTIPART, declared=total))
+    cut_off(alpha)
 
 
-def test_image_multipart_part_of_exactly_25_mib_passes_the_limits(http) -> None:
+def test_image_multipart_part_of_exactly_25_mib_passes_the_limits(media_http, alpha) -> None:
+    total, chunks = multipart_body([("image", 25 * MiB)], model="image-edit-test")
+    response = post(media_http, "/v1/images/edits", chunks, MULTIPART, declared=total)
+    assert response.status_code == 200, response.text[:300]
+    (upload,) = alpha.media.uploads
+    assert upload.complete and upload.part("image").size == 25 * MiB
+
+
+def test_multipart_for_a_model_that_does_not_serve_the_route_is_404_before_the_upload(http, alpha) -> None:
     total, chunks = multipart_body([("image", 25 * MiB)])
-    # Past the limits the request reaches model routing; no configured model edits images.
+    # Routing reads only the `model` field; no configured model of this gateway edits images.
     response = post(http, "/v1/images/edits", chunks, MULTIPART, declared=total)
     assert_envelope_a(response, 404, "invalid_request_error", code="model_not_found")
+    assert alpha.requests == []
 
 
 # -- audio transcription and translation: 25 MiB multipart ----------------------------------------------
@@ -188,9 +245,10 @@ def test_audio_multipart_over_25_mib_is_413(http, path) -> None:
     assert_too_large(post(http, path, chunks, MULTIPART, declared=total))
 
 
-def test_chunked_audio_multipart_over_25_mib_is_413(http) -> None:
-    _total, chunks = multipart_body([("file", 25 * MiB)])
-    assert_too_large(post(http, "/v1/audio/transcriptions", chunks, MULTIPART))
+def test_chunked_audio_multipart_over_25_mib_is_413(media_http, alpha) -> None:
+    _total, chunks = multipart_body([("file", 25 * MiB)], model="audio-test")
+    assert_too_large(post(media_http, "/v1/audio/transcriptions", chunks, MULTIPART))
+    cut_off(alpha)
 
 
 # -- videos: 4 MiB JSON, 100 MiB multipart -------------------------------------------------------------
@@ -203,16 +261,18 @@ def test_video_json_body_over_4_mib_is_413(http) -> None:
     )
 
 
-def test_video_multipart_under_100_mib_is_not_held_to_the_json_limit(http) -> None:
-    total, chunks = multipart_body([("input_reference", 8 * MiB)])
-    response = post(http, "/v1/videos", chunks, MULTIPART, declared=total)
-    assert_envelope_a(response, 404, "invalid_request_error", code="model_not_found")
+def test_video_multipart_under_100_mib_is_not_held_to_the_json_limit(media_http, alpha) -> None:
+    total, chunks = multipart_body([("input_reference", 8 * MiB)], model="video-test")
+    response = post(media_http, "/v1/videos", chunks, MULTIPART, declared=total)
+    assert response.status_code == 200, response.text[:300]
+    assert alpha.media.uploads[0].part("input_reference").size == 8 * MiB
 
 
-def test_chunked_video_multipart_over_100_mib_is_413(http) -> None:
-    total, chunks = multipart_body([("input_reference", 100 * MiB)])
+def test_chunked_video_multipart_over_100_mib_is_413(media_http, alpha) -> None:
+    total, chunks = multipart_body([("input_reference", 100 * MiB)], model="video-test")
     assert total > 100 * MiB
-    assert_too_large(post(http, "/v1/videos", chunks, MULTIPART))
+    assert_too_large(post(media_http, "/v1/videos", chunks, MULTIPART))
+    cut_off(alpha)
 
 
 # -- a lying Content-Length is refused before the body is read -----------------------------------------

@@ -220,7 +220,7 @@ async def test_an_email_verified_flag_that_is_not_true_is_refused(
     gateway: SsoGateway, fake_idp: FakeIdp, browser: Browser
 ) -> None:
     owner, provider_id = await _ready(gateway, fake_idp)
-    fake_idp.claim_overrides = {"email_verified": "yes"}
+    fake_idp.claim_overrides = {"email_verified": 1}
 
     await _refused(gateway, owner, await _login(gateway, browser, provider_id), reason="email_not_verified")
 

@@ -3,6 +3,8 @@ token once, within a minute; the database alone never yields the token."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from cabinet.tokens import hash_token
@@ -30,6 +32,16 @@ async def test_a_login_code_works_once(gateway: SsoGateway, fake_idp: FakeIdp, b
 
     assert (first.status, first.body["email"]) == (200, "fiona@allowed.test")
     assert (second.status, second.body) == (400, INVALID)
+
+
+async def test_a_login_code_redeemed_twice_at_once_works_once(
+    gateway: SsoGateway, fake_idp: FakeIdp, browser: Browser
+) -> None:
+    code = await _code(gateway, fake_idp, browser)
+
+    replies = await asyncio.gather(gateway.exchange(code), gateway.exchange(code))
+
+    assert sorted(r.status for r in replies) == [200, 400]
 
 
 async def test_an_expired_login_code_is_refused(

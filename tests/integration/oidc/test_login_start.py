@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from cabinet.oidc import login
 from tests.integration.oidc.browser import Browser
 from tests.integration.oidc.conftest import GatewayFactory
 from tests.integration.oidc.fake_idp import FakeIdp
@@ -40,14 +41,25 @@ async def test_a_deleted_provider_is_404(gateway: SsoGateway, fake_idp: FakeIdp,
     assert reply.status_code == 404
 
 
-async def test_without_a_public_url_sso_is_503(
-    start_gateway: GatewayFactory, fake_idp: FakeIdp, browser: Browser
-) -> None:
+async def test_without_a_public_url_sso_is_503(start_gateway: GatewayFactory, browser: Browser) -> None:
     gateway = await start_gateway(public_url="")
+
+    login_reply = await browser.open(gateway.login_url("oidc_000000000000000000000000"))
+    callback_reply = await browser.open(f"{gateway.base_url}/api/auth/oidc/callback?code=c&state=s")
+
+    for reply in (login_reply, callback_reply):
+        assert reply.status_code == 503
+        assert reply.json() == {"error": "single sign-on needs server.public_url to be configured"}
+
+
+async def test_too_many_logins_under_way_is_429(
+    gateway: SsoGateway, fake_idp: FakeIdp, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(login, "MAX_PENDING_LOGINS_PER_PROVIDER", 2)
     owner = await gateway.cabinet.register()
     provider_id = await gateway.ready_provider(owner, fake_idp.issuer)
 
-    reply = await browser.open(gateway.login_url(provider_id))
+    replies = [await browser.open(gateway.login_url(provider_id)) for _ in range(3)]
 
-    assert reply.status_code == 503
-    assert reply.json() == {"error": "single sign-on needs server.public_url to be configured"}
+    assert [r.status_code for r in replies] == [302, 302, 429]
+    assert replies[2].headers["retry-after"] == "60"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.integration.cabinet.cabinet_client import Account
+from tests.integration.oidc.conftest import GatewayFactory
 from tests.integration.oidc.fake_idp import FakeIdp
 from tests.integration.oidc.sso_client import SsoGateway
 
@@ -110,10 +111,7 @@ async def test_another_organizations_provider_is_not_found(gateway: SsoGateway) 
     ("changes", "message"),
     [
         ({"issuer": ...}, "issuer is required"),
-        (
-            {"issuer": "http://login.example.com"},
-            "issuer must use https (http is accepted only for a loopback host)",
-        ),
+        ({"issuer": "http://login.example.com"}, "issuer must use https"),
         ({"issuer": "ftp://login.example.com"}, "issuer must be an https:// URL with a host"),
         ({"issuer": "https://login.example.com/?tenant=1"}, "issuer must not contain a query"),
         ({"issuer": 7}, "issuer must be a string"),
@@ -144,6 +142,17 @@ async def test_bad_provider_settings_are_a_400(
 
     assert reply.status == 400
     assert reply.body["error"].startswith(message)
+
+
+async def test_a_plain_http_issuer_is_refused_when_the_gateway_itself_runs_on_https(
+    start_gateway: GatewayFactory,
+) -> None:
+    gateway = await start_gateway(public_url="https://gateway.example.com")
+    owner = await gateway.cabinet.register()
+
+    reply = await _create(gateway, owner, issuer="http://127.0.0.1:9999")
+
+    assert (reply.status, reply.body) == (400, {"error": "issuer must use https"})
 
 
 async def test_a_body_that_is_not_a_json_object_is_a_400(gateway: SsoGateway) -> None:

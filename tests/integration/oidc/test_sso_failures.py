@@ -3,7 +3,10 @@ URL with `?error=<reason>` (or is a 400 without one), and is audited when the or
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import pytest
 
 from cabinet.oidc.urls import CALLBACK_PATH
 from tests.integration.cabinet.cabinet_client import Account
@@ -39,6 +42,18 @@ async def test_a_replayed_callback_is_refused(
 
     assert replay.status_code == 302
     assert query_of(replay.headers["location"]) == {"error": "invalid_state"}
+
+
+async def test_a_callback_sent_twice_at_once_signs_in_once(
+    gateway: SsoGateway, node_idp: NodeIdp, browser: Browser
+) -> None:
+    _, provider_id = await _owner_with_provider(gateway, node_idp)
+    journey = await browser.sign_in(gateway.login_url(provider_id), "alice", stop_at_callback=True)
+
+    replies = await asyncio.gather(browser.open(journey.callback_url), browser.open(journey.callback_url))
+    outcomes = sorted(next(iter(query_of(r.headers["location"]))) for r in replies)
+
+    assert outcomes == ["code", "error"]
 
 
 async def test_a_callback_opened_in_another_browser_is_refused(
@@ -184,3 +199,24 @@ async def test_without_a_cabinet_url_a_failure_is_a_400(
 
     assert journey.response.status_code == 400
     assert journey.response.json()["error"].startswith("single sign-on failed: email_not_verified")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "",
+        "?state=%00",
+        "?state=" + "x" * 5000,
+        "?state=%C3%BC&code=%C3%BC",
+        "?state=a&state=b&code=c",
+        "?error=%3Cscript%3E&state=s",
+        "?code=%FF%FE&state=%FF",
+    ],
+)
+async def test_garbage_callbacks_are_refused_never_a_500(
+    gateway: SsoGateway, browser: Browser, query: str
+) -> None:
+    reply = await browser.open(f"{gateway.base_url}{CALLBACK_PATH}{query}")
+
+    assert reply.status_code == 302
+    assert query_of(reply.headers["location"]) == {"error": "invalid_state"}

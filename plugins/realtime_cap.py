@@ -1,0 +1,43 @@
+"""The realtime concurrency cap: at most the plan's `realtime_concurrency` open sessions per organization
+(0 = no cap), counted across every gateway process when the counters live in Redis. Over the cap → 429
+`rate_limit_exceeded`; the slot is given back when the session ends, however it ends.
+"""
+
+from __future__ import annotations
+
+from config import Config
+from plugins.base import Plugin
+from proxy.billing.counters import Counters
+from proxy.context import RequestContext
+from proxy.errors import RateLimited
+
+
+class RealtimeCap(Plugin):
+    """Holds one slot of the organization's realtime cap for each session."""
+
+    name = "realtime_cap"
+    essential = True
+
+    def __init__(self, config: Config, counters: Counters) -> None:
+        self._caps = {plan.code: plan.realtime_concurrency for plan in config.plans}
+        self._counters = counters
+
+    async def on_request(self, ctx: RequestContext) -> None:
+        if ctx.realtime is None or ctx.model is None:
+            return
+        cap = self._caps.get(ctx.key.plan_code, 0)
+        if cap <= 0:
+            return
+        slot = f"rt:o:{ctx.key.organization_id}"
+        if not await self._counters.acquire(slot, cap):
+            raise RateLimited(
+                f"Realtime concurrency cap reached: at most {cap} open realtime session(s) per organization. "
+                "Close a session and retry."
+            )
+        ctx.realtime.slot = slot
+
+    async def on_complete(self, ctx: RequestContext) -> None:
+        claim = ctx.realtime
+        if claim is not None and claim.slot is not None:
+            claim.slot, slot = None, claim.slot
+            await self._counters.release(slot)

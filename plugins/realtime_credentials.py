@@ -1,0 +1,73 @@
+"""Realtime credentials: a connect to GET /v1/realtime must present a fresh client secret minted by its key.
+
+`?client_secret=` missing, unknown, used, expired, minted by another key, or for another model than the
+`?model=` asked → 404 `invalid_realtime_credential`; a second connect while the first one with the same secret
+is still being established → 409 `request_in_progress`. Both are answered before any upgrade. The claimed
+secret names the model, which the rest of the chain routes on. A claim whose session never opened is released
+when the request completes, so the client may try again until the secret expires.
+
+On POST /v1/realtime/client_secrets, OpenAI's `{session: {model, ...}}` shape is read for its model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plugins.base import Plugin
+from proxy.context import RequestContext
+from proxy.errors import InvalidRealtimeCredential, RequestInProgress
+from proxy.realtime_secrets import Claim, ClientSecret, RealtimeSecrets
+
+
+@dataclass(slots=True)
+class RealtimeClaim:
+    """The secret one connect claimed, and what the session took (set as it opens)."""
+
+    value: str
+    secret: ClientSecret
+    established: bool = False
+    slot: str | None = None  # the concurrency counter holding this session's slot
+
+
+class RealtimeCredentials(Plugin):
+    """Claims the client secret of a realtime connect."""
+
+    name = "realtime_credentials"
+    essential = True
+
+    def __init__(self, secrets: RealtimeSecrets) -> None:
+        self._secrets = secrets
+
+    async def on_request(self, ctx: RequestContext) -> None:
+        route = ctx.route.name
+        if route == "realtime_client_secrets":
+            payload, session = ctx.payload, ctx.payload.get("session")
+            if "model" not in payload and isinstance(session, dict) and "model" in session:
+                payload["model"] = session["model"]
+            return
+        if route != "realtime":
+            return
+        query = ctx.request.query
+        value = query.get("client_secret")
+        if not value:
+            raise InvalidRealtimeCredential(
+                "A realtime connect needs a fresh `client_secret` in the query "
+                "(POST /v1/realtime/client_secrets)."
+            )
+        outcome, secret = await self._secrets.claim(value, ctx.key.id, query.get("model") or None)
+        if outcome is Claim.IN_PROGRESS:
+            raise RequestInProgress(
+                "A realtime session with this client secret is already being established."
+            )
+        if outcome is not Claim.CLAIMED:
+            raise InvalidRealtimeCredential(
+                "The realtime client secret is invalid: unknown, already used, expired, or not issued "
+                "to this API key for this model."
+            )
+        ctx.realtime = RealtimeClaim(value, secret)
+        ctx.payload = {"model": secret.model}
+
+    async def on_complete(self, ctx: RequestContext) -> None:
+        claim = ctx.realtime
+        if claim is not None and not claim.established:
+            await self._secrets.release(claim.value)

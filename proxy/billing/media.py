@@ -1,0 +1,112 @@
+"""Usage and cost of the media routes: images, audio seconds, speech and video seconds.
+
+What is charged (prices from `[models.prices]`, plus `per_request` on every charged answer):
+- images (generations, edits, variations): `per_image` * the number of images in the answer's `data`
+  (the request's `n` when the answer has no list), plus token prices when the answer reports `usage`;
+- transcriptions and translations: `per_audio_second` * `duration` of a `verbose_json` answer (or
+  `usage.seconds`), else nothing beyond `per_request` and any reported token usage;
+- speech: `per_request` (the audio is streamed back, not read);
+- video creation: `per_video_second` * the created video's `seconds` (the request's when the answer has none);
+- follow-ups (video retrieve, content, delete, list; minting a realtime client secret): free.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+from proxy.billing.prices import ModelPrices
+from proxy.billing.usage import merge_usage
+from proxy.context import Usage
+
+IMAGE_ROUTES = frozenset({"images_generations", "images_edits", "images_variations"})
+AUDIO_ROUTES = frozenset({"audio_transcriptions", "audio_translations"})
+CHARGED_ROUTES = IMAGE_ROUTES | AUDIO_ROUTES | {"audio_speech", "videos_create"}
+FREE_ROUTES = frozenset({"videos_get", "videos_delete", "videos_content", "realtime_client_secrets"})
+MEDIA_ROUTES = CHARGED_ROUTES | FREE_ROUTES
+_JSON_ANSWERS = IMAGE_ROUTES | AUDIO_ROUTES | {"videos_create"}
+_DEFAULT_VIDEO_SECONDS = 4.0  # the videos API's default clip length
+
+
+def _number(value: Any) -> float | None:
+    """A non-negative number, also from a form field's string ("8")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, int | float) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def _requested_images(payload: dict | None) -> int:
+    n = _number(payload.get("n")) if payload else None
+    return max(int(n), 1) if n is not None else 1
+
+
+class MediaUsageReader:
+    """Reads the media units of one answer as it passes (the usage scanner of usage metering).
+
+    JSON answers of these routes are relayed whole, in one chunk, so the first chunk is the document;
+    binary answers (speech, video content) are never parsed.
+    """
+
+    __slots__ = ("_payload", "_read", "_route", "usage")
+
+    def __init__(self, route_name: str, payload: dict | None) -> None:
+        self._route = route_name
+        self._payload = payload
+        self._read = route_name not in _JSON_ANSWERS
+        self.usage = Usage()
+
+    def feed(self, chunk: bytes) -> None:
+        if self._read:
+            return
+        self._read = True
+        try:
+            document = orjson.loads(chunk)
+        except orjson.JSONDecodeError:
+            return  # e.g. a transcription as text/srt/vtt: no duration to charge
+        if not isinstance(document, dict):
+            return
+        usage, route = self.usage, self._route
+        reported = document.get("usage")
+        if isinstance(reported, dict):
+            merge_usage(usage, reported)
+            if reported.get("type") == "duration":
+                usage.audio_seconds = _number(reported.get("seconds")) or 0.0
+        if route in IMAGE_ROUTES:
+            data = document.get("data")
+            usage.images = len(data) if isinstance(data, list) else _requested_images(self._payload)
+        elif route in AUDIO_ROUTES:
+            duration = _number(document.get("duration"))
+            if duration is not None:
+                usage.audio_seconds = duration
+        else:  # videos_create
+            seconds = _number(document.get("seconds"))
+            if seconds is None and self._payload:
+                seconds = _number(self._payload.get("seconds"))
+            usage.video_seconds = seconds if seconds is not None else _DEFAULT_VIDEO_SECONDS
+
+
+def media_worst_case(route_name: str, payload: dict | None, prices: ModelPrices) -> int | None:
+    """What to reserve before a media request (None: not a media route, use the token worst case).
+
+    An audio file's duration is unknown until it is transcribed: only `per_request` is reserved for it.
+    """
+    if route_name in FREE_ROUTES:
+        return 0
+    if route_name in IMAGE_ROUTES:
+        return prices.per_request + prices.per_image * _requested_images(payload)
+    if route_name == "videos_create":
+        seconds = _number(payload.get("seconds")) if payload else None
+        seconds = _DEFAULT_VIDEO_SECONDS if seconds is None else seconds
+        return prices.per_request + math.ceil(seconds * prices.per_video_second)
+    if route_name in CHARGED_ROUTES:
+        return prices.per_request
+    return None

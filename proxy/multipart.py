@@ -1,0 +1,306 @@
+"""Streaming multipart/form-data: a client's body is followed chunk by chunk on its way upstream, never held.
+
+The scanner counts the whole body and each part against the route group's limits as the bytes pass, and keeps
+only small text fields (`model`, `n`, `seconds`, ...). The head of the body, up to the end of the `model`
+field, is read before routing (that field names the model, so it must come before any file part); the rest
+is relayed to the chosen row as it arrives, with back-pressure from the upstream back to the client.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from enum import Enum
+
+from aiohttp import StreamReader
+
+from proxy.errors import GatewayError, InvalidRequest, RequestTooLarge
+
+MiB = 1024 * 1024
+MODEL_FIRST = "the `model` field must come before file parts in multipart bodies"
+FIELD_MAX = 64 * 1024  # text fields the gateway keeps; larger ones pass through unread
+HEAD_MAX = 1 * MiB  # what may precede the end of the `model` field (held in memory before routing)
+_HEADERS_MAX = 16 * 1024
+_PREAMBLE_MAX = 16 * 1024
+
+_DISPOSITION_PARAM = re.compile(r'(\w+)\*?=(?:"((?:[^"\\]|\\.)*)"|([^;]+))')
+
+
+def request_too_large(limit: int) -> RequestTooLarge:
+    """413 for a whole body over `limit` bytes."""
+    size = f"{limit // MiB} MiB" if limit >= MiB else f"{limit} bytes"
+    return RequestTooLarge(f"request body is larger than the {size} allowed on this route")
+
+
+def boundary_of(content_type: str) -> bytes:
+    """The boundary parameter of a multipart Content-Type; 400 without one."""
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key.strip().lower() == "boundary" and value.strip().strip('"'):
+            boundary = value.strip().strip('"')
+            if len(boundary) > 200:
+                break
+            return boundary.encode("latin-1", "replace")
+    raise InvalidRequest("multipart body without a (valid) boundary parameter")
+
+
+def _disposition(head: bytes) -> tuple[str | None, str | None]:
+    """(name, filename) from a part's Content-Disposition header."""
+    for line in head.decode("utf-8", "replace").split("\r\n"):
+        header, _, value = line.partition(":")
+        if header.strip().lower() == "content-disposition":
+            params = {
+                m.group(1).lower(): m.group(2) if m.group(2) is not None else m.group(3).strip()
+                for m in _DISPOSITION_PARAM.finditer(value)
+            }
+            return params.get("name"), params.get("filename")
+    return None, None
+
+
+@dataclass(frozen=True, slots=True)
+class MultipartLimits:
+    """Bytes allowed for the whole body and for one part."""
+
+    total: int
+    part: int
+
+
+class _State(Enum):
+    PREAMBLE = 1
+    DELIMITER = 2
+    HEADERS = 3
+    CONTENT = 4
+    EPILOGUE = 5
+
+
+class MultipartScanner:
+    """Follows a multipart body fed chunk by chunk; raises 413/400 the moment a limit or the syntax breaks.
+
+    Only a delimiter's length of bytes is carried between chunks, so memory stays flat whatever the size.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_delimiter",
+        "_field",
+        "_limits",
+        "_offset",
+        "_part_name",
+        "_part_size",
+        "_part_start",
+        "_state",
+        "complete",
+        "fields",
+        "file_before_model",
+        "spans",
+        "total",
+    )
+
+    def __init__(self, boundary: bytes, limits: MultipartLimits) -> None:
+        self._delimiter = b"\r\n--" + boundary
+        # A virtual CRLF in front, so the opening delimiter looks like every other one.
+        self._buffer = b"\r\n"
+        self._offset = -2  # body offset of _buffer[0]
+        self._limits = limits
+        self._state = _State.PREAMBLE
+        self._part_name: str | None = None
+        self._part_size = 0
+        self._part_start = 0
+        self._field: bytearray | None = None
+        self.total = 0
+        self.fields: dict[str, str] = {}
+        self.spans: dict[str, tuple[int, int]] = {}  # body offsets of each kept field's value
+        self.file_before_model = False
+        self.complete = False  # the closing delimiter was seen
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self.total > self._limits.total:
+            raise request_too_large(self._limits.total)
+        if self._state is _State.EPILOGUE:
+            return  # anything after the closing delimiter is ignored, as RFC 2046 says
+        self._buffer = self._buffer + chunk if self._buffer else chunk
+        while self._step():
+            pass
+
+    def finish(self) -> None:
+        """The body ended: it must have been closed by the final delimiter."""
+        if not self.complete:
+            raise InvalidRequest("malformed multipart body: the closing boundary is missing")
+
+    def _consume(self, n: int) -> None:
+        self._buffer = self._buffer[n:]
+        self._offset += n
+
+    def _step(self) -> bool:
+        """Advance through the buffer; False when more bytes are needed."""
+        state, buffer = self._state, self._buffer
+        if state is _State.CONTENT:
+            return self._content()
+        if state is _State.PREAMBLE:
+            found = buffer.find(self._delimiter)
+            if found < 0:
+                keep = len(self._delimiter) - 1
+                if self._offset + len(buffer) > _PREAMBLE_MAX:
+                    raise InvalidRequest("malformed multipart body: it does not start with the boundary")
+                if len(buffer) > keep:
+                    self._consume(len(buffer) - keep)
+                return False
+            self._consume(found + len(self._delimiter))
+            self._state = _State.DELIMITER
+            return True
+        if state is _State.DELIMITER:
+            if len(buffer) < 2:
+                return False
+            if buffer.startswith(b"--"):
+                self.complete = True
+                self._state = _State.EPILOGUE
+                self._buffer = b""
+                return False
+            end = buffer.find(b"\r\n")
+            if end < 0:
+                if len(buffer) > 256:
+                    raise InvalidRequest("malformed multipart body: a boundary line does not end")
+                return False
+            if buffer[:end].strip(b" \t"):
+                raise InvalidRequest("malformed multipart body: text after a boundary")
+            self._consume(end + 2)
+            self._state = _State.HEADERS
+            return True
+        if state is _State.HEADERS:
+            if buffer.startswith(b"\r\n"):
+                head, used = b"", 2
+            else:
+                end = buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(buffer) > _HEADERS_MAX:
+                        raise InvalidRequest("malformed multipart body: a part's headers are too large")
+                    return False
+                head, used = buffer[:end], end + 4
+            self._consume(used)
+            self._begin_part(head)
+            return True
+        return False
+
+    def _begin_part(self, head: bytes) -> None:
+        name, filename = _disposition(head)
+        if filename is not None and "model" not in self.fields:
+            self.file_before_model = True
+        self._part_name = name
+        self._part_size = 0
+        self._part_start = self._offset
+        self._field = bytearray() if filename is None and name else None
+        self._state = _State.CONTENT
+
+    def _content(self) -> bool:
+        buffer = self._buffer
+        found = buffer.find(self._delimiter)
+        if found < 0:
+            # Keep what could be the start of a delimiter split across chunks; the rest is content.
+            safe = len(buffer) - (len(self._delimiter) - 1)
+            if safe > 0:
+                self._take(buffer[:safe])
+                self._consume(safe)
+            return False
+        self._take(buffer[:found])
+        self._end_part()
+        self._consume(found + len(self._delimiter))
+        self._state = _State.DELIMITER
+        return True
+
+    def _take(self, content: bytes) -> None:
+        self._part_size += len(content)
+        if self._part_size > self._limits.part:
+            raise RequestTooLarge(
+                f"multipart part {self._part_name or '?'!r} is larger than the "
+                f"{self._limits.part // MiB} MiB allowed for one part"
+            )
+        field = self._field
+        if field is not None:
+            if len(field) + len(content) > FIELD_MAX:
+                self._field = None  # too large to keep: it passes through unread
+            else:
+                field += content
+
+    def _end_part(self) -> None:
+        if self._field is not None and self._part_name:
+            self.fields[self._part_name] = self._field.decode("utf-8", "replace")
+            self.spans[self._part_name] = (self._part_start, self._part_start + self._part_size)
+        self._field = None
+
+
+class StreamedMultipart:
+    """A client's multipart body on its way upstream: the head is read before routing, the rest is relayed
+    as it arrives. Iterating it (once) yields the body's bytes; a broken limit ends it with `error` set."""
+
+    def __init__(
+        self, content: StreamReader, content_type: str, limits: MultipartLimits, declared: int | None
+    ) -> None:
+        self.content_type = content_type
+        self._content = content
+        self._scanner = MultipartScanner(boundary_of(content_type), limits)
+        self._head = b""
+        self._length = declared
+        self.error: GatewayError | None = None
+
+    @property
+    def length(self) -> int | None:
+        """The Content-Length to send upstream, when the client declared one."""
+        return self._length
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """The small text fields seen so far (all of them once the body has been relayed)."""
+        return self._scanner.fields
+
+    async def read_head(self) -> dict[str, str]:
+        """Read up to the end of the `model` field; 400 when a file part comes first."""
+        scanner, chunks, size = self._scanner, [], 0
+        while "model" not in scanner.fields and not scanner.file_before_model and not scanner.complete:
+            chunk = await self._content.readany()
+            if not chunk:
+                scanner.finish()
+                break
+            scanner.feed(chunk)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > HEAD_MAX and "model" not in scanner.fields:
+                raise InvalidRequest(f"{MODEL_FIRST}, within the first {HEAD_MAX // MiB} MiB")
+        if scanner.file_before_model:
+            raise InvalidRequest(MODEL_FIRST)
+        self._head = b"".join(chunks)
+        return dict(scanner.fields)
+
+    def rewrite_model(self, name: str) -> None:
+        """Name the row's upstream model in the head: the client's model name never leaves the gateway."""
+        span = self._scanner.spans.get("model")
+        if span is None or self._scanner.fields.get("model") == name:
+            return
+        start, end = span
+        encoded = name.encode()
+        self._head = self._head[:start] + encoded + self._head[end:]
+        if self._length is not None:
+            self._length += len(encoded) - (end - start)
+        self._scanner.fields["model"] = name
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._relay()
+
+    async def _relay(self) -> AsyncIterator[bytes]:
+        head, self._head = self._head, b""
+        if head:
+            yield head
+        scanner = self._scanner
+        try:
+            while True:
+                chunk = await self._content.readany()
+                if not chunk:
+                    break
+                scanner.feed(chunk)
+                yield chunk
+            scanner.finish()
+        except GatewayError as error:
+            # Raising here aborts the upstream request; the forwarder answers with this error.
+            self.error = error
+            raise

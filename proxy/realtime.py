@@ -1,0 +1,215 @@
+"""GET /v1/realtime: a WebSocket relayed to the chosen row's realtime endpoint, frame by frame.
+
+The plugin chain has already authenticated the key, claimed the client secret, resolved the model, and
+admitted the session under the organization's concurrency cap and balance. Here the row's upstream WebSocket
+is opened first (failing over between rows, since nothing has reached the client yet), then the client is
+upgraded (101) and the secret becomes used. Text and binary frames pass both ways unchanged, with
+back-pressure on each side; when either side closes, the other is closed with the same code. Usage reported
+by `response.done` events is added up for the session's one ledger row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+from aiohttp import WSMsgType, web
+
+from proxy.context import RequestContext, Usage
+from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
+from proxy.realtime_secrets import RealtimeSecrets
+from proxy.routing import RoutingRow, RowSelector
+from proxy.upstream import UpstreamFailure
+
+log = logging.getLogger("modelgate.realtime")
+
+MAX_FRAME = 16 * 1024 * 1024
+_GOING_AWAY = 1001
+
+
+def _close_code(code: int | None, fallback: int = 1000) -> int:
+    """A code that may be sent on: the peer's, unless it is reserved (1005/1006/1015) or missing."""
+    if code is not None and (1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999):
+        return code
+    return fallback
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+class RealtimeUsageMeter:
+    """Adds up the usage each `response.done` event reports (one per model response of the session)."""
+
+    __slots__ = ("_usage",)
+
+    def __init__(self, usage: Usage) -> None:
+        self._usage = usage
+
+    def feed(self, text: str) -> None:
+        if "response.done" not in text:  # most frames are audio deltas: a substring test, no parse
+            return
+        try:
+            event = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return
+        response = event.get("response") if isinstance(event, dict) else None
+        if event.get("type") != "response.done" or not isinstance(response, dict):
+            return
+        usage = response.get("usage")
+        if not isinstance(usage, dict):
+            return
+        details = usage.get("input_token_details")
+        self._usage.input_tokens += _count(usage.get("input_tokens"))
+        self._usage.output_tokens += _count(usage.get("output_tokens"))
+        self._usage.cached_input_tokens += (
+            _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        )
+
+
+class RealtimeSessions:
+    """The open sessions of this process, so a shutdown closes them (1001 going away) instead of waiting."""
+
+    def __init__(self) -> None:
+        self._open: set[web.WebSocketResponse] = set()
+
+    def add(self, client: web.WebSocketResponse) -> None:
+        self._open.add(client)
+
+    def discard(self, client: web.WebSocketResponse) -> None:
+        self._open.discard(client)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    async def close_all(self) -> None:
+        for client in list(self._open):
+            await client.close(code=_GOING_AWAY, message=b"server shutting down")
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeState:
+    """What realtime keeps for the life of the gateway (across config reloads)."""
+
+    secrets: RealtimeSecrets
+    sessions: RealtimeSessions
+
+
+async def _pump(
+    source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    meter: RealtimeUsageMeter | None,
+) -> None:
+    """Frames from `source` to `sink` until `source` closes (or `sink` can no longer be written)."""
+    try:
+        async for message in source:
+            if message.type is WSMsgType.TEXT:
+                if meter is not None:
+                    meter.feed(message.data)
+                await sink.send_str(message.data)
+            elif message.type is WSMsgType.BINARY:
+                await sink.send_bytes(message.data)
+            elif message.type is WSMsgType.ERROR:
+                return
+    except (ConnectionError, aiohttp.ClientError) as exc:
+        log.info("realtime relay: a side went away mid-frame (%r)", exc)
+
+
+class RealtimeRelay:
+    """The local handler of GET /v1/realtime."""
+
+    def __init__(self, selector: RowSelector, state: RealtimeState) -> None:
+        self._selector = selector
+        self._secrets = state.secrets
+        self._sessions = state.sessions
+
+    async def handle(self, ctx: RequestContext) -> web.StreamResponse:
+        client = web.WebSocketResponse(max_msg_size=MAX_FRAME, autoping=True)
+        if not client.can_prepare(ctx.request).ok:
+            raise InvalidRequest(
+                "GET /v1/realtime is a WebSocket endpoint: send an `Upgrade: websocket` request"
+            )
+        upstream, row = await self._connect(ctx)
+        try:
+            await client.prepare(ctx.request)
+        except BaseException:
+            await upstream.close()
+            raise
+        ctx.row, ctx.status = row, 101
+        ctx.usage = Usage()
+        ctx.first_byte_at = time.perf_counter()
+        claim = ctx.realtime
+        claim.established = True  # from here on the secret is used, whatever happens to the session
+        try:
+            await self._secrets.consume(claim.value)
+        except ServiceUnavailable:  # still single-use: its claim stays taken until it expires
+            log.error("realtime session %s: the client secret could not be marked used", ctx.request_id)
+        self._sessions.add(client)
+        try:
+            if claim.secret.session:
+                update = {"type": "session.update", "session": {"type": "realtime", **claim.secret.session}}
+                await upstream.send_str(orjson.dumps(update).decode())
+            await self._relay(client, upstream, RealtimeUsageMeter(ctx.usage))
+        except Exception as exc:  # the client is upgraded: no HTTP error can be sent any more
+            log.warning("realtime session %s ended with an error: %r", ctx.request_id, exc)
+            ctx.error = exc
+        finally:
+            self._sessions.discard(client)
+            await upstream.close(code=_GOING_AWAY)
+            await client.close(code=_GOING_AWAY)
+        return client
+
+    async def _connect(self, ctx: RequestContext) -> tuple[aiohttp.ClientWebSocketResponse, RoutingRow]:
+        """The first row whose realtime endpoint accepts the handshake; nothing reached the client yet."""
+        attempts = self._selector.order(ctx.rows)
+        if not attempts:
+            raise ServiceUnavailable(
+                f"The model service is temporarily unavailable: every provider row of {ctx.model.name} "
+                "is cooling down after failures. Retry shortly."
+            )
+        failure = "no answer"
+        for row in attempts:
+            ctx.attempts += 1
+            connect = getattr(row.upstream, "connect_realtime", None)
+            if connect is None:
+                failure = f"{row.provider} has no realtime endpoint"
+                ctx.row_failures.append((row, "no_realtime"))
+                continue
+            try:
+                upstream = await connect(row.upstream_model, ctx.request_id)
+            except UpstreamFailure as exc:
+                self._selector.failed(row)
+                failure = str(exc)
+                log.warning("row %s failed the realtime handshake: %s", row.key, exc)
+                ctx.row_failures.append((row, "unreachable"))
+                continue
+            self._selector.succeeded(row)
+            return upstream, row
+        raise UpstreamUnavailable(f"The model is temporarily unavailable at the provider ({failure}).")
+
+    async def _relay(
+        self,
+        client: web.WebSocketResponse,
+        upstream: aiohttp.ClientWebSocketResponse,
+        meter: RealtimeUsageMeter,
+    ) -> None:
+        """Both directions at once; the first side to close (or fail) ends the session for both."""
+        to_upstream = asyncio.ensure_future(_pump(client, upstream, None))
+        to_client = asyncio.ensure_future(_pump(upstream, client, meter))
+        try:
+            done, _ = await asyncio.wait((to_upstream, to_client), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (to_upstream, to_client):
+                task.cancel()
+            for task in (to_upstream, to_client):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if to_upstream in done:  # the client closed (or went away): pass its code on
+            await upstream.close(code=_close_code(client.close_code, _GOING_AWAY))
+        else:  # the provider closed: the client gets its code
+            await client.close(code=_close_code(upstream.close_code))
