@@ -15,7 +15,7 @@ import orjson
 from proxy.envelopes import envelope_b_body
 from proxy.errors import UpstreamUnavailable
 from proxy.translation.messages_to_chat import matched_stop_of, new_message_id, stop_reason_of, usage_of
-from proxy.translation.sse import SseEvent, SseParser, named_frame
+from proxy.translation.sse import EventStreamTranslator, SseEvent, named_frame
 
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 _MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
@@ -32,18 +32,16 @@ def error_frame(message: str) -> bytes:
     return named_frame(b"error", envelope_b_body(UpstreamUnavailable(message)))
 
 
-class MessagesEventStream:
+class MessagesEventStream(EventStreamTranslator):
     """Chat completion chunks in, `message_start` … `message_stop` out; one instance per streamed answer."""
 
     __slots__ = (
         "_blocks",
         "_called_tools",
-        "_ended",
         "_finish_reason",
         "_matched_stop",
         "_model",
         "_open",
-        "_parser",
         "_started",
         "_text_head",
         "_tools",
@@ -52,9 +50,8 @@ class MessagesEventStream:
 
     def __init__(self, model: str) -> None:
         self._model = model
-        self._parser = SseParser()
+        super().__init__()
         self._started = False
-        self._ended = False
         self._blocks = 0  # content blocks opened so far; the next one gets this index
         self._open = _CLOSED  # index of the open block
         self._text_head = b""  # delta frame head of the open block when it is text, else empty
@@ -64,30 +61,8 @@ class MessagesEventStream:
         self._matched_stop: str | None = None
         self._usage: dict[str, Any] | None = None
 
-    def feed(self, chunk: bytes) -> bytes:
-        """Events completed by this chunk, translated."""
-        if self._ended:
-            return b""
-        out: list[bytes] = []
-        for event in self._parser.feed(chunk):
-            self._on_event(event, out)
-            if self._ended:
-                break
-        return b"".join(out)
-
-    def finish(self) -> bytes:
-        """Close the message if the upstream ended without `[DONE]`; an error event if it ended too early."""
-        if self._ended:
-            return b""
-        out: list[bytes] = []
-        for event in self._parser.finish():
-            self._on_event(event, out)
-        if not self._ended:
-            if self._finish_reason is not None:
-                self._close(out)
-            else:
-                self._fail("The provider ended the stream before the answer was complete.", out)
-        return b"".join(out)
+    def _answer_finished(self) -> bool:
+        return self._finish_reason is not None
 
     # -- events ------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import orjson
 from proxy.envelopes import envelope_a_body
 from proxy.errors import UpstreamUnavailable
 from proxy.translation.chat_to_messages import FINISH_REASONS, chat_usage_of, new_completion_id
-from proxy.translation.sse import DONE_FRAME, SseEvent, SseParser, data_frame
+from proxy.translation.sse import DONE_FRAME, EventStreamTranslator, SseEvent, data_frame
 
 _CHOICE_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 _ROLE_DELTA = b'{"role":"assistant","content":""}'
@@ -25,17 +25,15 @@ _ARGUMENTS_OPEN = b',"function":{"arguments":'
 _CALL_CLOSE = b"}}]}"
 
 
-class ChatChunkStream:
+class ChatChunkStream(EventStreamTranslator):
     """Messages events in, `chat.completion.chunk` frames and `[DONE]` out; one instance per answer."""
 
     __slots__ = (
         "_created",
-        "_ended",
         "_head",
         "_id",
         "_include_usage",
         "_model",
-        "_parser",
         "_stop_reason",
         "_tools",
         "_usage",
@@ -44,7 +42,7 @@ class ChatChunkStream:
     def __init__(self, model: str, include_usage: bool) -> None:
         self._model = model
         self._include_usage = include_usage
-        self._parser = SseParser()
+        super().__init__()
         self._id = new_completion_id()
         self._created = int(time.time())
         # Every chunk starts the same way; encoded once per stream, not once per delta.
@@ -62,32 +60,9 @@ class ChatChunkStream:
         self._tools: dict[int, int] = {}  # content block index → chat tool call index
         self._stop_reason: str | None = None
         self._usage: dict[str, Any] = {}
-        self._ended = False
 
-    def feed(self, chunk: bytes) -> bytes:
-        """Chunks completed by this upstream chunk, translated."""
-        if self._ended:
-            return b""
-        out: list[bytes] = []
-        for event in self._parser.feed(chunk):
-            self._on_event(event, out)
-            if self._ended:
-                break
-        return b"".join(out)
-
-    def finish(self) -> bytes:
-        """An error chunk when the upstream stream ended before `message_stop`."""
-        if self._ended:
-            return b""
-        out: list[bytes] = []
-        for event in self._parser.finish():
-            self._on_event(event, out)
-        if not self._ended:
-            if self._stop_reason is not None:
-                self._close(out)
-            else:
-                self._fail("The provider ended the stream before the answer was complete.", out)
-        return b"".join(out)
+    def _answer_finished(self) -> bool:
+        return self._stop_reason is not None
 
     def _on_event(self, event: SseEvent, out: list[bytes]) -> None:
         if event.name == "ping" or self._ended:

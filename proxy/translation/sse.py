@@ -95,3 +95,51 @@ def data_frame(payload: object) -> bytes:
 
 
 DONE_FRAME = b"data: [DONE]\n\n"
+
+
+class EventStreamTranslator:
+    """The driver both stream translators share: parse SSE events as they arrive, translate each into
+    `out`, and at the end close the answer or, if it stopped short, send an error."""
+
+    __slots__ = ("_ended", "_parser")
+
+    def __init__(self) -> None:
+        self._parser = SseParser()
+        self._ended = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Client bytes for the events this chunk completed."""
+        if self._ended:
+            return b""
+        out: list[bytes] = []
+        for event in self._parser.feed(chunk):
+            self._on_event(event, out)
+            if self._ended:
+                break
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """Close the answer after the upstream ended; an error event if it ended before the answer was."""
+        if self._ended:
+            return b""
+        out: list[bytes] = []
+        for event in self._parser.finish():
+            self._on_event(event, out)
+        if not self._ended:
+            if self._answer_finished():
+                self._close(out)
+            else:
+                self._fail("The provider ended the stream before the answer was complete.", out)
+        return b"".join(out)
+
+    def _on_event(self, event: SseEvent, out: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def _answer_finished(self) -> bool:
+        raise NotImplementedError
+
+    def _close(self, out: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def _fail(self, message: str, out: list[bytes]) -> None:
+        raise NotImplementedError

@@ -3,6 +3,8 @@ change effective on the very next request."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import orjson
 
@@ -19,6 +21,16 @@ def _chat(gateway, tenant: Tenant, model: str = "metered") -> httpx.Response:
         headers={"authorization": f"Bearer {tenant.api_key}", "content-type": "application/json"},
         timeout=30,
     )
+
+
+def _first_status_within(gateway, tenant: Tenant, wanted: int, *, seconds: float) -> int:
+    """Repeat a chat request until it answers `wanted` or `seconds` pass; the last status."""
+    deadline = time.monotonic() + seconds
+    status = _chat(gateway, tenant).status_code
+    while status != wanted and time.monotonic() < deadline:
+        time.sleep(0.02)
+        status = _chat(gateway, tenant).status_code
+    return status
 
 
 def _cabinet(
@@ -147,7 +159,6 @@ def test_a_top_up_raises_the_headroom_at_once(start_gateway) -> None:
 def test_the_billing_cli_unblocks_a_running_gateway_through_postgres(tmp_path, pg_server_url: str) -> None:
     import subprocess
     import sys
-    import time
 
     from tests.integration.billing.conftest import billing_toml
     from tests.support.gateway import ThreadedGateway, write_config
@@ -174,18 +185,12 @@ def test_the_billing_cli_unblocks_a_running_gateway_through_postgres(tmp_path, p
         )
         assert done.returncode == 0, done.stderr
         # NOTIFY reaches the gateway's listener asynchronously; bounded wait for the first 200.
-        deadline = time.monotonic() + 5
-        status = _chat(gateway, tenant).status_code
-        while status != 200 and time.monotonic() < deadline:
-            time.sleep(0.02)
-            status = _chat(gateway, tenant).status_code
-        assert status == 200
+        assert _first_status_within(gateway, tenant, 200, seconds=5) == 200
 
 
 def test_a_cli_top_up_on_sqlite_reaches_a_gateway_that_refused_the_organization(tmp_path) -> None:
     import subprocess
     import sys
-    import time
 
     from tests.integration.billing.conftest import billing_toml
     from tests.support.gateway import ThreadedGateway, write_config
@@ -215,10 +220,5 @@ def test_a_cli_top_up_on_sqlite_reaches_a_gateway_that_refused_the_organization(
         assert done.returncode == 0, done.stderr
         # No channel reaches the gateway from the CLI on SQLite: it re-reads a refused organization at
         # most once a second, so the first 200 comes within that bound.
-        deadline = time.monotonic() + 5
-        status = _chat(gateway, tenant).status_code
-        while status != 200 and time.monotonic() < deadline:
-            time.sleep(0.05)
-            status = _chat(gateway, tenant).status_code
-        assert status == 200
+        assert _first_status_within(gateway, tenant, 200, seconds=5) == 200
         assert [_chat(gateway, tenant).status_code for _ in range(3)] == [200, 200, 402]
