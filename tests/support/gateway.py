@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -138,8 +139,12 @@ class GatewayProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 30.0) -> GatewayProcess:
+        # A file, not a pipe: a chatty gateway must never block on a pipe nobody reads until it exits.
+        log_dir = self._cwd or Path(tempfile.gettempdir())
+        self._log_path = log_dir / f"modelgate-{self.port}.log"
+        self._log = self._log_path.open("wb")
         self.process = subprocess.Popen(
-            self._args, env=self._env, cwd=self._cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            self._args, env=self._env, cwd=self._cwd, stdout=self._log, stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -168,9 +173,10 @@ class GatewayProcess:
             self.process.wait(timeout=10)
 
     def output(self) -> str:
-        if self.process is None or self.process.stdout is None or self.process.poll() is None:
+        """Everything the process wrote so far (stdout and stderr)."""
+        if self.process is None:
             return ""
-        return self.process.stdout.read().decode(errors="replace")
+        return self._log_path.read_text(encoding="utf-8", errors="replace")
 
     def __enter__(self) -> GatewayProcess:
         return self.start()
