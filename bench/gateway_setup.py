@@ -32,6 +32,9 @@ url = "sqlite:///{db_path}"
 level = "info"
 json = true
 
+[plugins]
+disabled = {disabled}
+
 [[providers]]
 name = "bench-upstream"
 kind = "openai"
@@ -61,7 +64,9 @@ realtime_concurrency = 100
 """
 
 
-def write_config(directory: Path, *, port: int, upstream_port: int, workers: int) -> Path:
+def write_config(
+    directory: Path, *, port: int, upstream_port: int, workers: int, disabled: tuple[str, ...] = ()
+) -> Path:
     """The gateway config for one run: SQLite in `directory`, one provider, model and plan."""
     path = directory / "modelgate-bench.toml"
     path.write_text(
@@ -73,6 +78,7 @@ def write_config(directory: Path, *, port: int, upstream_port: int, workers: int
             model=MODEL,
             plan=PLAN,
             big=BIG_LIMIT,
+            disabled=json.dumps(list(disabled)),
         ),
         encoding="utf-8",
     )

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from workload import CHAT_PATH, raw_request
@@ -129,7 +130,9 @@ async def _drive(port: int, request: bytes, connections: int, seconds: float) ->
     return totals[0], totals[1], time.monotonic() - started
 
 
-def _worker(port: int, request: bytes, connections: int, seconds: float, cpus: set[int], out) -> None:
+def _worker(
+    port: int, request: bytes, connections: int, seconds: float, cpus: set[int], out: Connection
+) -> None:
     os.sched_setaffinity(0, cpus)
     try:
         import uvloop

@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="wrk when installed (auto), or the Python fallback",
     )
     parser.add_argument(
+        "--disable-plugins",
+        metavar="A,B",
+        default="",
+        help="gateway plugins to switch off (config plugins.disabled), to see what governance costs",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         help="after measuring, record modelgate under the same load with py-spy into FILE: "
@@ -115,7 +121,9 @@ def print_report(
     cores = ",".join(map(str, sorted(plan.proxy_cpus))), ",".join(map(str, sorted(plan.load_cpus)))
     print(
         f"\nmodelgate overhead: {args.duration:g}s per rps run, {args.connections} connections, "
-        f"{len(chat_body())} B chat body, load: {load_name}, workers: {args.workers}\n"
+        f"{len(chat_body())} B chat body, load: {load_name}, workers: {args.workers}"
+        + (f", plugins disabled: {args.disable_plugins}" if args.disable_plugins else "")
+        + "\n"
         f"cores: proxy under test {cores[0]}; upstream + load generator + latency client {cores[1]}; "
         f"python {sys.version.split()[0]}, aiohttp {aiohttp.__version__}\n"
         f"p50/p99@1: {args.samples} sequential requests on one keep-alive connection; "
@@ -132,7 +140,7 @@ def print_report(
             f"{gateway_rss_total:.1f} MB)"
         )
     print()
-    print(render_diagnostics(results, *cores))
+    print(render_diagnostics(results, *cores, shared_cores=bool(plan.proxy_cpus & plan.load_cpus)))
     if problems:
         print("\ngateway log warnings/errors (first few):")
         print("\n".join(f"  {line}" for line in problems))
@@ -161,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             load_cpus=load_cpus,
             log_dir=log_dir,
             lifetime=budget + 30,
+            disabled_plugins=tuple(name for name in args.disable_plugins.split(",") if name),
         )
         gateway = services.gateway
         assert gateway is not None

@@ -39,6 +39,7 @@ def start_services(
     load_cpus: set[int],
     log_dir: Path,
     lifetime: float,
+    disabled_plugins: tuple[str, ...] = (),
 ) -> None:
     """Start the upstream on the load cores, then the gateway and the passthrough on the proxy cores."""
     python = sys.executable
@@ -56,7 +57,11 @@ def start_services(
 
     services.gateway_port = free_port()
     config = write_config(
-        log_dir, port=services.gateway_port, upstream_port=services.upstream_port, workers=workers
+        log_dir,
+        port=services.gateway_port,
+        upstream_port=services.upstream_port,
+        workers=workers,
+        disabled=disabled_plugins,
     )
     serve = ["serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(services.gateway_port)]
     services.gateway = start(

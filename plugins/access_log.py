@@ -16,6 +16,7 @@ from proxy.errors import GatewayError
 log = logging.getLogger("modelgate.access")
 
 _MAX_MODEL_NAME = 200
+_MAX_PATH = 512
 
 
 def _ms(seconds: float) -> float:
@@ -41,7 +42,8 @@ class AccessLog(Plugin):
         fields = {
             "request_id": ctx.request_id,
             "method": request.method,
-            "path": request.path,  # never the query string: it may carry a realtime client secret
+            # Never the query string: it may carry a realtime client secret.
+            "path": request.path[:_MAX_PATH],
             "route": ctx.route.name if ctx.route is not None else None,
             "organization_id": key.organization_id if key else None,
             "key_id": key.id if key else None,
@@ -64,7 +66,7 @@ class AccessLog(Plugin):
             fields["error"] = "stream_broken" if status < 500 else "internal"
         if ctx.row_failures:
             fields["failed_rows"] = [f"{failed.key}: {reason}" for failed, reason in ctx.row_failures]
-        log.log(level, "%s %s %d", request.method, request.path, status, extra=fields)
+        log.log(level, "%s %s %d", request.method, fields["path"], status, extra=fields)
         if self._log_prompts and ctx.body and log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request body of %s",

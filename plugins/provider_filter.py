@@ -25,7 +25,8 @@ class ProviderFilter(Plugin):
 
     async def on_request(self, ctx: RequestContext) -> None:
         payload = ctx.payload
-        if payload is None or "provider" not in payload or ctx.route.body.value == "multipart":
+        # A multipart body cannot carry the object (and is relayed as it came).
+        if payload is None or "provider" not in payload or ctx.body_stream is not None:
             return
         spec = payload.pop("provider")
         ctx.payload_changed = True

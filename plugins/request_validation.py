@@ -102,7 +102,7 @@ class RequestValidation(Plugin):
 
     async def on_request(self, ctx: RequestContext) -> None:
         payload = ctx.payload
-        if payload is None or ctx.route.body.value == "multipart":
+        if payload is None or ctx.body_stream is not None:  # a multipart body's fields are all strings
             return
         stream = payload.get("stream")
         if stream is None:  # absent, or null: the OpenAI API's "not given"

@@ -135,6 +135,7 @@ class Gateway:
                     RedisSecrets(bus.client) if bus else InProcessSecrets(), RealtimeSessions()
                 ),
             )
+            metrics.watch_realtime(gateway.realtime.sessions)
             gateway.runtime = build_runtime(config, gateway)
             gateway.follow_config(accounts.use_config)
             ledger.start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sized
 from typing import TYPE_CHECKING
 
 import orjson
@@ -97,8 +97,7 @@ class GatewayMetrics:
         )
         self.realtime_sessions = Gauge(
             "modelgate_realtime_sessions",
-            "Open realtime (WebSocket) sessions. The realtime route increments it on connect and decrements "
-            "it on close; it stays 0 where no realtime session is open.",
+            "Open realtime (WebSocket) sessions of this process.",
             registry=registry,
         )
         self.ledger_queue_depth = Gauge(
@@ -125,6 +124,10 @@ class GatewayMetrics:
         """Read the ledger's queue depth and flush lag at every scrape."""
         self.ledger_queue_depth.set_function(lambda: ledger.queued)
         self.ledger_flush_lag.set_function(lambda: max(0.0, time.time() - ledger.last_flush_at))
+
+    def watch_realtime(self, sessions: Sized) -> None:
+        """Count the open realtime sessions at every scrape."""
+        self.realtime_sessions.set_function(lambda: len(sessions))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -104,20 +104,25 @@ async def _pump(
     source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
     sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
     meter: RealtimeUsageMeter | None,
-) -> None:
-    """Frames from `source` to `sink` until `source` closes (or `sink` can no longer be written)."""
+) -> int | None:
+    """Frames from `source` to `sink` until `source` closes; the code it closed with (None: it went away)."""
     try:
-        async for message in source:
-            if message.type is WSMsgType.TEXT:
+        while True:
+            message = await source.receive()
+            kind = message.type
+            if kind is WSMsgType.TEXT:
                 if meter is not None:
                     meter.feed(message.data)
                 await sink.send_str(message.data)
-            elif message.type is WSMsgType.BINARY:
+            elif kind is WSMsgType.BINARY:
                 await sink.send_bytes(message.data)
-            elif message.type is WSMsgType.ERROR:
-                return
+            elif kind is WSMsgType.CLOSE:
+                return message.data
+            elif kind in (WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return None
     except (ConnectionError, aiohttp.ClientError) as exc:
         log.info("realtime relay: a side went away mid-frame (%r)", exc)
+        return None
 
 
 class RealtimeRelay:
@@ -136,6 +141,13 @@ class RealtimeRelay:
             )
         upstream, row = await self._connect(ctx)
         try:
+            # The provider accepted the session: the secret is used from here on, before the client sees its
+            # 101 (so a connect after that is 404, never the 409 of one still being established).
+            ctx.realtime.established = True
+            try:
+                await self._secrets.consume(ctx.realtime.value)
+            except ServiceUnavailable:  # still single-use: its claim stays taken until it expires
+                log.error("realtime session %s: the client secret could not be marked used", ctx.request_id)
             await client.prepare(ctx.request)
         except BaseException:
             await upstream.close()
@@ -143,12 +155,22 @@ class RealtimeRelay:
         ctx.row, ctx.status = row, 101
         ctx.usage = Usage()
         ctx.first_byte_at = time.perf_counter()
-        claim = ctx.realtime
-        claim.established = True  # from here on the secret is used, whatever happens to the session
+        session = asyncio.ensure_future(self._session(ctx, client, upstream))
         try:
-            await self._secrets.consume(claim.value)
-        except ServiceUnavailable:  # still single-use: its claim stays taken until it expires
-            log.error("realtime session %s: the client secret could not be marked used", ctx.request_id)
+            await asyncio.shield(session)
+        except asyncio.CancelledError:
+            # aiohttp cancels the handler when the client's connection drops, also right after a clean close.
+            # The session ends by itself then (its client side is gone), closing the provider's side with the
+            # client's code; it is still a session that ran, metered as such.
+            await session
+            asyncio.current_task().uncancel()
+        return client
+
+    async def _session(
+        self, ctx: RequestContext, client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse
+    ) -> None:
+        """Apply the secret's session options, relay until a side closes, then close both."""
+        claim = ctx.realtime
         self._sessions.add(client)
         try:
             if claim.secret.session:
@@ -162,7 +184,6 @@ class RealtimeRelay:
             self._sessions.discard(client)
             await upstream.close(code=_GOING_AWAY)
             await client.close(code=_GOING_AWAY)
-        return client
 
     async def _connect(self, ctx: RequestContext) -> tuple[aiohttp.ClientWebSocketResponse, RoutingRow]:
         """The first row whose realtime endpoint accepts the handshake; nothing reached the client yet."""
@@ -210,6 +231,6 @@ class RealtimeRelay:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if to_upstream in done:  # the client closed (or went away): pass its code on
-            await upstream.close(code=_close_code(client.close_code, _GOING_AWAY))
+            await upstream.close(code=_close_code(to_upstream.result(), _GOING_AWAY))
         else:  # the provider closed: the client gets its code
-            await client.close(code=_close_code(upstream.close_code))
+            await client.close(code=_close_code(to_client.result()))

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import httpx
 
+from proxy.metrics import GatewayMetrics
+from proxy.realtime import RealtimeSessions
 from tests.fakes import FakeUpstream, Fault
-from tests.integration.ops.conftest import METRICS_TOKEN, chat, ops_toml, scrape, wait_until
+from tests.integration.ops.conftest import METRICS_TOKEN, Scrape, chat, ops_toml, scrape, wait_until
 from tests.support.gateway import ThreadedGateway, register_tenant, write_config
 
 CHAT_PATH = "/v1/chat/completions"
@@ -140,3 +142,16 @@ def test_metrics_token_is_required_when_configured(tmp_path: Path, sqlite_url: s
 def test_metrics_are_open_without_a_token(tmp_path: Path, sqlite_url: str) -> None:
     with ThreadedGateway(write_config(tmp_path / "o.toml", ops_toml(sqlite_url))) as gateway:
         assert scrape(gateway.base_url).has("modelgate_worker_info")
+
+
+def test_realtime_sessions_gauge_counts_the_open_sessions() -> None:
+    metrics, sessions = GatewayMetrics(), RealtimeSessions()
+    metrics.watch_realtime(sessions)
+    client = object()  # stands in for the WebSocket of an open session
+
+    sessions.add(client)
+    during = Scrape(metrics.render().decode())
+    sessions.discard(client)
+    after = Scrape(metrics.render().decode())
+
+    assert (during.value("modelgate_realtime_sessions"), after.value("modelgate_realtime_sessions")) == (1, 0)

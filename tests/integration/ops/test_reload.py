@@ -18,7 +18,7 @@ from tests.integration.ops.conftest import (
 )
 from tests.support.gateway import GatewayProcess, register_tenant
 
-# Polling /v1/models writes access lines; at "warning" the gateway's output pipe never fills up.
+# Polling /v1/models writes an access line per poll; "warning" keeps the gateway's output to the point.
 QUIET = 'level = "warning"'
 SECOND = """
 [[models]]
