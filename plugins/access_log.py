@@ -32,7 +32,7 @@ class AccessLog(Plugin):
     def __init__(self, log_prompts: bool) -> None:
         self._log_prompts = log_prompts
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> None:
         latency = time.perf_counter() - ctx.started
         status = ctx.status
         level = logging.ERROR if status == 500 else logging.WARNING if status > 500 else logging.INFO
@@ -66,7 +66,14 @@ class AccessLog(Plugin):
             fields["error"] = "stream_broken" if status < 500 else "internal"
         if ctx.row_failures:
             fields["failed_rows"] = [f"{failed.key}: {reason}" for failed, reason in ctx.row_failures]
-        log.log(level, "%s %s %d", request.method, fields["path"], status, extra=fields)
+        log.log(
+            level,
+            "%s %s %d",
+            request.method,
+            fields["path"],
+            status,
+            extra={"fields": fields, "request_id": ctx.request_id},
+        )
         if self._log_prompts and ctx.body and log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request body of %s",

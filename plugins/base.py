@@ -7,6 +7,7 @@ upstream answered), `on_chunk` (each relayed chunk; must be cheap and never buff
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 from proxy.context import RequestContext
@@ -37,17 +38,30 @@ def _overrides(plugin: Plugin, hook: str) -> bool:
 
 
 class PluginChain:
-    """The ordered plugins, with one pre-computed list per phase so unused hooks cost nothing."""
+    """The ordered plugins, with one pre-computed list per phase so unused hooks cost nothing.
+
+    A plugin may define `on_request` / `on_complete` as plain functions when they never wait: the chain
+    calls those without creating a coroutine (the request phase is the hot path).
+    """
 
     __slots__ = ("chunk_hooks", "complete_hooks", "head_hooks", "plugins", "request_hooks")
 
     def __init__(self, plugins: list[Plugin]) -> None:
         self.plugins = tuple(plugins)
-        self.request_hooks = tuple(p.on_request for p in plugins if _overrides(p, "on_request"))
+        self.request_hooks = _phase(plugins, "on_request")
         self.head_hooks = tuple(p.on_response_head for p in plugins if _overrides(p, "on_response_head"))
         self.chunk_hooks = tuple(p.on_chunk for p in plugins if _overrides(p, "on_chunk"))
-        self.complete_hooks = tuple(p.on_complete for p in plugins if _overrides(p, "on_complete"))
+        self.complete_hooks = _phase(plugins, "on_complete")
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.plugins)
+
+
+def _phase(plugins: list[Plugin], hook: str) -> tuple[tuple[Any, bool], ...]:
+    """(bound hook, whether it must be awaited) for every plugin that overrides `hook`."""
+    return tuple(
+        (getattr(p, hook), inspect.iscoroutinefunction(getattr(type(p), hook)))
+        for p in plugins
+        if _overrides(p, hook)
+    )

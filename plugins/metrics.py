@@ -37,6 +37,15 @@ class Metrics(Plugin):
     def __init__(self, metrics: GatewayMetrics) -> None:
         self._metrics = metrics
         self._streaming: set[int] = set()  # id() of contexts whose stream is being relayed
+        # Labelled children by label values: prometheus-client validates labels on every .labels() call.
+        self._children: dict[tuple, Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def on_response_head(self, ctx: RequestContext, status: int, headers: Any) -> None:
         # The forwarder's own test for relaying a stream rather than reading a whole body.
@@ -44,17 +53,17 @@ class Metrics(Plugin):
             self._streaming.add(id(ctx))
             self._metrics.active_streams.inc()
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> None:
         metrics = self._metrics
         if id(ctx) in self._streaming:
             self._streaming.discard(id(ctx))
             metrics.active_streams.dec()
         route = ctx.route.name if ctx.route is not None else "unsupported"
         model = ctx.model.name if ctx.model is not None else ""
-        metrics.requests.labels(route, model, ctx.row.key if ctx.row else "", str(ctx.status)).inc()
-        metrics.request_duration.labels(route, model).observe(time.perf_counter() - ctx.started)
+        self._child(metrics.requests, route, model, ctx.row.key if ctx.row else "", str(ctx.status)).inc()
+        self._child(metrics.request_duration, route, model).observe(time.perf_counter() - ctx.started)
         if ctx.first_byte_at is not None:
-            metrics.time_to_first_byte.labels(route, model).observe(ctx.first_byte_at - ctx.started)
+            self._child(metrics.time_to_first_byte, route, model).observe(ctx.first_byte_at - ctx.started)
         for row, reason in ctx.row_failures:
             metrics.upstream_errors.labels(row.provider, row.key, reason).inc()
         error = ctx.error
@@ -71,6 +80,6 @@ class Metrics(Plugin):
             metrics.rejections.labels(str(error.status), _REJECTION_REASONS.get(error.status, "other")).inc()
         usage = ctx.usage
         if usage is not None and model:
-            metrics.tokens.labels(model, "input").inc(usage.input_tokens)
-            metrics.tokens.labels(model, "cached_input").inc(usage.cached_input_tokens)
-            metrics.tokens.labels(model, "output").inc(usage.output_tokens)
+            self._child(metrics.tokens, model, "input").inc(usage.input_tokens)
+            self._child(metrics.tokens, model, "cached_input").inc(usage.cached_input_tokens)
+            self._child(metrics.tokens, model, "output").inc(usage.output_tokens)

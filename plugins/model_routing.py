@@ -25,7 +25,7 @@ class ModelRouting(Plugin):
     def __init__(self, catalog: ModelCatalog) -> None:
         self._catalog = catalog
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         route = ctx.route
         if route.kind is None or route.has_id:
             return

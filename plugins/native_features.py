@@ -56,7 +56,7 @@ class NativeFeatures(Plugin):
     name = "native_features"
     essential = True
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         route = ctx.route.name
         if route == "messages_count_tokens":
             feature = "token counting"

@@ -23,7 +23,7 @@ class ProviderFilter(Plugin):
     def __init__(self, catalog: ModelCatalog) -> None:
         self._catalog = catalog
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         payload = ctx.payload
         # A multipart body cannot carry the object (and is relayed as it came).
         if payload is None or "provider" not in payload or ctx.body_stream is not None:

@@ -39,13 +39,13 @@ class RequestId(Plugin):
     def __init__(self, in_flight: InFlightIds) -> None:
         self._in_flight = in_flight
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         if "x-request-id" not in ctx.request.headers or ctx.key is None:
             return
         if not self._in_flight.claim(ctx.key.organization_id, ctx.request_id):
             raise RequestInProgress(f"a request with id {ctx.request_id} is already in progress")
         ctx.claimed_request_id = True
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> None:
         if ctx.claimed_request_id:
             self._in_flight.release(ctx.key.organization_id, ctx.request_id)

@@ -100,7 +100,7 @@ class RequestValidation(Plugin):
     name = "request_validation"
     essential = True
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         payload = ctx.payload
         if payload is None or ctx.body_stream is not None:  # a multipart body's fields are all strings
             return

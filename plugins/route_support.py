@@ -23,7 +23,7 @@ class RouteSupport(Plugin):
     def __init__(self, table: RouteTable) -> None:
         self._table = table
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         request = ctx.request
         route, object_id = self._table.match(request.method, request.path)
         if route is None:

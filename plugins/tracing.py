@@ -20,11 +20,11 @@ class RequestTracing(Plugin):
         self._tracer = tracer
         self._open: dict[int, RequestSpan] = {}  # id() of the context -> its span
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         if self._tracer is not None:
             self._open[id(ctx)] = self._tracer.start_request(ctx)
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> None:
         opened = self._open.pop(id(ctx), None)
         if opened is not None:
             self._tracer.end_request(opened, ctx)

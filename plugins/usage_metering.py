@@ -60,7 +60,7 @@ class UsageMetering(Plugin):
         self._ledger = ledger
         self._prices = {name: ModelPrices.of(entry.config) for name, entry in catalog.models.items()}
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
         if ctx.route.name in MEDIA_ROUTES:
@@ -89,7 +89,7 @@ class UsageMetering(Plugin):
         elif ctx.model is not None and ctx.status == 200:
             ctx.usage = usage_of_body(chunk)
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> None:
         if ctx.model is None or ctx.key is None:
             return
         cost = final_cost(ctx, self._prices[ctx.model.name])

@@ -14,19 +14,38 @@ _STANDARD = frozenset(vars(logging.makeLogRecord({})))
 
 
 class JsonFormatter(logging.Formatter):
-    """A log record as one JSON line; extra fields given with `extra=` are kept."""
+    """A log record as one JSON line; extra fields given with `extra=` are kept.
+
+    A record carrying a `fields` mapping (the access log's one line per request) has exactly those
+    extra fields, which spares scanning every record attribute on the hot path.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._second = -1
+        self._second_text = ""
+
+    def _timestamp(self, created: float, msecs: float) -> str:
+        second = int(created)
+        if second != self._second:  # strftime once a second, not once a line
+            self._second = second
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._second_text}.{int(msecs):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": self._timestamp(record.created, record.msecs),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+        fields = record.__dict__.get("fields")
+        if isinstance(fields, dict):
+            entry.update(fields)
+        else:
+            for key, value in record.__dict__.items():
+                if key not in _STANDARD and not key.startswith("_"):
+                    entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()

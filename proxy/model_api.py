@@ -7,6 +7,7 @@ logged with its traceback and answered as a generic 500, never with the tracebac
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import secrets
@@ -31,8 +32,13 @@ _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 LocalHandler = Callable[[RequestContext], Awaitable[web.StreamResponse]]
 
 
+_ID_PREFIX = "req_" + secrets.token_hex(8)
+_id_counter = itertools.count(1)
+
+
 def new_request_id() -> str:
-    return "req_" + secrets.token_hex(12)
+    """Unique per process by a counter, across processes by a random 64-bit prefix (no syscall each)."""
+    return f"{_ID_PREFIX}{next(_id_counter):08x}"
 
 
 def request_id_of(request: web.Request) -> str:
@@ -65,8 +71,11 @@ class ModelApi:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         ctx = RequestContext(request, request_id_of(request), time.perf_counter())
         try:
-            for hook in self._chain.request_hooks:
-                await hook(ctx)
+            for hook, must_await in self._chain.request_hooks:
+                if must_await:
+                    await hook(ctx)
+                else:
+                    hook(ctx)
             local = self._local.get(ctx.route.name)
             if local is not None:
                 response = local(self._catalog, ctx)
@@ -89,8 +98,11 @@ class ModelApi:
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
         finally:
-            for hook in self._chain.complete_hooks:
+            for hook, must_await in self._chain.complete_hooks:
                 try:
-                    await hook(ctx)
+                    if must_await:
+                        await hook(ctx)
+                    else:
+                        hook(ctx)
                 except Exception:
                     log.exception("completion hook failed for request %s", ctx.request_id)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
+from yarl import URL
 
 from config import ProviderConfig
 
@@ -52,6 +53,7 @@ class Upstream(Protocol):
 
 
 # Client headers a native Anthropic upstream may need; everything else of the client's stays here.
+_MAX_CACHED_URLS = 256
 _ANTHROPIC_PASSTHROUGH = ("anthropic-beta",)
 
 
@@ -86,6 +88,7 @@ class HttpUpstream:
         self._headers = headers
         self._pool_size = config.pool_size
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}
 
     def _client(self) -> aiohttp.ClientSession:
         # Created lazily so it binds to the serving loop (the process may fork workers first).
@@ -116,7 +119,12 @@ class HttpUpstream:
                 if value is not None:
                     headers[name] = value
             headers["anthropic-version"] = client_headers.get("anthropic-version") or self._anthropic_version
-        url = self._base + (path[3:] if self._strip_v1 else path)
+        url = self._urls.get(path)
+        if url is None:
+            # Parsed once per path: aiohttp would otherwise parse the URL string on every request.
+            url = URL(self._base + (path[3:] if self._strip_v1 else path))
+            if len(self._urls) < _MAX_CACHED_URLS:  # paths with object ids are many; keep the fixed ones
+                self._urls[path] = url
         # An upload takes as long as the client takes to send it, so the first-byte deadline cannot start
         # with the request; aiohttp's read timeout starts once the last byte of the body is out.
         first_byte_timeout = None if streamed else self._first_byte_timeout

@@ -34,6 +34,12 @@ class _Conn:
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        try:
+            await self._conn.executemany(sql, rows)
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise IntegrityViolation(str(exc)) from exc
+
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         try:
             return [dict(r) for r in await self._conn.fetch(sql, *args)]

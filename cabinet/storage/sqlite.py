@@ -51,6 +51,12 @@ class _Tx:
             raise IntegrityViolation(str(exc)) from exc
         return cur.rowcount
 
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        try:
+            await self._conn.executemany(to_sqlite(sql), rows)
+        except sqlite3.IntegrityError as exc:
+            raise IntegrityViolation(str(exc)) from exc
+
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         try:
             cur = await self._conn.execute(to_sqlite(sql), args)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -67,12 +68,22 @@ class Counters(Protocol):
 SLOT_TTL_SECONDS = 6 * 3600  # longer than any session should last; only frees slots of dead processes
 
 
+class _Window:
+    """One sliding window: (second, amount) buckets oldest first, and their running total."""
+
+    __slots__ = ("buckets", "total")
+
+    def __init__(self) -> None:
+        self.buckets: deque[list[int]] = deque()
+        self.total = 0
+
+
 class InProcessCounters:
     """Counters of one process (exact for a single gateway process)."""
 
     def __init__(self) -> None:
         self._money: dict[str, list[int]] = {}  # key -> [headroom, reserved, activated]
-        self._windows: dict[str, dict[int, int]] = {}
+        self._windows: dict[str, _Window] = {}
         self._slots: dict[str, int] = {}
 
     async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
@@ -115,25 +126,36 @@ class InProcessCounters:
 
     async def take(self, key: str, amount: int, limit: int) -> WindowResult:
         now = int(time.time())
-        buckets = self._windows.setdefault(key, {})
-        used, oldest = 0, now
-        for second in list(buckets):
-            if second <= now - WINDOW_SECONDS:
-                del buckets[second]
-            else:
-                used += buckets[second]
-                oldest = min(oldest, second)
-        reset = oldest + WINDOW_SECONDS - now
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _Window()
+        buckets = window.buckets
+        horizon = now - WINDOW_SECONDS
+        while buckets and buckets[0][0] <= horizon:
+            window.total -= buckets.popleft()[1]
+        used = window.total
+        reset = (buckets[0][0] if buckets else now) + WINDOW_SECONDS - now
         if used + amount > limit:
             return WindowResult(False, used, reset, now)
         if amount:
-            buckets[now] = buckets.get(now, 0) + amount
+            if buckets and buckets[-1][0] == now:
+                buckets[-1][1] += amount
+            else:
+                buckets.append([now, amount])
+            window.total += amount
         return WindowResult(True, used + amount, reset, now)
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
-        buckets = self._windows.get(key)
-        if buckets is not None and second in buckets:
-            buckets[second] += delta
+        window = self._windows.get(key)
+        if window is None:
+            return
+        for bucket in reversed(window.buckets):
+            if bucket[0] == second:
+                bucket[1] += delta
+                window.total += delta
+                return
+            if bucket[0] < second:
+                return
 
     async def acquire(self, key: str, limit: int) -> bool:
         held = self._slots.get(key, 0)

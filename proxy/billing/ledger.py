@@ -62,6 +62,7 @@ class LedgerWriter:
         self._queue: list[LedgerEntry] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         self.lock = asyncio.Lock()  # held by a flush, and by readers that must not see half of one
         self.flushed_total = 0
         self.last_flush_at = time.time()  # of the last flush that succeeded, even an empty one (metrics)
@@ -83,7 +84,7 @@ class LedgerWriter:
         return sum(e.cost_micros for e in self._queue if e.organization_id == organization_id)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
             except TimeoutError:
@@ -103,7 +104,9 @@ class LedgerWriter:
                 return 0
             try:
                 await self._write(batch)
-            except BaseException:
+            except Exception:
+                # Not written (the transaction rolled back): keep the entries for the next flush. A
+                # cancellation is not retried: its commit may have happened, and a retry would charge twice.
                 self._queue = batch + self._queue
                 raise
             self.flushed_total += len(batch)
@@ -113,10 +116,10 @@ class LedgerWriter:
     async def _write(self, batch: list[LedgerEntry]) -> None:
         spend: dict[str, int] = defaultdict(int)
         budgets: dict[tuple[str, float], int] = defaultdict(int)
-        async with self._db.transaction() as tx:
-            for e in batch:
-                await tx.execute(
-                    _INSERT,
+        rows = []
+        for e in batch:
+            rows.append(
+                (
                     "led_" + secrets.token_hex(12),
                     e.organization_id,
                     e.key_id,
@@ -132,22 +135,27 @@ class LedgerWriter:
                     e.created_at,
                     e.units,
                 )
-                if e.cost_micros:
-                    spend[e.organization_id] += e.cost_micros
-                    for budget in e.budgets:
-                        budgets[budget] += e.cost_micros
+            )
+            if e.cost_micros:
+                spend[e.organization_id] += e.cost_micros
+                for budget in e.budgets:
+                    budgets[budget] += e.cost_micros
+        async with self._db.transaction() as tx:
+            await tx.executemany(_INSERT, rows)
             for organization_id, amount in spend.items():
                 await tx.execute(_BALANCE, amount, organization_id)
             for (rule_id, period_start), amount in budgets.items():
                 await tx.execute(_BUDGET, rule_id, period_start, amount)
 
     async def stop(self) -> None:
-        """Stop the background task and flush what is left."""
+        """Let the background task finish its current flush and end, then flush what is left.
+
+        The task is never cancelled: a flush cancelled while its commit completes would leave the
+        batch both written and queued again.
+        """
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await self._task
             self._task = None
         await self.flush()

@@ -40,8 +40,11 @@ def _tool_names(body: dict[str, Any]) -> list[str]:
     if (isinstance(choice, dict) and choice.get("type") == "none") or not isinstance(body.get("tools"), list):
         return []
     # Client tools only: server tools (web search, …) carry a versioned `type` and no input schema.
-    return [t["name"] for t in body["tools"]
-            if isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("type") in (None, "custom")]
+    return [
+        t["name"]
+        for t in body["tools"]
+        if isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("type") in (None, "custom")
+    ]
 
 
 def _thinking(body: dict[str, Any], user_text: str) -> dict[str, Any] | None:
@@ -78,8 +81,11 @@ def _input_usage(ctx: FakeContext, body: dict[str, Any], model: str, messages: l
         else:
             written = cached
             ctx.prompt_cache.add(key)
-    return {"input_tokens": total - cached, "cache_creation_input_tokens": written,
-            "cache_read_input_tokens": read}
+    return {
+        "input_tokens": total - cached,
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": read,
+    }
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
@@ -117,6 +123,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 def _block_frames(index: int, block: dict[str, Any], calls: dict[str, ToolCall]) -> list[bytes]:
     """content_block_start and its deltas (without the stop) for one finished block."""
+
     def delta(payload: dict[str, Any]) -> bytes:
         frame = {"type": "content_block_delta", "index": index, "delta": payload}
         return event_frame("content_block_delta", frame)
@@ -128,13 +135,16 @@ def _block_frames(index: int, block: dict[str, Any], calls: dict[str, ToolCall])
         deltas.append(delta({"type": "signature_delta", "signature": block["signature"]}))
     elif kind == "tool_use":
         opening = {**block, "input": {}}
-        deltas = [delta({"type": "input_json_delta", "partial_json": fragment})
-                  for fragment in calls[block["id"]].argument_fragments()]
+        deltas = [
+            delta({"type": "input_json_delta", "partial_json": fragment})
+            for fragment in calls[block["id"]].argument_fragments()
+        ]
     else:
         opening = {"type": "text", "text": ""}
         deltas = [delta({"type": "text_delta", "text": p}) for p in split_pieces(block["text"])]
-    start = event_frame("content_block_start", {"type": "content_block_start", "index": index,
-                                                "content_block": opening})
+    start = event_frame(
+        "content_block_start", {"type": "content_block_start", "index": index, "content_block": opening}
+    )
     return [start, *deltas]
 
 
@@ -143,8 +153,13 @@ def _message_script(message: dict[str, Any], calls: list[ToolCall]) -> SseScript
         return event_frame("content_block_stop", {"type": "content_block_stop", "index": index})
 
     usage = message["usage"]
-    opening = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
-               "usage": {**usage, "output_tokens": 1}}
+    opening = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
     frames = [event_frame("message_start", {"type": "message_start", "message": opening})]
     by_id = {call.id: call for call in calls}
     last = len(message["content"]) - 1
@@ -157,11 +172,14 @@ def _message_script(message: dict[str, Any], calls: list[ToolCall]) -> SseScript
             frames.append(stop(index))
     closing = [
         stop(last),
-        event_frame("message_delta", {
-            "type": "message_delta",
-            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-            "usage": {"output_tokens": usage["output_tokens"]},
-        }),
+        event_frame(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        ),
         event_frame("message_stop", {"type": "message_stop"}),
     ]
     return SseScript(frames, closing)

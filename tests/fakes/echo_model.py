@@ -88,9 +88,12 @@ def text_inputs(value: Any) -> list[tuple[str, int]] | None:
 
     None when `value` is none of those, so the route can answer 400 naming its own parameter.
     """
+
     def is_tokens(item: Any) -> bool:
-        return isinstance(item, list) and bool(item) and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in item
+        return (
+            isinstance(item, list)
+            and bool(item)
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in item)
         )
 
     if isinstance(value, str):

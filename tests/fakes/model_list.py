@@ -25,10 +25,14 @@ async def list_models(request: web.Request) -> web.Response:
     vendor = vendor_of(request)
     data = [_entry(vendor, model_id, ctx.name) for model_id in ctx.models]
     if vendor is Vendor.ANTHROPIC:
-        return json_response({
-            "data": data, "has_more": False,
-            "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None,
-        })
+        return json_response(
+            {
+                "data": data,
+                "has_more": False,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            }
+        )
     return json_response({"object": "list", "data": data})
 
 

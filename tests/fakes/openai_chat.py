@@ -73,8 +73,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     completion = sum(call.tokens for call in calls) if calls else reply.tokens
     usage = openai_usage(prompt_tokens(messages), completion)
     finish = "tool_calls" if calls else _FINISH[reply.finish]
-    head = {"id": new_id("chatcmpl-"), "created": int(time.time()), "model": model,
-            "system_fingerprint": SYSTEM_FINGERPRINT}
+    head = {
+        "id": new_id("chatcmpl-"),
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+    }
     if body.get("stream") is True:
         return await play(request, _chat_script(head, reply, calls, finish, usage, _include_usage(body)))
     message: dict[str, Any] = {"role": "assistant", "content": None if calls else reply.text, "refusal": None}
@@ -83,22 +87,31 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
             for c in calls
         ]
-    return json_response({
-        **head,
-        "object": "chat.completion",
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": usage,
-        "service_tier": "default",
-    })
+    return json_response(
+        {
+            **head,
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+            "usage": usage,
+            "service_tier": "default",
+        }
+    )
 
 
 def _chat_script(
-    head: dict[str, Any], reply: Reply, calls: list[ToolCall], finish: str, usage: dict[str, Any],
+    head: dict[str, Any],
+    reply: Reply,
+    calls: list[ToolCall],
+    finish: str,
+    usage: dict[str, Any],
     include_usage: bool,
 ) -> SseScript:
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        frame = {**head, "object": "chat.completion.chunk",
-                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+        frame = {
+            **head,
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
         if include_usage:
             # Real streams carry `usage: null` on every chunk before the usage chunk.
             frame["usage"] = None
@@ -117,8 +130,10 @@ def _chat_script(
         ]
     if not calls:
         pieces = reply.pieces or [""]
-        frames += [chunk({"role": "assistant", "content": p} if i == 0 else {"content": p})
-                   for i, p in enumerate(pieces)]
+        frames += [
+            chunk({"role": "assistant", "content": p} if i == 0 else {"content": p})
+            for i, p in enumerate(pieces)
+        ]
     closing = [chunk({}, finish)]
     if include_usage:
         closing.append(data_frame({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
@@ -130,16 +145,24 @@ async def completions(request: web.Request) -> web.StreamResponse:
     model = required(body, "model", str)
     prompts = text_inputs(body.get("prompt"))
     if prompts is None:
-        raise UpstreamError(400, "Invalid 'prompt': expected a string, strings or token arrays.",
-                            param="prompt")
+        raise UpstreamError(
+            400, "Invalid 'prompt': expected a string, strings or token arrays.", param="prompt"
+        )
     limit = optional_int(body, "max_tokens")
     replies = [echo_reply(text, max_tokens=limit, stops=stop_list(body.get("stop"))) for text, _ in prompts]
     usage = openai_usage(sum(n for _, n in prompts), sum(r.tokens for r in replies))
-    head = {"id": new_id("cmpl-"), "object": "text_completion", "created": int(time.time()), "model": model,
-            "system_fingerprint": SYSTEM_FINGERPRINT}
+    head = {
+        "id": new_id("cmpl-"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+    }
     if body.get("stream") is not True:
-        choices = [{"text": r.text, "index": i, "logprobs": None, "finish_reason": _FINISH[r.finish]}
-                   for i, r in enumerate(replies)]
+        choices = [
+            {"text": r.text, "index": i, "logprobs": None, "finish_reason": _FINISH[r.finish]}
+            for i, r in enumerate(replies)
+        ]
         return json_response({**head, "choices": choices, "usage": usage})
 
     def chunk(index: int, text: str, finish_reason: str | None = None) -> bytes:

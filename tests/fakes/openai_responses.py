@@ -100,16 +100,25 @@ def _response_script(response: dict[str, Any], reply: Reply) -> SseScript:
     def event(kind: str, **fields: Any) -> bytes:
         return event_frame(kind, {"type": kind, "sequence_number": next(sequence), **fields})
 
-    pending = {**response, "status": "in_progress", "output": [], "usage": None,
-               "incomplete_details": None, "completed_at": None}
+    pending = {
+        **response,
+        "status": "in_progress",
+        "output": [],
+        "usage": None,
+        "incomplete_details": None,
+        "completed_at": None,
+    }
     item = response["output"][0]
     part = item["content"][0]
     where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
     body = [
         event("response.created", response=pending),
         event("response.in_progress", response=pending),
-        event("response.output_item.added", output_index=0,
-              item={**item, "status": "in_progress", "content": []}),
+        event(
+            "response.output_item.added",
+            output_index=0,
+            item={**item, "status": "in_progress", "content": []},
+        ),
         event("response.content_part.added", **where, part={**part, "text": ""}),
         *(event("response.output_text.delta", **where, delta=piece, logprobs=[]) for piece in reply.pieces),
     ]

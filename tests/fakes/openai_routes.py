@@ -27,13 +27,15 @@ async def embeddings(request: web.Request) -> web.Response:
     model = required(body, "model", str)
     inputs = text_inputs(body.get("input"))
     if inputs is None:
-        raise UpstreamError(400, "Invalid 'input': expected a string, strings or token arrays.",
-                            param="input")
+        raise UpstreamError(
+            400, "Invalid 'input': expected a string, strings or token arrays.", param="input"
+        )
     dimensions = optional_int(body, "dimensions") or DEFAULT_DIMENSIONS
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
-        raise UpstreamError(400, "Invalid 'encoding_format': expected 'float' or 'base64'.",
-                            param="encoding_format")
+        raise UpstreamError(
+            400, "Invalid 'encoding_format': expected 'float' or 'base64'.", param="encoding_format"
+        )
     data = []
     for index, (text, _) in enumerate(inputs):
         vector = embedding_vector(text, dimensions)
@@ -42,10 +44,14 @@ async def embeddings(request: web.Request) -> web.Response:
             encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
         data.append({"object": "embedding", "index": index, "embedding": encoded})
     tokens = sum(count for _, count in inputs)
-    return json_response({
-        "object": "list", "data": data, "model": model,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    })
+    return json_response(
+        {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
 
 
 def _state_text(state: Any) -> str:
@@ -82,20 +88,37 @@ def _answer(index: int, question: Any) -> dict[str, Any]:
     if kind == "predicate":
         return {**named, "type": "predicate", "probability": 1.0, "value": True}
     if kind == "choice":
-        values = [c.get("value") if isinstance(c, dict) else c
-                  for c in _first_of(question.get("choices"), index, "choices")]
+        values = [
+            c.get("value") if isinstance(c, dict) else c
+            for c in _first_of(question.get("choices"), index, "choices")
+        ]
         probabilities = [{"value": v, "probability": 1.0 if i == 0 else 0.0} for i, v in enumerate(values)]
-        return {**named, "type": "choice", "choice": values[0], "value": values[0], "confidence": 1.0,
-                "probabilities": probabilities}
+        return {
+            **named,
+            "type": "choice",
+            "choice": values[0],
+            "value": values[0],
+            "confidence": 1.0,
+            "probabilities": probabilities,
+        }
     if kind == "score":
         levels = _first_of(question.get("levels"), index, "levels")
         probabilities = [
-            {"label": level.get("label") if isinstance(level, dict) else str(level), "value": i + 1,
-             "probability": 1.0 if i == 0 else 0.0}
+            {
+                "label": level.get("label") if isinstance(level, dict) else str(level),
+                "value": i + 1,
+                "probability": 1.0 if i == 0 else 0.0,
+            }
             for i, level in enumerate(levels)
         ]
-        return {**named, "type": "score", "score": 1.0, "value": 1, "confidence": 1.0,
-                "probabilities": probabilities}
+        return {
+            **named,
+            "type": "score",
+            "score": 1.0,
+            "value": 1,
+            "confidence": 1.0,
+            "probabilities": probabilities,
+        }
     raise UpstreamError(400, f"questions[{index}].type: unsupported {kind!r}.", param="questions")
 
 
@@ -111,16 +134,18 @@ async def decisions(request: web.Request) -> web.Response:
     answers = [_answer(i, q) for i, q in enumerate(questions)]
     input_tokens = word_count(_state_text(state)) + TOKENS_PER_MESSAGE * len(questions)
     output_tokens = len(answers)
-    return json_response({
-        "id": new_id("dec_"),
-        "object": "decision",
-        "model": model,
-        "answers": answers,
-        "usage": {
-            "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": output_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": input_tokens + output_tokens,
-        },
-    })
+    return json_response(
+        {
+            "id": new_id("dec_"),
+            "object": "decision",
+            "model": model,
+            "answers": answers,
+            "usage": {
+                "input_tokens": input_tokens,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": input_tokens + output_tokens,
+            },
+        }
+    )

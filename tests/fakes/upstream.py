@@ -39,21 +39,23 @@ def build_app(ctx: FakeContext) -> web.Application:
     app = web.Application(middlewares=[upstream_middleware], client_max_size=MAX_BODY)
     app[CONTEXT] = ctx
     app.on_response_prepare.append(stamp_headers)
-    app.router.add_routes([
-        web.post("/v1/chat/completions", chat_completions),
-        web.post("/v1/completions", completions),
-        web.post("/v1/embeddings", embeddings),
-        web.post("/v1/responses", create_response),
-        web.get("/v1/responses/{response_id}", retrieve_response),
-        web.delete("/v1/responses/{response_id}", delete_response),
-        web.get("/v1/models", list_models),
-        web.get("/v1/models/{model_id}", retrieve_model),
-        web.post("/v1/decisions", decisions),
-        web.post("/v1/messages", messages),
-        web.post("/v1/messages/count_tokens", count_tokens),
-        *media_routes.ROUTES,
-        *realtime_routes.ROUTES,
-    ])
+    app.router.add_routes(
+        [
+            web.post("/v1/chat/completions", chat_completions),
+            web.post("/v1/completions", completions),
+            web.post("/v1/embeddings", embeddings),
+            web.post("/v1/responses", create_response),
+            web.get("/v1/responses/{response_id}", retrieve_response),
+            web.delete("/v1/responses/{response_id}", delete_response),
+            web.get("/v1/models", list_models),
+            web.get("/v1/models/{model_id}", retrieve_model),
+            web.post("/v1/decisions", decisions),
+            web.post("/v1/messages", messages),
+            web.post("/v1/messages/count_tokens", count_tokens),
+            *media_routes.ROUTES,
+            *realtime_routes.ROUTES,
+        ]
+    )
     return app
 
 

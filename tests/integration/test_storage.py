@@ -125,3 +125,21 @@ async def test_notify_reaches_a_listener(db) -> None:
     await db.listen("modelgate_test", received.put_nowait)
     await db.notify("modelgate_test", "hello")
     assert await asyncio.wait_for(received.get(), timeout=5) == "hello"
+
+
+_INSERT_ORG = "INSERT INTO organizations (id, legal_name, plan_code, created_at) VALUES ($1, $2, $3, $4)"
+
+
+async def test_executemany_writes_every_row_in_one_transaction(db) -> None:
+    rows = [(f"org_{i}", "Org", "free", time.time()) for i in range(50)]
+    async with db.transaction() as tx:
+        await tx.executemany(_INSERT_ORG, rows)
+    assert await db.fetchval("SELECT COUNT(*) FROM organizations") == 50
+
+
+async def test_executemany_with_a_duplicate_rolls_back_the_whole_batch(db) -> None:
+    rows = [("org_same", "Org", "free", time.time())] * 2
+    with pytest.raises(IntegrityViolation):
+        async with db.transaction() as tx:
+            await tx.executemany(_INSERT_ORG, rows)
+    assert await db.fetchval("SELECT COUNT(*) FROM organizations") == 0

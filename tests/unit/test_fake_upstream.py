@@ -64,8 +64,10 @@ def data_lines(lines: Iterator[str]) -> list[str]:
 def test_chat_echoes_last_user_message_with_word_usage(oai: openai.OpenAI) -> None:
     raw = oai.chat.completions.with_raw_response.create(
         model="gpt-4o-mini",
-        messages=[{"role": "system", "content": "be brief"},
-                  {"role": "user", "content": [{"type": "text", "text": "hello there"}]}],
+        messages=[
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hello there"}]},
+        ],
     )
     completion = raw.parse()
     assert raw.headers["x-fake-upstream"] == "primary"
@@ -95,10 +97,14 @@ def test_chat_stop_sequence_cuts_before_it(oai: openai.OpenAI) -> None:
 
 
 def test_chat_stream_sends_a_chunk_per_word_then_usage(oai: openai.OpenAI) -> None:
-    chunks = list(oai.chat.completions.create(
-        model="m", stream=True, stream_options={"include_usage": True},
-        messages=[{"role": "user", "content": "one two three"}],
-    ))
+    chunks = list(
+        oai.chat.completions.create(
+            model="m",
+            stream=True,
+            stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "one two three"}],
+        )
+    )
     words = [c for c in chunks if c.choices and c.choices[0].delta.content]
     assert [c.choices[0].delta.content for c in words] == ["echo:", " one", " two", " three"]
     assert words[0].choices[0].delta.role == "assistant"
@@ -125,9 +131,11 @@ def test_weather_prompt_with_tools_gets_parallel_tool_calls(oai: openai.OpenAI) 
 
 
 def test_streamed_tool_call_arguments_arrive_in_fragments(oai: openai.OpenAI) -> None:
-    chunks = list(oai.chat.completions.create(
-        model="m", stream=True, tools=[WEATHER_TOOL], messages=[{"role": "user", "content": "weather?"}]
-    ))
+    chunks = list(
+        oai.chat.completions.create(
+            model="m", stream=True, tools=[WEATHER_TOOL], messages=[{"role": "user", "content": "weather?"}]
+        )
+    )
     deltas = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
     assert deltas[0].id and deltas[0].function.name == "get_weather"
     fragments = [d.function.arguments for d in deltas[1:]]
@@ -196,21 +204,33 @@ def test_models_list_in_each_vendor_shape(oai: openai.OpenAI, claude: anthropic.
 
 
 def test_decisions_answer_each_question_type(http: httpx2.Client) -> None:
-    questions = [{"id": "ok", "type": "boolean"}, {"id": "pick", "type": "choice", "options": ["b", "c"]},
-                 {"id": "n", "type": "number"}, {"id": "why", "type": "text"}]
+    questions = [
+        {"id": "ok", "type": "boolean"},
+        {"id": "pick", "type": "choice", "options": ["b", "c"]},
+        {"id": "n", "type": "number"},
+        {"id": "why", "type": "text"},
+    ]
     body = {"model": "d", "state": {"a": 1}, "questions": questions}
     decision = http.post("/v1/decisions", json=body).json()
     assert decision["object"] == "decision" and decision["id"].startswith("dec_")
     assert [(a["question_id"], a["value"]) for a in decision["answers"]] == [
-        ("ok", True), ("pick", "b"), ("n", 1), ("why", "ok")]
+        ("ok", True),
+        ("pick", "b"),
+        ("n", 1),
+        ("why", "ok"),
+    ]
     assert decision["usage"]["total_tokens"] == decision["usage"]["input_tokens"] + 4
 
 
 def test_decisions_parse_in_the_sdk(oai: openai.OpenAI) -> None:
-    decision = oai.decisions.create(model="d", input="is it", questions=[
-        {"type": "predicate", "instructions": "true?"},
-        {"type": "choice", "instructions": "pick", "choices": [{"value": "x"}, {"value": "y"}]},
-    ])
+    decision = oai.decisions.create(
+        model="d",
+        input="is it",
+        questions=[
+            {"type": "predicate", "instructions": "true?"},
+            {"type": "choice", "instructions": "pick", "choices": [{"value": "x"}, {"value": "y"}]},
+        ],
+    )
     assert decision.answers[0].type == "predicate" and decision.answers[1].choice == "x"
 
 
@@ -248,7 +268,10 @@ def test_messages_stream_helper_builds_the_final_message(claude: anthropic.Anthr
 
 def test_streamed_thinking_and_tool_use(claude: anthropic.Anthropic) -> None:
     with claude.messages.stream(
-        model="c", max_tokens=500, thinking={"type": "enabled", "budget_tokens": 100}, tools=[CLAUDE_TOOL],
+        model="c",
+        max_tokens=500,
+        thinking={"type": "enabled", "budget_tokens": 100},
+        tools=[CLAUDE_TOOL],
         messages=[{"role": "user", "content": "weather please"}],
     ) as stream:
         final = stream.get_final_message()
@@ -259,8 +282,11 @@ def test_streamed_thinking_and_tool_use(claude: anthropic.Anthropic) -> None:
 
 
 def test_missing_max_tokens_is_an_anthropic_400(http: httpx2.Client) -> None:
-    response = http.post(MESSAGES, headers={"anthropic-version": "2023-06-01"},
-                         json={"model": "c", "messages": [{"role": "user", "content": "x"}]})
+    response = http.post(
+        MESSAGES,
+        headers={"anthropic-version": "2023-06-01"},
+        json={"model": "c", "messages": [{"role": "user", "content": "x"}]},
+    )
     assert response.status_code == 400
     assert response.json()["type"] == "error"
     assert response.json()["error"]["type"] == "invalid_request_error"
@@ -282,8 +308,11 @@ def test_count_tokens_and_prompt_cache_write_then_read(claude: anthropic.Anthrop
 def test_wrong_keys_get_401_in_each_vendor_shape(fake: FakeUpstream) -> None:
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=fake.base_url + "/v1", api_key="nope", max_retries=0).models.list()
-    response = httpx2.post(fake.base_url + MESSAGES, headers={"x-api-key": "nope", "anthropic-version": "1"},
-                           json={"model": "c", "max_tokens": 5, "messages": []})
+    response = httpx2.post(
+        fake.base_url + MESSAGES,
+        headers={"x-api-key": "nope", "anthropic-version": "1"},
+        json={"model": "c", "max_tokens": 5, "messages": []},
+    )
     assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error"
 
 
@@ -296,8 +325,12 @@ def test_anthropic_accepts_x_api_key_but_needs_a_version_header(fake: FakeUpstre
 
 
 def test_requests_are_recorded_and_clearable(fake: FakeUpstream, http: httpx2.Client) -> None:
-    http.post(CHAT, params={"trace": "1"}, headers={"X-Custom": "v"},
-              json={"model": "m", "messages": [{"role": "user", "content": "rec"}]})
+    http.post(
+        CHAT,
+        params={"trace": "1"},
+        headers={"X-Custom": "v"},
+        json={"model": "m", "messages": [{"role": "user", "content": "rec"}]},
+    )
     http.get("/v1/models")
     (record,) = fake.requests_to(CHAT)
     assert (record.method, record.query, record.headers["x-custom"]) == ("POST", {"trace": "1"}, "v")

@@ -132,10 +132,9 @@ def field_part(name: str, value: str) -> bytes:
 
 
 def file_head(name: str, filename: str | None = None) -> bytes:
-    return (
-        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename or name + ".bin"}"'
-        "\r\nContent-Type: application/octet-stream\r\n\r\n"
-    ).encode()
+    disposition = f'form-data; name="{name}"; filename="{filename or name + ".bin"}"'
+    head = f"--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n"
+    return (head + "Content-Type: application/octet-stream\r\n\r\n").encode()
 
 
 CLOSING = f"--{BOUNDARY}--\r\n".encode()
@@ -144,7 +143,7 @@ CLOSING = f"--{BOUNDARY}--\r\n".encode()
 def multipart(
     fields: list[tuple[str, str]], files: list[tuple[str, int]], *, fields_after: list[tuple[str, str]] = ()
 ) -> tuple[int, Iterator[bytes]]:
-    """(size, chunks) of a multipart body: text `fields`, then file parts of the given sizes, then more fields."""
+    """(size, chunks) of a multipart body: text `fields`, file parts of the given sizes, more fields."""
     heads = [field_part(n, v) for n, v in fields]
     tails = [field_part(n, v) for n, v in fields_after]
     total = sum(map(len, heads)) + sum(len(file_head(n)) + size + 2 for n, size in files)
@@ -240,9 +239,10 @@ def media_gateway(tmp_path: Path, stack: MediaStack) -> Iterator[Callable[..., T
     """A gateway of its own on the module's fakes (for tests that change its state)."""
     running: list[ThreadedGateway] = []
 
-    def start(extra: str = "") -> ThreadedGateway:
+    def start(extra: str = "", storage_url: str | None = None) -> ThreadedGateway:
         index = len(running)
-        toml = media_toml(f"sqlite:///{tmp_path / f'own-{index}.db'}", stack.alpha, stack.beta, extra=extra)
+        storage_url = storage_url or f"sqlite:///{tmp_path / f'own-{index}.db'}"
+        toml = media_toml(storage_url, stack.alpha, stack.beta, extra=extra)
         running.append(ThreadedGateway(write_config(tmp_path / f"own-{index}.toml", toml)).start())
         return running[-1]
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 import threading
 
+import httpx
 import openai
 import pytest
 
 from tests.fakes import Fault
-from tests.integration.media.conftest import MiB, PER_VIDEO_SECOND_USD, ledger_row
+from tests.integration.media.conftest import PER_VIDEO_SECOND_USD, MiB, ledger_row
 from tests.integration.model_api.error_bodies import assert_envelope_a
+from tests.support.gateway import register_tenant
 
 # The SDK marks the whole videos API deprecated (the provider's shutdown date); the calls still work.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -138,3 +140,23 @@ def test_video_content_is_streamed_chunk_by_chunk(http, alpha) -> None:
         assert alpha.requests_to(f"/v1/videos/{video_id}/content")[0].query == {"variant": "video"}
     finally:
         releaser.cancel()
+
+
+def test_video_bindings_and_pages_on_postgresql(media_gateway, pg_server_url, alpha) -> None:
+    own = media_gateway(storage_url=pg_server_url)
+    owner, other = register_tenant(own.base_url), register_tenant(own.base_url)
+    with (
+        httpx.Client(base_url=own.base_url, headers={"authorization": f"Bearer {owner.api_key}"}) as mine,
+        httpx.Client(base_url=own.base_url, headers={"authorization": f"Bearer {other.api_key}"}) as theirs,
+    ):
+        made = [
+            mine.post("/v1/videos", json={"model": "video-test", "prompt": str(i)}).json()["id"]
+            for i in range(3)
+        ]
+        first = mine.get("/v1/videos", params={"limit": 2}).json()
+        second = mine.get("/v1/videos", params={"limit": 2, "after": first["last_id"]}).json()
+        assert [v["id"] for v in first["data"] + second["data"]] == made[::-1]
+        assert theirs.get("/v1/videos").json()["data"] == []
+        assert_envelope_a(theirs.get(f"/v1/videos/{made[0]}"), 404, "invalid_request_error")
+        assert mine.delete(f"/v1/videos/{made[0]}").status_code == 200
+        assert [v["id"] for v in mine.get("/v1/videos").json()["data"]] == made[:0:-1]

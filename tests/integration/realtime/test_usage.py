@@ -1,0 +1,65 @@
+"""A realtime session is metered from the usage its `response.done` events report: one ledger row per
+session, written when it ends, priced by the model's token prices — and flushed when the gateway stops."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from cabinet.storage import open_database
+from tests.fakes.realtime_routes import USAGE
+from tests.integration.realtime.conftest import (
+    INPUT_PER_MTOK,
+    OUTPUT_PER_MTOK,
+    connect,
+    mint,
+    receive_json,
+    session,
+)
+
+
+async def _ledger(storage_url: str, organization_email: str) -> list[dict]:
+    db = await open_database(storage_url)
+    try:
+        rows = await db.fetch(
+            "SELECT l.model, l.status, l.row_key, l.input_tokens, l.cached_input_tokens, l.output_tokens,"
+            " l.cost_micros FROM usage_ledger l JOIN users u ON u.organization_id = l.organization_id"
+            " WHERE u.email = $1 ORDER BY l.created_at",
+            organization_email,
+        )
+        return [dict(row) for row in rows]
+    finally:
+        await db.close()
+
+
+async def test_a_sessions_usage_is_one_ledger_row_after_the_gateway_stops(start_gateway) -> None:
+    own = start_gateway()
+    tenant = await asyncio.to_thread(own.tenant)
+    base = own.gateway.base_url
+    secret = await asyncio.to_thread(mint, base, tenant)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret)
+        for _ in range(2):  # two model responses in one session
+            await ws.send_json({"type": "response.create"})
+            assert (await receive_json(ws))["type"] == "response.done"
+        await ws.send_bytes(b"\x00" * 4096)  # audio frames carry no usage of their own
+        await ws.receive(timeout=10)
+        await ws.close()
+    assert await asyncio.to_thread(own.alpha.realtime.wait_closed, 1)
+    await asyncio.to_thread(own.gateway.stop)  # a graceful stop flushes the ledger
+
+    rows = await _ledger(own.gateway.storage_url, tenant.email)
+    minted, metered = rows  # minting the secret is a free request of its own
+    assert (minted["status"], minted["cost_micros"]) == (200, 0)
+    assert metered["status"] == 101 and metered["model"] == "realtime-test"
+    assert metered["row_key"].startswith("alpha/gpt-realtime-upstream@")
+    inputs, outputs = 2 * USAGE["input_tokens"], 2 * USAGE["output_tokens"]
+    cached = 2 * USAGE["input_token_details"]["cached_tokens"]
+    assert (metered["input_tokens"], metered["output_tokens"], metered["cached_input_tokens"]) == (
+        inputs,
+        outputs,
+        cached,
+    )
+    # Cached input has no price of its own in this config: it costs nothing, the rest at the token prices.
+    expected = math.ceil((inputs - cached) * INPUT_PER_MTOK + outputs * OUTPUT_PER_MTOK - 1e-9)
+    assert metered["cost_micros"] == expected > 0
