@@ -3,7 +3,6 @@ and request, upstream and storage spans when it is on (that last test needs the 
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,13 +20,6 @@ from tests.support.gateway import ThreadedGateway, register_tenant, write_config
 MISSING = (
     "tracing.enabled: tracing needs OpenTelemetry, which is not installed: pip install 'modelgate[otel]'"
 )
-
-
-def _otel_installed() -> bool:
-    try:
-        return importlib.util.find_spec("opentelemetry.sdk.trace") is not None
-    except ImportError:
-        return False
 
 
 def test_tracing_is_off_by_default() -> None:
@@ -58,7 +50,13 @@ def test_enabled_tracing_without_opentelemetry_is_a_config_error(
     ]
 
 
-@pytest.mark.skipif(_otel_installed(), reason="OpenTelemetry is installed here, so tracing can start")
+# The real CLI in a process where the OpenTelemetry packages cannot be imported, installed here or not.
+_WITHOUT_OPENTELEMETRY = (
+    "import sys; sys.modules['opentelemetry'] = None; "
+    "from proxy.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 def test_serve_refuses_to_start_with_tracing_on_and_opentelemetry_missing(
     tmp_path: Path, sqlite_url: str
 ) -> None:
@@ -66,7 +64,7 @@ def test_serve_refuses_to_start_with_tracing_on_and_opentelemetry_missing(
     path.write_text(ops_toml(sqlite_url) + "\n[tracing]\nenabled = true\n")
 
     done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+        [sys.executable, "-c", _WITHOUT_OPENTELEMETRY, "serve", "--config", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
