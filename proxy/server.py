@@ -23,8 +23,10 @@ from cabinet.app import build_cabinet_app
 from cabinet.services import CabinetServices
 from config import Config
 from proxy.gateway import Gateway
+from proxy.logs import configure_logging, flush_logs, flush_logs_periodically
 from proxy.metrics import metrics_handler
 from proxy.reload import Reloader
+from proxy.routes import ROUTES
 from proxy.runtime import ModelApiDispatcher
 
 log = logging.getLogger("modelgate.server")
@@ -74,6 +76,10 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler(gateway))
     handle = ModelApiDispatcher(gateway).handle
+    # The model API's fixed paths as plain resources, which aiohttp finds by a dict lookup; the catch-all
+    # below (a regex tried in order) then only sees ids, unknown paths and the rest.
+    for path in sorted({route.path for route in ROUTES if "{" not in route.path}):
+        app.router.add_route("*", path, handle)
     app.router.add_route("*", "/v1", handle)
     app.router.add_route("*", "/v1/{tail:.*}", handle)
     services = CabinetServices(gateway.config, gateway.db, gateway.keys, gateway.accounts)
@@ -100,6 +106,7 @@ async def serve(
         app, handler_cancellation=True, access_log=None, shutdown_timeout=config.server.shutdown_grace_seconds
     )
     await runner.setup()
+    log_flusher = asyncio.get_running_loop().create_task(flush_logs_periodically(), name="log-flush")
     try:
         site: web.BaseSite
         if sock is not None:
@@ -135,6 +142,8 @@ async def serve(
         await runner.cleanup()
         await gateway.stop()
         log.info("stopped")
+        log_flusher.cancel()
+        flush_logs()
 
 
 def run(config: Config, *, host: str, port: int, workers: int) -> int:
@@ -158,6 +167,7 @@ def _run_loop(config: Config, host: str, port: int, workers: int) -> None:
 
 def _worker_main(config: Config, host: str, port: int, workers: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into one SIGTERM per worker
+    configure_logging(config.logging)  # a spawned process starts with Python's default logging
     _run_loop(config, host, port, workers)
 
 
