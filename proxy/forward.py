@@ -117,7 +117,7 @@ class Forwarder:
                     raise ctx.body_stream.error from None
                 self._selector.failed(row)
                 failure = str(exc)
-                log.warning("row %s failed: %s", row.key, exc)
+                log.warning("row %s failed: %s", row.key, exc, extra={"request_id": ctx.request_id})
                 ctx.row_failures.append((row, "unreachable"))
                 continue
             status = upstream.status
@@ -125,7 +125,7 @@ class Forwarder:
                 self._selector.failed(row)
                 failure = f"{row.provider} answered HTTP {status}"
                 upstream.close()
-                log.warning("row %s answered %s", row.key, status)
+                log.warning("row %s answered %s", row.key, status, extra={"request_id": ctx.request_id})
                 ctx.row_failures.append((row, f"http_{status}"))
                 continue
             if status >= 400:
@@ -144,7 +144,12 @@ class Forwarder:
                 upstream.close()
                 self._selector.failed(row)
                 failure = f"{row.provider} broke off its answer ({exc.__class__.__name__})"
-                log.warning("row %s broke off before its first bytes: %r", row.key, exc)
+                log.warning(
+                    "row %s broke off before its first bytes: %r",
+                    row.key,
+                    exc,
+                    extra={"request_id": ctx.request_id},
+                )
                 ctx.row_failures.append((row, "broke_off"))
                 continue
             except BaseException:  # the client went away meanwhile: let go of the provider at once
@@ -231,7 +236,9 @@ class Forwarder:
             TimeoutError,
         ) as exc:
             # Bytes already reached the client: no failover, but end the stream with a parseable error event.
-            log.warning("row %s broke off a stream: %r", ctx.row.key, exc)
+            log.warning(
+                "row %s broke off a stream: %r", ctx.row.key, exc, extra={"request_id": ctx.request_id}
+            )
             ctx.error = exc
             await response.write(_stream_error_event(ctx.envelope))
         finally:

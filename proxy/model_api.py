@@ -93,7 +93,9 @@ class ModelApi:
             ctx.status = 499  # the client went away
             raise
         except Exception as exc:
-            log.exception("unexpected error in request %s", ctx.request_id)
+            log.exception(
+                "unexpected error in request %s", ctx.request_id, extra={"request_id": ctx.request_id}
+            )
             ctx.error = exc
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
@@ -105,4 +107,8 @@ class ModelApi:
                     else:
                         hook(ctx)
                 except Exception:
-                    log.exception("completion hook failed for request %s", ctx.request_id)
+                    log.exception(
+                        "completion hook failed for request %s",
+                        ctx.request_id,
+                        extra={"request_id": ctx.request_id},
+                    )

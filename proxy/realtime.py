@@ -206,7 +206,12 @@ class RealtimeRelay:
             except UpstreamFailure as exc:
                 self._selector.failed(row)
                 failure = str(exc)
-                log.warning("row %s failed the realtime handshake: %s", row.key, exc)
+                log.warning(
+                    "row %s failed the realtime handshake: %s",
+                    row.key,
+                    exc,
+                    extra={"request_id": ctx.request_id},
+                )
                 ctx.row_failures.append((row, "unreachable"))
                 continue
             self._selector.succeeded(row)
