@@ -185,7 +185,7 @@ async def update_system(request: web.Request) -> web.Response:
 
 
 async def delete_system(request: web.Request) -> web.Response:
-    """DELETE /systems/{id} (owner/admin): refused while active API keys are linked to the system."""
+    """DELETE /systems/{id} (owner/admin): refused while active API keys or policy rules name the system."""
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
     system_id = path_id(request, "id", unknown=_not_found())
@@ -202,6 +202,22 @@ async def delete_system(request: web.Request) -> web.Response:
         if linked:
             raise CabinetError(
                 409, f"system {system.id} is still linked to {linked} active API key(s); revoke them first"
+            )
+        rules = int(
+            await tx.fetchval(
+                "SELECT COUNT(*) FROM policy_rules WHERE organization_id = $1 AND subject_type = 'system'"
+                " AND subject_id = $2",
+                system.organization_id,
+                system.id,
+            )
+            or 0
+        )
+        if rules:
+            # A rule naming a deleted system could never match again: the access it grants or denies
+            # would change silently. The rules must be removed (or re-targeted) deliberately.
+            raise CabinetError(
+                409,
+                f"system {system.id} is still named by {rules} policy rule(s); delete or change them first",
             )
         # Revoked keys keep their history in the audit log; their link would block the delete.
         await tx.execute("UPDATE api_keys SET system_id = NULL WHERE system_id = $1", system.id)

@@ -123,3 +123,24 @@ async def test_system_changes_are_audited(cabinet: Cabinet) -> None:
     events = [e["event"] for e in await cabinet.audit_events(owner)]
 
     assert events[:3] == ["system.deleted", "system.updated", "system.created"]
+
+
+async def test_deleting_a_system_named_by_a_policy_rule_is_refused(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    system = (await cabinet.create_system(owner)).body
+    rule = await cabinet.call(
+        "POST",
+        "/policy-rules",
+        token=owner.token,
+        json={"subjectType": "system", "subjectId": system["id"], "effect": "deny", "models": ["*"]},
+    )
+    assert rule.status == 201
+
+    refused = await cabinet.call("DELETE", f"/systems/{system['id']}", token=owner.token)
+
+    assert refused.status == 409
+    assert refused.body == {
+        "error": f"system {system['id']} is still named by 1 policy rule(s); delete or change them first"
+    }
+    await cabinet.call("DELETE", f"/policy-rules/{rule.body['id']}", token=owner.token)
+    assert (await cabinet.call("DELETE", f"/systems/{system['id']}", token=owner.token)).status == 200
