@@ -19,7 +19,7 @@ from plugins.provider_filter import ProviderFilter
 from plugins.rate_limits import RateLimits
 from plugins.realtime_cap import RealtimeCap
 from plugins.realtime_credentials import RealtimeCredentials
-from plugins.request_id import InFlightIds, RequestId
+from plugins.request_id import InFlightIds, RequestId, SharedRequestId
 from plugins.request_validation import RequestValidation
 from plugins.route_support import RouteSupport
 from plugins.tracing import RequestTracing
@@ -66,7 +66,8 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         RequestTracing(services.tracer),  # a span per request when [tracing] is on; first, to see it all
         RouteSupport(services.routes),  # 404 route not supported; picks envelope A or B
         Auth(services.keys),  # 401
-        RequestId(services.in_flight),  # 409 request_in_progress on a double submit
+        # 409 request_in_progress on a double submit; across processes when Redis is configured
+        SharedRequestId(services.in_flight) if services.in_flight.redis else RequestId(services.in_flight),
         BodyLimits(),  # 413 while reading; JSON parsed once; multipart heads only (the rest streams)
         RealtimeCredentials(services.realtime_secrets),  # 404 invalid_realtime_credential, 409 race
         RequestValidation(),  # 400 on the gateway's own parameter rules

@@ -128,7 +128,7 @@ class Gateway:
                 ledger=ledger,
                 policies=policies,
                 accounts=accounts,
-                in_flight_ids=InFlightIds(),
+                in_flight_ids=InFlightIds(bus.client if bus else None),
                 metrics=metrics,
                 tracer=tracer,
                 realtime=RealtimeState(
