@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import enum
 import importlib.util
+import ipaddress
 import math
 import os
 import re
@@ -338,11 +339,20 @@ def _server(t: _Table) -> ServerConfig:
         public_url=t.string("public_url", check=lambda v: _http_url(v) if v else None),
         operator_token=t.string("operator_token", check=_secret),
         metrics_token=t.string("metrics_token", check=_secret),
+        trusted_proxies=t.strings("trusted_proxies", check=_ip_network),
     )
     t.finish()
     if "public_url" in values:
         values["public_url"] = values["public_url"].rstrip("/")
     return ServerConfig(**values)
+
+
+def _ip_network(value: str) -> str | None:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return f"expected an IP address or network such as 10.0.0.0/8, got {value!r}"
+    return None
 
 
 def _storage(t: _Table) -> StorageConfig:

@@ -62,6 +62,9 @@ class ServerConfig:
     # Secrets stay out of repr so logging a config object never leaks them.
     operator_token: str | None = field(default=None, repr=False)
     metrics_token: str | None = field(default=None, repr=False)
+    # Addresses/networks of load balancers whose X-Forwarded-For names the real client (login
+    # throttling, audit). Empty: forwarded headers are ignored, the peer address is the client.
+    trusted_proxies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from aiohttp import web
 from cabinet.app import build_cabinet_app
 from cabinet.services import CabinetServices
 from config import Config
+from proxy.client_address import forwarded_client_middleware
 from proxy.gateway import Gateway
 from proxy.logs import configure_logging, flush_logs, flush_logs_periodically
 from proxy.metrics import metrics_handler
@@ -68,7 +69,10 @@ async def readyz(request: web.Request) -> web.Response:
 
 def build_app(gateway: Gateway) -> web.Application:
     """The root application: the model API at /v1, the cabinet at /api, health endpoints."""
-    app = web.Application(client_max_size=_CLIENT_MAX_SIZE)
+    trusted_proxies = gateway.config.server.trusted_proxies
+    # Only when configured: a middleware costs every request, and the default trusts no forwarded header.
+    middlewares = [forwarded_client_middleware(trusted_proxies)] if trusted_proxies else []
+    app = web.Application(client_max_size=_CLIENT_MAX_SIZE, middlewares=middlewares)
     app[GATEWAY] = gateway
     # Open realtime sessions are closed (1001 going away) at once, not waited for through the grace period.
     app.on_shutdown.append(lambda _app: gateway.realtime.sessions.close_all())

@@ -1,0 +1,40 @@
+"""The client's address behind trusted load balancers: `X-Forwarded-For`, read right to left, up to the
+first address that is not itself a trusted proxy. Untrusted peers cannot choose their address."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def forwarded_client_middleware(trusted_proxies: tuple[str, ...]) -> Callable:
+    """A middleware that sets `request.remote` to the forwarded client when the peer is trusted."""
+    networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted_proxies)
+
+    def trusted(address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in networks)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        peer = request.remote
+        forwarded = request.headers.get("x-forwarded-for")
+        if forwarded and peer and trusted(peer):
+            for candidate in reversed(forwarded.split(",")):
+                candidate = candidate.strip()
+                if not trusted(candidate):
+                    try:
+                        ipaddress.ip_address(candidate)
+                    except ValueError:
+                        break  # garbage in the chain: keep the peer address
+                    return await handler(request.clone(remote=candidate))
+        return await handler(request)
+
+    return middleware

@@ -1,0 +1,67 @@
+"""Behind trusted load balancers the client address comes from X-Forwarded-For; otherwise the header is
+ignored, so a client cannot pick the address its failed logins are counted against."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from tests.support.gateway import ThreadedGateway, register_tenant, write_config
+
+
+def _gateway(tmp_path: Path, trusted: str) -> ThreadedGateway:
+    toml = f"""
+[server]
+trusted_proxies = {trusted}
+
+[storage]
+url = "sqlite:///{tmp_path / "addr.db"}"
+
+[[providers]]
+name = "mock"
+kind = "mock"
+
+[[models]]
+name = "mock-chat"
+kinds = ["chat"]
+[[models.rows]]
+provider = "mock"
+
+[[plans]]
+code = "free"
+"""
+    return ThreadedGateway(write_config(tmp_path / "addr.toml", toml))
+
+
+def _failed_login_address(gateway: ThreadedGateway, forwarded: str) -> str:
+    tenant = register_tenant(gateway.base_url, fund_usd=None)
+    reply = httpx.post(
+        f"{gateway.base_url}/api/auth/login",
+        headers={"x-forwarded-for": forwarded},
+        json={"email": tenant.email, "password": "not the password at all"},
+        timeout=30,
+    )
+    assert reply.status_code == 401
+    log = httpx.get(
+        f"{gateway.base_url}/api/audit-log",
+        timeout=30,
+        headers={"authorization": f"Bearer {tenant.session_token}"},
+    ).json()
+    failed = next(e for e in log["entries"] if e["event"] == "auth.login_failed")
+    return failed["details"]["address"]
+
+
+def test_a_trusted_proxy_forwards_the_client_address(tmp_path: Path) -> None:
+    with _gateway(tmp_path, '["127.0.0.1"]') as gateway:
+        assert _failed_login_address(gateway, "203.0.113.7, 127.0.0.1") == "203.0.113.7"
+
+
+def test_without_trusted_proxies_the_forwarded_header_is_ignored(tmp_path: Path) -> None:
+    with _gateway(tmp_path, "[]") as gateway:
+        assert _failed_login_address(gateway, "203.0.113.7") == "127.0.0.1"
+
+
+def test_a_garbage_forwarded_chain_keeps_the_peer_address(tmp_path: Path) -> None:
+    with _gateway(tmp_path, '["127.0.0.1"]') as gateway:
+        assert _failed_login_address(gateway, "not-an-ip") == "127.0.0.1"
