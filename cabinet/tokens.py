@@ -7,7 +7,6 @@ sufficient at-rest hash (unlike passwords, which use argon2id); lookups go by th
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 
 API_KEY_PREFIX = "sk-"
@@ -18,11 +17,6 @@ _SECRET_BYTES = 32
 def hash_token(token: str) -> str:
     """The at-rest form of a high-entropy secret (hex SHA-256)."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def tokens_match(presented: str, stored_hash: str) -> bool:
-    """Constant-time check of a presented secret against its stored hash."""
-    return hmac.compare_digest(hash_token(presented), stored_hash)
 
 
 def new_api_key_secret() -> str:

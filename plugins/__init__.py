@@ -78,8 +78,8 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         Policy(services.policies),  # 403 denied model, 404 model not enabled for the key
         RateLimits(services.config, services.counters),  # 429 RPM/TPM per key and organization
         RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
-        BillingGate(services.accounts, services.catalog),  # 402 unpaid invoice, balance or budget
-        UsageMetering(services.ledger, services.catalog),  # usage from answers; a ledger row per request
+        BillingGate(services.accounts),  # 402 unpaid invoice, balance or budget
+        UsageMetering(services.ledger),  # usage from answers; a ledger row per request
         Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
         AccessLog(services.config.logging.log_prompts),  # one structured line per request, last
     ]

@@ -13,23 +13,22 @@ import time
 from plugins.base import Plugin
 from proxy.billing.accounts import Accounts, balance_key
 from proxy.billing.media import FREE_ROUTES, media_worst_case
-from proxy.billing.prices import ModelPrices, ensure_estimate
+from proxy.billing.prices import ensure_estimate
 from proxy.context import RequestContext, Usage
-from proxy.routing import ModelCatalog
 
 
-def final_cost(ctx: RequestContext, prices: ModelPrices) -> int:
+def final_cost(ctx: RequestContext) -> int:
     """The cost to charge for a finished request (computed once, shared by billing and metering)."""
     if ctx.cost_micros is None:
         # 101: a realtime session, charged from the usage its events reported.
         if ctx.row is None or ctx.status not in (200, 101) or ctx.route.name in FREE_ROUTES:
             ctx.cost_micros = 0
         elif ctx.usage is not None:
-            ctx.cost_micros = prices.cost(ctx.usage)
+            ctx.cost_micros = ctx.model.prices.cost(ctx.usage)
         else:
             # No usage reported (e.g. the client left mid-stream): charge what was seen, ~4 bytes a token.
             ctx.usage = Usage(input_tokens=len(ctx.body) // 4, output_tokens=ctx.bytes_sent // 4)
-            ctx.cost_micros = prices.cost(ctx.usage)
+            ctx.cost_micros = ctx.model.prices.cost(ctx.usage)
     return ctx.cost_micros
 
 
@@ -38,15 +37,14 @@ class BillingGate(Plugin):
 
     name = "billing_gate"
 
-    def __init__(self, accounts: Accounts, catalog: ModelCatalog) -> None:
+    def __init__(self, accounts: Accounts) -> None:
         self._accounts = accounts
-        self._prices = {name: ModelPrices.of(entry.config) for name, entry in catalog.models.items()}
 
     async def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
         ensure_estimate(ctx)
-        prices = self._prices[ctx.model.name]
+        prices = ctx.model.prices
         worst = media_worst_case(ctx.route.name, ctx.payload, prices)
         if worst is None:
             worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
@@ -63,6 +61,6 @@ class BillingGate(Plugin):
     async def on_complete(self, ctx: RequestContext) -> None:
         if not ctx.reservations:
             return
-        cost = final_cost(ctx, self._prices[ctx.model.name])
+        cost = final_cost(ctx)
         for counter, reserved in ctx.reservations:
             await self._accounts.settle(counter, reserved, cost)

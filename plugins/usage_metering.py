@@ -13,10 +13,8 @@ from plugins.base import Plugin
 from plugins.billing_gate import final_cost
 from proxy.billing.ledger import LedgerEntry, LedgerWriter
 from proxy.billing.media import MEDIA_ROUTES, MediaUsageReader
-from proxy.billing.prices import ModelPrices
 from proxy.billing.usage import StreamUsageScanner, usage_of_body
 from proxy.context import RequestContext
-from proxy.routing import ModelCatalog
 
 _USAGE_ROUTES = frozenset({"chat_completions", "completions"})
 _USAGE_ONLY_MARKERS = (b'"choices":[]', b'"choices": []')
@@ -56,9 +54,8 @@ class UsageMetering(Plugin):
 
     name = "usage_metering"
 
-    def __init__(self, ledger: LedgerWriter, catalog: ModelCatalog) -> None:
+    def __init__(self, ledger: LedgerWriter) -> None:
         self._ledger = ledger
-        self._prices = {name: ModelPrices.of(entry.config) for name, entry in catalog.models.items()}
 
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
@@ -92,7 +89,7 @@ class UsageMetering(Plugin):
     def on_complete(self, ctx: RequestContext) -> None:
         if ctx.model is None or ctx.key is None:
             return
-        cost = final_cost(ctx, self._prices[ctx.model.name])
+        cost = final_cost(ctx)
         usage = ctx.usage
         key = ctx.key
         self._ledger.add(

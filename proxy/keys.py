@@ -93,11 +93,6 @@ class KeyDirectory:
         if len(self._tombstones) > 10_000:
             self._tombstones = {h: t for h, t in self._tombstones.items() if t > now}
 
-    def invalidate_all(self) -> None:
-        """Forget every cached key (e.g. when a plan or organization changes)."""
-        self._generation += 1
-        self._cache.clear()
-
     async def key_revoked(self, secret_hash: str, tx: Executor) -> None:
         """The cabinet's revocation sink: called inside the revoke transaction, before commit."""
         self.forget(secret_hash)

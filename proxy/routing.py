@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from config import Config, ModelConfig
+from proxy.billing.prices import ModelPrices
 
 if TYPE_CHECKING:
     from proxy.upstream import Upstream
@@ -52,6 +53,7 @@ class ModelEntry:
     kinds: frozenset[str]
     rows: tuple[RoutingRow, ...]
     config: ModelConfig
+    prices: ModelPrices  # from config.prices, computed once with the catalog
 
 
 class ModelCatalog:
@@ -72,7 +74,9 @@ class ModelCatalog:
                 )
                 for row in model.rows
             )
-            self.models[model.name] = ModelEntry(model.name, frozenset(model.kinds), rows, model)
+            self.models[model.name] = ModelEntry(
+                model.name, frozenset(model.kinds), rows, model, ModelPrices.of(model)
+            )
         self.provider_names = frozenset(upstreams)
         self.host_names = frozenset(row.host for m in self.models.values() for row in m.rows)
         self.rows_by_key = {row.key: row for m in self.models.values() for row in m.rows}

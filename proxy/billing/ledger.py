@@ -64,7 +64,6 @@ class LedgerWriter:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self.lock = asyncio.Lock()  # held by a flush, and by readers that must not see half of one
-        self.flushed_total = 0
         self.last_flush_at = time.time()  # of the last flush that succeeded, even an empty one (metrics)
 
     def start(self) -> None:
@@ -109,7 +108,6 @@ class LedgerWriter:
                 # cancellation is not retried: its commit may have happened, and a retry would charge twice.
                 self._queue = batch + self._queue
                 raise
-            self.flushed_total += len(batch)
             self.last_flush_at = time.time()
             return len(batch)
 

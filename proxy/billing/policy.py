@@ -44,16 +44,6 @@ class PolicyRule:
 
 
 @dataclass(frozen=True, slots=True)
-class Budget:
-    """A budget a request must fit in: its counter key and the stored-spend period."""
-
-    rule_id: str
-    limit_micros: int
-    period_start: float
-    counter_key: str
-
-
-@dataclass(frozen=True, slots=True)
 class Decision:
     """What the policy says about one (key, model)."""
 
