@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -20,6 +21,7 @@ from plugins.base import PluginChain
 from proxy.context import RequestContext
 from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
 from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
+from proxy.http_client import UpstreamBrokeOff
 from proxy.routing import RoutingRow, RowSelector
 from proxy.translation import Translator, translator_for
 from proxy.upstream import StreamedBody, UpstreamFailure, UpstreamResponse
@@ -80,9 +82,11 @@ class Forwarder:
                 f"{name} is cooling down after failures. Retry shortly."
             )
         route, request = ctx.route, ctx.request
-        path = route.upstream_path if not route.has_id else route.upstream_path.replace("{id}", ctx.object_id)
-        if route.has_id and request.query_string:
-            path += "?" + request.query_string  # e.g. GET /v1/videos/{id}/content?variant=thumbnail
+        path = route.upstream_path
+        if route.has_id:
+            path = path.replace("{id}", quote(ctx.object_id, safe=""))
+            if request.query_string:  # e.g. GET /v1/videos/{id}/content?variant=thumbnail
+                path += "?" + request.rel_url.raw_query_string
         try:
             body_template = ctx.upstream_body() if route.body.value != "none" else None
         except orjson.JSONEncodeError:
@@ -140,7 +144,7 @@ class Forwarder:
             # before then is failed over like one that never answered.
             try:
                 opening, rest = await _opening(ctx, upstream)
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except (aiohttp.ClientError, UpstreamBrokeOff, TimeoutError) as exc:
                 upstream.close()
                 self._selector.failed(row)
                 failure = f"{row.provider} broke off its answer ({exc.__class__.__name__})"
@@ -230,6 +234,7 @@ class Forwarder:
                 await response.write(tail)
             completed = True
         except (
+            UpstreamBrokeOff,
             aiohttp.ClientPayloadError,
             aiohttp.ServerDisconnectedError,
             aiohttp.ClientOSError,

@@ -7,14 +7,17 @@ An upstream returns an object with aiohttp's response surface (`status`, `header
 from __future__ import annotations
 
 import asyncio
+import re
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 from yarl import URL
 
 from config import ProviderConfig
+from proxy.http_client import ConnectionPool, HttpClient, UpstreamBrokeOff, UpstreamTimeout
 
 
 class UpstreamFailure(Exception):
@@ -53,23 +56,41 @@ class Upstream(Protocol):
 
 
 # Client headers a native Anthropic upstream may need; everything else of the client's stays here.
-_MAX_CACHED_URLS = 256
+_MAX_CACHED_HEADS = 256
 _ANTHROPIC_PASSTHROUGH = ("anthropic-beta",)
+# Headers of the request itself; a provider's configured headers cannot set them.
+_SET_PER_REQUEST = frozenset(("host", "content-length", "transfer-encoding", "connection", "x-request-id"))
+# Characters a request target may carry as they are; anything else is percent-encoded.
+_UNSAFE_IN_TARGET = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]")
+
+
+def _header_line(name: str, value: str) -> bytes:
+    if "\r" in value or "\n" in value:
+        raise ValueError(f"header {name} holds a line break")
+    return f"{name}: {value}\r\n".encode("latin-1")
 
 
 class HttpUpstream:
-    """A real provider reached over HTTP with keep-alive connections."""
+    """A real provider reached over HTTP with keep-alive connections.
+
+    Requests whose body is in memory (every JSON route, GETs and DELETEs) go through the lean pooled client
+    of proxy.http_client; a multipart upload relayed as it arrives and the realtime WebSocket go through
+    an aiohttp ClientSession, created on first use.
+    """
 
     def __init__(self, config: ProviderConfig) -> None:
         self.name = config.name
         self.kind = config.kind
-        self.host = urlsplit(config.base_url).hostname or config.name
+        parts = urlsplit(config.base_url)
+        self.host = parts.hostname or config.name
         self.native_messages = bool(config.native_messages)
         self._anthropic_version = config.anthropic_version
         self._base = config.base_url.rstrip("/")
+        self._base_path = parts.path.rstrip("/")
         # The openai SDK convention puts /v1 in the base URL; the anthropic one does not.
         self._strip_v1 = config.kind == "openai"
         self._first_byte_timeout = config.first_byte_timeout
+        self._read_timeout = config.read_timeout
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=config.connect_timeout, sock_read=config.read_timeout
         )
@@ -89,8 +110,33 @@ class HttpUpstream:
         self._pool_size = config.pool_size
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[str, URL] = {}
+        # The fixed part of every request's head, written once: host, then the provider's headers.
+        secure = parts.scheme == "https"
+        port = parts.port or (443 if secure else 80)
+        authority = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        if parts.hostname and ":" in parts.hostname:  # an IPv6 literal
+            authority = f"[{parts.hostname}]" if parts.port is None else f"[{parts.hostname}]:{parts.port}"
+        self._fixed_headers = b"host: " + authority.encode("idna") + b"\r\n"
+        # On Messages paths the version is set per request: the client may ask for another one.
+        self._speaks_messages = config.kind == "anthropic" or self.native_messages
+        self._fixed_headers += b"".join(
+            _header_line(name, value)
+            for name, value in headers.items()
+            if name not in _SET_PER_REQUEST and not (name == "anthropic-version" and self._speaks_messages)
+        )
+        self._heads: dict[tuple[str, str], bytes] = {}
+        self._client = HttpClient(
+            ConnectionPool(
+                parts.hostname or "",
+                port,
+                tls=ssl.create_default_context() if secure else None,
+                limit=config.pool_size,
+                connect_timeout=config.connect_timeout,
+            ),
+            config.read_timeout,
+        )
 
-    def _client(self) -> aiohttp.ClientSession:
+    def _aiohttp(self) -> aiohttp.ClientSession:
         # Created lazily so it binds to the serving loop (the process may fork workers first).
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._pool_size, keepalive_timeout=30, ttl_dns_cache=300)
@@ -99,20 +145,62 @@ class HttpUpstream:
                 auto_decompress=False,
                 timeout=self._timeout,
                 skip_auto_headers=("User-Agent",),
+                cookie_jar=aiohttp.DummyCookieJar(),  # a provider's cookies must never cross tenants
             )
         return self._session
 
+    def _row_path(self, path: str) -> str:
+        return self._base_path + (path[3:] if self._strip_v1 else path)
+
+    def _head_start(self, method: str, path: str) -> bytes:
+        """Request line and fixed headers for (method, path), built once per fixed path."""
+        head = self._heads.get((method, path))
+        if head is None:
+            target = self._row_path(path)
+            if _UNSAFE_IN_TARGET.search(target):
+                target = quote(target, safe="/?=&%:@!$'()*+,;-._~")
+            head = f"{method} {target} HTTP/1.1\r\n".encode("ascii") + self._fixed_headers
+            if len(self._heads) < _MAX_CACHED_HEADS:  # paths with object ids are many; keep the fixed ones
+                self._heads[(method, path)] = head
+        return head
+
     async def send(
         self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
+    ) -> UpstreamResponse:
+        if body is not None and not isinstance(body, bytes):
+            return await self._send_streamed(method, path, body, request_id, client_headers)
+        head = self._head_start(method, path) + b"x-request-id: " + request_id.encode("ascii") + b"\r\n"
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            head += b"content-length: %d\r\n" % len(body or b"")
+        # An OpenAI-kind provider flagged native_messages speaks Messages on its /v1/messages paths.
+        if self._speaks_messages:
+            if self.kind == "anthropic" or path.startswith("/v1/messages"):
+                for name in _ANTHROPIC_PASSTHROUGH:
+                    value = client_headers.get(name)
+                    if value is not None and "\r" not in value and "\n" not in value:
+                        head += _header_line(name, value)
+                version = client_headers.get("anthropic-version") or self._headers.get("anthropic-version")
+                head += _header_line("anthropic-version", version or self._anthropic_version)
+            elif "anthropic-version" in self._headers:  # set in the provider's configured headers
+                head += _header_line("anthropic-version", self._headers["anthropic-version"])
+        try:
+            return await self._client.request(head + b"\r\n", body, self._first_byte_timeout)
+        except UpstreamTimeout as exc:
+            raise UpstreamFailure(f"{self.name}: no response within {self._first_byte_timeout:g}s") from exc
+        except TimeoutError as exc:
+            raise UpstreamFailure(f"{self.name}: no connection within the connect timeout") from exc
+        except (UpstreamBrokeOff, OSError) as exc:
+            raise UpstreamFailure(f"{self.name}: {exc.__class__.__name__}: {exc}") from exc
+
+    async def _send_streamed(
+        self, method: str, path: str, body: StreamedBody, request_id: str, client_headers: Any
     ) -> aiohttp.ClientResponse:
+        """A multipart upload relayed as it arrives, through aiohttp's client (it streams request bodies)."""
         headers = self._headers.copy()
         headers["x-request-id"] = request_id
-        streamed = body is not None and not isinstance(body, bytes)
-        if streamed:
-            headers["content-type"] = body.content_type
-            if body.length is not None:
-                headers["content-length"] = str(body.length)
-        # An OpenAI-kind provider flagged native_messages speaks Messages on its /v1/messages paths.
+        headers["content-type"] = body.content_type
+        if body.length is not None:
+            headers["content-length"] = str(body.length)
         if self.kind == "anthropic" or (self.native_messages and path.startswith("/v1/messages")):
             for name in _ANTHROPIC_PASSTHROUGH:
                 value = client_headers.get(name)
@@ -121,18 +209,16 @@ class HttpUpstream:
             headers["anthropic-version"] = client_headers.get("anthropic-version") or self._anthropic_version
         url = self._urls.get(path)
         if url is None:
-            # Parsed once per path: aiohttp would otherwise parse the URL string on every request.
             url = URL(self._base + (path[3:] if self._strip_v1 else path))
-            if len(self._urls) < _MAX_CACHED_URLS:  # paths with object ids are many; keep the fixed ones
+            if len(self._urls) < _MAX_CACHED_HEADS:
                 self._urls[path] = url
         # An upload takes as long as the client takes to send it, so the first-byte deadline cannot start
         # with the request; aiohttp's read timeout starts once the last byte of the body is out.
-        first_byte_timeout = None if streamed else self._first_byte_timeout
         try:
-            async with asyncio.timeout(first_byte_timeout):
-                return await self._client().request(method, url, data=body, headers=headers)
+            session = self._aiohttp()
+            return await session.request(method, url, data=body, headers=headers, allow_redirects=False)
         except TimeoutError as exc:
-            raise UpstreamFailure(f"{self.name}: no response within {self._first_byte_timeout:g}s") from exc
+            raise UpstreamFailure(f"{self.name}: no response within {self._read_timeout:g}s") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamFailure(f"{self.name}: {exc.__class__.__name__}") from exc
 
@@ -144,7 +230,7 @@ class HttpUpstream:
         headers["x-request-id"] = request_id
         try:
             async with asyncio.timeout(self._first_byte_timeout):
-                return await self._client().ws_connect(
+                return await self._aiohttp().ws_connect(
                     url,
                     params={"model": model},
                     headers=headers,
@@ -161,6 +247,7 @@ class HttpUpstream:
             raise UpstreamFailure(f"{self.name}: {exc.__class__.__name__}") from exc
 
     async def close(self) -> None:
+        self._client.pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
