@@ -12,11 +12,13 @@ import time
 from plugins.base import Plugin
 from proxy.context import RequestContext
 from proxy.errors import GatewayError
+from proxy.logs import FieldsWriter, json_line_writer
 
 log = logging.getLogger("modelgate.access")
 
 _MAX_MODEL_NAME = 200
 _MAX_PATH = 512
+_UNSET = object()
 
 
 def _ms(seconds: float) -> float:
@@ -31,6 +33,16 @@ class AccessLog(Plugin):
 
     def __init__(self, log_prompts: bool) -> None:
         self._log_prompts = log_prompts
+        self._writer: FieldsWriter | object | None = _UNSET  # looked up on first use, once logging is set
+
+    def _write(self, level: int, message: str, fields: dict, request_id: str) -> None:
+        writer = self._writer
+        if writer is _UNSET:
+            writer = self._writer = json_line_writer(log)
+        if writer is not None:
+            writer(level, message, fields)
+        else:
+            log.log(level, "%s", message, extra={"fields": fields, "request_id": request_id})
 
     def on_complete(self, ctx: RequestContext) -> None:
         latency = time.perf_counter() - ctx.started
@@ -66,14 +78,7 @@ class AccessLog(Plugin):
             fields["error"] = "stream_broken" if status < 500 else "internal"
         if ctx.row_failures:
             fields["failed_rows"] = [f"{failed.key}: {reason}" for failed, reason in ctx.row_failures]
-        log.log(
-            level,
-            "%s %s %d",
-            request.method,
-            fields["path"],
-            status,
-            extra={"fields": fields, "request_id": ctx.request_id},
-        )
+        self._write(level, f"{request.method} {fields['path']} {status}", fields, ctx.request_id)
         if self._log_prompts and ctx.body and log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request body of %s",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from plugins.base import Plugin
-from proxy.billing.accounts import Accounts, balance_key
+from proxy.billing.accounts import Accounts
 from proxy.billing.media import FREE_ROUTES, media_worst_case
 from proxy.billing.prices import ensure_estimate
 from proxy.context import RequestContext, Usage
@@ -49,8 +49,10 @@ class BillingGate(Plugin):
         if worst is None:
             worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
         key = ctx.key
-        await self._accounts.reserve_balance(key.organization_id, key.plan_code, worst)
-        ctx.reservations.append((balance_key(key.organization_id), worst))
+        counter = await self._accounts.reserve_balance(
+            key.organization_id, key.plan_code, worst, key.balance_counter
+        )
+        ctx.reservations.append((counter, worst))
         if ctx.decision is not None and ctx.decision.budget_rules:
             now = time.time()
             for rule in ctx.decision.budget_rules:

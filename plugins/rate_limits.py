@@ -16,6 +16,11 @@ from proxy.billing.prices import ensure_estimate
 from proxy.context import RequestContext
 from proxy.errors import RateLimited
 
+_HEADERS = {
+    unit: (f"x-ratelimit-limit-{unit}", f"x-ratelimit-remaining-{unit}", f"x-ratelimit-reset-{unit}")
+    for unit in ("requests", "tokens")
+}
+
 
 class RateLimits(Plugin):
     """Admits a request into its request and token windows, or stops it with 429."""
@@ -36,38 +41,43 @@ class RateLimits(Plugin):
         key_tpm = decision.tpm if decision is not None and decision.tpm is not None else plan_tpm
         ensure_estimate(ctx)
         tokens = ctx.estimated_input_tokens + ctx.max_output_tokens
-        headers = ctx.response_headers
-        if key_rpm:
-            result = await self._take(f"rpm:k:{key.id}", 1, key_rpm, "requests")
-            headers["x-ratelimit-limit-requests"] = str(key_rpm)
-            headers["x-ratelimit-remaining-requests"] = str(max(key_rpm - result.used, 0))
-            headers["x-ratelimit-reset-requests"] = f"{result.reset_seconds}s"
-        if plan_rpm:
-            await self._take(f"rpm:o:{key.organization_id}", 1, plan_rpm, "requests")
-        if key_tpm:
-            result = await self._take(f"tpm:k:{key.id}", tokens, key_tpm, "tokens")
-            ctx.token_windows.append((f"tpm:k:{key.id}", result.second, tokens))
-            headers["x-ratelimit-limit-tokens"] = str(key_tpm)
-            headers["x-ratelimit-remaining-tokens"] = str(max(key_tpm - result.used, 0))
-            headers["x-ratelimit-reset-tokens"] = f"{result.reset_seconds}s"
-        if plan_tpm:
-            result = await self._take(f"tpm:o:{key.organization_id}", tokens, plan_tpm, "tokens")
-            ctx.token_windows.append((f"tpm:o:{key.organization_id}", result.second, tokens))
-
-    async def _take(self, window: str, amount: int, limit: int, unit: str):
-        result = await self._counters.take(window, amount, limit)
-        if not result.allowed:
-            retry = max(result.reset_seconds, 1)
+        # (window, amount, limit, unit, the key's own) of every window this request counts in; 0: no limit.
+        windows = [
+            window
+            for window in (
+                (key.rpm_window, 1, key_rpm, "requests", True),
+                (key.org_rpm_window, 1, plan_rpm, "requests", False),
+                (key.tpm_window, tokens, key_tpm, "tokens", True),
+                (key.org_tpm_window, tokens, plan_tpm, "tokens", False),
+            )
+            if window[2]
+        ]
+        if not windows:
+            return
+        # All windows at once, or none: a request refused by one window does not count in the others.
+        results = await self._counters.admit([window[:3] for window in windows])
+        last = results[-1]
+        if not last.allowed:
+            _name, _amount, limit, unit, _own = windows[len(results) - 1]
+            retry = max(last.reset_seconds, 1)
             raise RateLimited(
                 f"Rate limit reached: {limit} {unit} per minute. Retry in {retry}s.",
                 headers={
                     "retry-after": str(retry),
                     f"x-ratelimit-limit-{unit}": str(limit),
-                    f"x-ratelimit-remaining-{unit}": str(max(limit - result.used, 0)),
+                    f"x-ratelimit-remaining-{unit}": str(max(limit - last.used, 0)),
                     f"x-ratelimit-reset-{unit}": f"{retry}s",
                 },
             )
-        return result
+        headers = ctx.response_headers
+        for (name, amount, limit, unit, own), result in zip(windows, results, strict=True):
+            if unit == "tokens":
+                ctx.token_windows.append((name, result.second, amount))
+            if own:  # answers report the key's own windows
+                limit_name, remaining_name, reset_name = _HEADERS[unit]
+                headers[limit_name] = str(limit)
+                headers[remaining_name] = str(max(limit - result.used, 0))
+                headers[reset_name] = f"{result.reset_seconds}s"
 
     async def on_complete(self, ctx: RequestContext) -> None:
         if not ctx.token_windows:

@@ -219,7 +219,8 @@ class UpstreamAnswer:
                 timer.cancel()
 
     def _time_out(self, waiter: asyncio.Future, message: str) -> None:
-        if waiter is self._waiter:
+        # Not when the wait was met in the same turn of the loop, before the waiting task could run.
+        if waiter is self._waiter and not waiter.done():
             self.fail(UpstreamTimeout(f"no {message}"))
             self._drop()
 
@@ -236,6 +237,7 @@ class UpstreamAnswer:
         while not self._done and (n < 0 or self._buffered < n):
             if self._error is not None:
                 raise self._error
+            self._resume()  # the reader wants more than is buffered: back-pressure must not starve it
             await self._wait(self._read_timeout, "data")
         if self._error is not None:
             raise self._error
@@ -380,6 +382,9 @@ class ConnectionPool:
             self._wake_one()
             raise
         self._connecting -= 1
+        if self._closed:  # closed while connecting: nobody would ever close this one
+            conn.abort()
+            raise UpstreamBrokeOff("the client is closed")
         self._open.add(conn)
         return conn, False
 
@@ -439,13 +444,14 @@ class ConnectionPool:
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
-        for conn in list(self._open):
-            self.drop(conn)
-        self._idle.clear()
+        # Waiters first: each connection dropped below frees a place, which would wake one to connect anew.
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(UpstreamBrokeOff("the client is closed"))
+        for conn in list(self._open):
+            self.drop(conn)
+        self._idle.clear()
 
 
 class HttpClient:

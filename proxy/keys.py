@@ -13,10 +13,11 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cabinet.storage.database import Database, Executor
 from cabinet.tokens import hash_token
+from proxy.billing.accounts import balance_key
 
 log = logging.getLogger("modelgate.keys")
 
@@ -33,13 +34,33 @@ Publisher = Callable[[str, str], Awaitable[object]]
 
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
-    """An active API key as the model API needs it."""
+    """An active API key as the model API needs it.
+
+    The names of the key's and its organization's live counters are derived once here: a cached key
+    serves many requests, and every one of them counts in these windows and that balance.
+    """
 
     id: str
     organization_id: str
     alias: str
     system_id: str | None
     plan_code: str
+    rpm_window: str = field(init=False, repr=False, compare=False)
+    tpm_window: str = field(init=False, repr=False, compare=False)
+    org_rpm_window: str = field(init=False, repr=False, compare=False)
+    org_tpm_window: str = field(init=False, repr=False, compare=False)
+    balance_counter: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        derived = {
+            "rpm_window": f"rpm:k:{self.id}",
+            "tpm_window": f"tpm:k:{self.id}",
+            "org_rpm_window": f"rpm:o:{self.organization_id}",
+            "org_tpm_window": f"tpm:o:{self.organization_id}",
+            "balance_counter": balance_key(self.organization_id),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
 
 class KeyDirectory:

@@ -179,8 +179,10 @@ class HttpUpstream:
                     value = client_headers.get(name)
                     if value is not None and "\r" not in value and "\n" not in value:
                         head += _header_line(name, value)
-                version = client_headers.get("anthropic-version") or self._headers.get("anthropic-version")
-                head += _header_line("anthropic-version", version or self._anthropic_version)
+                version = client_headers.get("anthropic-version")
+                if not version or "\r" in version or "\n" in version:  # a line break is never sent on
+                    version = self._headers.get("anthropic-version") or self._anthropic_version
+                head += _header_line("anthropic-version", version)
             elif "anthropic-version" in self._headers:  # set in the provider's configured headers
                 head += _header_line("anthropic-version", self._headers["anthropic-version"])
         try:

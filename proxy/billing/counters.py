@@ -18,9 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple, Protocol
 
 from redis.exceptions import RedisError
 
@@ -39,14 +38,17 @@ class Reserve:
     NOT_ACTIVATED = -1
 
 
-@dataclass(frozen=True, slots=True)
-class WindowResult:
+class WindowResult(NamedTuple):
     """A sliding-window admission: allowed or not, usage after it, seconds until the window frees up."""
 
     allowed: bool
     used: int
     reset_seconds: int
     second: int  # the bucket the amount went into (to correct it later)
+
+
+# (window name, amount to take, limit) for one window of an admission.
+WindowAsk = tuple[str, int, int]
 
 
 MoneyInit = Callable[[], Awaitable[tuple[int, bool]]]
@@ -59,6 +61,7 @@ class Counters(Protocol):
     async def drop(self, key: str) -> None: ...
     async def refresh(self, key: str, init: MoneyInit) -> None: ...
     async def take(self, key: str, amount: int, limit: int) -> WindowResult: ...
+    async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]: ...
     async def adjust(self, key: str, second: int, delta: int) -> None: ...
     async def acquire(self, key: str, limit: int) -> bool: ...
     async def release(self, key: str) -> None: ...
@@ -124,8 +127,8 @@ class InProcessCounters:
             headroom, activated = await init()
             account[0], account[2] = headroom, int(activated)
 
-    async def take(self, key: str, amount: int, limit: int) -> WindowResult:
-        now = int(time.time())
+    def _window(self, key: str, now: int) -> _Window:
+        """The window of `key` with the buckets that left it dropped."""
         window = self._windows.get(key)
         if window is None:
             window = self._windows[key] = _Window()
@@ -133,17 +136,40 @@ class InProcessCounters:
         horizon = now - WINDOW_SECONDS
         while buckets and buckets[0][0] <= horizon:
             window.total -= buckets.popleft()[1]
-        used = window.total
-        reset = (buckets[0][0] if buckets else now) + WINDOW_SECONDS - now
-        if used + amount > limit:
-            return WindowResult(False, used, reset, now)
+        return window
+
+    @staticmethod
+    def _add(window: _Window, now: int, amount: int) -> None:
         if amount:
+            buckets = window.buckets
             if buckets and buckets[-1][0] == now:
                 buckets[-1][1] += amount
             else:
                 buckets.append([now, amount])
             window.total += amount
-        return WindowResult(True, used + amount, reset, now)
+
+    async def take(self, key: str, amount: int, limit: int) -> WindowResult:
+        return (await self.admit(((key, amount, limit),)))[0]
+
+    async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]:
+        """Take from every window, or from none: when one would pass its limit, nothing is taken and the
+        list ends with that window's refusal."""
+        now = int(time.time())
+        windows = []
+        results = []
+        for key, amount, limit in asks:
+            window = self._window(key, now)
+            buckets = window.buckets
+            used = window.total
+            reset = (buckets[0][0] if buckets else now) + WINDOW_SECONDS - now
+            if used + amount > limit:
+                results.append(WindowResult(False, used, reset, now))
+                return results
+            windows.append(window)
+            results.append(WindowResult(True, used + amount, reset, now))
+        for window, (_key, amount, _limit) in zip(windows, asks, strict=False):
+            self._add(window, now, amount)
+        return results
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
         window = self._windows.get(key)
@@ -208,28 +234,40 @@ _DROP = """
 if tonumber(redis.call('HGET', KEYS[1], 'r') or '0') == 0 then redis.call('DEL', KEYS[1]) end
 return 1
 """
-_TAKE = """
+_ADMIT = """
 local now = tonumber(redis.call('TIME')[1])
-local window = tonumber(ARGV[3])
-local fields = redis.call('HGETALL', KEYS[1])
-local used = 0
-local oldest = now
-for i = 1, #fields, 2 do
-  local second = tonumber(fields[i])
-  if second <= now - window then
-    redis.call('HDEL', KEYS[1], fields[i])
-  else
-    used = used + tonumber(fields[i + 1])
-    if second < oldest then oldest = second end
+local window = tonumber(ARGV[1])
+local out = {}
+for k = 1, #KEYS do
+  local fields = redis.call('HGETALL', KEYS[k])
+  local used = 0
+  local oldest = now
+  for i = 1, #fields, 2 do
+    local second = tonumber(fields[i])
+    if second <= now - window then
+      redis.call('HDEL', KEYS[k], fields[i])
+    else
+      used = used + tonumber(fields[i + 1])
+      if second < oldest then oldest = second end
+    end
+  end
+  local amount = tonumber(ARGV[2 * k])
+  if used + amount > tonumber(ARGV[2 * k + 1]) then
+    table.insert(out, 0) table.insert(out, used) table.insert(out, oldest + window - now)
+    table.insert(out, now)
+    return out
+  end
+  table.insert(out, 1) table.insert(out, used + amount) table.insert(out, oldest + window - now)
+  table.insert(out, now)
+end
+for k = 1, #KEYS do
+  local amount = tonumber(ARGV[2 * k])
+  if amount > 0 then
+    redis.call('HINCRBY', KEYS[k], tostring(now), amount)
+    redis.call('EXPIRE', KEYS[k], window + 1)
   end
 end
-local amount = tonumber(ARGV[1])
-if used + amount > tonumber(ARGV[2]) then return {0, used, oldest + window - now, now} end
-if amount > 0 then
-  redis.call('HINCRBY', KEYS[1], tostring(now), amount)
-  redis.call('EXPIRE', KEYS[1], window + 1)
-end
-return {1, used + amount, oldest + window - now, now}
+return out
 """
 _ACQUIRE = """
 local held = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -265,7 +303,7 @@ class RedisCounters:
         self._settle = client.register_script(_SETTLE)
         self._credit = client.register_script(_CREDIT)
         self._drop = client.register_script(_DROP)
-        self._take = client.register_script(_TAKE)
+        self._admit = client.register_script(_ADMIT)
         self._adjust = client.register_script(_ADJUST)
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
@@ -318,14 +356,23 @@ class RedisCounters:
         await self.drop(key)
 
     async def take(self, key: str, amount: int, limit: int) -> WindowResult:
+        return (await self.admit(((key, amount, limit),)))[0]
+
+    async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]:
+        """Take from every window, or from none, in one atomic script (one round trip)."""
+        args: list[int] = [WINDOW_SECONDS]
+        for _key, amount, limit in asks:
+            args += (amount, limit)
         try:
-            allowed, used, reset, second = await self._take(
-                keys=[self._prefix + key], args=[amount, limit, WINDOW_SECONDS]
-            )
+            flat = await self._admit(keys=[self._prefix + key for key, _, _ in asks], args=args)
         except RedisError as exc:
             self._unavailable(exc)
-            return WindowResult(True, 0, 0, int(time.time()))
-        return WindowResult(bool(allowed), int(used), int(reset), int(second))
+            now = int(time.time())
+            return [WindowResult(True, 0, 0, now) for _ in asks]
+        return [
+            WindowResult(bool(flat[i]), int(flat[i + 1]), int(flat[i + 2]), int(flat[i + 3]))
+            for i in range(0, len(flat), 4)
+        ]
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
         try:

@@ -1,0 +1,87 @@
+"""The JSON log: the access log's direct writer writes exactly the line the formatter would."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from proxy.logs import BufferedLineHandler, JsonFormatter, json_line_writer
+
+
+@pytest.fixture
+def json_log(tmp_path) -> Iterator[tuple[BufferedLineHandler, object]]:
+    """Our buffered JSON handler writing to a file; the root logger is restored afterwards."""
+    path = tmp_path / "log.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    handler = BufferedLineHandler(fd)
+    os.close(fd)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    try:
+        yield handler, path
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        handler.close()
+
+
+def _only(handler: BufferedLineHandler) -> None:
+    """Make `handler` the root logger's only one (in the test itself: pytest adds its own for the call)."""
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def _lines(handler: BufferedLineHandler, path) -> list[dict]:
+    handler.flush()
+    return [orjson.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_direct_writer_writes_the_formatters_line(json_log) -> None:
+    handler, path = json_log
+    _only(handler)
+    logger = logging.getLogger("modelgate.test-direct")
+    fields = {"request_id": "req_1", "status": 200, "path": "/v1/chat/completions", "ünï": "cödé"}
+    logger.info("POST /v1/chat/completions 200", extra={"fields": fields, "request_id": "req_1"})
+    writer = json_line_writer(logger)
+    assert writer is not None
+    writer(logging.INFO, "POST /v1/chat/completions 200", fields)
+    via_logging, direct = _lines(handler, path)
+    assert via_logging.pop("ts")[:4] == direct.pop("ts")[:4]
+    assert via_logging == direct
+    assert direct["level"] == "info" and direct["logger"] == "modelgate.test-direct"
+
+
+def test_the_direct_writer_respects_the_handler_level(json_log) -> None:
+    handler, path = json_log
+    _only(handler)
+    handler.setLevel(logging.WARNING)
+    writer = json_line_writer(logging.getLogger("modelgate.test-level"))
+    writer(logging.INFO, "quiet", {"n": 1})
+    writer(logging.WARNING, "loud", {"n": 2})
+    assert [line["msg"] for line in _lines(handler, path)] == ["loud"]
+
+
+def test_no_direct_writer_when_a_filter_or_another_handler_is_on_the_way(json_log) -> None:
+    _only(json_log[0])
+    logger = logging.getLogger("modelgate.test-filtered")
+    logger.addFilter(lambda record: True)
+    try:
+        assert json_line_writer(logger) is None
+    finally:
+        logger.filters.clear()
+    parent = logging.getLogger("modelgate")
+    extra = logging.NullHandler()
+    parent.addHandler(extra)
+    try:
+        assert json_line_writer(logger) is None
+    finally:
+        parent.removeHandler(extra)
+    assert json_line_writer(logger) is not None
+    logging.getLogger().addHandler(logging.NullHandler())
+    assert json_line_writer(logger) is None
