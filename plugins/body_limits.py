@@ -45,8 +45,9 @@ class BodyLimits(Plugin):
         request = ctx.request
         if route.body is BodyFormat.NONE:
             return
-        content_type = request.content_type
-        multipart = content_type.startswith("multipart/")
+        # The raw header, not aiohttp's parsed `content_type`: parsing it costs every JSON request.
+        content_type = request.headers.get("content-type", "")
+        multipart = content_type.lstrip().lower().startswith("multipart/")
         if multipart and route.body in (BodyFormat.MULTIPART, BodyFormat.JSON_OR_MULTIPART):
             limit, declared = route.limit.multipart, request.content_length
             if declared is not None and declared > limit:
@@ -62,7 +63,9 @@ class BodyLimits(Plugin):
             return
         if route.body is BodyFormat.MULTIPART:
             # Still bounded: read nothing past the limit before refusing the wrong content type.
-            raise InvalidRequest(f"this route expects a multipart/form-data body, not {content_type!r}")
+            raise InvalidRequest(
+                f"this route expects a multipart/form-data body, not {request.content_type!r}"
+            )
         ctx.body = await read_limited(request, route.limit.json)
         if not ctx.body:
             raise InvalidRequest("request body is empty; a JSON object is required")

@@ -11,15 +11,10 @@ from __future__ import annotations
 
 from config import Config
 from plugins.base import Plugin
-from proxy.billing.counters import Counters
+from proxy.billing.counters import Counters, WindowAsk
 from proxy.billing.prices import ensure_estimate
 from proxy.context import RequestContext
 from proxy.errors import RateLimited
-
-_HEADERS = {
-    unit: (f"x-ratelimit-limit-{unit}", f"x-ratelimit-remaining-{unit}", f"x-ratelimit-reset-{unit}")
-    for unit in ("requests", "tokens")
-}
 
 
 class RateLimits(Plugin):
@@ -41,24 +36,24 @@ class RateLimits(Plugin):
         key_tpm = decision.tpm if decision is not None and decision.tpm is not None else plan_tpm
         ensure_estimate(ctx)
         tokens = ctx.estimated_input_tokens + ctx.max_output_tokens
-        # (window, amount, limit, unit, the key's own) of every window this request counts in; 0: no limit.
-        windows = [
-            window
-            for window in (
-                (key.rpm_window, 1, key_rpm, "requests", True),
-                (key.org_rpm_window, 1, plan_rpm, "requests", False),
-                (key.tpm_window, tokens, key_tpm, "tokens", True),
-                (key.org_tpm_window, tokens, plan_tpm, "tokens", False),
-            )
-            if window[2]
-        ]
-        if not windows:
+        # The windows this request counts in (a limit of 0 is none): the key's, then its organization's.
+        asks: list[WindowAsk] = []
+        if key_rpm:
+            asks.append((key.rpm_window, 1, key_rpm))
+        if plan_rpm:
+            asks.append((key.org_rpm_window, 1, plan_rpm))
+        if key_tpm:
+            asks.append((key.tpm_window, tokens, key_tpm))
+        if plan_tpm:
+            asks.append((key.org_tpm_window, tokens, plan_tpm))
+        if not asks:
             return
         # All windows at once, or none: a request refused by one window does not count in the others.
-        results = await self._counters.admit([window[:3] for window in windows])
+        results = await self._counters.admit(asks)
         last = results[-1]
         if not last.allowed:
-            _name, _amount, limit, unit, _own = windows[len(results) - 1]
+            window, _amount, limit = asks[len(results) - 1]
+            unit = "tokens" if window.startswith("tpm") else "requests"
             retry = max(last.reset_seconds, 1)
             raise RateLimited(
                 f"Rate limit reached: {limit} {unit} per minute. Retry in {retry}s.",
@@ -70,14 +65,20 @@ class RateLimits(Plugin):
                 },
             )
         headers = ctx.response_headers
-        for (name, amount, limit, unit, own), result in zip(windows, results, strict=True):
-            if unit == "tokens":
-                ctx.token_windows.append((name, result.second, amount))
-            if own:  # answers report the key's own windows
-                limit_name, remaining_name, reset_name = _HEADERS[unit]
-                headers[limit_name] = str(limit)
-                headers[remaining_name] = str(max(limit - result.used, 0))
-                headers[reset_name] = f"{result.reset_seconds}s"
+        if key_rpm:  # answers report the key's own windows
+            result = results[0]
+            headers["x-ratelimit-limit-requests"] = str(key_rpm)
+            headers["x-ratelimit-remaining-requests"] = str(max(key_rpm - result.used, 0))
+            headers["x-ratelimit-reset-requests"] = f"{result.reset_seconds}s"
+        if key_tpm or plan_tpm:
+            first_tpm = (1 if key_rpm else 0) + (1 if plan_rpm else 0)
+            for (window, amount, _limit), result in zip(asks[first_tpm:], results[first_tpm:], strict=True):
+                ctx.token_windows.append((window, result.second, amount))
+            if key_tpm:
+                result = results[first_tpm]
+                headers["x-ratelimit-limit-tokens"] = str(key_tpm)
+                headers["x-ratelimit-remaining-tokens"] = str(max(key_tpm - result.used, 0))
+                headers["x-ratelimit-reset-tokens"] = f"{result.reset_seconds}s"
 
     async def on_complete(self, ctx: RequestContext) -> None:
         if not ctx.token_windows:

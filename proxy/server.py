@@ -33,6 +33,7 @@ from proxy.runtime import ModelApiDispatcher
 log = logging.getLogger("modelgate.server")
 
 GATEWAY = web.AppKey("gateway", Gateway)
+MODEL_API = web.AppKey("model_api", ModelApiDispatcher)
 # Bodies are bounded per route by the body_limits plugin; this only lifts aiohttp's own 1 MiB default.
 _CLIENT_MAX_SIZE = 101 * 1024 * 1024
 
@@ -79,7 +80,10 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler(gateway))
-    handle = ModelApiDispatcher(gateway).handle
+    model_api = app[MODEL_API] = ModelApiDispatcher(gateway)
+    handle = model_api.handle
+    # Served before the router by GatewayRunner; these routes keep the paths reachable through the router
+    # too (requests with `Expect: 100-continue`, and when a middleware must see every request).
     # The model API's fixed paths as plain resources, which aiohttp finds by a dict lookup; the catch-all
     # below (a regex tried in order) then only sees ids, unknown paths and the rest.
     for path in sorted({route.path for route in ROUTES if "{" not in route.path}):
@@ -91,6 +95,34 @@ def build_app(gateway: Gateway) -> web.Application:
     cabinet = build_cabinet_app(services)
     app.add_subapp("/api", cabinet)
     return app
+
+
+class GatewayRunner(web.AppRunner):
+    """The root application's runner, with the model API served ahead of aiohttp's router.
+
+    Every model API request is `/v1` or under it and has one handler, so routing it through the
+    application (router lookup, match info, the middleware wrapper that sub-applications add to every
+    handler) is pure cost on the hot path. Only when the application has no middleware of its own (none
+    unless `server.trusted_proxies` is set) and the request does not expect `100 Continue` (the
+    application's expect handler sends that).
+    """
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        app = self.app
+        if app.middlewares:
+            return server
+        through_app = server.request_handler
+        model_api = app[MODEL_API].handle
+
+        async def dispatch(request: web.Request) -> web.StreamResponse:
+            path = request.path
+            if (path == "/v1" or path.startswith("/v1/")) and "expect" not in request.headers:
+                return await model_api(request)
+            return await through_app(request)
+
+        server.request_handler = dispatch
+        return server
 
 
 async def serve(
@@ -106,7 +138,7 @@ async def serve(
     """Run one gateway process until SIGTERM/SIGINT (or `stop` is set), then shut down gracefully."""
     gateway = await Gateway.start(config, workers=workers)
     app = build_app(gateway)
-    runner = web.AppRunner(
+    runner = GatewayRunner(
         app, handler_cancellation=True, access_log=None, shutdown_timeout=config.server.shutdown_grace_seconds
     )
     await runner.setup()
