@@ -35,7 +35,8 @@ def test_a_client_expecting_100_continue_gets_it_before_sending_the_body(gateway
             rest += sock.recv(65536)
         assert rest.startswith(b"HTTP/1.1 200 OK\r\n")
         head, _, body = rest.partition(b"\r\n\r\n")
-        [length] = [int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+        lines = head.split(b"\r\n")
+        [length] = [int(line[15:]) for line in lines if line.lower().startswith(b"content-length:")]
         while len(body) < length:
             body += sock.recv(65536)
     assert orjson.loads(body)["choices"][0]["message"]["content"] == "echo: continue please"
