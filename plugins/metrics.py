@@ -36,37 +36,36 @@ class Metrics(Plugin):
 
     def __init__(self, metrics: GatewayMetrics) -> None:
         self._metrics = metrics
+        self._stats = metrics.stats
         self._streaming: set[int] = set()  # id() of contexts whose stream is being relayed
-        # Labelled children by label values: prometheus-client validates labels on every .labels() call.
-        self._children: dict[tuple, Any] = {}
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
 
     def on_response_head(self, ctx: RequestContext, status: int, headers: Any) -> None:
         # The forwarder's own test for relaying a stream rather than reading a whole body.
         if ctx.stream or ctx.response_headers.get("content-type", "").startswith("text/event-stream"):
             self._streaming.add(id(ctx))
-            self._metrics.active_streams.inc()
+            self._stats.streams += 1
 
     def on_complete(self, ctx: RequestContext) -> None:
-        metrics = self._metrics
-        if id(ctx) in self._streaming:
+        stats = self._stats
+        if self._streaming and id(ctx) in self._streaming:
             self._streaming.discard(id(ctx))
-            metrics.active_streams.dec()
+            stats.streams -= 1
         route = ctx.route.name if ctx.route is not None else "unsupported"
         model = ctx.model.name if ctx.model is not None else ""
-        self._child(metrics.requests, route, model, ctx.row.key if ctx.row else "", str(ctx.status)).inc()
-        self._child(metrics.request_duration, route, model).observe(time.perf_counter() - ctx.started)
+        labels = (route, model, ctx.row.key if ctx.row else "", str(ctx.status))
+        stats.requests[labels] = stats.requests.get(labels, 0) + 1
+        stats.observe(stats.durations, (route, model), time.perf_counter() - ctx.started)
         if ctx.first_byte_at is not None:
-            self._child(metrics.time_to_first_byte, route, model).observe(ctx.first_byte_at - ctx.started)
+            stats.observe(stats.first_bytes, (route, model), ctx.first_byte_at - ctx.started)
+        usage = ctx.usage
+        if usage is not None and model:
+            stats.count_tokens(model, usage)
+        error = ctx.error
+        if error is None and not ctx.row_failures and ctx.attempts <= 1:
+            return  # the rest counts failures
+        metrics = self._metrics
         for row, reason in ctx.row_failures:
             metrics.upstream_errors.labels(row.provider, row.key, reason).inc()
-        error = ctx.error
         if error is not None and not isinstance(error, GatewayError) and ctx.row and ctx.status < 500:
             # Bytes had reached the client when the provider broke off: no failover was possible.
             metrics.upstream_errors.labels(ctx.row.provider, ctx.row.key, "stream_broken").inc()
@@ -78,8 +77,3 @@ class Metrics(Plugin):
             and error.status < 500
         ):
             metrics.rejections.labels(str(error.status), _REJECTION_REASONS.get(error.status, "other")).inc()
-        usage = ctx.usage
-        if usage is not None and model:
-            self._child(metrics.tokens, model, "input").inc(usage.input_tokens)
-            self._child(metrics.tokens, model, "cached_input").inc(usage.cached_input_tokens)
-            self._child(metrics.tokens, model, "output").inc(usage.output_tokens)

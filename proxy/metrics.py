@@ -11,7 +11,8 @@ from __future__ import annotations
 import hmac
 import os
 import time
-from collections.abc import Awaitable, Callable, Sized
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Iterator, Sized
 from typing import TYPE_CHECKING
 
 import orjson
@@ -21,11 +22,14 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     Info,
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+from proxy.context import Usage
 
 if TYPE_CHECKING:
     from proxy.billing.ledger import LedgerWriter
@@ -33,6 +37,90 @@ if TYPE_CHECKING:
 
 # Model calls range from a cached embedding (milliseconds) to a long reasoning stream (minutes).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_INF = float("inf")
+
+
+class RequestStats:
+    """The instruments every request moves, as plain numbers in dicts, exported at scrape time.
+
+    prometheus-client takes a lock per increment (ten per request here); one event loop per process needs
+    none, and a dict update costs a fraction of a labelled child's `inc`. Histograms keep one count per
+    bucket (not cumulative) and the sum; the scrape adds them up. Labels come from the config, never from
+    client input, so the tables stay small.
+    """
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, str, str, str], int] = {}  # (route, model, row, status)
+        self.durations: dict[tuple[str, str], list[float]] = {}  # (route, model) -> bucket counts + sum
+        self.first_bytes: dict[tuple[str, str], list[float]] = {}
+        self.tokens: dict[tuple[str, str], int] = {}  # (model, kind)
+        self.in_flight = 0
+        self.streams = 0
+
+    @staticmethod
+    def observe(table: dict[tuple[str, str], list[float]], labels: tuple[str, str], seconds: float) -> None:
+        cells = table.get(labels)
+        if cells is None:
+            cells = table[labels] = [0] * (len(LATENCY_BUCKETS) + 1) + [0.0]
+        cells[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        cells[-1] += seconds
+
+    def count_tokens(self, model: str, usage: Usage) -> None:
+        tokens = self.tokens
+        for kind, amount in (
+            ("input", usage.input_tokens),
+            ("cached_input", usage.cached_input_tokens),
+            ("output", usage.output_tokens),
+        ):
+            tokens[(model, kind)] = tokens.get((model, kind), 0) + amount
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "modelgate_requests",
+            "Model API requests by route, model, routing row (provider/upstream model@host) and status.",
+            labels=("route", "model", "row", "status"),
+        )
+        for labels, value in self.requests.items():
+            requests.add_metric(labels, value)
+        yield requests
+        yield _histogram(
+            "modelgate_request_duration_seconds",
+            "Time from the request's arrival to the end of its answer (whole stream included).",
+            self.durations,
+        )
+        yield _histogram(
+            "modelgate_time_to_first_byte_seconds",
+            "Time from the request's arrival to the first byte of an upstream answer sent to the client.",
+            self.first_bytes,
+        )
+        tokens = CounterMetricFamily(
+            "modelgate_tokens",
+            "Tokens metered from upstream answers, by model and kind (input, cached_input, output).",
+            labels=("model", "kind"),
+        )
+        for labels, value in self.tokens.items():
+            tokens.add_metric(labels, value)
+        yield tokens
+        yield GaugeMetricFamily(
+            "modelgate_requests_in_flight", "Model API requests being handled now.", value=self.in_flight
+        )
+        yield GaugeMetricFamily(
+            "modelgate_active_streams", "Streamed answers being relayed now.", value=self.streams
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+
+def _histogram(name: str, documentation: str, table: dict[tuple[str, str], list[float]]) -> Metric:
+    family = HistogramMetricFamily(name, documentation, labels=("route", "model"))
+    for labels, cells in table.items():
+        cumulative, buckets = 0, []
+        for bound, count in zip((*LATENCY_BUCKETS, _INF), cells, strict=False):
+            cumulative += count
+            buckets.append(("+Inf" if bound == _INF else floatToGoString(bound), cumulative))
+        family.add_metric(labels, buckets, sum_value=cells[-1])
+    return family
 
 
 class GatewayMetrics:
@@ -45,26 +133,8 @@ class GatewayMetrics:
         Info("modelgate_worker", "The gateway process that answered this scrape.", registry=registry).info(
             {"pid": str(os.getpid())}
         )
-        self.requests = Counter(
-            "modelgate_requests",
-            "Model API requests by route, model, routing row (provider/upstream model@host) and status.",
-            ["route", "model", "row", "status"],
-            registry=registry,
-        )
-        self.request_duration = Histogram(
-            "modelgate_request_duration_seconds",
-            "Time from the request's arrival to the end of its answer (whole stream included).",
-            ["route", "model"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.time_to_first_byte = Histogram(
-            "modelgate_time_to_first_byte_seconds",
-            "Time from the request's arrival to the first byte of an upstream answer sent to the client.",
-            ["route", "model"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
+        self.stats = RequestStats()
+        registry.register(self.stats)
         self.upstream_errors = Counter(
             "modelgate_upstream_errors",
             "Failed tries of a routing row: unreachable, an HTTP status that fails over, or a broken stream.",
@@ -82,18 +152,6 @@ class GatewayMetrics:
             "Requests the gateway itself refused (401, 402 balance or budget, 403, 429 rate limit, ...).",
             ["status", "reason"],
             registry=registry,
-        )
-        self.tokens = Counter(
-            "modelgate_tokens",
-            "Tokens metered from upstream answers, by model and kind (input, cached_input, output).",
-            ["model", "kind"],
-            registry=registry,
-        )
-        self.requests_in_flight = Gauge(
-            "modelgate_requests_in_flight", "Model API requests being handled now.", registry=registry
-        )
-        self.active_streams = Gauge(
-            "modelgate_active_streams", "Streamed answers being relayed now.", registry=registry
         )
         self.realtime_sessions = Gauge(
             "modelgate_realtime_sessions",

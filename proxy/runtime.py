@@ -129,12 +129,12 @@ class ModelApiDispatcher:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         runtime = self._gateway.runtime
-        in_flight = self._gateway.metrics.requests_in_flight
+        stats = self._gateway.metrics.stats
         runtime.enter()
-        in_flight.inc()
+        stats.in_flight += 1
         try:
             # A stream's answer is fully relayed when this returns; a plain answer no longer needs upstream.
             return await runtime.model_api.handle(request)
         finally:
-            in_flight.dec()
+            stats.in_flight -= 1
             runtime.leave()
