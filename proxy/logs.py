@@ -14,6 +14,7 @@ import orjson
 from config import LoggingConfig
 
 _STANDARD = frozenset(vars(logging.makeLogRecord({})))
+_LEVEL_NAMES = {level: logging.getLevelName(level).lower() for level in (10, 20, 30, 40, 50)}
 
 
 class JsonFormatter(logging.Formatter):
@@ -61,18 +62,19 @@ class BufferedLineHandler(logging.StreamHandler):
     """
 
     def __init__(self, fd: int = 2, interval: float = 0.2) -> None:
-        super().__init__(os.fdopen(os.dup(fd), "w", buffering=65536, encoding="utf-8", errors="replace"))
+        # Bytes: the access line comes out of orjson as UTF-8 and goes in as it is.
+        super().__init__(os.fdopen(os.dup(fd), "wb", buffering=65536))
         self._interval = interval
         self._flushed_at = 0.0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._write(self.format(record), record.levelno)
+            self._write((self.format(record) + "\n").encode("utf-8", "replace"), record.levelno)
         except Exception:
             self.handleError(record)
 
-    def _write(self, line: str, levelno: int) -> None:
-        self.stream.write(line + "\n")
+    def _write(self, line: bytes, levelno: int) -> None:
+        self.stream.write(line)
         now = time.monotonic()
         if levelno >= logging.WARNING or now - self._flushed_at >= self._interval:
             self._flushed_at = now
@@ -86,12 +88,12 @@ class BufferedLineHandler(logging.StreamHandler):
         created = time.time()
         entry = {
             "ts": self.formatter._timestamp(created, (created - int(created)) * 1000),
-            "level": logging.getLevelName(levelno).lower(),
+            "level": _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno).lower(),
             "logger": logger_name,
             "msg": message,
         }
         entry.update(fields)
-        line = orjson.dumps(entry, default=str).decode()
+        line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
         with self.lock:
             self._write(line, levelno)
 
