@@ -104,6 +104,7 @@ class UpstreamAnswer:
         "_buffered",
         "_chunks",
         "_conn",
+        "_deadlines",
         "_done",
         "_error",
         "_head_seen",
@@ -129,6 +130,7 @@ class UpstreamAnswer:
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.received = False  # any byte of an answer arrived on the connection for this request
         self._conn: _Connection | None = conn
+        self._deadlines = conn.pool.deadlines
         self._loop = loop
         self._read_timeout = read_timeout
         self._chunks: list[bytes] = []
@@ -208,20 +210,25 @@ class UpstreamAnswer:
     async def _wait(self, seconds: float | None, what: str) -> None:
         """Until the connection feeds something, fails, or `seconds` pass with nothing."""
         self._waiter = waiter = self._loop.create_future()
-        timer = None
-        if seconds:
-            timer = self._loop.call_later(seconds, self._time_out, waiter, f"{what} within {seconds:g}s")
+        if not seconds:
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+            return
+        deadlines = self._deadlines
+        deadlines.watch(waiter, self, seconds, what)
         try:
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
+            deadlines.forget(waiter)
 
-    def _time_out(self, waiter: asyncio.Future, message: str) -> None:
+    def time_out(self, waiter: asyncio.Future, seconds: float, what: str) -> None:
+        """Called by the Deadlines when `waiter` waited `seconds` in vain."""
         # Not when the wait was met in the same turn of the loop, before the waiting task could run.
         if waiter is self._waiter and not waiter.done():
-            self.fail(UpstreamTimeout(f"no {message}"))
+            self.fail(UpstreamTimeout(f"no {what} within {seconds:g}s"))
             self._drop()
 
     async def wait_head(self, seconds: float | None) -> None:
@@ -302,6 +309,54 @@ class UpstreamAnswer:
             conn.pool.drop(conn)
 
 
+class Deadlines:
+    """The timeouts of every wait on one pool, checked by one periodic timer.
+
+    A timer per wait (uvloop: a libuv timer started and stopped) costs ~2.5 µs, paid on every request and,
+    in a stream, on every chunk; a wait here costs a clock read and two dict operations. A wait times out
+    between its deadline and one tick later; the tick is a tenth of the shortest timeout watched (10 ms to
+    1 s), so a 60 s timeout fires within 61 s.
+    """
+
+    __slots__ = ("_tick", "_timer", "_waits")
+
+    def __init__(self) -> None:
+        self._waits: dict[asyncio.Future, tuple[float, UpstreamAnswer, float, str]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._tick = 1.0
+
+    def watch(self, waiter: asyncio.Future, answer: UpstreamAnswer, seconds: float, what: str) -> None:
+        loop = answer._loop
+        self._waits[waiter] = (loop.time() + seconds, answer, seconds, what)
+        tick = min(max(seconds / 10, 0.01), 1.0)
+        if self._timer is None or tick < self._tick:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._tick = tick
+            self._timer = loop.call_later(tick, self._check, loop)
+
+    def forget(self, waiter: asyncio.Future) -> None:
+        self._waits.pop(waiter, None)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        expired = [(waiter, entry) for waiter, entry in self._waits.items() if entry[0] <= now]
+        for waiter, (_deadline, answer, seconds, what) in expired:
+            del self._waits[waiter]
+            answer.time_out(waiter, seconds, what)
+        if self._waits:
+            self._timer = loop.call_later(self._tick, self._check, loop)
+        else:
+            self._timer = None
+            self._tick = 1.0
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._waits.clear()
+
+
 class ConnectionPool:
     """Keep-alive connections to one origin: at most `limit` open, idle ones reused newest first."""
 
@@ -327,6 +382,7 @@ class ConnectionPool:
         self._waiters: deque[asyncio.Future] = deque()
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
+        self.deadlines = Deadlines()
 
     @property
     def size(self) -> int:
@@ -441,6 +497,7 @@ class ConnectionPool:
     def close(self) -> None:
         """Close every connection; answers still being read break off."""
         self._closed = True
+        self.deadlines.close()
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
