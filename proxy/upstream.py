@@ -49,6 +49,25 @@ class Upstream(Protocol):
     host: str
     native_messages: bool
 
+    def _messages_headers(self, path: str, client_headers: Any) -> list[tuple[str, str]]:
+        """The Anthropic headers of a request to a provider that speaks Messages: the client's
+        `anthropic-beta` and `anthropic-version` (else the configured version) on its Messages paths; a
+        value with a line break is never sent on. An OpenAI-kind provider flagged native_messages speaks
+        Messages on its /v1/messages paths only, and elsewhere gets a version only if configured."""
+        if self.kind != "anthropic" and not path.startswith("/v1/messages"):
+            configured = self._headers.get("anthropic-version")
+            return [("anthropic-version", configured)] if configured else []
+        headers = [
+            (name, value)
+            for name in _ANTHROPIC_PASSTHROUGH
+            if (value := client_headers.get(name)) is not None and "\r" not in value and "\n" not in value
+        ]
+        version = client_headers.get("anthropic-version")
+        if not version or "\r" in version or "\n" in version:
+            version = self._headers.get("anthropic-version") or self._anthropic_version
+        headers.append(("anthropic-version", version))
+        return headers
+
     async def send(
         self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
     ) -> UpstreamResponse: ...
@@ -164,6 +183,25 @@ class HttpUpstream:
                 self._heads[(method, path)] = head
         return head
 
+    def _messages_headers(self, path: str, client_headers: Any) -> list[tuple[str, str]]:
+        """The Anthropic headers of a request to a provider that speaks Messages: the client's
+        `anthropic-beta` and `anthropic-version` (else the configured version) on its Messages paths; a
+        value with a line break is never sent on. An OpenAI-kind provider flagged native_messages speaks
+        Messages on its /v1/messages paths only, and elsewhere gets a version only if configured."""
+        if self.kind != "anthropic" and not path.startswith("/v1/messages"):
+            configured = self._headers.get("anthropic-version")
+            return [("anthropic-version", configured)] if configured else []
+        headers = [
+            (name, value)
+            for name in _ANTHROPIC_PASSTHROUGH
+            if (value := client_headers.get(name)) is not None and "\r" not in value and "\n" not in value
+        ]
+        version = client_headers.get("anthropic-version")
+        if not version or "\r" in version or "\n" in version:
+            version = self._headers.get("anthropic-version") or self._anthropic_version
+        headers.append(("anthropic-version", version))
+        return headers
+
     async def send(
         self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
     ) -> UpstreamResponse:
@@ -172,19 +210,9 @@ class HttpUpstream:
         head = self._head_start(method, path) + b"x-request-id: " + request_id.encode("ascii") + b"\r\n"
         if body is not None or method in ("POST", "PUT", "PATCH"):
             head += b"content-length: %d\r\n" % len(body or b"")
-        # An OpenAI-kind provider flagged native_messages speaks Messages on its /v1/messages paths.
         if self._speaks_messages:
-            if self.kind == "anthropic" or path.startswith("/v1/messages"):
-                for name in _ANTHROPIC_PASSTHROUGH:
-                    value = client_headers.get(name)
-                    if value is not None and "\r" not in value and "\n" not in value:
-                        head += _header_line(name, value)
-                version = client_headers.get("anthropic-version")
-                if not version or "\r" in version or "\n" in version:  # a line break is never sent on
-                    version = self._headers.get("anthropic-version") or self._anthropic_version
-                head += _header_line("anthropic-version", version)
-            elif "anthropic-version" in self._headers:  # set in the provider's configured headers
-                head += _header_line("anthropic-version", self._headers["anthropic-version"])
+            for name, value in self._messages_headers(path, client_headers):
+                head += _header_line(name, value)
         try:
             return await self._client.request(head + b"\r\n", body, self._first_byte_timeout)
         except UpstreamTimeout as exc:
@@ -203,12 +231,8 @@ class HttpUpstream:
         headers["content-type"] = body.content_type
         if body.length is not None:
             headers["content-length"] = str(body.length)
-        if self.kind == "anthropic" or (self.native_messages and path.startswith("/v1/messages")):
-            for name in _ANTHROPIC_PASSTHROUGH:
-                value = client_headers.get(name)
-                if value is not None:
-                    headers[name] = value
-            headers["anthropic-version"] = client_headers.get("anthropic-version") or self._anthropic_version
+        if self._speaks_messages:
+            headers.update(self._messages_headers(path, client_headers))
         url = self._urls.get(path)
         if url is None:
             url = URL(self._base + (path[3:] if self._strip_v1 else path))

@@ -63,7 +63,6 @@ class Counters(Protocol):
     async def credit(self, key: str, amount: int) -> None: ...
     async def drop(self, key: str) -> None: ...
     async def refresh(self, key: str, init: MoneyInit) -> None: ...
-    async def take(self, key: str, amount: int, limit: int) -> WindowResult: ...
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]: ...
     async def adjust(self, key: str, second: int, delta: int) -> None: ...
     async def acquire(self, key: str, limit: int) -> bool: ...
@@ -129,9 +128,6 @@ class InProcessCounters:
         if account is not None:
             headroom, activated = await init()
             account[0], account[2] = headroom, int(activated)
-
-    async def take(self, key: str, amount: int, limit: int) -> WindowResult:
-        return (await self.admit(((key, amount, limit),)))[0]
 
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]:
         """Take from every window, or from none: when one would pass its limit, nothing is taken and the
@@ -348,9 +344,6 @@ class RedisCounters:
 
     async def refresh(self, key: str, init: MoneyInit) -> None:
         await self.drop(key)
-
-    async def take(self, key: str, amount: int, limit: int) -> WindowResult:
-        return (await self.admit(((key, amount, limit),)))[0]
 
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]:
         """Take from every window, or from none, in one atomic script (one round trip)."""

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from proxy.billing import counters
-from proxy.billing.counters import InProcessCounters, Reserve
+from proxy.billing.counters import InProcessCounters, Reserve, WindowResult
+
+
+async def _take(counters: InProcessCounters, key: str, amount: int, limit: int) -> WindowResult:
+    """One window's admission."""
+    [result] = await counters.admit([(key, amount, limit)])
+    return result
 
 
 @pytest.fixture
@@ -17,31 +23,31 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 async def test_a_window_admits_up_to_its_limit_then_refuses(clock) -> None:
     window = InProcessCounters()
-    results = [await window.take("k", 1, 3) for _ in range(4)]
+    results = [await _take(window, "k", 1, 3) for _ in range(4)]
     assert [r.allowed for r in results] == [True, True, True, False]
     assert results[-1].used == 3
 
 
 async def test_the_window_slides_second_by_second(clock) -> None:
     window = InProcessCounters()
-    await window.take("k", 2, 3)
+    await _take(window, "k", 2, 3)
     clock[0] += 30
-    await window.take("k", 1, 3)
-    assert not (await window.take("k", 1, 3)).allowed
-    refused = await window.take("k", 1, 3)
+    await _take(window, "k", 1, 3)
+    assert not (await _take(window, "k", 1, 3)).allowed
+    refused = await _take(window, "k", 1, 3)
     assert refused.reset_seconds == 30  # the first bucket leaves the window in 30 s
     clock[0] += 30  # the first two units are now 60 s old: gone
-    admitted = await window.take("k", 1, 3)
+    admitted = await _take(window, "k", 1, 3)
     assert admitted.allowed and admitted.used == 2
 
 
 async def test_adjust_corrects_the_bucket_of_the_reservation(clock) -> None:
     window = InProcessCounters()
-    first = await window.take("k", 50, 100)
+    first = await _take(window, "k", 50, 100)
     clock[0] += 5
     await window.adjust("k", first.second, -40)  # used 10, not 50
-    assert (await window.take("k", 90, 100)).allowed
-    assert not (await window.take("k", 1, 100)).allowed
+    assert (await _take(window, "k", 90, 100)).allowed
+    assert not (await _take(window, "k", 1, 100)).allowed
 
 
 async def test_money_reservations_never_exceed_the_headroom() -> None:
