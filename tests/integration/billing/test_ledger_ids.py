@@ -1,0 +1,44 @@
+"""Ledger row ids: unique across writers (processes) and in time order (the primary key grows at its end)."""
+
+from __future__ import annotations
+
+from proxy.billing.ledger import LedgerEntry, LedgerWriter
+
+
+def _entry(request_id: str, created_at: float) -> LedgerEntry:
+    return LedgerEntry(
+        organization_id="org_ids",
+        key_id="key_ids",
+        system_id=None,
+        model="m",
+        row_key="p/m@h",
+        request_id=request_id,
+        status=200,
+        input_tokens=1,
+        cached_input_tokens=0,
+        output_tokens=1,
+        cost_micros=0,
+        created_at=created_at,
+    )
+
+
+async def test_ids_are_unique_across_writers_and_follow_the_entries_time(db) -> None:
+    first, second = (LedgerWriter(db, interval=60.0, batch_size=1000) for _ in range(2))
+    # Two writers (as two gateway processes would) interleaving entries of the same milliseconds.
+    for n in range(50):
+        first.add(_entry(f"req_a{n}", 1_700_000_000.0 + n * 0.0005))
+        second.add(_entry(f"req_b{n}", 1_700_000_000.0 + n * 0.0005))
+    later = 1_700_000_100.0
+    first.add(_entry("req_late", later))
+    assert await first.flush() == 51 and await second.flush() == 50
+
+    rows = await db.fetch("SELECT id, request_id, created_at FROM usage_ledger ORDER BY id")
+    assert len({row["id"] for row in rows}) == 101
+    assert all(row["id"].startswith("led_") for row in rows)
+    # Ordered by id, the rows are ordered by time (a millisecond's rows may come in any writer order).
+    times = [int(row["created_at"] * 1000) for row in rows]
+    assert times == sorted(times)
+    assert rows[-1]["request_id"] == "req_late"
+    # One writer's rows of the same millisecond keep the order they were added in.
+    mine = [row["request_id"] for row in rows if row["request_id"].startswith("req_a")]
+    assert mine == [f"req_a{n}" for n in range(50)]
