@@ -49,10 +49,8 @@ class BillingGate(Plugin):
         if worst is None:
             worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
         key = ctx.key
-        counter = await self._accounts.reserve_balance(
-            key.organization_id, key.plan_code, worst, key.balance_counter
-        )
-        ctx.reservations.append((counter, worst))
+        await self._accounts.reserve_balance(key.organization_id, key.plan_code, worst, key.balance_counter)
+        ctx.reservations.append((key.balance_counter, worst))
         if ctx.decision is not None and ctx.decision.budget_rules:
             now = time.time()
             for rule in ctx.decision.budget_rules:

@@ -42,6 +42,7 @@ class RateLimits(Plugin):
             asks.append((key.rpm_window, 1, key_rpm))
         if plan_rpm:
             asks.append((key.org_rpm_window, 1, plan_rpm))
+        first_tpm = len(asks)  # the token windows follow the request windows
         if key_tpm:
             asks.append((key.tpm_window, tokens, key_tpm))
         if plan_tpm:
@@ -52,8 +53,9 @@ class RateLimits(Plugin):
         results = await self._counters.admit(asks)
         last = results[-1]
         if not last.allowed:
-            window, _amount, limit = asks[len(results) - 1]
-            unit = "tokens" if window.startswith("tpm") else "requests"
+            refused = len(results) - 1
+            _window, _amount, limit = asks[refused]
+            unit = "tokens" if refused >= first_tpm else "requests"
             retry = max(last.reset_seconds, 1)
             raise RateLimited(
                 f"Rate limit reached: {limit} {unit} per minute. Retry in {retry}s.",
@@ -71,7 +73,6 @@ class RateLimits(Plugin):
             headers["x-ratelimit-remaining-requests"] = str(max(key_rpm - result.used, 0))
             headers["x-ratelimit-reset-requests"] = f"{result.reset_seconds}s"
         if key_tpm or plan_tpm:
-            first_tpm = (1 if key_rpm else 0) + (1 if plan_rpm else 0)
             for (window, amount, _limit), result in zip(asks[first_tpm:], results[first_tpm:], strict=True):
                 ctx.token_windows.append((window, result.second, amount))
             if key_tpm:

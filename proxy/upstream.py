@@ -49,25 +49,6 @@ class Upstream(Protocol):
     host: str
     native_messages: bool
 
-    def _messages_headers(self, path: str, client_headers: Any) -> list[tuple[str, str]]:
-        """The Anthropic headers of a request to a provider that speaks Messages: the client's
-        `anthropic-beta` and `anthropic-version` (else the configured version) on its Messages paths; a
-        value with a line break is never sent on. An OpenAI-kind provider flagged native_messages speaks
-        Messages on its /v1/messages paths only, and elsewhere gets a version only if configured."""
-        if self.kind != "anthropic" and not path.startswith("/v1/messages"):
-            configured = self._headers.get("anthropic-version")
-            return [("anthropic-version", configured)] if configured else []
-        headers = [
-            (name, value)
-            for name in _ANTHROPIC_PASSTHROUGH
-            if (value := client_headers.get(name)) is not None and "\r" not in value and "\n" not in value
-        ]
-        version = client_headers.get("anthropic-version")
-        if not version or "\r" in version or "\n" in version:
-            version = self._headers.get("anthropic-version") or self._anthropic_version
-        headers.append(("anthropic-version", version))
-        return headers
-
     async def send(
         self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
     ) -> UpstreamResponse: ...
@@ -128,7 +109,7 @@ class HttpUpstream:
         self._headers = headers
         self._pool_size = config.pool_size
         self._session: aiohttp.ClientSession | None = None
-        self._urls: dict[str, URL] = {}
+        self._origin = f"{parts.scheme}://{parts.netloc}"
         # The fixed part of every request's head, written once: host, then the provider's headers.
         secure = parts.scheme == "https"
         port = parts.port or (443 if secure else 80)
@@ -138,9 +119,11 @@ class HttpUpstream:
         self._fixed_headers = b"host: " + authority.encode("idna") + b"\r\n"
         # On Messages paths the version is set per request: the client may ask for another one.
         self._speaks_messages = config.kind == "anthropic" or self.native_messages
+        lines = {name: _header_line(name, value) for name, value in headers.items()}  # refuses line breaks
+        _header_line("anthropic-version", config.anthropic_version)
         self._fixed_headers += b"".join(
-            _header_line(name, value)
-            for name, value in headers.items()
+            line
+            for name, line in lines.items()
             if name not in _SET_PER_REQUEST and not (name == "anthropic-version" and self._speaks_messages)
         )
         self._heads: dict[tuple[str, str], bytes] = {}
@@ -233,11 +216,7 @@ class HttpUpstream:
             headers["content-length"] = str(body.length)
         if self._speaks_messages:
             headers.update(self._messages_headers(path, client_headers))
-        url = self._urls.get(path)
-        if url is None:
-            url = URL(self._base + (path[3:] if self._strip_v1 else path))
-            if len(self._urls) < _MAX_CACHED_HEADS:
-                self._urls[path] = url
+        url = URL(self._origin + self._row_path(path))
         # An upload takes as long as the client takes to send it, so the first-byte deadline cannot start
         # with the request; aiohttp's read timeout starts once the last byte of the body is out.
         try:

@@ -94,14 +94,11 @@ class Accounts:
         headroom = row["balance_micros"] + credit - self._ledger.pending_cost(organization_id)
         return headroom, row["activated_at"] is not None
 
-    async def reserve_balance(
-        self, organization_id: str, plan_code: str, amount: int, counter: str | None = None
-    ) -> str:
-        """Hold `amount` of the organization's headroom, or raise 402; returns the counter it is held in
-        (`counter` when the caller knows it: a cached key carries its organization's)."""
+    async def reserve_balance(self, organization_id: str, plan_code: str, amount: int, key: str) -> None:
+        """Hold `amount` of the organization's headroom in its counter `key` (`balance_key(organization_id)`,
+        which a cached API key carries), or raise 402."""
         plan = self._config.plan(plan_code)
         has_credit = plan is not None and plan.credit_limit > 0
-        key = counter or balance_key(organization_id)
         outcome = await self._counters.reserve(
             key, amount, not has_credit, lambda: self._balance_init(organization_id)
         )
@@ -122,7 +119,6 @@ class Accounts:
                 "Insufficient balance: the balance (and the plan's credit limit) cannot cover this request's "
                 "maximum cost. Top up or lower max_tokens."
             )
-        return key
 
     async def reserve_budget(self, rule: PolicyRule, amount: int, now: float) -> tuple[str, float]:
         """Hold `amount` of a rule's budget for this period, or raise 402; returns (counter, period)."""

@@ -241,6 +241,20 @@ def test_a_configured_provider_header_holding_a_line_break_is_refused_when_built
 
 
 @pytest.mark.parametrize(
+    "fields",
+    [
+        {"kind": "anthropic", "anthropic_version": "2023-06-01\r\nx-injected: 1"},
+        {"kind": "anthropic", "headers": (("anthropic-version", "2023-06-01\nx-injected: 1"),)},
+        {"kind": "openai", "native_messages": True, "anthropic_version": "v\r\nx-injected: 1"},
+    ],
+)
+def test_a_configured_anthropic_version_holding_a_line_break_is_refused_when_built(fields) -> None:
+    # Sent per request on Messages paths, so it is checked when the upstream is built, not when sent.
+    with pytest.raises(ValueError, match="line break"):
+        HttpUpstream(ProviderConfig(name="acme", base_url="http://127.0.0.1:9", **fields))
+
+
+@pytest.mark.parametrize(
     ("path", "target"),
     [
         # The forwarder quotes object ids itself (safe=""): such a path passes unchanged, not quoted twice.
