@@ -1,9 +1,9 @@
 """Money of an organization: paying invoices, topping up the balance, and the billing overview.
 
 Paying and topping up are operator actions (the operator API and `modelgate billing`). Both credit the
-balance in the same transaction as the invoice and activate the organization on its first payment; the
-caller announces the credit after commit (`announce_balance_credit` in-process, `notify_billing_change`
-to other processes), so gateways re-read the balance at once.
+balance as a balance event (`billing.events`) in the same transaction as the invoice and activate the
+organization; the caller announces the event after commit (`announce_balance_event` in-process,
+`notify_billing_change` to other processes), and every gateway applies it to its live counter once.
 """
 
 from __future__ import annotations
@@ -11,19 +11,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from billing.events import INVOICE_PAID, TOP_UP, BalanceEvent, apply_balance_event
+from billing.money import MAX_CREDIT_MICROS, to_micros
 from cabinet.audit import Actor, record
 from cabinet.clock import isoformat
 from cabinet.invoices import (
-    MICROS_PER_UNIT,
     TOP_UP_INVOICE,
     Invoice,
     insert_invoice,
     invoice_by_id,
     open_invoices,
-    to_micros,
 )
 from cabinet.organizations import Organization
 from cabinet.requests import CabinetError
@@ -35,10 +34,9 @@ from config import Config
 
 log = logging.getLogger("modelgate.cabinet.billing")
 
-# Gateways listen here (PostgreSQL NOTIFY, Redis pub/sub); a bare organization id means "re-read its balance".
+# Gateways listen here (PostgreSQL NOTIFY, Redis pub/sub) for balance events (`BalanceEvent.payload`).
 BILLING_CHANNEL = "modelgate_billing"
-# One billion currency units per top-up: far above any real payment, far below BIGINT overflow.
-MAX_TOP_UP_MICROS = 10**15
+MAX_TOP_UP_MICROS = MAX_CREDIT_MICROS
 OPERATOR = Actor("operator", None, None)
 
 
@@ -75,23 +73,12 @@ def organization_not_found() -> CabinetError:
     return CabinetError(404, "organization not found")
 
 
-async def _credit(tx: Executor, organization_id: str, amount_micros: int, at: float) -> None:
-    # One atomic UPDATE: concurrent ledger flushes subtract from the same column without lost updates.
-    await tx.execute(
-        "UPDATE organizations SET balance_micros = balance_micros + $2,"
-        " activated_at = COALESCE(activated_at, $3) WHERE id = $1",
-        organization_id,
-        amount_micros,
-        at,
-    )
-
-
 async def mark_invoice_paid(
     tx: Executor, invoice_id: str, at: float, *, via: str = "api"
-) -> tuple[Invoice, str, int]:
+) -> tuple[Invoice, BalanceEvent]:
     """Pay an open invoice: credit its amount, activate the organization, audit `invoice.paid`.
 
-    Returns (the paid invoice, its organization id, the amount credited). Raises `CabinetError` 404
+    Returns (the paid invoice, the balance event to announce after commit). Raises `CabinetError` 404
     `invoice not found`, or 409 `invoice already paid` / `invoice is void`. Call inside a transaction and
     announce the credit after commit.
     """
@@ -104,7 +91,16 @@ async def mark_invoice_paid(
         raise invoice_not_found()
     if not changed:
         raise CabinetError(409, "invoice already paid" if invoice.status == "paid" else "invoice is void")
-    await _credit(tx, invoice.organization_id, invoice.amount_micros, at)
+    event = await apply_balance_event(
+        tx,
+        invoice.organization_id,
+        INVOICE_PAID,
+        invoice.amount_micros,
+        at,
+        activates=True,
+        actor=f"operator:{via}",
+        reference_id=invoice.id,
+    )
     await record(
         tx,
         invoice.organization_id,
@@ -114,7 +110,7 @@ async def mark_invoice_paid(
         target_id=invoice.id,
         details={"amountMicros": invoice.amount_micros, "kind": invoice.kind, "via": via},
     )
-    return invoice, invoice.organization_id, invoice.amount_micros
+    return invoice, event
 
 
 def check_top_up_amount(amount_micros: Any) -> int:
@@ -128,7 +124,7 @@ def check_top_up_amount(amount_micros: Any) -> int:
 
 async def top_up(
     tx: Executor, organization_id: str, amount_micros: int, at: float, *, via: str = "api"
-) -> Invoice:
+) -> tuple[Invoice, BalanceEvent]:
     """Credit the balance by a paid `top_up` invoice and activate the organization; audit `balance.topped_up`.
 
     Raises `CabinetError` 400 for an amount out of range, 404 `organization not found`. Call inside a
@@ -142,7 +138,16 @@ async def top_up(
         new_id("inv"), organization_id, state.plan_code, amount_micros, "paid", at, at, TOP_UP_INVOICE
     )
     await insert_invoice(tx, invoice)
-    await _credit(tx, organization_id, amount_micros, at)
+    event = await apply_balance_event(
+        tx,
+        organization_id,
+        TOP_UP,
+        amount_micros,
+        at,
+        activates=True,
+        actor=f"operator:{via}",
+        reference_id=invoice.id,
+    )
     await record(
         tx,
         organization_id,
@@ -152,50 +157,26 @@ async def top_up(
         target_id=invoice.id,
         details={"amountMicros": amount_micros, "via": via},
     )
-    return invoice
+    return invoice, event
 
 
-async def announce_balance_credit(
-    services: CabinetServices, organization_id: str, amount_micros: int
-) -> None:
-    """Tell the model API of this process, after commit; the credit is committed, so a failure is logged."""
+async def announce_balance_event(services: CabinetServices, event: BalanceEvent | None) -> None:
+    """Tell the model API of this process, after commit; the event is committed, so a failure is logged."""
+    if event is None:
+        return
     try:
-        await services.billing_sink.balance_credited(organization_id, amount_micros)
+        await services.billing_sink.balance_changed(event)
     except Exception:
-        log.exception("billing sink failed on balance_credited for %s", organization_id)
+        log.exception("billing sink failed on balance_changed for %s", event.organization_id)
 
 
-async def notify_billing_change(db: Database, organization_id: str) -> bool:
-    """Announce a committed change on the billing channel of PostgreSQL; False on SQLite (no cross-process
-    notification there: use the operator API of the running gateway instead)."""
+async def notify_billing_change(db: Database, event: BalanceEvent) -> bool:
+    """Announce a committed balance event on the billing channel of PostgreSQL; False on SQLite (no
+    cross-process channel: a running gateway on SQLite re-reads the balance when it refuses a request)."""
     if db.dialect != "postgres":
         return False
-    await db.notify(BILLING_CHANNEL, organization_id)
+    await db.notify(BILLING_CHANNEL, event.payload())
     return True
-
-
-def parse_money(text: str) -> int:
-    """A decimal amount of currency units (`25`, `25.5`, `0.000001`) as micro-units; ValueError if invalid."""
-    try:
-        amount = Decimal(text.strip())
-    except InvalidOperation as exc:
-        raise ValueError(f"not an amount: {text!r}") from exc
-    if not amount.is_finite() or amount <= 0:
-        raise ValueError(f"the amount must be a positive number, not {text!r}")
-    micros = amount * MICROS_PER_UNIT
-    if micros != micros.to_integral_value():
-        raise ValueError("the amount has more than 6 decimal places")
-    if micros > MAX_TOP_UP_MICROS:
-        raise ValueError(f"the amount is larger than {format_money(MAX_TOP_UP_MICROS)}")
-    return int(micros)
-
-
-def format_money(micros: int) -> str:
-    """Micro-units as a decimal amount with at least two decimals: 49000000 → `49.00`, 1 → `0.000001`."""
-    sign = "-" if micros < 0 else ""
-    whole, fraction = divmod(abs(micros), MICROS_PER_UNIT)
-    digits = f"{fraction:06d}".rstrip("0").ljust(2, "0")
-    return f"{sign}{whole}.{digits}"
 
 
 def _month_start(at: float) -> float:

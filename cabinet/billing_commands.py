@@ -20,13 +20,13 @@ import aiohttp
 import asyncpg
 import orjson
 
+from billing.events import BalanceEvent
+from billing.money import format_money, parse_money
 from cabinet.billing import (
     BILLING_CHANNEL,
     billing_state,
-    format_money,
     mark_invoice_paid,
     notify_billing_change,
-    parse_money,
     top_up,
 )
 from cabinet.clock import now
@@ -80,12 +80,14 @@ async def _open_storage(config: Config) -> Database:
     return db
 
 
-async def _announce(config: Config, db: Database, organization_id: str) -> list[Note]:
+async def _announce(config: Config, db: Database, event: BalanceEvent | None) -> list[Note]:
     """Tell running gateways after commit; the change is already stored, so a failure is only a warning."""
     notes: list[Note] = []
     told: list[str] = []
     try:
-        if await notify_billing_change(db, organization_id):
+        if event is None:
+            return notes
+        if await notify_billing_change(db, event):
             told.append("PostgreSQL")
     except Exception as exc:
         notes.append(
@@ -96,7 +98,7 @@ async def _announce(config: Config, db: Database, organization_id: str) -> list[
 
         client = Redis.from_url(config.redis.url, socket_connect_timeout=2, socket_timeout=5)
         try:
-            await client.publish(BILLING_CHANNEL, organization_id)
+            await client.publish(BILLING_CHANNEL, event.payload())
             told.append("Redis")
         except Exception as exc:
             notes.append(
@@ -117,18 +119,21 @@ async def _announce(config: Config, db: Database, organization_id: str) -> list[
     return notes
 
 
-async def _mark_paid(db: Database, config: Config, invoice_id: str) -> dict[str, Any]:
+async def _mark_paid(db: Database, config: Config, invoice_id: str) -> tuple[dict[str, Any], BalanceEvent]:
     async with db.transaction() as tx:
-        invoice, organization_id, amount = await mark_invoice_paid(tx, invoice_id, now(), via="cli")
-        state = await billing_state(tx, organization_id)
-    return payment_json(config, invoice, amount, state.balance_micros if state else 0)
+        invoice, event = await mark_invoice_paid(tx, invoice_id, now(), via="cli")
+        state = await billing_state(tx, invoice.organization_id)
+    balance = state.balance_micros if state else 0
+    return payment_json(config, invoice, invoice.amount_micros, balance), event
 
 
-async def _top_up(db: Database, config: Config, organization_id: str, amount: int) -> dict[str, Any]:
+async def _top_up(
+    db: Database, config: Config, organization_id: str, amount: int
+) -> tuple[dict[str, Any], BalanceEvent]:
     async with db.transaction() as tx:
-        invoice = await top_up(tx, organization_id, amount, now(), via="cli")
+        invoice, event = await top_up(tx, organization_id, amount, now(), via="cli")
         state = await billing_state(tx, organization_id)
-    return payment_json(config, invoice, amount, state.balance_micros if state else 0)
+    return payment_json(config, invoice, amount, state.balance_micros if state else 0), event
 
 
 async def _via_storage(
@@ -137,12 +142,12 @@ async def _via_storage(
     db = await _open_storage(config)
     try:
         if command == "mark-paid":
-            result = await _mark_paid(db, config, invoice_id)
+            result, event = await _mark_paid(db, config, invoice_id)
         elif command == "top-up":
-            result = await _top_up(db, config, organization_id, micros)
+            result, event = await _top_up(db, config, organization_id, micros)
         else:
             return await organization_invoices_json(db, config, organization_id), []
-        return result, await _announce(config, db, result["organizationId"])
+        return result, await _announce(config, db, event)
     except CabinetError as exc:
         raise CommandError(exc.message) from exc
     except (StorageError, asyncpg.PostgresError, sqlite3.Error, OSError) as exc:

@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from billing.money import to_micros
 from cabinet.auth import authenticate
 from cabinet.clock import isoformat
 from cabinet.requests import json_response
@@ -18,7 +19,6 @@ from cabinet.storage.database import Executor
 from cabinet.tokens import new_id
 from config import PlanConfig
 
-MICROS_PER_UNIT = 1_000_000
 PLAN_INVOICE = "plan"
 TOP_UP_INVOICE = "top_up"
 _COLUMNS = "id, organization_id, plan_code, amount_micros, status, created_at, paid_at, kind"
@@ -51,11 +51,6 @@ class Invoice:
             "createdAt": isoformat(self.created_at),
             "paidAt": isoformat(self.paid_at),
         }
-
-
-def to_micros(amount: float) -> int:
-    """A configured money amount (currency units) as integer micro-units."""
-    return round(amount * MICROS_PER_UNIT)
 
 
 async def insert_invoice(tx: Executor, invoice: Invoice) -> Invoice:

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from cabinet.auth import bearer_token
 from cabinet.billing import (
-    announce_balance_credit,
+    announce_balance_event,
     billing_state,
     mark_invoice_paid,
     organization_not_found,
@@ -87,10 +87,10 @@ async def operator_mark_paid(request: web.Request) -> web.Response:
     services = services_of(request)
     invoice_id = path_id(request, "id", unknown=CabinetError(404, "invoice not found"))
     async with services.db.transaction() as tx:
-        invoice, organization_id, amount = await mark_invoice_paid(tx, invoice_id, now())
-        balance = await _balance(tx, organization_id)
-    await announce_balance_credit(services, organization_id, amount)
-    return json_response(payment_json(services.config, invoice, amount, balance))
+        invoice, event = await mark_invoice_paid(tx, invoice_id, now())
+        balance = await _balance(tx, invoice.organization_id)
+    await announce_balance_event(services, event)
+    return json_response(payment_json(services.config, invoice, invoice.amount_micros, balance))
 
 
 async def operator_top_up(request: web.Request) -> web.Response:
@@ -105,9 +105,9 @@ async def operator_top_up(request: web.Request) -> web.Response:
     if "amountMicros" not in body:
         raise bad_request("amountMicros is required")
     async with services.db.transaction() as tx:
-        invoice = await top_up(tx, organization_id, body["amountMicros"], now())
+        invoice, event = await top_up(tx, organization_id, body["amountMicros"], now())
         balance = await _balance(tx, organization_id)
-    await announce_balance_credit(services, organization_id, invoice.amount_micros)
+    await announce_balance_event(services, event)
     return json_response(payment_json(services.config, invoice, invoice.amount_micros, balance), status=201)
 
 

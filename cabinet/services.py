@@ -7,6 +7,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from billing.events import BalanceEvent
 from cabinet.sessions import create_session
 from cabinet.storage.database import Database, Executor
 from config import Config
@@ -35,8 +36,8 @@ class BillingSink(Protocol):
     Called AFTER the cabinet's transaction committed, exactly once, in the process that made the change.
     """
 
-    async def balance_credited(self, organization_id: str, amount_micros: int) -> None:
-        """A paid invoice or a top-up added `amount_micros` (>= 0) and activated the organization."""
+    async def balance_changed(self, event: BalanceEvent) -> None:
+        """A committed balance event (payment, top-up, operator adjustment) to apply to live counters."""
         ...
 
     async def policy_changed(self, organization_id: str) -> None:
@@ -47,7 +48,7 @@ class BillingSink(Protocol):
 class NullBillingSink:
     """A sink for a standalone cabinet: nothing caches billing state."""
 
-    async def balance_credited(self, organization_id: str, amount_micros: int) -> None:
+    async def balance_changed(self, event: BalanceEvent) -> None:
         return None
 
     async def policy_changed(self, organization_id: str) -> None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from billing.accounts import Accounts
+from billing.counters import Counters
+from billing.ledger import LedgerWriter
+from billing.policy import PolicyDirectory
 from config import Config
 from plugins.access_log import AccessLog
 from plugins.auth import Auth
@@ -24,10 +28,6 @@ from plugins.request_validation import RequestValidation
 from plugins.route_support import RouteSupport
 from plugins.tracing import RequestTracing
 from plugins.usage_metering import UsageMetering
-from proxy.billing.accounts import Accounts
-from proxy.billing.counters import Counters
-from proxy.billing.ledger import LedgerWriter
-from proxy.billing.policy import PolicyDirectory
 from proxy.keys import KeyDirectory
 from proxy.metrics import GatewayMetrics
 from proxy.objects import ObjectStore

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 
+from billing.accounts import Accounts
+from billing.media import FREE_ROUTES, media_worst_case
+from billing.prices import ensure_estimate
 from plugins.base import Plugin
-from proxy.billing.accounts import Accounts
-from proxy.billing.media import FREE_ROUTES, media_worst_case
-from proxy.billing.prices import ensure_estimate
 from proxy.context import RequestContext, Usage
 
 

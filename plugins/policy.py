@@ -1,15 +1,15 @@
 """Policy Rules on the model API: 403 for a denied model, 404 `model_not_found` for one not enabled.
 
 The organization's compiled policy is cached and dropped the moment a rule changes (see
-proxy/billing/policy.py for the evaluation order). The decision also carries the rule budgets and the
+billing/policy.py for the evaluation order). The decision also carries the rule budgets and the
 rpm/tpm overrides for the billing and rate-limit plugins.
 """
 
 from __future__ import annotations
 
+from billing.policy import PolicyDirectory
 from plugins.base import Plugin
 from plugins.model_routing import model_not_found
-from proxy.billing.policy import PolicyDirectory
 from proxy.context import RequestContext
 from proxy.errors import PolicyBlocked
 

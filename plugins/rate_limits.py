@@ -9,10 +9,10 @@ answers carry `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the ke
 
 from __future__ import annotations
 
+from billing.counters import Counters, WindowAsk
+from billing.prices import ensure_estimate
 from config import Config
 from plugins.base import Plugin
-from proxy.billing.counters import Counters, WindowAsk
-from proxy.billing.prices import ensure_estimate
 from proxy.context import RequestContext
 from proxy.errors import RateLimited
 

@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
+from billing.counters import Counters
 from config import Config
 from plugins.base import Plugin
-from proxy.billing.counters import Counters
 from proxy.context import RequestContext
 from proxy.errors import RateLimited
 

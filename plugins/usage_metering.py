@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 
+from billing.ledger import LedgerEntry, LedgerWriter
+from billing.media import MEDIA_ROUTES, MediaUsageReader
+from billing.usage import StreamUsageScanner, usage_of_body
 from plugins.base import Plugin
 from plugins.billing_gate import final_cost
-from proxy.billing.ledger import LedgerEntry, LedgerWriter
-from proxy.billing.media import MEDIA_ROUTES, MediaUsageReader
-from proxy.billing.usage import StreamUsageScanner, usage_of_body
 from proxy.context import RequestContext
 
 _USAGE_ROUTES = frozenset({"chat_completions", "completions"})

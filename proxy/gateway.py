@@ -7,14 +7,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts
+from billing.counters import Counters, InProcessCounters, RedisCounters
+from billing.ledger import LedgerWriter
+from billing.policy import PolicyDirectory
 from cabinet.storage import Database, apply_migrations, open_database
 from config import Config
 from plugins import PluginChain
 from plugins.request_id import InFlightIds
-from proxy.billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts
-from proxy.billing.counters import Counters, InProcessCounters, RedisCounters
-from proxy.billing.ledger import LedgerWriter
-from proxy.billing.policy import PolicyDirectory
 from proxy.keys import REVOCATION_CHANNEL, KeyDirectory
 from proxy.metrics import GatewayMetrics
 from proxy.model_api import ModelApi

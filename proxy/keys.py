@@ -15,9 +15,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from billing.accounts import balance_key
 from cabinet.storage.database import Database, Executor
 from cabinet.tokens import hash_token
-from proxy.billing.accounts import balance_key
 
 log = logging.getLogger("modelgate.keys")
 

@@ -32,7 +32,7 @@ from prometheus_client.utils import floatToGoString
 from proxy.context import Usage
 
 if TYPE_CHECKING:
-    from proxy.billing.ledger import LedgerWriter
+    from billing.ledger import LedgerWriter
     from proxy.gateway import Gateway
 
 # Model calls range from a cached embedding (milliseconds) to a long reasoning stream (minutes).

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from billing.prices import ModelPrices
 from config import Config, ModelConfig
-from proxy.billing.prices import ModelPrices
 
 if TYPE_CHECKING:
     from proxy.upstream import Upstream

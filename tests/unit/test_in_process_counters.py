@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.billing import counters
-from proxy.billing.counters import InProcessCounters, Reserve, WindowResult
+from billing import counters
+from billing.counters import InProcessCounters, Reserve, WindowResult
 
 
 async def _take(counters: InProcessCounters, key: str, amount: int, limit: int) -> WindowResult:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from proxy.billing.counters import Counters, InProcessCounters, RedisCounters
+from billing.counters import Counters, InProcessCounters, RedisCounters
 
 
 @pytest.fixture(params=["in-process", "redis"])

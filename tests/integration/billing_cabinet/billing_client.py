@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from billing.events import BalanceEvent
 from cabinet.storage import Database
 from cabinet.tokens import new_id
 from config import Config, load_config
@@ -41,11 +42,12 @@ class RecordingBillingSink:
         self.policy_changes: list[str] = []
         self.rule_counts_seen: list[int] = []
 
-    async def balance_credited(self, organization_id: str, amount_micros: int) -> None:
+    async def balance_changed(self, event: BalanceEvent) -> None:
         balance = await asyncio.wait_for(
-            self.db.fetchval("SELECT balance_micros FROM organizations WHERE id = $1", organization_id), 5
+            self.db.fetchval("SELECT balance_micros FROM organizations WHERE id = $1", event.organization_id),
+            5,
         )
-        self.credited.append((organization_id, amount_micros))
+        self.credited.append((event.organization_id, event.amount_micros))
         self.balances_seen.append(int(balance))
 
     async def policy_changed(self, organization_id: str) -> None:

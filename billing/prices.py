@@ -5,15 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from billing.money import MICROS, to_micros
 from config import ModelConfig
 from proxy.context import Usage
-
-MICROS = 1_000_000
-
-
-def to_micros(amount: float) -> int:
-    """A currency amount as integer micro-units (rounded half up, never float drift in sums)."""
-    return math.floor(amount * MICROS + 0.5)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,12 +39,14 @@ class LedgerEntry:
     created_at: float
     budgets: tuple[tuple[str, float], ...] = ()  # (rule id, period start) charged with this cost
     units: float = 0.0  # media units of the answer: images, or seconds of audio / video
+    # How the request ended: completed, client_closed, upstream_error, shutdown, refused (never forwarded).
+    outcome: str = "completed"
 
 
 _INSERT = (
     "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
-    " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at, units)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at, units, outcome)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 )
 _BALANCE = "UPDATE organizations SET balance_micros = balance_micros - $1 WHERE id = $2"
 _BUDGET = (
@@ -141,6 +143,7 @@ class LedgerWriter:
                     e.cost_micros,
                     e.created_at,
                     e.units,
+                    e.outcome,
                 )
             )
             if e.cost_micros:

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from proxy.billing.prices import ModelPrices
-from proxy.billing.usage import merge_usage
+from billing.prices import ModelPrices
+from billing.usage import merge_usage
 from proxy.context import Usage
 
 IMAGE_ROUTES = frozenset({"images_generations", "images_edits", "images_variations"})

@@ -17,12 +17,12 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 
+from billing.counters import Counters, Reserve
+from billing.ledger import LedgerWriter
+from billing.money import to_micros
+from billing.policy import PolicyDirectory, PolicyRule, period_start
 from cabinet.storage.database import Database
 from config import Config
-from proxy.billing.counters import Counters, Reserve
-from proxy.billing.ledger import LedgerWriter
-from proxy.billing.policy import PolicyDirectory, PolicyRule, period_start
-from proxy.billing.prices import to_micros
 from proxy.errors import InsufficientBalance
 
 log = logging.getLogger("modelgate.accounts")
