@@ -1,23 +1,24 @@
 """Balances and budgets of organizations as the model API spends them.
 
-Each organization has a live money counter: headroom = stored balance + the plan's credit limit - spend
-not yet written by the ledger. A request reserves its worst-case cost before it is forwarded and settles
-to its real cost afterwards, so concurrent requests can never spend past the headroom.
+Each organization has a live money counter: balance = stored balance - spend not yet written by the
+ledger; a request may reserve up to balance + the plan's credit limit - what is already reserved. A request
+reserves its worst-case cost before it is forwarded and settles to its real cost (never above the
+reservation) afterwards, so concurrent requests can never spend past the headroom.
 
-Credits (a paid invoice, a top-up) reach every gateway process through the `modelgate_billing` channel
-(PostgreSQL NOTIFY and Redis pub/sub), payload `org_id|amount_micros|nonce`: with Redis the first process
-to claim the nonce adds the amount to the shared counter; without Redis each process re-reads its
-organization from the database.
+Balance events (a paid invoice, a top-up, an operator's adjustment: `billing.events`) reach every gateway
+process through the `modelgate_billing` channel (PostgreSQL NOTIFY and Redis pub/sub) and are folded into
+the live counter exactly once by their sequence number, whatever the counter is doing: no rebuild from the
+database, so neither a reservation in flight nor another process's unwritten spend can lose or double one.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 
-from billing.counters import Counters, Reserve
+from billing.counters import Counters, MoneyState, Reserve
+from billing.events import BalanceEvent
 from billing.ledger import LedgerWriter
 from billing.money import to_micros
 from billing.policy import PolicyDirectory, PolicyRule, period_start
@@ -55,7 +56,6 @@ class Accounts:
         policies: PolicyDirectory,
         *,
         shared: bool,
-        claim_nonce: Callable[[str], Awaitable[bool]],
     ) -> None:
         self._db = db
         self._config = config
@@ -63,7 +63,6 @@ class Accounts:
         self._ledger = ledger
         self._policies = policies
         self._shared = shared  # counters live in Redis
-        self._claim_nonce = claim_nonce
         self._broadcasts: list[Broadcast] = []
         self._rechecked: dict[str, float] = {}
 
@@ -83,32 +82,34 @@ class Accounts:
     def add_broadcast(self, broadcast: Broadcast) -> None:
         self._broadcasts.append(broadcast)
 
-    async def _balance_init(self, organization_id: str) -> tuple[int, bool]:
+    async def _balance_init(self, organization_id: str) -> MoneyState:
         row = await self._db.fetchrow(
-            "SELECT balance_micros, activated_at, plan_code FROM organizations WHERE id = $1", organization_id
+            "SELECT balance_micros, activated_at, credit_seq FROM organizations WHERE id = $1", organization_id
         )
         if row is None:
-            return 0, False
-        plan = self._config.plan(row["plan_code"])
-        credit = to_micros(plan.credit_limit) if plan else 0
-        headroom = row["balance_micros"] + credit - self._ledger.pending_cost(organization_id)
-        return headroom, row["activated_at"] is not None
+            return MoneyState(0, False)
+        balance = row["balance_micros"] - self._ledger.pending_cost(organization_id)
+        return MoneyState(balance, row["activated_at"] is not None, row["credit_seq"])
+
+    def _credit_limit(self, plan_code: str) -> int:
+        plan = self._config.plan(plan_code)
+        return to_micros(plan.credit_limit) if plan is not None else 0
 
     async def reserve_balance(self, organization_id: str, plan_code: str, amount: int, key: str) -> None:
         """Hold `amount` of the organization's headroom in its counter `key` (`balance_key(organization_id)`,
         which a cached API key carries), or raise 402."""
-        plan = self._config.plan(plan_code)
-        has_credit = plan is not None and plan.credit_limit > 0
-        outcome = await self._counters.reserve(
-            key, amount, not has_credit, lambda: self._balance_init(organization_id)
-        )
+        credit = self._credit_limit(plan_code)
+        require_activation = credit <= 0
+
+        def init() -> Awaitable[MoneyState]:
+            return self._balance_init(organization_id)
+
+        outcome = await self._counters.reserve(key, amount, require_activation, credit, init)
         if outcome != Reserve.OK and not self._shared and self._may_recheck(organization_id):
             # A credit made where no channel reaches us (the CLI on SQLite) shows up here, on a refusal.
             async with self._ledger.lock:
-                await self._counters.refresh(key, lambda: self._balance_init(organization_id))
-            outcome = await self._counters.reserve(
-                key, amount, not has_credit, lambda: self._balance_init(organization_id)
-            )
+                await self._counters.refresh(key, init)
+            outcome = await self._counters.reserve(key, amount, require_activation, credit, init)
         if outcome == Reserve.NOT_ACTIVATED:
             raise InsufficientBalance(
                 "Insufficient balance: the organization's first invoice is not paid yet, so model requests"
@@ -125,15 +126,15 @@ class Accounts:
         start = period_start(rule.budget_period or "month", now)
         key = budget_key(rule, start)
 
-        async def init() -> tuple[int, bool]:
+        async def init() -> MoneyState:
             spent = await self._db.fetchval(
                 "SELECT spent_micros FROM policy_budget_spend WHERE rule_id = $1 AND period_start = $2",
                 rule.id,
                 start,
             )
-            return (rule.budget_micros or 0) - int(spent or 0), True
+            return MoneyState((rule.budget_micros or 0) - int(spent or 0), True)
 
-        if await self._counters.reserve(key, amount, False, init) != Reserve.OK:
+        if await self._counters.reserve(key, amount, False, 0, init) != Reserve.OK:
             raise InsufficientBalance(
                 f"Insufficient balance: the {rule.budget_period}ly budget of policy rule {rule.id}"
                 " is exhausted."
@@ -145,25 +146,25 @@ class Accounts:
 
     # -- the cabinet's billing sink and the broadcast channel ------------------------------------------
 
-    async def balance_credited(self, organization_id: str, amount_micros: int) -> None:
-        payload = f"{organization_id}|{amount_micros}|{secrets.token_hex(8)}"
-        await self.on_billing_message(payload)
+    async def balance_changed(self, event: BalanceEvent) -> None:
+        """A balance event committed by this process: apply it here, then tell the others."""
+        await self._apply(event)
+        payload = event.payload()
         for broadcast in self._broadcasts:
             await broadcast(BILLING_CHANNEL, payload)
 
     async def on_billing_message(self, payload: str) -> None:
-        """A credit announced by any process (this one, another gateway, or the CLI)."""
-        organization_id, _, rest = payload.partition("|")
-        amount_text, _, nonce = rest.partition("|")
-        key = balance_key(organization_id)
-        if self._shared:
-            if nonce and amount_text.isdigit() and await self._claim_nonce(nonce):
-                await self._counters.credit(key, int(amount_text))
-            elif not nonce:
-                await self._counters.drop(key)
+        """A balance event announced by any process (this one, another gateway, or the CLI)."""
+        event = BalanceEvent.parse(payload)
+        if event is None:
+            log.warning("ignored a billing message that is not a balance event")
             return
-        async with self._ledger.lock:
-            await self._counters.refresh(key, lambda: self._balance_init(organization_id))
+        await self._apply(event)
+
+    async def _apply(self, event: BalanceEvent) -> None:
+        await self._counters.apply_event(
+            balance_key(event.organization_id), event.seq, event.amount_micros, event.activates
+        )
 
     async def policy_changed(self, organization_id: str) -> None:
         self._policies.invalidate(organization_id)

@@ -8,9 +8,13 @@ Concurrency: a slot counter per key (realtime sessions in flight); acquiring fai
 always frees one. In Redis the count carries a safety TTL, refreshed on every acquire, so slots of a process
 that died without releasing them free themselves.
 
-Money: a counter holds `headroom` (what may still be spent), `reserved` (held by requests in flight) and
-`activated`. A reservation succeeds only if `headroom - reserved >= amount`; settling releases the
-reservation and subtracts the real cost. Windows: 1-second buckets over 60 seconds (a sliding window).
+Money: a counter holds `balance` (the stored balance less spend not yet written by the ledger), `reserved`
+(held by requests in flight), `activated` and `credit_seq` (the last balance event folded into `balance`).
+A reservation succeeds only if `balance + credit_limit - reserved >= amount` (the credit limit is passed in,
+so a reloaded plan applies at once); settling releases the reservation and subtracts the real cost. Balance
+events (`billing.events`) are applied once each: an event whose sequence is not newer than `credit_seq`, or
+already applied, changes nothing; one announced while the counter is being built is held and folded in when
+it is. Windows: 1-second buckets over 60 seconds (a sliding window).
 """
 
 from __future__ import annotations
@@ -54,15 +58,25 @@ _result = tuple.__new__
 WindowAsk = tuple[str, int, int]
 
 
-MoneyInit = Callable[[], Awaitable[tuple[int, bool]]]
+class MoneyState(NamedTuple):
+    """A money counter's starting point, read from the database: balance, activation, last event folded in."""
+
+    balance: int
+    activated: bool
+    credit_seq: int = 0
+
+
+MoneyInit = Callable[[], Awaitable[MoneyState]]
 
 
 class Counters(Protocol):
-    async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int: ...
+    async def reserve(
+        self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
+    ) -> int: ...
     async def settle(self, key: str, reserved: int, actual: int) -> None: ...
-    async def credit(self, key: str, amount: int) -> None: ...
-    async def drop(self, key: str) -> None: ...
+    async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool: ...
     async def refresh(self, key: str, init: MoneyInit) -> None: ...
+    async def money(self, key: str) -> tuple[int, int] | None: ...
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]: ...
     async def adjust(self, key: str, second: int, delta: int) -> None: ...
     async def acquire(self, key: str, limit: int) -> bool: ...
@@ -83,51 +97,87 @@ class _Window:
         self.total = 0
 
 
+class _Account:
+    """One money counter of this process."""
+
+    __slots__ = ("activated", "applied", "balance", "credit_seq", "reserved")
+
+    def __init__(self, state: MoneyState) -> None:
+        self.balance = state.balance
+        self.reserved = 0
+        self.activated = state.activated
+        self.credit_seq = state.credit_seq
+        self.applied: set[int] = set()  # sequences above credit_seq already folded in
+
+    def fold(self, seq: int, amount: int, activates: bool) -> bool:
+        if seq <= self.credit_seq or seq in self.applied:
+            return False
+        self.applied.add(seq)
+        self.balance += amount
+        if activates:
+            self.activated = True
+        return True
+
+
+_MAX_EARLY_EVENTS = 10_000
+
+
 class InProcessCounters:
     """Counters of one process (exact for a single gateway process)."""
 
     def __init__(self) -> None:
-        self._money: dict[str, list[int]] = {}  # key -> [headroom, reserved, activated]
+        self._money: dict[str, _Account] = {}
+        # Events announced for a counter not built yet (possibly being built): folded in when it is.
+        self._early: dict[str, dict[int, tuple[int, bool]]] = {}
         self._windows: dict[str, _Window] = {}
         self._slots: dict[str, int] = {}
 
-    async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
+    async def reserve(
+        self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
+    ) -> int:
         account = self._money.get(key)
         if account is None:
-            headroom, activated = await init()
-            # Another coroutine may have initialised it while we awaited the database.
-            account = self._money.setdefault(key, [headroom, 0, int(activated)])
-        if require_activation and not account[2]:
+            state = await init()
+            account = self._money.get(key)  # another coroutine may have built it while we awaited
+            if account is None:
+                account = self._money[key] = _Account(state)
+                for seq, (event_amount, activates) in self._early.pop(key, {}).items():
+                    account.fold(seq, event_amount, activates)
+        if require_activation and not account.activated:
             return Reserve.NOT_ACTIVATED
-        if account[0] - account[1] < amount:
+        if account.balance + credit_limit - account.reserved < amount:
             return Reserve.INSUFFICIENT
-        account[1] += amount
+        account.reserved += amount
         return Reserve.OK
 
     async def settle(self, key: str, reserved: int, actual: int) -> None:
         account = self._money.get(key)
         if account is not None:
-            account[1] -= reserved
-            account[0] -= actual
+            account.reserved -= reserved
+            account.balance -= actual
 
-    async def credit(self, key: str, amount: int) -> None:
+    async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool:
+        """Fold a committed balance event in once; False when it was already there."""
         account = self._money.get(key)
-        if account is not None:
-            account[0] += amount
-            account[2] = 1
-
-    async def drop(self, key: str) -> None:
-        account = self._money.get(key)
-        # Keep live reservations: only the headroom is re-read on next use.
-        if account is not None and account[1] == 0:
-            del self._money[key]
+        if account is None:
+            if len(self._early) > _MAX_EARLY_EVENTS:
+                self._early.clear()  # only counters still being built need these, for a moment
+            self._early.setdefault(key, {})[seq] = (amount, activates)
+            return False
+        return account.fold(seq, amount, activates)
 
     async def refresh(self, key: str, init: MoneyInit) -> None:
-        """Re-read the headroom from its source, keeping the reservations in flight."""
+        """Re-read the balance from its source, keeping the reservations in flight."""
         account = self._money.get(key)
         if account is not None:
-            headroom, activated = await init()
-            account[0], account[2] = headroom, int(activated)
+            state = await init()
+            account.balance, account.activated = state.balance, state.activated
+            account.credit_seq, account.applied = state.credit_seq, set()
+
+    async def money(self, key: str) -> tuple[int, int] | None:
+        """(balance, reserved) of a live counter, None when it is not built (observability, tests)."""
+        account = self._money.get(key)
+        return None if account is None else (account.balance, account.reserved)
 
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]:
         """Take from every window, or from none: when one would pass its limit, nothing is taken and the
@@ -191,37 +241,51 @@ class InProcessCounters:
         return None
 
 
+# Money hashes: b = balance, r = reserved, a = activated, cs = last balance event folded in, e<seq> = an
+# event above cs already applied. Amounts reach Redis as the decimal strings Python sent (HINCRBY with
+# ARGV), never as Lua numbers, so no "-0" and no exponent notation.
 _RESERVE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 if ARGV[2] == '1' and redis.call('HGET', KEYS[1], 'a') ~= '1' then return -1 end
-local h = tonumber(redis.call('HGET', KEYS[1], 'h'))
+local b = tonumber(redis.call('HGET', KEYS[1], 'b'))
 local r = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
-if h - r < tonumber(ARGV[1]) then return 0 end
+if b + tonumber(ARGV[3]) - r < tonumber(ARGV[1]) then return 0 end
 redis.call('HINCRBY', KEYS[1], 'r', ARGV[1])
 return 1
 """
+# KEYS[2] holds events announced while no counter existed (it may have been being built): fold them in.
 _INIT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'h', ARGV[1], 'r', 0, 'a', ARGV[2])
+  redis.call('HSET', KEYS[1], 'b', ARGV[1], 'r', 0, 'a', ARGV[2], 'cs', ARGV[3])
+  local early = redis.call('HGETALL', KEYS[2])
+  for i = 1, #early, 2 do
+    local seq = tonumber(early[i])
+    if seq > tonumber(ARGV[3]) and redis.call('HSETNX', KEYS[1], 'e' .. early[i], 1) == 1 then
+      local amount, activates = string.match(early[i + 1], '^(-?%d+)|(%d)$')
+      redis.call('HINCRBY', KEYS[1], 'b', amount)
+      if activates == '1' then redis.call('HSET', KEYS[1], 'a', 1) end
+    end
+  end
 end
 return 1
 """
 _SETTLE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'r', -tonumber(ARGV[1]))
-  redis.call('HINCRBY', KEYS[1], 'h', -tonumber(ARGV[2]))
+  redis.call('HINCRBY', KEYS[1], 'r', ARGV[1])
+  redis.call('HINCRBY', KEYS[1], 'b', ARGV[2])
 end
 return 1
 """
-_CREDIT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'h', ARGV[1])
-  redis.call('HSET', KEYS[1], 'a', 1)
+_APPLY = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. '|' .. ARGV[3])
+  redis.call('EXPIRE', KEYS[2], 600)
+  return 0
 end
-return 1
-"""
-_DROP = """
-if tonumber(redis.call('HGET', KEYS[1], 'r') or '0') == 0 then redis.call('DEL', KEYS[1]) end
+if tonumber(ARGV[1]) <= tonumber(redis.call('HGET', KEYS[1], 'cs') or '0') then return 0 end
+if redis.call('HSETNX', KEYS[1], 'e' .. ARGV[1], 1) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'b', ARGV[2])
+if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'a', 1) end
 return 1
 """
 _ADMIT = """
@@ -291,8 +355,7 @@ class RedisCounters:
         self._reserve = client.register_script(_RESERVE)
         self._init = client.register_script(_INIT)
         self._settle = client.register_script(_SETTLE)
-        self._credit = client.register_script(_CREDIT)
-        self._drop = client.register_script(_DROP)
+        self._apply = client.register_script(_APPLY)
         self._admit = client.register_script(_ADMIT)
         self._adjust = client.register_script(_ADJUST)
         self._acquire = client.register_script(_ACQUIRE)
@@ -313,37 +376,49 @@ class RedisCounters:
                 "checked. Retry shortly."
             ) from exc
 
-    async def reserve(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
+    async def reserve(
+        self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
+    ) -> int:
         try:
-            return await self._reserve_checked(key, amount, require_activation, init)
+            return await self._reserve_checked(key, amount, require_activation, credit_limit, init)
         except RedisError as exc:
             self._unavailable(exc)
             return Reserve.OK
 
-    async def _reserve_checked(self, key: str, amount: int, require_activation: bool, init: MoneyInit) -> int:
+    async def _reserve_checked(
+        self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
+    ) -> int:
         name = self._prefix + key
-        args = [amount, "1" if require_activation else "0"]
+        args = [amount, "1" if require_activation else "0", credit_limit]
         result = await self._reserve(keys=[name], args=args)
         if result == -2:
-            headroom, activated = await init()
-            await self._init(keys=[name], args=[headroom, 1 if activated else 0])
+            state = await init()
+            await self._init(
+                keys=[name, name + ":early"],
+                args=[state.balance, 1 if state.activated else 0, state.credit_seq],
+            )
             result = await self._reserve(keys=[name], args=args)
         return int(result)
 
     async def settle(self, key: str, reserved: int, actual: int) -> None:
         try:
-            await self._settle(keys=[self._prefix + key], args=[reserved, actual])
+            await self._settle(keys=[self._prefix + key], args=[-reserved, -actual])
         except RedisError as exc:
             log.error("redis: settling %s failed: %r", key, exc)
 
-    async def credit(self, key: str, amount: int) -> None:
-        await self._credit(keys=[self._prefix + key], args=[amount])
-
-    async def drop(self, key: str) -> None:
-        await self._drop(keys=[self._prefix + key])
+    async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool:
+        """Fold a committed balance event into the shared counter once (any process may announce it)."""
+        name = self._prefix + key
+        return bool(await self._apply(keys=[name, name + ":early"], args=[seq, amount, 1 if activates else 0]))
 
     async def refresh(self, key: str, init: MoneyInit) -> None:
-        await self.drop(key)
+        # The shared counter is never rebuilt from the database while it exists: other processes' settled
+        # spend that the ledger has not written yet is in it and nowhere else. Events keep it current.
+        return None
+
+    async def money(self, key: str) -> tuple[int, int] | None:
+        values = await self._redis.hmget(self._prefix + key, "b", "r")
+        return None if values[0] is None else (int(values[0]), int(values[1] or 0))
 
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]:
         """Take from every window, or from none, in one atomic script (one round trip)."""

@@ -30,10 +30,6 @@ from proxy.upstream import Upstream
 log = logging.getLogger("modelgate.gateway")
 
 
-async def _never_claimed(_token: str) -> bool:
-    return False
-
-
 @dataclass(slots=True)
 class Gateway:
     """The running gateway of one process: lasting state, and the runtime a config reload replaces."""
@@ -114,7 +110,6 @@ class Gateway:
                 ledger,
                 policies,
                 shared=bus is not None,
-                claim_nonce=bus.claim if bus else _never_claimed,
             )
             await _connect_channels(db, bus, keys, accounts)
             metrics = GatewayMetrics()

@@ -77,10 +77,6 @@ class RedisBus:
     async def publish(self, channel: str, payload: str) -> None:
         await self.client.publish(channel, payload)
 
-    async def claim(self, token: str, ttl_seconds: int = 3600) -> bool:
-        """True for exactly one caller across all processes (SET NX)."""
-        return bool(await self.client.set(f"mg:claim:{token}", 1, nx=True, ex=ttl_seconds))
-
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from billing import counters
-from billing.counters import InProcessCounters, Reserve, WindowResult
+from billing.counters import MoneyState, InProcessCounters, Reserve, WindowResult
 
 
 async def _take(counters: InProcessCounters, key: str, amount: int, limit: int) -> WindowResult:
@@ -53,20 +53,20 @@ async def test_adjust_corrects_the_bucket_of_the_reservation(clock) -> None:
 async def test_money_reservations_never_exceed_the_headroom() -> None:
     money = InProcessCounters()
 
-    async def init() -> tuple[int, bool]:
-        return 10, True
+    async def init() -> MoneyState:
+        return MoneyState(10, True)
 
-    outcomes = [await money.reserve("bal", 3, True, init) for _ in range(4)]
+    outcomes = [await money.reserve("bal", 3, True, 0, init) for _ in range(4)]
     assert outcomes == [Reserve.OK, Reserve.OK, Reserve.OK, Reserve.INSUFFICIENT]
     await money.settle("bal", 3, 1)  # a request reserved 3 and cost 1
-    assert await money.reserve("bal", 3, True, init) == Reserve.OK
+    assert await money.reserve("bal", 3, True, 0, init) == Reserve.OK
 
 
 async def test_an_unactivated_account_is_refused_when_activation_is_required() -> None:
     money = InProcessCounters()
 
-    async def init() -> tuple[int, bool]:
-        return 100, False
+    async def init() -> MoneyState:
+        return MoneyState(100, False)
 
-    assert await money.reserve("bal", 1, True, init) == Reserve.NOT_ACTIVATED
-    assert await money.reserve("bal", 1, False, init) == Reserve.OK
+    assert await money.reserve("bal", 1, True, 0, init) == Reserve.NOT_ACTIVATED
+    assert await money.reserve("bal", 1, False, 0, init) == Reserve.OK
