@@ -84,7 +84,8 @@ class Accounts:
 
     async def _balance_init(self, organization_id: str) -> MoneyState:
         row = await self._db.fetchrow(
-            "SELECT balance_micros, activated_at, credit_seq FROM organizations WHERE id = $1", organization_id
+            "SELECT balance_micros, activated_at, credit_seq FROM organizations WHERE id = $1",
+            organization_id,
         )
         if row is None:
             return MoneyState(0, False)

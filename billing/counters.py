@@ -409,7 +409,9 @@ class RedisCounters:
     async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool:
         """Fold a committed balance event into the shared counter once (any process may announce it)."""
         name = self._prefix + key
-        return bool(await self._apply(keys=[name, name + ":early"], args=[seq, amount, 1 if activates else 0]))
+        return bool(
+            await self._apply(keys=[name, name + ":early"], args=[seq, amount, 1 if activates else 0])
+        )
 
     async def refresh(self, key: str, init: MoneyInit) -> None:
         # The shared counter is never rebuilt from the database while it exists: other processes' settled

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from billing import counters
-from billing.counters import MoneyState, InProcessCounters, Reserve, WindowResult
+from billing.counters import InProcessCounters, MoneyState, Reserve, WindowResult
 
 
 async def _take(counters: InProcessCounters, key: str, amount: int, limit: int) -> WindowResult:
