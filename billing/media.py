@@ -4,7 +4,8 @@ What is charged (prices from `[models.prices]`, plus `per_request` on every char
 - images (generations, edits, variations): `per_image` * the number of images in the answer's `data`
   (the request's `n` when the answer has no list), plus token prices when the answer reports `usage`;
 - transcriptions and translations: `per_audio_second` * `duration` of a `verbose_json` answer (or
-  `usage.seconds`), else nothing beyond `per_request` and any reported token usage;
+  `usage.seconds`), else nothing beyond `per_request` and any reported token usage; the model's
+  `max_audio_seconds` bounds it (reserved before, and the charge never exceeds the reservation);
 - speech: `per_request` (the audio is streamed back, not read);
 - video creation: `per_video_second` * the created video's `seconds` (the request's when the answer has none);
 - follow-ups (video retrieve, content, delete, list; minting a realtime client secret): free.
@@ -24,8 +25,8 @@ from proxy.context import Usage
 IMAGE_ROUTES = frozenset({"images_generations", "images_edits", "images_variations"})
 AUDIO_ROUTES = frozenset({"audio_transcriptions", "audio_translations"})
 CHARGED_ROUTES = IMAGE_ROUTES | AUDIO_ROUTES | {"audio_speech", "videos_create"}
-FREE_ROUTES = frozenset({"videos_get", "videos_delete", "videos_content", "realtime_client_secrets"})
-MEDIA_ROUTES = CHARGED_ROUTES | FREE_ROUTES
+FOLLOW_UP_ROUTES = frozenset({"videos_get", "videos_delete", "videos_content", "realtime_client_secrets"})
+MEDIA_ROUTES = CHARGED_ROUTES | FOLLOW_UP_ROUTES
 _JSON_ANSWERS = IMAGE_ROUTES | AUDIO_ROUTES | {"videos_create"}
 _DEFAULT_VIDEO_SECONDS = 4.0  # the videos API's default clip length
 
@@ -97,9 +98,10 @@ class MediaUsageReader:
 def media_worst_case(route_name: str, payload: dict | None, prices: ModelPrices) -> int | None:
     """What to reserve before a media request (None: not a media route, use the token worst case).
 
-    An audio file's duration is unknown until it is transcribed: only `per_request` is reserved for it.
+    An audio file's duration is unknown until it is transcribed: the model's `max_audio_seconds` is reserved
+    for it, and the charge is capped there.
     """
-    if route_name in FREE_ROUTES:
+    if route_name in FOLLOW_UP_ROUTES:
         return 0
     if route_name in IMAGE_ROUTES:
         return prices.per_request + prices.per_image * _requested_images(payload)
@@ -107,6 +109,8 @@ def media_worst_case(route_name: str, payload: dict | None, prices: ModelPrices)
         seconds = _number(payload.get("seconds")) if payload else None
         seconds = _DEFAULT_VIDEO_SECONDS if seconds is None else seconds
         return prices.per_request + math.ceil(seconds * prices.per_video_second)
+    if route_name in AUDIO_ROUTES:
+        return prices.per_request + math.ceil(prices.max_audio_seconds * prices.per_audio_second)
     if route_name in CHARGED_ROUTES:
         return prices.per_request
     return None

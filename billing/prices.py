@@ -22,6 +22,7 @@ class ModelPrices:
     per_image: int = 0
     per_audio_second: float = 0.0
     per_video_second: float = 0.0
+    max_audio_seconds: float = 0.0
 
     @classmethod
     def of(cls, model: ModelConfig) -> ModelPrices:
@@ -36,6 +37,7 @@ class ModelPrices:
             to_micros(prices.per_image),
             prices.per_audio_second * MICROS,
             prices.per_video_second * MICROS,
+            model.max_audio_seconds,
         )
 
     def cost(self, usage: Usage | None) -> int:
@@ -59,41 +61,16 @@ class ModelPrices:
         )
 
 
-# Request kinds whose answer is not generated text: no output-token allowance is reserved for them.
-_NO_TOKEN_OUTPUT = frozenset(
+# Calls that generate nothing (retrieving or deleting a stored object, counting tokens, minting a realtime
+# secret): nothing is reserved for them and nothing is charged.
+FREE_ROUTES = frozenset(
     {
-        "embeddings",
-        "images",
-        "image_edits",
-        "audio_transcriptions",
-        "audio_translations",
-        "audio_speech",
-        "videos",
+        "responses_get",
+        "responses_delete",
+        "messages_count_tokens",
+        "videos_get",
+        "videos_delete",
+        "videos_content",
+        "realtime_client_secrets",
     }
 )
-
-
-def estimate_input_tokens(body_size: int) -> int:
-    """A safe upper estimate of prompt tokens from the body size (a token is at least ~2 bytes of JSON)."""
-    return body_size // 2 + 1
-
-
-def requested_max_output(payload: dict | None, default: int) -> int:
-    """The output allowance the request asks for, or the model's default."""
-    if payload:
-        for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-            value = payload.get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return default
-
-
-def ensure_estimate(ctx) -> None:
-    """Fill the request's token estimate once (input from the body size, output from its allowance)."""
-    if ctx.max_output_tokens or ctx.model is None:
-        return
-    ctx.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
-    wants_output = ctx.route is not None and ctx.route.kind not in _NO_TOKEN_OUTPUT
-    ctx.max_output_tokens = (
-        requested_max_output(ctx.payload, ctx.model.config.default_max_tokens) if wants_output else 0
-    ) or 1

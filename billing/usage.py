@@ -1,19 +1,33 @@
 """Reading token usage out of upstream answers, in every wire format the gateway relays.
 
 Complete JSON answers are parsed once. Streams are scanned incrementally: only complete SSE events whose
-bytes mention `"usage"` are parsed, so the cost per chunk is a substring search.
+bytes mention `"usage"` are parsed, so the cost per chunk is a substring search and one regex pass that
+measures the generated text relayed (what an answer cut short is charged by when no usage arrived).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from proxy.context import Usage
 
+if TYPE_CHECKING:
+    from proxy.context import RequestContext
+
 _USAGE = b'"usage"'
 _MAX_CARRY = 256 * 1024
+# Generated text in every wire format relayed: chat `content`, completions and Anthropic `text`, Responses
+# `delta`, tool-call `arguments` / `partial_json`, `refusal`, `thinking`. An object-valued key (chat's
+# `"delta": {...}`) does not match. Escapes count as their bytes: an estimate errs high, and is capped.
+_GENERATED = re.compile(
+    rb'"(?:content|text|delta|arguments|partial_json|refusal|thinking|reasoning_content)":\s*"((?:[^"\\]|\\.)+)"'
+)
+# The last event of a complete stream: chat/completions, Anthropic Messages, Responses.
+_FINAL_MARKERS = (b"data: [DONE]", b"message_stop", b'"response.completed"', b'"response.incomplete"')
+_BYTES_PER_TOKEN = 4
 
 
 def _int(value: Any) -> int:
@@ -65,16 +79,43 @@ def usage_of_body(body: bytes) -> Usage | None:
     return usage
 
 
-class StreamUsageScanner:
-    """Finds usage in an SSE stream as it passes, across chunk boundaries, without holding the stream."""
+def generated_tokens(data: bytes) -> tuple[int, int]:
+    """(pieces, bytes) of generated text in a stretch of an answer."""
+    pieces = size = 0
+    for match in _GENERATED.finditer(data):
+        pieces += 1
+        size += match.end(1) - match.start(1)
+    return pieces, size
 
-    __slots__ = ("_carry", "usage")
+
+def tokens_of(pieces: int, size: int) -> int:
+    """Estimated tokens of generated text: ~4 bytes a token, and at least one per piece streamed."""
+    return max(pieces, -(-size // _BYTES_PER_TOKEN))
+
+
+class StreamUsageScanner:
+    """Finds usage in an SSE stream as it passes, across chunk boundaries, without holding the stream; also
+    measures the generated text relayed and notices the stream's final event."""
+
+    __slots__ = ("_carry", "final", "pieces", "size", "usage")
 
     def __init__(self) -> None:
         self.usage: Usage | None = None
         self._carry = b""
+        self.pieces = 0
+        self.size = 0
+        self.final = False
+
+    @property
+    def content_tokens(self) -> int:
+        return tokens_of(self.pieces, self.size)
 
     def feed(self, chunk: bytes) -> None:
+        for match in _GENERATED.finditer(chunk):
+            self.pieces += 1
+            self.size += match.end(1) - match.start(1)
+        if not self.final and any(marker in chunk for marker in _FINAL_MARKERS):
+            self.final = True
         data = self._carry + chunk if self._carry else chunk
         end = data.rfind(b"\n\n")
         if end < 0:
@@ -99,3 +140,19 @@ class StreamUsageScanner:
                     if self.usage is None:
                         self.usage = Usage()
                     merge_usage(self.usage, item)
+
+
+def delivered_usage(ctx: RequestContext) -> Usage:
+    """The usage to charge for an answered request: the upstream's for a complete answer; for one cut short,
+    at least the generated text that was relayed (the prompt, when unreported, from the body size)."""
+    usage = ctx.usage
+    if ctx.outcome == "completed" and usage is not None:
+        return usage
+    scanner = ctx.usage_scanner
+    relayed = scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.content_tokens
+    if usage is None:
+        return Usage(input_tokens=len(ctx.body) // _BYTES_PER_TOKEN, output_tokens=relayed)
+    if not usage.input_tokens:
+        usage.input_tokens = len(ctx.body) // _BYTES_PER_TOKEN
+    usage.output_tokens = max(usage.output_tokens, relayed)
+    return usage

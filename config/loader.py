@@ -488,6 +488,7 @@ def _model(t: _Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | 
         max_context_tokens=t.integer("max_context_tokens", check=_at_least(1)),
     )
     t.finish()
+        max_audio_seconds=t.number("max_audio_seconds", check=_above(0)),
     if name is _ABSENT:
         return None
     model = ModelConfig(

@@ -203,6 +203,8 @@ class ModelConfig:
 
 
 @dataclass(frozen=True, slots=True)
+    # The longest audio a transcription may bill for: reserved before (its duration is unknown until then).
+    max_audio_seconds: float = 1500.0
 class PlanConfig:
     """A subscription plan: its fee, credit and rate limits (0 means unlimited)."""
 

@@ -1,34 +1,50 @@
 """The billing gate: a request is forwarded only if its worst-case cost fits in the organization's
 balance (plus the plan's credit limit) and in every budget of the policy rules that apply — 402 otherwise.
 
-Until the first invoice is paid only a plan with a credit limit may spend. Reservations are settled to
-the real cost when the answer is complete, or released when it failed, so concurrent requests never
-overspend.
+Until the first invoice is paid only a plan with a credit limit may spend. The worst case is a hard bound:
+the output cap it assumes is the one sent upstream (`billing.caps`), and the charge never exceeds it.
+Reservations are settled to the real cost when the request ends however it ends, so concurrent requests
+never overspend. Calls that generate nothing reserve nothing and cost nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from billing.accounts import Accounts
-from billing.media import FREE_ROUTES, media_worst_case
-from billing.prices import ensure_estimate
+from billing.caps import ensure_estimate
+from billing.media import media_worst_case
+from billing.prices import FREE_ROUTES
+from billing.usage import delivered_usage
 from plugins.base import Plugin
-from proxy.context import RequestContext, Usage
+from proxy.context import RequestContext
+
+log = logging.getLogger("modelgate.billing")
 
 
 def final_cost(ctx: RequestContext) -> int:
-    """The cost to charge for a finished request (computed once, shared by billing and metering)."""
+    """The cost to charge for a finished request (computed once, shared by billing and metering).
+
+    Charged: every answer the upstream started to give (a success status relayed), whatever happened after —
+    from the upstream's usage, or for a stream cut short from what was relayed — never above the reservation.
+    """
     if ctx.cost_micros is None:
-        # 101: a realtime session, charged from the usage its events reported.
-        if ctx.row is None or ctx.status not in (200, 101) or ctx.route.name in FREE_ROUTES:
+        if not ctx.answered_status or ctx.route.name in FREE_ROUTES:
             ctx.cost_micros = 0
-        elif ctx.usage is not None:
-            ctx.cost_micros = ctx.model.prices.cost(ctx.usage)
         else:
-            # No usage reported (e.g. the client left mid-stream): charge what was seen, ~4 bytes a token.
-            ctx.usage = Usage(input_tokens=len(ctx.body) // 4, output_tokens=ctx.bytes_sent // 4)
-            ctx.cost_micros = ctx.model.prices.cost(ctx.usage)
+            ctx.usage = delivered_usage(ctx)
+            cost = ctx.model.prices.cost(ctx.usage)
+            if ctx.reserved_micros is not None and cost > ctx.reserved_micros:
+                log.warning(
+                    "request %s cost %d µ over its reservation of %d µ; charged the reservation",
+                    ctx.request_id,
+                    cost,
+                    ctx.reserved_micros,
+                    extra={"request_id": ctx.request_id},
+                )
+                cost = ctx.reserved_micros
+            ctx.cost_micros = cost
     return ctx.cost_micros
 
 
@@ -41,7 +57,7 @@ class BillingGate(Plugin):
         self._accounts = accounts
 
     async def on_request(self, ctx: RequestContext) -> None:
-        if ctx.model is None:
+        if ctx.model is None or ctx.route.name in FREE_ROUTES:
             return
         ensure_estimate(ctx)
         prices = ctx.model.prices
@@ -50,6 +66,7 @@ class BillingGate(Plugin):
             worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
         key = ctx.key
         await self._accounts.reserve_balance(key.organization_id, key.plan_code, worst, key.balance_counter)
+        ctx.reserved_micros = worst
         ctx.reservations.append((key.balance_counter, worst))
         if ctx.decision is not None and ctx.decision.budget_rules:
             now = time.time()

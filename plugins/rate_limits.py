@@ -9,8 +9,8 @@ answers carry `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the ke
 
 from __future__ import annotations
 
+from billing.caps import ensure_estimate
 from billing.counters import Counters, WindowAsk
-from billing.prices import ensure_estimate
 from config import Config
 from plugins.base import Plugin
 from proxy.context import RequestContext

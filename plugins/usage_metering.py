@@ -11,7 +11,7 @@ import time
 
 from billing.ledger import LedgerEntry, LedgerWriter
 from billing.media import MEDIA_ROUTES, MediaUsageReader
-from billing.usage import StreamUsageScanner, usage_of_body
+from billing.usage import StreamUsageScanner, generated_tokens, tokens_of, usage_of_body
 from plugins.base import Plugin
 from plugins.billing_gate import final_cost
 from proxy.context import RequestContext
@@ -85,6 +85,8 @@ class UsageMetering(Plugin):
                 ctx.usage = scanner.usage
         elif ctx.model is not None and ctx.status == 200:
             ctx.usage = usage_of_body(chunk)
+            if ctx.usage is None:  # charged by the text it carries
+                ctx.content_tokens = tokens_of(*generated_tokens(chunk))
 
     def on_complete(self, ctx: RequestContext) -> None:
         if ctx.model is None or ctx.key is None:
@@ -100,7 +102,7 @@ class UsageMetering(Plugin):
                 model=ctx.model.name,
                 row_key=ctx.row.key if ctx.row else None,
                 request_id=ctx.request_id,
-                status=ctx.status,
+                status=ctx.answered_status or ctx.status,
                 input_tokens=usage.input_tokens if usage else 0,
                 cached_input_tokens=usage.cached_input_tokens if usage else 0,
                 output_tokens=usage.output_tokens if usage else 0,
@@ -108,5 +110,6 @@ class UsageMetering(Plugin):
                 created_at=time.time(),
                 budgets=tuple(ctx.budgets),
                 units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
+                outcome=ctx.outcome if ctx.answered_status else "refused",
             )
         )

@@ -64,6 +64,14 @@ class RequestContext:
     budgets: list[tuple[str, float]] = field(default_factory=list)
     token_windows: list[tuple[str, int, int]] = field(default_factory=list)
     cost_micros: int | None = None
+    reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
+    # The success status of an upstream answer whose relay began (0: none): such a request is charged for
+    # what it delivered, however it ended.
+    answered_status: int = 0
+    # How it ended once answered: completed (its final event reached the client), client_closed,
+    # upstream_error (the provider broke off), shutdown (cut by a graceful stop).
+    outcome: str = ""
+    content_tokens: int = 0  # estimated output of a whole answer that reported no usage
     usage_scanner: Any = None
     chunk_filter: Any = None
     bound_object: str | None = None

@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from billing.usage import StreamUsageScanner
 from plugins.base import PluginChain
 from proxy.context import RequestContext
 from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
@@ -199,6 +200,7 @@ class Forwarder:
         for hook in self._chain.head_hooks:
             hook(ctx, upstream.status, upstream_headers)
         chunk_hooks = self._chain.chunk_hooks
+        ctx.answered_status = upstream.status  # from here on the request is charged for what it delivers
         if rest is None:
             body = opening
             for hook in chunk_hooks:
@@ -207,13 +209,15 @@ class Forwarder:
                 body = translator.response_body(body, ctx.model.name)
             ctx.bytes_sent = len(body)
             ctx.first_byte_at = time.perf_counter()
+            ctx.outcome = "completed"  # the whole answer is in hand and goes out in one piece
             return web.Response(status=upstream.status, body=body, headers=headers)
         response = web.StreamResponse(status=upstream.status, headers=headers)
-        await response.prepare(ctx.request)
         completed = False
         stream_translator = translator.stream(ctx.model.name, ctx.payload) if translator else None
         chunk_filter = ctx.chunk_filter
+        scanner = ctx.usage_scanner if isinstance(ctx.usage_scanner, StreamUsageScanner) else None
         try:
+            await response.prepare(ctx.request)
             async for chunk in _chain_chunks(opening, rest):
                 for hook in chunk_hooks:
                     hook(ctx, chunk)
@@ -227,11 +231,14 @@ class Forwarder:
                     ctx.first_byte_at = time.perf_counter()
                 await response.write(chunk)
                 ctx.bytes_sent += len(chunk)
+                if scanner is not None and scanner.final and stream_translator is None:
+                    ctx.outcome = "completed"  # the final event reached the client, whatever it does next
             tail = stream_translator.finish() if stream_translator is not None else b""
             if chunk_filter is not None:
                 tail = chunk_filter.feed(tail) + chunk_filter.finish() if tail else chunk_filter.finish()
             if tail:
                 await response.write(tail)
+            ctx.outcome = "completed"
             completed = True
         except (
             UpstreamBrokeOff,
@@ -245,13 +252,27 @@ class Forwarder:
                 "row %s broke off a stream: %r", ctx.row.key, exc, extra={"request_id": ctx.request_id}
             )
             ctx.error = exc
-            await response.write(_stream_error_event(ctx.envelope))
+            ctx.outcome = "upstream_error"
+            try:
+                await response.write(_stream_error_event(ctx.envelope))
+            except ConnectionError:
+                return response  # the client left too
+        except ConnectionError:
+            # The client went away mid-stream: charged for what it was sent (see BillingGate.final_cost).
+            if not ctx.outcome:
+                ctx.outcome = "client_closed"
+            ctx.status = 499
+            return response
         finally:
             if completed:
                 upstream.release() if hasattr(upstream, "release") else upstream.close()
             else:
                 upstream.close()
-        await response.write_eof()
+        try:
+            await response.write_eof()
+        except ConnectionError:
+            if not ctx.outcome:
+                ctx.outcome = "client_closed"
         return response
 
 

@@ -58,8 +58,10 @@ class ModelApi:
         forwarder: Forwarder,
         catalog: ModelCatalog,
         handlers: Mapping[str, LocalHandler] | None = None,
+        shutting_down: Callable[[], bool] = lambda: False,
     ) -> None:
         self._chain = chain
+        self._shutting_down = shutting_down
         self._handlers = dict(handlers or {})
         self._forwarder = forwarder
         self._local: dict[str, Callable[[ModelCatalog, RequestContext], web.StreamResponse]] = {
@@ -90,7 +92,9 @@ class ModelApi:
             ctx.status = error.status
             return render_error(error, ctx.envelope, ctx.request_id)
         except (asyncio.CancelledError, ConnectionResetError):
-            ctx.status = 499  # the client went away
+            ctx.status = 499  # the client went away, or a graceful stop ran out of time for it
+            if ctx.answered_status and not ctx.outcome:
+                ctx.outcome = "shutdown" if self._shutting_down() else "client_closed"
             raise
         except Exception as exc:
             log.exception(

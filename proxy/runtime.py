@@ -42,6 +42,7 @@ class ModelRuntime:
         catalog: ModelCatalog,
         chain: PluginChain,
         handlers: Callable[[RowSelector], dict[str, LocalHandler]] | None = None,
+        shutting_down: Callable[[], bool] = lambda: False,
     ) -> None:
         self.config = config
         self.upstreams = upstreams
@@ -49,7 +50,7 @@ class ModelRuntime:
         self.chain = chain
         selector = RowSelector(config.routing.cooldown_seconds, config.routing.failure_threshold)
         local = handlers(selector) if handlers is not None else {}
-        self.model_api = ModelApi(chain, Forwarder(chain, selector), catalog, local)
+        self.model_api = ModelApi(chain, Forwarder(chain, selector), catalog, local, shutting_down)
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -118,7 +119,7 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
         }
 
     chain = default_chain(services, config.plugins.disabled)
-    return ModelRuntime(config, upstreams, catalog, chain, handlers)
+    return ModelRuntime(config, upstreams, catalog, chain, handlers, lambda: gateway.shutting_down)
 
 
 class ModelApiDispatcher:
