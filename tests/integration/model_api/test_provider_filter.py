@@ -65,7 +65,8 @@ def test_provider_object_is_removed_when_the_model_name_is_not_rewritten(http, a
     # `balanced` rows keep the client's model name upstream, so the body is not rebuilt for the name.
     assert chat(http, {"only": "alpha"}, model="balanced").status_code == 200
     sent = alpha.requests_to(CHAT)[0]
-    assert sent.json == {"model": "balanced", "messages": MESSAGES}
+    # The output cap the gateway reserved for is sent too (the request named none): the model's default.
+    assert sent.json == {"model": "balanced", "messages": MESSAGES, "max_completion_tokens": 4096}
 
 
 def test_provider_key_is_sent_and_never_the_clients(http, tenant, beta) -> None:
