@@ -19,6 +19,7 @@ from billing.prices import FREE_ROUTES
 from billing.usage import delivered_usage
 from plugins.base import Plugin
 from proxy.context import RequestContext
+from proxy.realtime_billing import check_one_response
 
 log = logging.getLogger("modelgate.billing")
 
@@ -57,6 +58,8 @@ class BillingGate(Plugin):
         self._accounts = accounts
 
     async def on_request(self, ctx: RequestContext) -> None:
+        if ctx.route.name == "realtime":  # reserved per response by the relay; here: can it afford one?
+            return await check_one_response(self._accounts, ctx)
         if ctx.model is None or ctx.route.name in FREE_ROUTES:
             return
         ensure_estimate(ctx)

@@ -89,6 +89,8 @@ class UsageMetering(Plugin):
                 ctx.content_tokens = tokens_of(*generated_tokens(chunk))
 
     def on_complete(self, ctx: RequestContext) -> None:
+        if ctx.route.name == "realtime" and ctx.status == 101:  # one row per response, written by the relay
+            return
         if ctx.model is None or ctx.key is None:
             return
         cost = final_cost(ctx)

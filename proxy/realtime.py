@@ -4,8 +4,10 @@ The plugin chain has already authenticated the key, claimed the client secret, r
 admitted the session under the organization's concurrency cap and balance. Here the row's upstream WebSocket
 is opened first (failing over between rows, since nothing has reached the client yet), then the client is
 upgraded (101) and the secret becomes used. Text and binary frames pass both ways unchanged, with
-back-pressure on each side; when either side closes, the other is closed with the same code. Usage reported
-by `response.done` events is added up for the session's one ledger row.
+back-pressure on each side; when either side closes, the other is closed with the same code. Each model
+response is reserved, settled and written to the ledger on its own as the session goes
+(proxy.realtime_billing); when the client leaves mid-response, the running responses are cancelled upstream
+and their usage awaited for a moment, so what was generated is charged.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
 import orjson
 from aiohttp import WSMsgType, web
 
-from proxy.context import RequestContext, Usage
+from billing.accounts import Accounts
+from billing.ledger import LedgerWriter
+from proxy.context import RequestContext
 from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
+from proxy.realtime_billing import SessionBilling
 from proxy.realtime_secrets import RealtimeSecrets
 from proxy.routing import RoutingRow, RowSelector
 from proxy.upstream import UpstreamFailure
@@ -30,6 +36,8 @@ log = logging.getLogger("modelgate.realtime")
 
 MAX_FRAME = 16 * 1024 * 1024
 _GOING_AWAY = 1001
+# How long a session whose client left waits for the usage of the responses it cancels upstream.
+_DRAIN_SECONDS = 2.0
 
 
 def _close_code(code: int | None, fallback: int = 1000) -> int:
@@ -39,44 +47,12 @@ def _close_code(code: int | None, fallback: int = 1000) -> int:
     return fallback
 
 
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-class RealtimeUsageMeter:
-    """Adds up the usage each `response.done` event reports (one per model response of the session)."""
-
-    __slots__ = ("_usage",)
-
-    def __init__(self, usage: Usage) -> None:
-        self._usage = usage
-
-    def feed(self, text: str) -> None:
-        if "response.done" not in text:  # most frames are audio deltas: a substring test, no parse
-            return
-        try:
-            event = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return
-        response = event.get("response") if isinstance(event, dict) else None
-        if event.get("type") != "response.done" or not isinstance(response, dict):
-            return
-        usage = response.get("usage")
-        if not isinstance(usage, dict):
-            return
-        details = usage.get("input_token_details")
-        self._usage.input_tokens += _count(usage.get("input_tokens"))
-        self._usage.output_tokens += _count(usage.get("output_tokens"))
-        self._usage.cached_input_tokens += (
-            _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        )
-
-
 class RealtimeSessions:
     """The open sessions of this process, so a shutdown closes them (1001 going away) instead of waiting."""
 
     def __init__(self) -> None:
         self._open: set[web.WebSocketResponse] = set()
+        self.stopping = False  # sessions ending now end because the gateway stops
 
     def add(self, client: web.WebSocketResponse) -> None:
         self._open.add(client)
@@ -88,6 +64,7 @@ class RealtimeSessions:
         return len(self._open)
 
     async def close_all(self) -> None:
+        self.stopping = True
         for client in list(self._open):
             await client.close(code=_GOING_AWAY, message=b"server shutting down")
 
@@ -100,20 +77,23 @@ class RealtimeState:
     sessions: RealtimeSessions
 
 
+def _json(event: dict) -> str:
+    return orjson.dumps(event).decode()
+
+
 async def _pump(
     source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
     sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-    meter: RealtimeUsageMeter | None,
+    relay_text: Callable[[str], Awaitable[None]],
 ) -> int | None:
-    """Frames from `source` to `sink` until `source` closes; the code it closed with (None: it went away)."""
+    """Frames from `source` to `sink` (text through `relay_text`) until `source` closes; the code it closed
+    with (None: it went away)."""
     try:
         while True:
             message = await source.receive()
             kind = message.type
             if kind is WSMsgType.TEXT:
-                if meter is not None:
-                    meter.feed(message.data)
-                await sink.send_str(message.data)
+                await relay_text(message.data)
             elif kind is WSMsgType.BINARY:
                 await sink.send_bytes(message.data)
             elif kind is WSMsgType.CLOSE:
@@ -128,10 +108,14 @@ async def _pump(
 class RealtimeRelay:
     """The local handler of GET /v1/realtime."""
 
-    def __init__(self, selector: RowSelector, state: RealtimeState) -> None:
+    def __init__(
+        self, selector: RowSelector, state: RealtimeState, accounts: Accounts, ledger: LedgerWriter
+    ) -> None:
         self._selector = selector
         self._secrets = state.secrets
         self._sessions = state.sessions
+        self._accounts = accounts
+        self._ledger = ledger
 
     async def handle(self, ctx: RequestContext) -> web.StreamResponse:
         client = web.WebSocketResponse(max_msg_size=MAX_FRAME, autoping=True)
@@ -153,9 +137,9 @@ class RealtimeRelay:
             await upstream.close()
             raise
         ctx.row, ctx.status = row, 101
-        ctx.usage = Usage()
         ctx.first_byte_at = time.perf_counter()
-        session = asyncio.ensure_future(self._session(ctx, client, upstream))
+        billing = SessionBilling(self._accounts, self._ledger, ctx)
+        session = asyncio.ensure_future(self._session(ctx, client, upstream, billing))
         try:
             await asyncio.shield(session)
         except asyncio.CancelledError:
@@ -167,21 +151,31 @@ class RealtimeRelay:
         return client
 
     async def _session(
-        self, ctx: RequestContext, client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse
+        self,
+        ctx: RequestContext,
+        client: web.WebSocketResponse,
+        upstream: aiohttp.ClientWebSocketResponse,
+        billing: SessionBilling,
     ) -> None:
-        """Apply the secret's session options, relay until a side closes, then close both."""
+        """Apply the secret's session options, relay until a side closes, then settle and close both."""
         claim = ctx.realtime
         self._sessions.add(client)
+        outcome = "upstream_error"
         try:
             if claim.secret.session:
                 update = {"type": "session.update", "session": {"type": "realtime", **claim.secret.session}}
-                await upstream.send_str(orjson.dumps(update).decode())
-            await self._relay(client, upstream, RealtimeUsageMeter(ctx.usage))
+                billing.open_with(update["session"])
+                await upstream.send_str(_json(update))
+            outcome = await self._relay(client, upstream, billing)
         except Exception as exc:  # the client is upgraded: no HTTP error can be sent any more
             log.warning("realtime session %s ended with an error: %r", ctx.request_id, exc)
             ctx.error = exc
         finally:
             self._sessions.discard(client)
+            try:
+                await billing.end("shutdown" if self._sessions.stopping else outcome)
+            except Exception:
+                log.exception("realtime session %s: settling its last responses failed", ctx.request_id)
             await upstream.close(code=_GOING_AWAY)
             await client.close(code=_GOING_AWAY)
 
@@ -222,11 +216,28 @@ class RealtimeRelay:
         self,
         client: web.WebSocketResponse,
         upstream: aiohttp.ClientWebSocketResponse,
-        meter: RealtimeUsageMeter,
-    ) -> None:
-        """Both directions at once; the first side to close (or fail) ends the session for both."""
-        to_upstream = asyncio.ensure_future(_pump(client, upstream, None))
-        to_client = asyncio.ensure_future(_pump(upstream, client, meter))
+        billing: SessionBilling,
+    ) -> str:
+        """Both directions at once; the first side to close (or fail) ends the session for both. Returns
+        how it ended for the responses still running: "client_closed" or "upstream_error"."""
+
+        async def client_text(text: str) -> None:
+            refusal = await billing.from_client(text)
+            if refusal is None:
+                await upstream.send_str(text)
+            else:  # not forwarded: the balance cannot cover the response it asks for
+                await client.send_str(_json(refusal))
+
+        async def upstream_text(text: str) -> None:
+            refused = await billing.from_upstream(text)
+            await client.send_str(text)
+            if refused is not None:  # a response the server started, over the balance
+                cancel, error = refused
+                await upstream.send_str(_json(cancel))
+                await client.send_str(_json(error))
+
+        to_upstream = asyncio.ensure_future(_pump(client, upstream, client_text))
+        to_client = asyncio.ensure_future(_pump(upstream, client, upstream_text))
         try:
             done, _ = await asyncio.wait((to_upstream, to_client), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -236,6 +247,33 @@ class RealtimeRelay:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if to_upstream in done:  # the client closed (or went away): pass its code on
+            await self._drain(upstream, billing)
             await upstream.close(code=_close_code(to_upstream.result(), _GOING_AWAY))
-        else:  # the provider closed: the client gets its code
-            await client.close(code=_close_code(to_client.result()))
+            return "client_closed"
+        # the provider closed: the client gets its code
+        await client.close(code=_close_code(to_client.result()))
+        return "upstream_error"
+
+    async def _drain(self, upstream: aiohttp.ClientWebSocketResponse, billing: SessionBilling) -> None:
+        """The client left: cancel its running responses upstream and wait, briefly, for their usage."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _DRAIN_SECONDS
+        cancelled: set[str] = set()
+        try:
+            while billing.in_flight:
+                for response_id in billing.running:
+                    if response_id not in cancelled:
+                        cancelled.add(response_id)
+                        await upstream.send_str(
+                            _json({"type": "response.cancel", "response_id": response_id})
+                        )
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return
+                message = await upstream.receive(timeout=remaining)
+                if message.type is WSMsgType.TEXT:
+                    await billing.from_upstream(message.data, "client_closed")
+                elif message.type is not WSMsgType.BINARY:
+                    return
+        except (TimeoutError, ConnectionError, aiohttp.ClientError):
+            return

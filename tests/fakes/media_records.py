@@ -92,15 +92,29 @@ class RealtimeSession:
     binary_frames: int = 0
     closed_by: str | None = None  # "client" or "fake"
     close_code: int | None = None
+    held: list[str] = field(default_factory=list)  # ids of responses started but not done (hold_responses)
+
+    def received(self, kind: str) -> int:
+        """How many events of type `kind` the fake received in this session."""
+        return sum(event.get("type") == kind for event in list(self.events))
 
 
 class RealtimeLog:
-    """Realtime sessions, and an optional gate that holds every handshake until the test releases it."""
+    """Realtime sessions, and an optional gate that holds every handshake until the test releases it.
+
+    Response behaviour (reset by `clear`): `announce_responses` sends `response.created` before each
+    `response.done`; `hold_responses` starts each response (created + one audio delta) and finishes it only
+    when the client cancels it (`response.done` with status "cancelled" and PARTIAL_USAGE); `server_vad`
+    makes `input_audio_buffer.commit` start a response the client did not ask for.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._sessions: list[RealtimeSession] = []
         self.hold_gate: str | None = None
+        self.announce_responses = False
+        self.hold_responses = False
+        self.server_vad = False
 
     @property
     def sessions(self) -> list[RealtimeSession]:
@@ -127,3 +141,4 @@ class RealtimeLog:
         with self._cond:
             self._sessions.clear()
             self.hold_gate = None
+            self.announce_responses = self.hold_responses = self.server_vad = False

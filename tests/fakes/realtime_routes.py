@@ -3,7 +3,8 @@
 Text events are echoed as `{"type": "echo", "event": …}`, binary frames are echoed as they are;
 `response.create` is answered with a `response.done` carrying usage, `session.update` with
 `session.updated`, and `{"type": "fake.close", "code": N}` makes the fake close the socket with code N.
-A test can hold every handshake at a gate (`realtime.hold_gate`) to keep a connect "being established".
+A test can hold every handshake at a gate (`realtime.hold_gate`) to keep a connect "being established",
+and switch on `response.created` announcements, held responses and server VAD (see RealtimeLog).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import orjson
 from aiohttp import WSMsgType, web
 
 from .context import CONTEXT
-from .media_records import RealtimeSession
+from .media_records import RealtimeLog, RealtimeSession
 
 USAGE = {
     "total_tokens": 30,
@@ -25,24 +26,70 @@ USAGE = {
 }
 
 
-def _answer(event: dict) -> dict | None:
-    """The fake's reply to one client event (None: no reply)."""
+# What a held response reports when the client cancels it: part of its output was generated.
+PARTIAL_USAGE = {
+    "total_tokens": 15,
+    "input_tokens": 10,
+    "output_tokens": 5,
+    "input_token_details": {"cached_tokens": 0, "text_tokens": 2, "audio_tokens": 8},
+    "output_token_details": {"text_tokens": 1, "audio_tokens": 4},
+}
+
+
+def _event_id() -> str:
+    return "event_" + secrets.token_hex(8)
+
+
+def _response(response_id: str, status: str, usage: dict | None) -> dict:
+    return {"id": response_id, "object": "realtime.response", "status": status, "usage": usage}
+
+
+def _done(response_id: str, status: str = "completed", usage: dict | None = USAGE) -> dict:
+    return {
+        "type": "response.done",
+        "event_id": _event_id(),
+        "response": _response(response_id, status, usage),
+    }
+
+
+def _start_response(log: RealtimeLog, session: RealtimeSession) -> list[dict]:
+    """The events of one model response: done at once, or started and held until cancelled."""
+    response_id = "resp_" + secrets.token_hex(8)
+    created = {
+        "type": "response.created",
+        "event_id": _event_id(),
+        "response": _response(response_id, "in_progress", None),
+    }
+    if log.hold_responses:
+        session.held.append(response_id)
+        delta = {"type": "response.output_audio.delta", "response_id": response_id, "delta": "AAAA"}
+        return [created, delta]
+    return [created, _done(response_id)] if log.announce_responses else [_done(response_id)]
+
+
+def _cancel(session: RealtimeSession, event: dict) -> list[dict]:
+    """A held response (the one named, or every one) finishes as cancelled with part of its usage."""
+    named = event.get("response_id")
+    cancelled = [r for r in session.held if named in (None, r)]
+    session.held = [r for r in session.held if r not in cancelled]
+    return [_done(r, "cancelled", PARTIAL_USAGE) for r in cancelled]
+
+
+def _answer(log: RealtimeLog, session: RealtimeSession, event: dict) -> list[dict]:
+    """The fake's replies to one client event."""
     kind = event.get("type")
     if kind == "response.create":
-        response_id = "resp_" + secrets.token_hex(8)
-        return {
-            "type": "response.done",
-            "event_id": "event_" + secrets.token_hex(8),
-            "response": {
-                "id": response_id,
-                "object": "realtime.response",
-                "status": "completed",
-                "usage": USAGE,
-            },
-        }
+        return _start_response(log, session)
+    if kind == "response.cancel":
+        return _cancel(session, event)
+    if kind == "input_audio_buffer.commit" and log.server_vad:
+        return [
+            {"type": "input_audio_buffer.committed", "event_id": _event_id()},
+            *_start_response(log, session),
+        ]
     if kind == "session.update":
-        return {"type": "session.updated", "session": event.get("session")}
-    return {"type": "echo", "event": event}
+        return [{"type": "session.updated", "session": event.get("session")}]
+    return [{"type": "echo", "event": event}]
 
 
 async def realtime(request: web.Request) -> web.StreamResponse:
@@ -69,12 +116,12 @@ async def realtime(request: web.Request) -> web.StreamResponse:
             except orjson.JSONDecodeError:
                 event = {"type": "text", "text": message.data}
             session.events.append(event)
+            log.changed()
             if event.get("type") == "fake.close":
                 closed_by = "fake"
                 await ws.close(code=int(event.get("code", 1000)), message=b"closed by the fake")
                 break
-            reply = _answer(event)
-            if reply is not None:
+            for reply in _answer(log, session, event):
                 await ws.send_str(orjson.dumps(reply).decode())
     finally:
         session.close_code = ws.close_code

@@ -20,6 +20,8 @@ from tests.support.gateway import Tenant, ThreadedGateway, register_tenant, writ
 UPSTREAM_KEY = "upstream-realtime-key"
 INPUT_PER_MTOK = 5.0
 OUTPUT_PER_MTOK = 20.0
+# realtime-tight: input is free, so one response's worst case is exactly its output allowance.
+TIGHT_MAX_TOKENS = 100
 
 
 def realtime_toml(
@@ -63,6 +65,17 @@ provider = "alpha"
 upstream_model = "gpt-realtime-upstream"
 [models.prices]
 input_per_mtok = {INPUT_PER_MTOK}
+output_per_mtok = {OUTPUT_PER_MTOK}
+
+[[models]]
+name = "realtime-tight"
+kinds = ["realtime"]
+default_max_tokens = {TIGHT_MAX_TOKENS}
+[[models.rows]]
+provider = "alpha"
+upstream_model = "gpt-realtime-tight"
+[models.prices]
+input_per_mtok = 0.0
 output_per_mtok = {OUTPUT_PER_MTOK}
 
 [[models]]
@@ -144,7 +157,7 @@ def other_tenant(stack: RealtimeStack) -> Tenant:
 
 @pytest.fixture
 def start_gateway(fakes, tmp_path: Path) -> Iterator[Callable[..., RealtimeStack]]:
-    """A gateway of its own (other cap, Redis); stopped at the end of the test unless stopped before."""
+    """A gateway of its own (cap, Redis, storage); stopped at the end of the test unless stopped before."""
     running: list[ThreadedGateway] = []
 
     def start(**options) -> RealtimeStack:
@@ -152,7 +165,8 @@ def start_gateway(fakes, tmp_path: Path) -> Iterator[Callable[..., RealtimeStack
             fake.clear_faults()
             fake.clear()
         index = len(running)
-        toml = realtime_toml(f"sqlite:///{tmp_path / f'rt-{index}.db'}", *fakes, **options)
+        storage_url = options.pop("storage_url", None) or f"sqlite:///{tmp_path / f'rt-{index}.db'}"
+        toml = realtime_toml(storage_url, *fakes, **options)
         running.append(ThreadedGateway(write_config(tmp_path / f"rt-{index}.toml", toml)).start())
         return RealtimeStack(*fakes, running[-1])
 

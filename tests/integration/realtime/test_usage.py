@@ -1,5 +1,6 @@
 """A realtime session is metered from the usage its `response.done` events report: one ledger row per
-session, written when it ends, priced by the model's token prices — and flushed when the gateway stops."""
+response (none for the session as a whole), priced by the model's token prices — and flushed when the gateway
+stops. Reservations and refusals per response: test_billing.py."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ async def _ledger(storage_url: str, organization_email: str) -> list[dict]:
     db = await open_database(storage_url)
     try:
         rows = await db.fetch(
-            "SELECT l.model, l.status, l.row_key, l.input_tokens, l.cached_input_tokens, l.output_tokens,"
-            " l.cost_micros FROM usage_ledger l JOIN users u ON u.organization_id = l.organization_id"
-            " WHERE u.email = $1 ORDER BY l.created_at",
+            "SELECT l.model, l.status, l.outcome, l.request_id, l.row_key, l.input_tokens,"
+            " l.cached_input_tokens, l.output_tokens, l.cost_micros"
+            " FROM usage_ledger l JOIN users u ON u.organization_id = l.organization_id"
+            " WHERE u.email = $1 ORDER BY l.created_at, l.id",
             organization_email,
         )
         return [dict(row) for row in rows]
@@ -32,16 +34,19 @@ async def _ledger(storage_url: str, organization_email: str) -> list[dict]:
         await db.close()
 
 
-async def test_a_sessions_usage_is_one_ledger_row_after_the_gateway_stops(start_gateway) -> None:
+async def test_each_responses_usage_is_a_ledger_row_flushed_when_the_gateway_stops(start_gateway) -> None:
     own = start_gateway()
     tenant = await asyncio.to_thread(own.tenant)
     base = own.gateway.base_url
     secret = await asyncio.to_thread(mint, base, tenant)
     async with session() as client:
         ws = await connect(client, base, tenant, secret)
+        ids = []
         for _ in range(2):  # two model responses in one session
             await ws.send_json({"type": "response.create"})
-            assert (await receive_json(ws))["type"] == "response.done"
+            done = await receive_json(ws)
+            assert done["type"] == "response.done"
+            ids.append(done["response"]["id"])
         await ws.send_bytes(b"\x00" * 4096)  # audio frames carry no usage of their own
         await ws.receive(timeout=10)
         await ws.close()
@@ -49,17 +54,19 @@ async def test_a_sessions_usage_is_one_ledger_row_after_the_gateway_stops(start_
     await asyncio.to_thread(own.gateway.stop)  # a graceful stop flushes the ledger
 
     rows = await _ledger(own.gateway.storage_url, tenant.email)
-    minted, metered = rows  # minting the secret is a free request of its own
+    minted, *metered = rows  # minting the secret is a free request of its own
     assert (minted["status"], minted["cost_micros"]) == (200, 0)
-    assert metered["status"] == 101 and metered["model"] == "realtime-test"
-    assert metered["row_key"].startswith("alpha/gpt-realtime-upstream@")
-    inputs, outputs = 2 * USAGE["input_tokens"], 2 * USAGE["output_tokens"]
-    cached = 2 * USAGE["input_token_details"]["cached_tokens"]
-    assert (metered["input_tokens"], metered["output_tokens"], metered["cached_input_tokens"]) == (
-        inputs,
-        outputs,
-        cached,
-    )
+    assert len(metered) == 2  # one per response, no row for the session as a whole
+    uncached = USAGE["input_tokens"] - USAGE["input_token_details"]["cached_tokens"]
     # Cached input has no price of its own in this config: it costs nothing, the rest at the token prices.
-    expected = math.ceil((inputs - cached) * INPUT_PER_MTOK + outputs * OUTPUT_PER_MTOK - 1e-9)
-    assert metered["cost_micros"] == expected > 0
+    expected = math.ceil(uncached * INPUT_PER_MTOK + USAGE["output_tokens"] * OUTPUT_PER_MTOK - 1e-9)
+    for row, response_id in zip(metered, ids, strict=True):
+        assert (row["status"], row["outcome"], row["model"]) == (200, "completed", "realtime-test")
+        assert row["request_id"].endswith(":" + response_id)
+        assert row["row_key"].startswith("alpha/gpt-realtime-upstream@")
+        assert (row["input_tokens"], row["output_tokens"], row["cached_input_tokens"]) == (
+            USAGE["input_tokens"],
+            USAGE["output_tokens"],
+            USAGE["input_token_details"]["cached_tokens"],
+        )
+        assert row["cost_micros"] == expected > 0

@@ -1,0 +1,300 @@
+"""A realtime session is reserved and charged per model response, as it goes: each `response.create` (or
+response the server starts by itself) reserves one response's worst case, each `response.done` settles it and
+writes its own ledger row at once, a response the balance cannot cover is refused with an `error` event while
+the session stays open, and a session that ends mid-response holds nothing afterwards.
+
+Run on SQLite with in-process counters, and on PostgreSQL with Redis counters. The `realtime-tight` model has
+free input, so one response's worst case is exactly its output allowance: 100 tokens at 20 µ = 2000 µ, and the
+fake's answers cost 20 output tokens = 400 µ (a cancelled one 5 tokens = 100 µ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from cabinet.storage import open_database
+from tests.fakes.media_records import RealtimeSession
+from tests.fakes.realtime_routes import PARTIAL_USAGE, USAGE
+from tests.integration.realtime.conftest import (
+    INPUT_PER_MTOK,
+    OUTPUT_PER_MTOK,
+    TIGHT_MAX_TOKENS,
+    RealtimeStack,
+    connect,
+    mint,
+    receive_json,
+    refused,
+    session,
+)
+from tests.support.gateway import Tenant
+
+TIGHT = "realtime-tight"
+WORST = math.ceil(TIGHT_MAX_TOKENS * OUTPUT_PER_MTOK)  # one realtime-tight response, reserved
+ANSWER = math.ceil(USAGE["output_tokens"] * OUTPUT_PER_MTOK)  # one realtime-tight response, charged
+CANCELLED = math.ceil(PARTIAL_USAGE["output_tokens"] * OUTPUT_PER_MTOK)
+
+
+@pytest.fixture(params=["sqlite-in-process", "postgres-redis"])
+def billed(request: pytest.FixtureRequest, start_gateway) -> RealtimeStack:
+    """A gateway of this test's own, on one of the two storage and counter backends."""
+    if request.param == "sqlite-in-process":
+        return start_gateway()
+    return start_gateway(
+        storage_url=request.getfixturevalue("pg_server_url"), redis_url=request.getfixturevalue("redis_url")
+    )
+
+
+async def _tenant(stack: RealtimeStack, micros: int) -> Tenant:
+    return await asyncio.to_thread(stack.tenant, fund_usd=micros / 1_000_000)
+
+
+async def _query(storage_url: str, sql: str, email: str) -> list[dict[str, Any]]:
+    db = await open_database(storage_url)
+    try:
+        return [dict(row) for row in await db.fetch(sql, email)]
+    finally:
+        await db.close()
+
+
+async def _response_rows(storage_url: str, email: str) -> list[dict[str, Any]]:
+    """The organization's ledger rows of realtime responses (`<session request id>:<response>`), in order."""
+    return await _query(
+        storage_url,
+        "SELECT l.request_id, l.status, l.outcome, l.input_tokens, l.cached_input_tokens, l.output_tokens,"
+        " l.cost_micros FROM usage_ledger l JOIN users u ON u.organization_id = l.organization_id"
+        " WHERE u.email = $1 AND l.request_id LIKE '%:%' ORDER BY l.created_at, l.id",
+        email,
+    )
+
+
+async def _balance(storage_url: str, email: str) -> int:
+    rows = await _query(
+        storage_url,
+        "SELECT o.balance_micros FROM organizations o JOIN users u ON u.organization_id = o.id"
+        " WHERE u.email = $1",
+        email,
+    )
+    return rows[0]["balance_micros"]
+
+
+async def _until(read: Callable[[], Awaitable[Any]], expected: Callable[[Any], bool]) -> Any:
+    """Poll `read` until its value is `expected` (or fail with the last value seen after 10 s)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10.0
+    while True:
+        value = await read()
+        if expected(value):
+            return value
+        assert loop.time() < deadline, f"not reached in time; last seen: {value!r}"
+        await asyncio.sleep(0.05)
+
+
+async def _receive_until(ws: aiohttp.ClientWebSocketResponse, last: Callable[[dict], bool]) -> list[dict]:
+    """Events from the gateway up to and including the first one `last` accepts."""
+    events = []
+    while not events or not last(events[-1]):
+        events.append(await receive_json(ws))
+    return events
+
+
+def _summary(row: dict[str, Any]) -> tuple:
+    return row["status"], row["outcome"], row["output_tokens"], row["cost_micros"]
+
+
+def _kind(error_event: dict) -> tuple[str, str]:
+    return error_event["error"]["type"], error_event["error"]["code"]
+
+
+def _cancelled_ids(upstream: RealtimeSession) -> list[str | None]:
+    """The response ids of the `response.cancel` events the fake received."""
+    return [e.get("response_id") for e in upstream.events if e["type"] == "response.cancel"]
+
+
+async def test_each_response_done_writes_its_row_and_moves_the_balance_at_once(billed) -> None:
+    tenant = await _tenant(billed, 1_000_000_000)
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    start = await _balance(storage, tenant.email)
+    secret = await asyncio.to_thread(mint, base, tenant)
+    uncached = USAGE["input_tokens"] - USAGE["input_token_details"]["cached_tokens"]
+    # Cached input has no price of its own in this config: it costs nothing, the rest at the token prices.
+    cost = math.ceil(uncached * INPUT_PER_MTOK + USAGE["output_tokens"] * OUTPUT_PER_MTOK - 1e-9)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret)
+        for count in (1, 2, 3):
+            await ws.send_json({"type": "response.create"})
+            done = await receive_json(ws)
+            assert done["type"] == "response.done"
+            # Written while the session is still open, one row per response.
+            rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r, n=count: len(r) == n)
+            assert rows[-1]["request_id"].endswith(":" + done["response"]["id"])
+            assert (rows[-1]["input_tokens"], rows[-1]["cached_input_tokens"], rows[-1]["output_tokens"]) == (
+                USAGE["input_tokens"],
+                USAGE["input_token_details"]["cached_tokens"],
+                USAGE["output_tokens"],
+            )
+            assert (rows[-1]["status"], rows[-1]["outcome"], rows[-1]["cost_micros"]) == (
+                200,
+                "completed",
+                cost,
+            )
+            await _until(lambda: _balance(storage, tenant.email), lambda b, n=count: b == start - n * cost)
+        await ws.close()
+    assert await asyncio.to_thread(billed.alpha.realtime.wait_closed, 1)
+    await _until(lambda: _balance(storage, tenant.email), lambda b: b == start - 3 * cost)
+
+
+async def test_a_balance_for_two_responses_runs_two_and_refuses_the_third_in_the_open_session(billed) -> None:
+    # Two responses fit one after the other (each settles to 400 µ); the third's 2000 µ no longer does.
+    funded = WORST + ANSWER + ANSWER // 2
+    tenant = await _tenant(billed, funded)
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        for _ in range(2):
+            await ws.send_json({"type": "response.create"})
+            assert (await receive_json(ws))["type"] == "response.done"
+        await ws.send_json({"type": "response.create", "event_id": "evt_third"})
+        error = await receive_json(ws)
+        assert error["type"] == "error"
+        assert (error["error"]["type"], error["error"]["code"]) == (
+            "insufficient_quota",
+            "insufficient_balance",
+        )
+        assert "balance" in error["error"]["message"].lower()
+        assert error["error"]["event_id"] == "evt_third"
+        # The session stays open and relays as before.
+        await ws.send_json({"type": "ping"})
+        assert (await receive_json(ws))["type"] == "echo"
+        (upstream,) = billed.alpha.realtime.sessions
+        assert upstream.received("response.create") == 2  # the third never reached the provider
+        await ws.close()
+    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 3)
+    assert [_summary(row) for row in rows] == [
+        (200, "completed", 20, ANSWER),
+        (200, "completed", 20, ANSWER),
+        (402, "refused", 0, 0),
+    ]
+    await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - 2 * ANSWER)
+
+
+async def test_a_server_started_response_over_the_balance_is_cancelled_upstream(billed) -> None:
+    funded = WORST + ANSWER // 2  # one response fits; after it (400 µ) the next 2000 µ does not
+    tenant = await _tenant(billed, funded)
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    realtime = billed.alpha.realtime
+    realtime.announce_responses = realtime.server_vad = True
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json({"type": "response.create"})
+        events = await _receive_until(ws, lambda e: e["type"] == "response.done")
+        assert [e["type"] for e in events] == ["response.created", "response.done"]
+        realtime.hold_responses = True  # the server's own response runs until it is cancelled
+        await ws.send_json({"type": "input_audio_buffer.commit"})  # server VAD starts a response
+        events = await _receive_until(ws, lambda e: e["type"] == "response.done")
+        server_id = next(e["response"]["id"] for e in events if e["type"] == "response.created")
+        (error,) = [e for e in events if e["type"] == "error"]
+        assert (error["error"]["type"], error["error"]["code"]) == (
+            "insufficient_quota",
+            "insufficient_balance",
+        )
+        assert events[-1]["response"] == {**events[-1]["response"], "id": server_id, "status": "cancelled"}
+        (upstream,) = realtime.sessions
+        assert [e.get("response_id") for e in upstream.events if e["type"] == "response.cancel"] == [
+            server_id
+        ]
+        await ws.send_json({"type": "ping"})
+        assert (await receive_json(ws))["type"] == "echo"
+        await ws.close()
+    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 2)
+    assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER), (402, "refused", 0, 0)]
+    assert rows[1]["request_id"].endswith(":" + server_id)
+    await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - ANSWER)
+
+
+async def test_a_client_killed_mid_response_is_charged_its_usage_and_holds_nothing(billed) -> None:
+    # Room for one response; if the killed one's 2000 µ stayed held, the next session could not start.
+    funded = WORST + CANCELLED + 50
+    tenant = await _tenant(billed, funded)
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    realtime = billed.alpha.realtime
+    realtime.announce_responses = realtime.hold_responses = True
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json({"type": "response.create"})
+        events = await _receive_until(ws, lambda e: e["type"] == "response.output_audio.delta")
+        response_id = events[0]["response"]["id"]
+        # The client dies: its socket ends with no WebSocket close frame.
+        ws.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+        assert await asyncio.to_thread(realtime.wait_closed, 1)
+    (upstream,) = realtime.sessions
+    # The gateway cancelled the running response and charged the usage it reported.
+    assert _cancelled_ids(upstream) == [response_id]
+    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
+    assert [_summary(row) for row in rows] == [(200, "client_closed", 5, CANCELLED)]
+    realtime.hold_responses = False
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json({"type": "response.create"})
+        events = await _receive_until(ws, lambda e: e["type"] in ("response.done", "error"))
+        assert events[-1]["type"] == "response.done"
+        await ws.close()
+    await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - CANCELLED - ANSWER)
+
+
+async def test_an_upstream_gone_mid_response_releases_its_reservation(billed) -> None:
+    funded = WORST + 50
+    tenant = await _tenant(billed, funded)
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    realtime = billed.alpha.realtime
+    realtime.announce_responses = realtime.hold_responses = True
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json({"type": "response.create"})
+        await _receive_until(ws, lambda e: e["type"] == "response.output_audio.delta")
+        await ws.send_json({"type": "fake.close", "code": 4002})
+        message = await ws.receive(timeout=10)
+        assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 4002
+    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
+    assert [_summary(row) for row in rows] == [(502, "upstream_error", 0, 0)]
+    realtime.hold_responses = False
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)  # 402 if the lost response still held 2000 µ
+        await ws.send_json({"type": "response.create"})
+        events = await _receive_until(ws, lambda e: e["type"] in ("response.done", "error"))
+        assert events[-1]["type"] == "response.done"
+        await ws.close()
+
+
+async def test_a_session_that_cannot_afford_one_response_is_402_before_the_upgrade(billed) -> None:
+    tenant = await _tenant(billed, WORST - 1)
+    base = billed.gateway.base_url
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        assert await refused(client, base, tenant, secret, model=TIGHT) == 402
+    assert billed.alpha.realtime.sessions == []
+
+
+async def test_the_connect_holds_nothing_so_one_response_may_use_the_whole_balance(billed) -> None:
+    tenant = await _tenant(billed, WORST)
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json({"type": "response.create"})
+        assert (await receive_json(ws))["type"] == "response.done"
+        await ws.close()
+    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
+    assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)]
