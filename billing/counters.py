@@ -19,7 +19,10 @@ it is. Windows: 1-second buckets over 60 seconds (a sliding window).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -81,6 +84,7 @@ class Counters(Protocol):
     async def adjust(self, key: str, second: int, delta: int) -> None: ...
     async def acquire(self, key: str, limit: int) -> bool: ...
     async def release(self, key: str) -> None: ...
+    async def start(self) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -237,6 +241,9 @@ class InProcessCounters:
         else:
             self._slots.pop(key, None)
 
+    async def start(self) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 
@@ -244,6 +251,9 @@ class InProcessCounters:
 # Money hashes: b = balance, r = reserved, a = activated, cs = last balance event folded in, e<seq> = an
 # event above cs already applied. Amounts reach Redis as the decimal strings Python sent (HINCRBY with
 # ARGV), never as Lua numbers, so no "-0" and no exponent notation.
+# Each process also keeps its own share of `r` in p:<process>, and names the hashes it reserved in
+# `held:<process>`, so the reservations of a process that died (its `live:<process>` key expired) are
+# released by the others (`_RECLAIM`) instead of being held forever.
 _RESERVE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 if ARGV[2] == '1' and redis.call('HGET', KEYS[1], 'a') ~= '1' then return -1 end
@@ -251,6 +261,8 @@ local b = tonumber(redis.call('HGET', KEYS[1], 'b'))
 local r = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
 if b + tonumber(ARGV[3]) - r < tonumber(ARGV[1]) then return 0 end
 redis.call('HINCRBY', KEYS[1], 'r', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'p:' .. ARGV[4], ARGV[1])
+redis.call('SADD', KEYS[2], KEYS[1])
 return 1
 """
 # KEYS[2] holds events announced while no counter existed (it may have been being built): fold them in.
@@ -269,11 +281,30 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 return 1
 """
+# A reservation already released by `_RECLAIM` (this process was taken for dead) is not released twice.
 _SETTLE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'r', ARGV[1])
+  local mine = 'p:' .. ARGV[3]
+  local held = tonumber(redis.call('HGET', KEYS[1], mine) or '0')
+  local release = math.min(held, tonumber(ARGV[1]))
+  if release > 0 then
+    local text = string.format('%d', -release)
+    redis.call('HINCRBY', KEYS[1], 'r', text)
+    if redis.call('HINCRBY', KEYS[1], mine, text) == 0 then redis.call('HDEL', KEYS[1], mine) end
+  end
   redis.call('HINCRBY', KEYS[1], 'b', ARGV[2])
 end
+return 1
+"""
+# KEYS[1] = held:<dead process>; ARGV[1] = the dead process. Releases what it still held, everywhere.
+_RECLAIM = """
+local mine = 'p:' .. ARGV[1]
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local held = tonumber(redis.call('HGET', name, mine) or '0')
+  if held ~= 0 then redis.call('HINCRBY', name, 'r', string.format('%d', -held)) end
+  redis.call('HDEL', name, mine)
+end
+redis.call('DEL', KEYS[1])
 return 1
 """
 _APPLY = """
@@ -352,6 +383,15 @@ class RedisCounters:
         self._prefix = prefix
         self._fail_open = fail_open
         self._last_alarm = 0.0
+        self.process = secrets.token_hex(8)  # this process's share of reservations is kept under this id
+        self._held = f"{prefix}held:{self.process}"
+        self._live = f"{prefix}live:{self.process}"
+        self._processes = f"{prefix}processes"
+        # Settlements Redis did not take (it was unreachable): retried until it does, so spend is never lost
+        # and the reservation stays held meanwhile.
+        self._unsettled: deque[tuple[str, int, int]] = deque()
+        self._keeper: asyncio.Task | None = None
+        self._reclaim = client.register_script(_RECLAIM)
         self._reserve = client.register_script(_RESERVE)
         self._init = client.register_script(_INIT)
         self._settle = client.register_script(_SETTLE)
@@ -389,22 +429,71 @@ class RedisCounters:
         self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
     ) -> int:
         name = self._prefix + key
-        args = [amount, "1" if require_activation else "0", credit_limit]
-        result = await self._reserve(keys=[name], args=args)
+        keys = [name, self._held]
+        args = [amount, "1" if require_activation else "0", credit_limit, self.process]
+        result = await self._reserve(keys=keys, args=args)
         if result == -2:
             state = await init()
             await self._init(
                 keys=[name, name + ":early"],
                 args=[state.balance, 1 if state.activated else 0, state.credit_seq],
             )
-            result = await self._reserve(keys=[name], args=args)
+            result = await self._reserve(keys=keys, args=args)
         return int(result)
 
     async def settle(self, key: str, reserved: int, actual: int) -> None:
         try:
-            await self._settle(keys=[self._prefix + key], args=[-reserved, -actual])
+            await self._settle(keys=[self._prefix + key], args=[reserved, -actual, self.process])
         except RedisError as exc:
-            log.error("redis: settling %s failed: %r", key, exc)
+            if not self._unsettled:
+                log.error(
+                    "redis: settling failed (%r); settlements are kept and retried until it is back", exc
+                )
+            self._unsettled.append((key, reserved, actual))
+
+    # -- liveness: this process's reservations, and those of processes that died -------------------------
+
+    async def start(self, heartbeat_seconds: float = 5.0) -> None:
+        """Announce this process and keep it alive; release reservations of dead ones; retry settlements."""
+        self._keeper = asyncio.get_running_loop().create_task(self._keep(heartbeat_seconds), name="counters")
+
+    async def _keep(self, every: float) -> None:
+        while True:
+            try:
+                await self.heartbeat(ttl_seconds=every * 4)
+                await self.retry_settlements()
+                await self.reclaim_dead()
+            except RedisError as exc:
+                log.debug("redis: keeping counters failed: %r", exc)
+            await asyncio.sleep(every)
+
+    async def heartbeat(self, ttl_seconds: float) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.set(self._live, 1, px=int(ttl_seconds * 1000))
+        pipe.sadd(self._processes, self.process)
+        await pipe.execute()
+
+    async def retry_settlements(self) -> None:
+        while self._unsettled:
+            key, reserved, actual = self._unsettled[0]
+            await self._settle(keys=[self._prefix + key], args=[reserved, -actual, self.process])
+            self._unsettled.popleft()
+            if not self._unsettled:
+                log.warning("redis: every kept settlement is written again")
+
+    async def reclaim_dead(self) -> int:
+        """Release the reservations of processes whose liveness key expired; returns how many were dead."""
+        dead = 0
+        for member in await self._redis.smembers(self._processes):
+            process = member.decode() if isinstance(member, bytes) else member
+            if process == self.process or await self._redis.exists(f"{self._prefix}live:{process}"):
+                continue
+            await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
+            await self._redis.srem(self._processes, process)
+            dead += 1
+        if dead:
+            log.warning("redis: released the reservations of %d gateway process(es) that stopped", dead)
+        return dead
 
     async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool:
         """Fold a committed balance event into the shared counter once (any process may announce it)."""
@@ -458,4 +547,15 @@ class RedisCounters:
             log.error("redis: releasing a slot of %s failed: %r", key, exc)
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+        try:
+            await self.retry_settlements()
+            # A clean stop holds nothing: its share is released now rather than when its key expires.
+            await self._reclaim(keys=[self._held], args=[self.process])
+            await self._redis.delete(self._live)
+            await self._redis.srem(self._processes, self.process)
+        except RedisError as exc:
+            log.error("redis: could not hand back this process's reservations at stop: %r", exc)

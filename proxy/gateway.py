@@ -134,6 +134,7 @@ class Gateway:
             gateway.runtime = build_runtime(config, gateway)
             gateway.follow_config(accounts.use_config)
             ledger.start()
+            await counters.start()
         except BaseException:
             if bus is not None:
                 await bus.close()
@@ -177,6 +178,7 @@ class Gateway:
         await self.runtime.close()
         if self.tracer is not None:
             await self.tracer.flush()
+        await self.counters.close()  # hands back what this process held in Redis
         if self.redis is not None:
             await self.redis.close()
         await self.db.close()

@@ -22,11 +22,13 @@ async def money(request: pytest.FixtureRequest) -> AsyncIterator[Counters]:
     from redis.asyncio import Redis
 
     url = request.getfixturevalue("redis_url")
-    counters = RedisCounters(Redis.from_url(url), prefix=f"mgtest:{secrets.token_hex(4)}:")
+    client = Redis.from_url(url)
+    counters = RedisCounters(client, prefix=f"mgtest:{secrets.token_hex(4)}:")
     try:
         yield counters
     finally:
         await counters.close()
+        await client.aclose()
 
 
 def _fixed(state: MoneyState):
@@ -109,3 +111,74 @@ async def test_large_amounts_keep_every_micro(money: Counters) -> None:
     assert await money.reserve("bal", 10**15, True, 0, init) == Reserve.OK
     await money.settle("bal", 10**15, 10**15 - 7)
     assert await money.money("bal") == (8, 0)
+
+
+async def test_reservations_of_a_process_that_died_are_released_by_the_others(redis_url: str) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_url)
+    prefix = f"mgtest:{secrets.token_hex(4)}:"
+    dead, alive = RedisCounters(client, prefix=prefix), RedisCounters(client, prefix=prefix)
+    try:
+        init = _fixed(MoneyState(10, True))
+        await dead.heartbeat(ttl_seconds=0.05)
+        await alive.heartbeat(ttl_seconds=30)
+        assert await dead.reserve("bal", 7, True, 0, init) == Reserve.OK  # then the process is SIGKILLed
+        assert await alive.reserve("bal", 2, True, 0, init) == Reserve.OK
+        assert await alive.reserve("bal", 2, True, 0, init) == Reserve.INSUFFICIENT
+        deadline = asyncio.get_running_loop().time() + 5
+        while await client.exists(f"{prefix}live:{dead.process}"):  # the dead process's key runs out
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
+        assert await alive.reclaim_dead() == 1
+        assert await alive.money("bal") == (10, 2)  # only the living process's reservation is held
+        assert await alive.reserve("bal", 8, True, 0, init) == Reserve.OK
+        await alive.settle("bal", 8, 8)
+        await alive.settle("bal", 2, 1)
+        assert await alive.money("bal") == (1, 0)
+        assert await alive.reclaim_dead() == 0
+    finally:
+        await alive.close()
+        await client.aclose()
+
+
+async def test_a_settlement_after_its_reservation_was_reclaimed_releases_nothing_twice(
+    redis_url: str,
+) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_url)
+    prefix = f"mgtest:{secrets.token_hex(4)}:"
+    slow, other = RedisCounters(client, prefix=prefix), RedisCounters(client, prefix=prefix)
+    try:
+        init = _fixed(MoneyState(10, True))
+        await slow.heartbeat(ttl_seconds=0.05)
+        await other.heartbeat(ttl_seconds=30)
+        assert await slow.reserve("bal", 6, True, 0, init) == Reserve.OK
+        assert await other.reserve("bal", 3, True, 0, init) == Reserve.OK
+        deadline = asyncio.get_running_loop().time() + 5
+        while await client.exists(f"{prefix}live:{slow.process}"):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
+        await other.reclaim_dead()  # the slow process was taken for dead, but its request still ends
+        await slow.settle("bal", 6, 5)
+        assert await other.money("bal") == (5, 3)  # its spend counts; the other's reservation is intact
+    finally:
+        await other.close()
+        await client.aclose()
+
+
+async def test_a_clean_stop_hands_back_what_the_process_held(redis_url: str) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_url)
+    prefix = f"mgtest:{secrets.token_hex(4)}:"
+    stopping, other = RedisCounters(client, prefix=prefix), RedisCounters(client, prefix=prefix)
+    try:
+        init = _fixed(MoneyState(10, True))
+        assert await stopping.reserve("bal", 4, True, 0, init) == Reserve.OK
+        await stopping.close()
+        assert await other.money("bal") == (10, 0)
+    finally:
+        await other.close()
+        await client.aclose()
