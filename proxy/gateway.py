@@ -143,10 +143,6 @@ class Gateway:
         log.info(
             "gateway ready: %d models, %d providers, storage %s, redis %s, plugins %s",
             len(gateway.catalog.models),
-            await counters.start()
-            gateway.allowances = AllowanceGrants(db, config, accounts.balance_changed)
-            gateway.follow_config(gateway.allowances.use_config)
-            gateway.allowances.start()
             len(gateway.upstreams),
             db.dialect,
             "on" if bus else "off",
@@ -190,7 +186,6 @@ async def _connect_channels(
     """Revocations, credits and policy changes reach every process: PostgreSQL NOTIFY and Redis pub/sub."""
     await keys.start()
     await db.listen(BILLING_CHANNEL, accounts.on_billing_message)
-        await self.counters.close()  # hands back what this process held in Redis
     await db.listen(POLICY_CHANNEL, accounts.on_policy_message)
     if db.dialect == "postgres":
         accounts.add_broadcast(db.notify)
