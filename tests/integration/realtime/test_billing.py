@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 
 from cabinet.storage import open_database
@@ -298,3 +299,43 @@ async def test_the_connect_holds_nothing_so_one_response_may_use_the_whole_balan
         await ws.close()
     rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
     assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)]
+
+
+async def test_a_policy_budget_is_reserved_and_charged_per_response(billed) -> None:
+    tenant = await _tenant(billed, 1_000_000_000)  # the balance is ample: the budget is what runs out
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    budget = WORST + ANSWER + ANSWER // 2
+    rule = await asyncio.to_thread(
+        httpx.post,
+        f"{base}/api/policy-rules",
+        json={
+            "subjectType": "organization",
+            "effect": "allow",
+            "models": ["*"],
+            "budget": {"amountMicros": budget, "period": "day"},
+        },
+        headers={"authorization": f"Bearer {tenant.session_token}"},
+        timeout=30,
+    )
+    assert rule.status_code == 201, rule.text
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        for _ in range(2):
+            await ws.send_json({"type": "response.create"})
+            assert (await receive_json(ws))["type"] == "response.done"
+        await ws.send_json({"type": "response.create"})
+        error = await receive_json(ws)
+        assert _kind(error) == ("insufficient_quota", "insufficient_balance")
+        assert "budget" in error["error"]["message"]
+        await ws.close()
+    spent = await _until(
+        lambda: _query(
+            storage,
+            "SELECT s.spent_micros FROM policy_budget_spend s JOIN policy_rules r ON r.id = s.rule_id"
+            " JOIN users u ON u.organization_id = r.organization_id WHERE u.email = $1",
+            tenant.email,
+        ),
+        lambda rows: rows == [{"spent_micros": 2 * ANSWER}],
+    )
+    assert spent == [{"spent_micros": 2 * ANSWER}]
