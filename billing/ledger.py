@@ -1,9 +1,13 @@
-"""The usage ledger: one row per request, written in batches off the hot path.
+"""The usage ledger: one row per request, on local disk at once and in the database in batches.
 
-Entries queue in memory and are flushed every `ledger_flush_interval_seconds` (or sooner when a batch is
-full) in one transaction that also moves the organizations' stored balances and the budgets' stored
-spend. A graceful shutdown flushes everything; a crash loses at most one flush interval. A failed flush
-keeps the entries and retries.
+`add` gives a row its id and appends it to the write-ahead spool (billing/spool.py) before it returns, so
+the row survives the death of the process; rows also queue in memory, up to `ledger_max_queue` (past it
+they are read back from the spool). Every `ledger_flush_interval_seconds`, or sooner when a batch is full,
+a flush writes them, at most `ledger_batch_size` rows per transaction, each transaction also moving the
+organizations' stored balances and the budgets' stored spend. A write whose outcome is unknown (it failed
+or was cancelled, or the spool is a dead process's) is repeated carefully: rows the database already holds
+are skipped, so no row is ever charged twice. While the database is unreachable, flushes back off and
+the outage is logged once when it starts and once when it ends.
 """
 
 from __future__ import annotations
@@ -14,9 +18,13 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
-from cabinet.storage.database import Database
+import orjson
+
+from billing.spool import Spool, SpoolError, SpoolFile
+from cabinet.storage.database import Database, Executor
 
 log = logging.getLogger("modelgate.ledger")
 
@@ -43,6 +51,12 @@ class LedgerEntry:
     outcome: str = "completed"
 
 
+# A ledger row in memory and in the spool: the 15 columns of _INSERT in order, then the budgets charged
+# with its cost as ((rule id, period start), ...).
+LedgerRow = tuple
+_COLUMNS = 15
+_ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
+
 _INSERT = (
     "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
     " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at, units, outcome)"
@@ -53,119 +67,345 @@ _BUDGET = (
     "INSERT INTO policy_budget_spend (rule_id, period_start, spent_micros) VALUES ($1, $2, $3)"
     " ON CONFLICT (rule_id, period_start) DO UPDATE SET spent_micros = policy_budget_spend.spent_micros + $3"
 )
+_HELD_CHUNK = 500  # ids per "which of these are written" query (SQLite allows 32766 parameters)
+_MAX_BACKOFF_SECONDS = 30.0
+
+
+@dataclass(slots=True, eq=False)
+class _Segment:
+    """The rows of one spool segment (or of memory only, when the spool cannot be written)."""
+
+    file: SpoolFile | None
+    rows: list[LedgerRow] | None = field(default_factory=list)  # None once spilled: read back from the file
+    count: int = 0  # rows added
+    written: int = 0  # leading rows the database holds
+    careful: bool = False  # a write's outcome is unknown: skip the rows the database already holds
 
 
 class LedgerWriter:
-    """Queues ledger entries and flushes them in batches.
+    """Spools ledger rows as they are added and writes them to the database in batches.
 
     Row ids are `led_` + the entry's time in milliseconds + this writer's random 64-bit prefix + a counter:
     unique across processes, and in time order, so the primary-key index grows at its end (a random id
-    costs SQLite ~60 % more per inserted row).
+    costs SQLite ~60 % more per inserted row). An id is given when the row is added and travels with it
+    through the spool, which is what makes a repeated write recognisable.
     """
 
-    def __init__(self, db: Database, *, interval: float, batch_size: int) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        interval: float,
+        batch_size: int,
+        max_queue: int = 100_000,
+        spool: Spool | None = None,
+    ) -> None:
         self._db = db
         self._interval = interval
         self._batch_size = batch_size
-        self._queue: list[LedgerEntry] = []
+        self._max_queue = max_queue
+        self._spool = spool  # None: memory only (tests of the database side)
         self._id_prefix = secrets.token_hex(8)
         self._id_counter = itertools.count(1)
+        self._current = _Segment(None)
+        self._sealed: list[_Segment] = []  # waiting for the database, oldest first
+        self._pending: dict[str, int] = defaultdict(int)  # organization -> cost of rows not written
+        self._backlog = 0  # rows not written
+        self._in_memory = 0
+        self._spool_broken = False
+        self._outage_since: float | None = None
         self._wake = asyncio.Event()
+        self._stop_requested = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._stopping = False
-        self.lock = asyncio.Lock()  # held by a flush, and by readers that must not see half of one
+        self._flushing = asyncio.Lock()  # one flush at a time
+        self.lock = (
+            asyncio.Lock()
+        )  # held by a flush's transaction, and by readers that must not see half of one
         self.last_flush_at = time.time()  # of the last flush that succeeded, even an empty one (metrics)
+
+    async def open(self) -> int:
+        """Start the spool and adopt the segments of dead processes (their rows are written like any
+        other); returns the number of rows adopted."""
+        if self._spool is None:
+            return 0
+        self._spool.start()
+        self._current = self._new_segment()
+        adopted = files = 0
+        for spool_file in self._spool.adopt_orphans():
+            segment = _Segment(spool_file, rows=None, careful=True)
+            for row in self._spool.rows(spool_file):
+                segment.count += 1
+                if row[_COST]:
+                    self._pending[row[_ORGANIZATION]] += row[_COST]
+            if not segment.count:
+                await self._spool.remove(spool_file)
+                continue
+            self._sealed.append(segment)
+            self._backlog += segment.count
+            adopted += segment.count
+            files += 1
+        if adopted:
+            log.warning(
+                "ledger: %d usage rows from %d spool files of stopped processes are replayed (%s)",
+                adopted,
+                files,
+                self._spool.directory,
+            )
+            self._wake.set()
+        return adopted
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ledger-flush")
 
     def add(self, entry: LedgerEntry) -> None:
-        self._queue.append(entry)
-        if len(self._queue) >= self._batch_size:
+        """Record a request's row: in the spool (in the kernel, past the death of the process) on return."""
+        row = (
+            f"led_{int(entry.created_at * 1000):011x}{self._id_prefix}{next(self._id_counter):08x}",
+            entry.organization_id,
+            entry.key_id,
+            entry.system_id,
+            entry.model,
+            entry.row_key,
+            entry.request_id,
+            entry.status,
+            entry.input_tokens,
+            entry.cached_input_tokens,
+            entry.output_tokens,
+            entry.cost_micros,
+            entry.created_at,
+            entry.units,
+            entry.outcome,
+            entry.budgets,
+        )
+        segment = self._current
+        if segment.file is not None:
+            try:
+                segment.file.append(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+            except OSError as exc:
+                segment = self._spool_write_failed(exc)
+        segment.count += 1
+        self._backlog += 1
+        if entry.cost_micros:
+            self._pending[entry.organization_id] += entry.cost_micros
+        rows = segment.rows
+        if rows is not None:
+            if self._in_memory < self._max_queue or segment.file is None:
+                rows.append(row)
+                self._in_memory += 1
+            else:  # the queue is full: this segment is read back from its file
+                self._in_memory -= len(rows)
+                segment.rows = None
+        if segment.count >= self._batch_size:
             self._wake.set()
 
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        """Rows waiting in memory."""
+        return self._in_memory
+
+    @property
+    def backlog(self) -> int:
+        """Rows not yet in the database (in memory, in the spool, or both)."""
+        return self._backlog
 
     def pending_cost(self, organization_id: str) -> int:
-        """Spend of an organization not yet written to its stored balance."""
-        return sum(e.cost_micros for e in self._queue if e.organization_id == organization_id)
+        """Spend of an organization not yet written to its stored balance (rows only in the spool too)."""
+        return self._pending.get(organization_id, 0)
 
-    async def _run(self) -> None:
-        while not self._stopping:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
-            except TimeoutError:
-                pass
-            self._wake.clear()
-            try:
-                await self.flush()
-            except Exception:
-                log.exception("ledger flush failed; %d entries kept for the next try", len(self._queue))
-
-    async def flush(self) -> int:
-        """Write everything queued now; returns the number of entries written."""
-        async with self.lock:
-            batch, self._queue = self._queue, []
-            if not batch:
-                self.last_flush_at = time.time()
-                return 0
-            try:
-                await self._write(batch)
-            except Exception:
-                # Not written (the transaction rolled back): keep the entries for the next flush. A
-                # cancellation is not retried: its commit may have happened, and a retry would charge twice.
-                self._queue = batch + self._queue
-                raise
+    async def flush(self, *, seal: bool = True) -> int:
+        """Write every row added so far (only the sealed backlog when `seal` is false); returns the rows
+        written. Raises when the database fails: the rows stay, for the next flush."""
+        async with self._flushing:
+            if seal and self._current.count:
+                self._sealed.append(self._current)
+                self._current = self._new_segment()
+            written = 0
+            while self._sealed:
+                segment = self._sealed[0]
+                for chunk in self._unwritten(segment):
+                    written += await self._write_chunk(segment, chunk)
+                self._sealed.pop(0)
+                if segment.rows is not None:
+                    self._in_memory -= len(segment.rows)
+                self._backlog -= segment.count - segment.written  # rows a torn spool line lost, if any
+                if segment.file is not None and self._spool is not None:
+                    await self._spool.remove(segment.file)
             self.last_flush_at = time.time()
-            return len(batch)
+            return written
 
-    async def _write(self, batch: list[LedgerEntry]) -> None:
-        spend: dict[str, int] = defaultdict(int)
-        budgets: dict[tuple[str, float], int] = defaultdict(int)
-        rows = []
-        prefix, counter = self._id_prefix, self._id_counter
-        for e in batch:
-            rows.append(
-                (
-                    f"led_{int(e.created_at * 1000):011x}{prefix}{next(counter):08x}",
-                    e.organization_id,
-                    e.key_id,
-                    e.system_id,
-                    e.model,
-                    e.row_key,
-                    e.request_id,
-                    e.status,
-                    e.input_tokens,
-                    e.cached_input_tokens,
-                    e.output_tokens,
-                    e.cost_micros,
-                    e.created_at,
-                    e.units,
-                    e.outcome,
-                )
-            )
-            if e.cost_micros:
-                spend[e.organization_id] += e.cost_micros
-                for budget in e.budgets:
-                    budgets[budget] += e.cost_micros
+    def _unwritten(self, segment: _Segment) -> Iterator[list[LedgerRow]]:
+        size = self._batch_size
+        if segment.rows is not None:
+            rows = segment.rows
+            while segment.written < len(rows):
+                yield rows[segment.written : segment.written + size]
+            return
+        assert segment.file is not None and self._spool is not None
+        chunk: list[LedgerRow] = []
+        for index, row in enumerate(self._spool.rows(segment.file)):
+            if index < segment.written:
+                continue
+            chunk.append((*row[:_COLUMNS], tuple(tuple(budget) for budget in row[_BUDGETS])))
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    async def _write_chunk(self, segment: _Segment, chunk: list[LedgerRow]) -> int:
+        async with self.lock:
+            try:
+                inserted = await self._write(chunk, careful=segment.careful)
+            except BaseException:
+                segment.careful = True  # failed or cancelled while committing: it may have been written
+                raise
+            segment.written += len(chunk)
+            self._backlog -= len(chunk)
+            pending = self._pending
+            for row in chunk:
+                if cost := row[_COST]:
+                    organization_id = row[_ORGANIZATION]
+                    left = pending[organization_id] - cost
+                    if left:
+                        pending[organization_id] = left
+                    else:
+                        del pending[organization_id]
+            return inserted
+
+    async def _write(self, chunk: list[LedgerRow], *, careful: bool) -> int:
         async with self._db.transaction() as tx:
-            await tx.executemany(_INSERT, rows)
+            if careful:
+                held = await _ids_written(tx, [row[0] for row in chunk])
+                chunk = [row for row in chunk if row[0] not in held]
+                if not chunk:
+                    return 0
+            spend: dict[str, int] = defaultdict(int)
+            budgets: dict[tuple[str, float], int] = defaultdict(int)
+            for row in chunk:
+                if cost := row[_COST]:
+                    spend[row[_ORGANIZATION]] += cost
+                    for budget in row[_BUDGETS]:
+                        budgets[budget] += cost
+            await tx.executemany(_INSERT, [row[:_COLUMNS] for row in chunk])
             for organization_id, amount in spend.items():
                 await tx.execute(_BALANCE, amount, organization_id)
             for (rule_id, period_start), amount in budgets.items():
                 await tx.execute(_BUDGET, rule_id, period_start, amount)
+        return len(chunk)
 
-    async def stop(self) -> None:
-        """Let the background task finish its current flush and end, then flush what is left.
+    def _new_segment(self) -> _Segment:
+        if self._spool is None:
+            return _Segment(None)
+        try:
+            spool_file = self._spool.new_file()
+        except SpoolError as exc:
+            if not self._spool_broken:
+                self._spool_broken = True
+                log.error("LEDGER SPOOL UNWRITABLE (%s): usage rows are kept in memory only until it is", exc)
+            return _Segment(None)
+        if self._spool_broken:
+            self._spool_broken = False
+            log.warning("ledger spool writable again (%s)", self._spool.directory)
+        return _Segment(spool_file)
 
-        The task is never cancelled: a flush cancelled while its commit completes would leave the
-        batch both written and queued again.
+    def _spool_write_failed(self, exc: OSError) -> _Segment:
+        """The current segment's file refused a row: seal it, and keep rows in memory until the next flush."""
+        if not self._spool_broken:
+            self._spool_broken = True
+            log.error("LEDGER SPOOL UNWRITABLE (%s): usage rows are kept in memory only until it is", exc)
+        self._sealed.append(self._current)
+        self._current = _Segment(None)
+        return self._current
+
+    async def _run(self) -> None:
+        delay = self._interval
+        while not self._stopping:
+            await self._pause(delay)
+            if self._stopping:
+                return
+            backlog = self._backlog
+            try:
+                # During an outage only the backlog is retried, so one segment (not one per try) grows.
+                await self.flush(seal=self._outage_since is None)
+            except Exception as exc:
+                delay = self._outage_continues(exc, delay)
+                continue
+            if self._outage_since is not None:
+                log.warning(
+                    "LEDGER STORAGE BACK after %.1f s: writing the backlog of %d usage rows",
+                    time.monotonic() - self._outage_since,
+                    backlog,
+                )
+                self._outage_since = None
+                self._wake.set()  # the rows added during the outage, at once
+            delay = self._interval
+
+    async def _pause(self, delay: float) -> None:
+        # During an outage a full batch does not wake the flush: only the backoff (or a stop) does.
+        event = self._wake if self._outage_since is None else self._stop_requested
+        try:
+            await asyncio.wait_for(event.wait(), timeout=delay)
+        except TimeoutError:
+            pass
+        self._wake.clear()
+
+    def _outage_continues(self, exc: Exception, delay: float) -> float:
+        """Log the start of an outage once (never a traceback per try); returns the next retry's delay."""
+        if self._outage_since is not None:
+            return min(delay * 2, _MAX_BACKOFF_SECONDS)
+        self._outage_since = time.monotonic()
+        where = f"the spool {self._spool.directory}" if self._spool is not None else "memory"
+        log.warning(
+            "LEDGER STORAGE UNAVAILABLE (%s: %s): %d usage rows wait in %s; retrying with backoff",
+            type(exc).__name__,
+            exc,
+            self._backlog,
+            where,
+        )
+        return min(self._interval, _MAX_BACKOFF_SECONDS)
+
+    async def stop(self, grace_seconds: float = 30.0) -> None:
+        """End the flush task and write what is left, within `grace_seconds`; rows the database does not
+        take in time stay in the spool, for the next start.
+
+        The task is cancelled only past the grace: a write cancelled while it commits is repeated
+        carefully (rows the database holds are skipped), so nothing is charged twice.
         """
         self._stopping = True
+        self._stop_requested.set()
         self._wake.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_seconds
         if self._task is not None:
-            await self._task
+            _, running = await asyncio.wait({self._task}, timeout=grace_seconds)
+            for task in running:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
             self._task = None
-        await self.flush()
+        try:
+            await asyncio.wait_for(self.flush(), timeout=max(deadline - loop.time(), 0.001))
+        except Exception as exc:
+            where = f"the spool {self._spool.directory}" if self._spool is not None else "memory (no spool)"
+            log.warning(
+                "ledger: %d usage rows not written at shutdown (%s: %s); they stay in %s for the next start",
+                self._backlog,
+                type(exc).__name__,
+                exc,
+                where,
+            )
+        if self._spool is not None:
+            if not self._current.count and self._current.file is not None:
+                await self._spool.remove(self._current.file)
+            await self._spool.close()
+
+
+async def _ids_written(tx: Executor, ids: list[str]) -> set[str]:
+    """Which of these row ids the ledger table holds."""
+    held: set[str] = set()
+    for start in range(0, len(ids), _HELD_CHUNK):
+        part = ids[start : start + _HELD_CHUNK]
+        marks = ", ".join(f"${n}" for n in range(1, len(part) + 1))
+        rows = await tx.fetch(f"SELECT id FROM usage_ledger WHERE id IN ({marks})", *part)
+        held.update(row["id"] for row in rows)
+    return held

@@ -22,6 +22,7 @@ from .schema import (
     LOG_LEVELS,
     PROVIDER_KINDS,
     REQUEST_KINDS,
+    SPOOL_FSYNC_POLICIES,
     BillingConfig,
     CabinetConfig,
     Config,
@@ -399,6 +400,10 @@ def _billing(t: _Table) -> BillingConfig:
     values = _given(
         ledger_flush_interval_seconds=t.number("ledger_flush_interval_seconds", check=_above(0)),
         ledger_batch_size=t.integer("ledger_batch_size", check=_at_least(1)),
+        ledger_max_queue=t.integer("ledger_max_queue", check=_at_least(1)),
+        spool_dir=t.string("spool_dir"),
+        spool_fsync=t.choice("spool_fsync", SPOOL_FSYNC_POLICIES, "spool fsync policy"),
+        spool_fsync_interval_seconds=t.number("spool_fsync_interval_seconds", check=_above(0)),
         currency=t.string("currency", check=_currency),
     )
     t.finish()

@@ -46,6 +46,8 @@ ESSENTIAL_PLUGINS = (
     "access_log",
 )
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# When the ledger spool fsyncs: after every row, every `spool_fsync_interval_seconds`, or never.
+SPOOL_FSYNC_POLICIES = ("always", "interval", "never")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,11 @@ class BillingConfig:
 
     ledger_flush_interval_seconds: float = 1.0
     ledger_batch_size: int = 500
+    ledger_max_queue: int = 100000  # rows kept in memory; past it they are read back from the spool
+    # The write-ahead spool; empty: `modelgate-spool` next to the SQLite file, or in the working directory.
+    spool_dir: str = ""
+    spool_fsync: str = "interval"  # one of SPOOL_FSYNC_POLICIES
+    spool_fsync_interval_seconds: float = 1.0
     currency: str = "USD"
 
 

@@ -6,11 +6,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts
 from billing.counters import Counters, InProcessCounters, RedisCounters
 from billing.ledger import LedgerWriter
 from billing.policy import PolicyDirectory
+from billing.spool import Spool, database_identity, default_spool_dir
 from cabinet.storage import Database, apply_migrations, open_database
 from config import Config
 from plugins import PluginChain
@@ -101,7 +103,10 @@ class Gateway:
                 db,
                 interval=config.billing.ledger_flush_interval_seconds,
                 batch_size=config.billing.ledger_batch_size,
+                max_queue=config.billing.ledger_max_queue,
+                spool=_spool(config),
             )
+            await ledger.open()  # adopts what dead processes left in the spool, before serving
             policies = PolicyDirectory(db)
             accounts = Accounts(
                 db,
@@ -165,7 +170,8 @@ class Gateway:
 
     async def stop(self) -> None:
         """Flush what must be flushed (ledger, object bindings), then close clients and storage."""
-        await self.ledger.stop()
+        # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.
+        await self.ledger.stop(self.config.server.shutdown_grace_seconds)
         await self.objects.drain()
         retiring = list(self._retiring)
         for task in retiring:  # every request has ended (or was cancelled): old clients close now
@@ -178,6 +184,16 @@ class Gateway:
         if self.redis is not None:
             await self.redis.close()
         await self.db.close()
+
+
+def _spool(config: Config) -> Spool:
+    billing = config.billing
+    return Spool(
+        Path(billing.spool_dir).absolute() if billing.spool_dir else default_spool_dir(config.storage.url),
+        database_identity(config.storage.url),
+        fsync=billing.spool_fsync,
+        fsync_interval=billing.spool_fsync_interval_seconds,
+    )
 
 
 async def _connect_channels(

@@ -163,6 +163,11 @@ class GatewayMetrics:
             "Usage entries waiting in memory for the next ledger flush.",
             registry=registry,
         )
+        self.ledger_backlog = Gauge(
+            "modelgate_ledger_backlog_rows",
+            "Usage rows not yet in the database (in memory or only in the spool); grows during an outage.",
+            registry=registry,
+        )
         self.ledger_flush_lag = Gauge(
             "modelgate_ledger_flush_lag_seconds",
             "Seconds since the ledger last flushed successfully (about the flush interval when healthy; "
@@ -179,8 +184,9 @@ class GatewayMetrics:
             self.config_reloads.labels(result)
 
     def watch_ledger(self, ledger: LedgerWriter) -> None:
-        """Read the ledger's queue depth and flush lag at every scrape."""
+        """Read the ledger's queue depth, backlog and flush lag at every scrape."""
         self.ledger_queue_depth.set_function(lambda: ledger.queued)
+        self.ledger_backlog.set_function(lambda: ledger.backlog)
         self.ledger_flush_lag.set_function(lambda: max(0.0, time.time() - ledger.last_flush_at))
 
     def watch_realtime(self, sessions: Sized) -> None:

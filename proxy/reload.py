@@ -29,7 +29,14 @@ RESTART_ONLY: dict[str, tuple[str, ...] | None] = {
     "server": ("host", "port", "workers", "shutdown_grace_seconds"),
     "storage": None,
     "redis": None,
-    "billing": ("ledger_flush_interval_seconds", "ledger_batch_size"),
+    "billing": (
+        "ledger_flush_interval_seconds",
+        "ledger_batch_size",
+        "ledger_max_queue",
+        "spool_dir",
+        "spool_fsync",
+        "spool_fsync_interval_seconds",
+    ),
     "logging": ("json",),
     "tracing": None,
 }

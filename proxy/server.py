@@ -64,7 +64,13 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(
         status=200 if ready else 503,
         content_type="application/json",
-        body=orjson.dumps({"status": "ready" if ready else "not ready", "checks": checks}),
+        body=orjson.dumps(
+            {
+                "status": "ready" if ready else "not ready",
+                "checks": checks,
+                "ledger_backlog": gateway.ledger.backlog,  # usage rows not yet in the database
+            }
+        ),
     )
 
 

@@ -73,9 +73,13 @@ class PostgresDatabase:
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 10) -> PostgresDatabase:
+        # No connection floor: asyncpg restores one in the background and logs a traceback for every try
+        # while the server is down; a connection is opened when a query needs one instead.
+        pool = await asyncpg.create_pool(url, min_size=0, max_size=pool_size, command_timeout=30)
         try:
-            pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, command_timeout=30)
+            await pool.fetchval("SELECT 1")  # a wrong URL or a server that is down fails here, at start
         except (OSError, asyncpg.PostgresError) as exc:
+            await pool.close()
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
         return cls(pool, url)
 

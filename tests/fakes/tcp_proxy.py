@@ -1,0 +1,136 @@
+"""TcpProxy: a loopback TCP relay in front of a real service (PostgreSQL) that a test can cut and restore.
+
+An outage without touching the machine's PostgreSQL: `cut()` resets every relayed connection and closes
+the listening socket (new connections are refused, as by a stopped server); `restore()` listens again on
+the same port. Runs on its own loop in a daemon thread; every public method is safe to call from a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from types import TracebackType
+
+START_TIMEOUT = 5.0
+_CHUNK = 65536
+
+
+class TcpProxy:
+    """Relays 127.0.0.1:<port> to `target_host:target_port`, byte for byte."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target_host = target_host
+        self.target_port = target_port
+        self.port = 0
+        self.accepted = 0  # connections relayed since start
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._transports: set[asyncio.Transport] = set()
+
+    def start(self) -> TcpProxy:
+        ready = threading.Event()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.call_soon(ready.set)
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="tcp-proxy", daemon=True)
+        self._thread.start()
+        if not ready.wait(START_TIMEOUT):
+            raise RuntimeError("tcp proxy loop did not start")
+        self._call(self._listen())
+        return self
+
+    def url(self, postgres_url: str) -> str:
+        """`postgres_url` with its host and port replaced by this proxy's."""
+        scheme, _, rest = postgres_url.partition("://")
+        credentials, _, location = rest.rpartition("@")
+        _, _, database = location.partition("/")
+        prefix = f"{credentials}@" if credentials else ""
+        return f"{scheme}://{prefix}127.0.0.1:{self.port}/{database}"
+
+    def cut(self) -> None:
+        """Reset every open connection and refuse new ones until `restore()`."""
+        self._call(self._cut())
+
+    def restore(self) -> None:
+        """Accept and relay connections again, on the same port."""
+        self._call(self._listen())
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        self._call(self._cut())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=START_TIMEOUT)
+        self._loop.close()
+        self._loop = None
+
+    def _call(self, coro) -> None:
+        assert self._loop is not None
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=START_TIMEOUT)
+
+    async def _listen(self) -> None:
+        if self._server is not None:
+            return
+        # SO_REUSEADDR: the port of a cut proxy is rebound at once, despite connections in TIME_WAIT.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.port = sock.getsockname()[1]
+        self._server = await asyncio.start_server(self._relay, sock=sock)
+
+    async def _cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for transport in list(self._transports):
+            transport.abort()  # an RST, as when the server's host goes away
+        self._transports.clear()
+
+    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        if self._server is None:  # accepted in the instant before a cut
+            client_writer.transport.abort()
+            return
+        try:
+            target_reader, target_writer = await asyncio.open_connection(self.target_host, self.target_port)
+        except OSError:
+            client_writer.transport.abort()
+            return
+        self.accepted += 1
+        pair = (client_writer.transport, target_writer.transport)
+        self._transports.update(pair)
+        try:
+            await asyncio.gather(
+                _pump(client_reader, target_writer),
+                _pump(target_reader, client_writer),
+                return_exceptions=True,
+            )
+        finally:
+            for transport in pair:
+                self._transports.discard(transport)
+                transport.abort()
+
+    def __enter__(self) -> TcpProxy:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy one direction until end of stream; then close the other side's writing half."""
+    try:
+        while data := await reader.read(_CHUNK):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        writer.transport.abort()
