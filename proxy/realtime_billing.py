@@ -16,13 +16,15 @@ costs more is charged its reservation, never more, so the balance never goes bel
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import secrets
 import time
 from collections import deque
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -39,6 +41,8 @@ _OUTPUT_CAPS = ("max_output_tokens", "max_response_output_tokens")
 _AUDIO_APPEND = "input_audio_buffer.append"
 # The status of a ledger row for a response the session's end cut short, by how the session ended.
 _END_STATUS = {"client_closed": 499, "upstream_error": 502, "shutdown": 503}
+
+T = TypeVar("T")
 
 
 def _tokens(value: Any) -> int | None:
@@ -145,6 +149,7 @@ class SessionBilling:
         self._session_cap: int | None = None
         self._context_tokens = 0  # the conversation so far, as the last response reported it
         self._text_bytes = 0  # client text since the last response (audio appends excluded)
+        self._operations: set[asyncio.Task] = set()
         ctx.usage = Usage()
         ctx.cost_micros = 0
 
@@ -185,14 +190,18 @@ class SessionBilling:
         if kind == "session.update":
             self._watch_session(event.get("session"))
         elif kind == "response.create":
-            client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
-            try:
-                hold = await hold_response(self._accounts, self._ctx, self._worst_case(event.get("response")))
-            except GatewayError as refusal:
-                self._record_refusal(str(next(self._numbers)), refusal)
-                return error_event(refusal, client_event_id)
-            hold.event_id = client_event_id
-            self._pending.append(hold)
+            return await self._guarded(self._reserve_asked(event))
+        return None
+
+    async def _reserve_asked(self, event: dict) -> dict | None:
+        client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        try:
+            hold = await hold_response(self._accounts, self._ctx, self._worst_case(event.get("response")))
+        except GatewayError as refusal:
+            self._record_refusal(str(next(self._numbers)), refusal)
+            return error_event(refusal, client_event_id)
+        hold.event_id = client_event_id
+        self._pending.append(hold)
         return None
 
     # -- upstream to client -----------------------------------------------------------------------------
@@ -203,16 +212,24 @@ class SessionBilling:
         if "response.created" in text:
             event = _parse(text)
             if event.get("type") == "response.created":
-                return await self._created(event.get("response"))
+                return await self._guarded(self._created(event.get("response")))
         elif "response.done" in text:
             event = _parse(text)
             if event.get("type") == "response.done":
-                await self._done(event.get("response"), outcome)
+                await self._guarded(self._done(event.get("response"), outcome))
         elif '"error"' in text:
             event = _parse(text)
             if event.get("type") == "error":
-                await self._upstream_refused(event.get("error"))
+                await self._guarded(self._upstream_refused(event.get("error")))
         return None
+
+    def _guarded(self, operation: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """Run a reservation or settlement to its end even if the relay is cancelled meanwhile (the session
+        ending), so nothing is left held or settled without its ledger row; `end` waits for it."""
+        task = asyncio.ensure_future(operation)
+        self._operations.add(task)
+        task.add_done_callback(self._operations.discard)
+        return asyncio.shield(task)
 
     async def _created(self, response: Any) -> tuple[dict, dict] | None:
         response_id = _response_id(response)
@@ -279,6 +296,8 @@ class SessionBilling:
 
     async def end(self, outcome: str) -> None:
         """The session ended: responses still running are released and recorded (no usage known: free)."""
+        if self._operations:
+            await asyncio.gather(*self._operations, return_exceptions=True)
         running, self._running = self._running, {}
         pending, self._pending = list(self._pending), deque()
         holds = [*running.items(), *((str(next(self._numbers)), hold) for hold in pending)]
