@@ -219,7 +219,7 @@ class RealtimeRelay:
         billing: SessionBilling,
     ) -> str:
         """Both directions at once; the first side to close (or fail) ends the session for both. Returns
-        how it ended for the responses still running: "client_closed" or "upstream_error"."""
+        how it ended for the responses still running: "client_closed", "shutdown" or "upstream_error"."""
 
         async def client_text(text: str) -> None:
             refusal = await billing.from_client(text)
@@ -246,16 +246,19 @@ class RealtimeRelay:
             for task in (to_upstream, to_client):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if to_upstream in done:  # the client closed (or went away): pass its code on
-            await self._drain(upstream, billing)
+        if to_upstream in done:  # the client closed (or went away, or the gateway stops): pass its code on
+            ending = "shutdown" if self._sessions.stopping else "client_closed"
+            await self._drain(upstream, billing, ending)
             await upstream.close(code=_close_code(to_upstream.result(), _GOING_AWAY))
-            return "client_closed"
+            return ending
         # the provider closed: the client gets its code
         await client.close(code=_close_code(to_client.result()))
         return "upstream_error"
 
-    async def _drain(self, upstream: aiohttp.ClientWebSocketResponse, billing: SessionBilling) -> None:
-        """The client left: cancel its running responses upstream and wait, briefly, for their usage."""
+    async def _drain(
+        self, upstream: aiohttp.ClientWebSocketResponse, billing: SessionBilling, ending: str
+    ) -> None:
+        """The client is gone: cancel its running responses upstream and wait, briefly, for their usage."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _DRAIN_SECONDS
         cancelled: set[str] = set()
@@ -272,7 +275,7 @@ class RealtimeRelay:
                     return
                 message = await upstream.receive(timeout=remaining)
                 if message.type is WSMsgType.TEXT:
-                    await billing.from_upstream(message.data, "client_closed")
+                    await billing.from_upstream(message.data, ending)
                 elif message.type is not WSMsgType.BINARY:
                     return
         except (TimeoutError, ConnectionError, aiohttp.ClientError):

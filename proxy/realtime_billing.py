@@ -30,6 +30,7 @@ import orjson
 
 from billing.accounts import Accounts
 from billing.ledger import LedgerEntry, LedgerWriter
+from billing.prices import ModelPrices
 from billing.usage import merge_usage
 from proxy.context import RequestContext, Usage
 from proxy.errors import GatewayError
@@ -118,9 +119,8 @@ async def settle_response(accounts: Accounts, hold: ResponseHold, cost: int) -> 
         await accounts.settle(counter, hold.amount, cost)
 
 
-def response_worst_case(ctx: RequestContext, cap: int | None, context_tokens: int, text_bytes: int) -> int:
+def response_worst_case(prices: ModelPrices, cap: int | None, context_tokens: int, text_bytes: int) -> int:
     """The most one response can cost (see the module docstring for the input bound)."""
-    prices = ctx.model.prices
     default = prices.default_max_tokens
     return prices.worst_case(context_tokens + text_bytes // 2 + default, cap or default)
 
@@ -131,7 +131,8 @@ async def check_one_response(accounts: Accounts, ctx: RequestContext) -> None:
         return
     session = ctx.realtime.secret.session if ctx.realtime is not None else {}
     opening = len(orjson.dumps(session)) if session else 0
-    hold = await hold_response(accounts, ctx, response_worst_case(ctx, output_cap(session), 0, opening))
+    worst = response_worst_case(ctx.model.prices, output_cap(session), 0, opening)
+    hold = await hold_response(accounts, ctx, worst)
     await settle_response(accounts, hold, 0)
 
 
@@ -174,7 +175,7 @@ class SessionBilling:
 
     def _worst_case(self, response: Any) -> int:
         cap = output_cap(response) or self._session_cap
-        return response_worst_case(self._ctx, cap, self._context_tokens, self._text_bytes)
+        return response_worst_case(self._ctx.model.prices, cap, self._context_tokens, self._text_bytes)
 
     # -- client to upstream -----------------------------------------------------------------------------
 

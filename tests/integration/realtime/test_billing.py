@@ -339,3 +339,21 @@ async def test_a_policy_budget_is_reserved_and_charged_per_response(billed) -> N
         lambda rows: rows == [{"spent_micros": 2 * ANSWER}],
     )
     assert spent == [{"spent_micros": 2 * ANSWER}]
+
+
+async def test_a_graceful_stop_mid_response_charges_what_the_response_used(start_gateway) -> None:
+    own = start_gateway()
+    tenant = await _tenant(own, WORST + CANCELLED)
+    base, storage = own.gateway.base_url, own.gateway.storage_url
+    own.alpha.realtime.announce_responses = own.alpha.realtime.hold_responses = True
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json({"type": "response.create"})
+        await _receive_until(ws, lambda e: e["type"] == "response.output_audio.delta")
+        await asyncio.to_thread(own.gateway.stop)  # closes the session (1001), then flushes the ledger
+        message = await ws.receive(timeout=10)
+        assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 1001
+    rows = await _response_rows(storage, tenant.email)
+    assert [_summary(row) for row in rows] == [(200, "shutdown", 5, CANCELLED)]
+    assert await _balance(storage, tenant.email) == WORST

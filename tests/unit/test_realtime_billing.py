@@ -1,0 +1,60 @@
+"""How a realtime response is bounded and read: its output cap, its usage, and its worst case."""
+
+from __future__ import annotations
+
+import pytest
+
+from billing.prices import ModelPrices
+from proxy.realtime_billing import output_cap, realtime_usage, response_worst_case
+
+# 1 µ per input token, 10 µ per output token, 100 µ per request; a model default of 1000 output tokens.
+PRICES = ModelPrices(
+    input_per_token=1.0,
+    cached_input_per_token=0.5,
+    output_per_token=10.0,
+    per_request=100,
+    default_max_tokens=1000,
+)
+
+
+@pytest.mark.parametrize(
+    ("options", "cap"),
+    [
+        ({"max_output_tokens": 200}, 200),  # the GA name
+        ({"max_response_output_tokens": 300}, 300),  # the beta name
+        ({"max_output_tokens": "inf"}, None),
+        ({"max_output_tokens": True}, None),
+        ({"max_output_tokens": 0}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
+def test_only_a_positive_integer_is_an_output_cap(options, cap) -> None:
+    assert output_cap(options) == cap
+
+
+def test_realtime_usage_reads_cached_input_from_input_token_details() -> None:
+    usage = realtime_usage(
+        {
+            "total_tokens": 130,
+            "input_tokens": 100,
+            "output_tokens": 30,
+            "input_token_details": {"cached_tokens": 64, "text_tokens": 40, "audio_tokens": 60},
+            "output_token_details": {"text_tokens": 10, "audio_tokens": 20},
+        }
+    )
+    assert (usage.input_tokens, usage.cached_input_tokens, usage.output_tokens) == (100, 64, 30)
+    assert PRICES.cost(usage) == 100 + 36 * 1 + 32 + 30 * 10
+
+
+def test_the_first_response_reserves_the_default_allowance_for_its_input_and_output() -> None:
+    assert response_worst_case(PRICES, None, 0, 0) == 100 + 1000 * 1 + 1000 * 10
+
+
+def test_an_output_cap_bounds_the_output_part_only() -> None:
+    assert response_worst_case(PRICES, 50, 0, 0) == 100 + 1000 * 1 + 50 * 10
+
+
+def test_the_worst_case_grows_with_the_conversation_and_the_text_sent_since() -> None:
+    # The previous response re-read 400 tokens and wrote 100; the client then sent 600 bytes of text.
+    assert response_worst_case(PRICES, None, 500, 600) == 100 + (500 + 300 + 1000) * 1 + 1000 * 10
