@@ -8,6 +8,7 @@ does real work.
 from __future__ import annotations
 
 import json
+import secrets
 import urllib.request
 from pathlib import Path
 
@@ -26,8 +27,8 @@ workers = {workers}
 shutdown_grace_seconds = 2.0
 
 [storage]
-url = "sqlite:///{db_path}"
-
+url = "{storage_url}"
+{redis}
 [logging]
 level = "info"
 json = true
@@ -58,6 +59,7 @@ code = "{plan}"
 name = "Benchmark"
 monthly_fee = 0.0
 credit_limit = {big}.0
+self_service = true  # a credit plan is operator-assigned by default; the benchmark registers on it itself
 rpm = {big}
 tpm = {big}
 realtime_concurrency = 100
@@ -65,15 +67,24 @@ realtime_concurrency = 100
 
 
 def write_config(
-    directory: Path, *, port: int, upstream_port: int, workers: int, disabled: tuple[str, ...] = ()
+    directory: Path,
+    *,
+    port: int,
+    upstream_port: int,
+    workers: int,
+    disabled: tuple[str, ...] = (),
+    storage_url: str | None = None,
+    redis_url: str | None = None,
 ) -> Path:
-    """The gateway config for one run: SQLite in `directory`, one provider, model and plan."""
+    """The gateway config for one run: SQLite in `directory` (or `storage_url`, and Redis when given: the
+    production mode), one provider, model and plan."""
     path = directory / "modelgate-bench.toml"
     path.write_text(
         _CONFIG.format(
             port=port,
             workers=workers,
-            db_path=directory / "modelgate-bench.db",
+            storage_url=storage_url or f"sqlite:///{directory / 'modelgate-bench.db'}",
+            redis=f'[redis]\nurl = "{redis_url}"\n' if redis_url else "",
             upstream_port=upstream_port,
             model=MODEL,
             plan=PLAN,
@@ -100,7 +111,7 @@ def register_tenant(base_url: str) -> str:
         f"{base_url}/api/auth/register",
         {
             "legalName": "Bench Org",
-            "email": "owner@bench.example",
+            "email": f"owner-{secrets.token_hex(4)}@bench.example",  # a reused database keeps old runs
             "password": "correct horse battery staple",
             "planCode": PLAN,
         },

@@ -1,6 +1,7 @@
 """Gateway overhead benchmark: the upstream called directly vs a bare aiohttp passthrough vs modelgate.
 
     python bench/overhead.py [--duration 10] [--connections 32] [--workers 1]
+    python bench/overhead.py --production     # PostgreSQL (a throwaway database) + Redis on 127.0.0.1
 
 Starts a fast fake upstream, the bare passthrough and the real gateway on 127.0.0.1, measures all three
 with the same ~1 KB chat request, prints one table, and stops every process it started by PID. With two
@@ -17,7 +18,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -65,6 +66,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="gateway plugins to switch off (config plugins.disabled), to see what governance costs",
     )
     parser.add_argument(
+        "--production",
+        action="store_true",
+        help="production mode: the gateway on a throwaway PostgreSQL database and Redis "
+        "(MODELGATE_BENCH_PG, default postgresql://postgres@127.0.0.1:5432/postgres; MODELGATE_BENCH_REDIS, "
+        "default redis://127.0.0.1:6379/0)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         help="after measuring, record modelgate under the same load with py-spy into FILE: "
@@ -98,6 +106,30 @@ def profile_gateway(pid: int, port: int, args: argparse.Namespace, load: LoadGen
     if spy.returncode != 0:
         took = time.monotonic() - started
         print(f"note: py-spy exited with {spy.returncode} after {took:.0f}s", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def production_database() -> Iterator[str]:
+    """A throwaway PostgreSQL database for one production-mode run, dropped after it."""
+    import asyncio
+
+    import asyncpg
+
+    admin = os.environ.get("MODELGATE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+    name = f"modelgate_bench_{os.getpid()}"
+
+    async def execute(sql: str) -> None:
+        conn = await asyncpg.connect(admin, timeout=5)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"{admin.rpartition('/')[0]}/{name}"
+    finally:
+        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def _timeout(signum: int, frame: object) -> None:
@@ -160,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan(args.connections, args.duration, args.samples, args.stream_samples, proxy_cpus, load_cpus)
     services = Services()
     with tempfile.TemporaryDirectory(prefix="modelgate-bench-") as temp, contextlib.ExitStack() as stack:
+        # Entered first, left last: the database outlives the processes using it.
+        storage_url = stack.enter_context(production_database()) if args.production else None
         stack.callback(services.stop)
         log_dir = Path(temp)
         start_services(
@@ -170,6 +204,10 @@ def run(args: argparse.Namespace) -> int:
             log_dir=log_dir,
             lifetime=budget + 30,
             disabled_plugins=tuple(name for name in args.disable_plugins.split(",") if name),
+            storage_url=storage_url,
+            redis_url=os.environ.get("MODELGATE_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+            if args.production
+            else None,
         )
         gateway = services.gateway
         assert gateway is not None

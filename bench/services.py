@@ -40,6 +40,8 @@ def start_services(
     log_dir: Path,
     lifetime: float,
     disabled_plugins: tuple[str, ...] = (),
+    storage_url: str | None = None,
+    redis_url: str | None = None,
 ) -> None:
     """Start the upstream on the load cores, then the gateway and the passthrough on the proxy cores."""
     python = sys.executable
@@ -62,6 +64,8 @@ def start_services(
         upstream_port=services.upstream_port,
         workers=workers,
         disabled=disabled_plugins,
+        storage_url=storage_url,
+        redis_url=redis_url,
     )
     serve = ["serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(services.gateway_port)]
     services.gateway = start(
