@@ -174,3 +174,11 @@ class Accounts:
 
     def on_policy_message(self, organization_id: str) -> None:
         self._policies.invalidate(organization_id)
+
+    async def plan_changed(self, organization_id: str) -> None:
+        """The organization moved to another plan: every process drops the API keys it cached with the old
+        plan (this one before returning); the credit limit of the new plan applies per reservation."""
+        from cabinet.billing import PLAN_CHANNEL  # here: only this method of the class needs it
+
+        for broadcast in self._broadcasts:
+            await broadcast(PLAN_CHANNEL, organization_id)

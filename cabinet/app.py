@@ -82,6 +82,9 @@ ROUTES = (
     web.post("/operator/invoices/{id}/mark-paid", operator.operator_mark_paid),
     web.post("/operator/organizations/{id}/top-up", operator.operator_top_up),
     web.get("/operator/organizations/{id}/invoices", operator.operator_invoices, allow_head=False),
+    web.post("/operator/organizations/{id}/adjust", operator.operator_adjust),
+    web.post("/operator/organizations/{id}/plan", operator.operator_set_plan),
+    web.post("/operator/registration-invitations", operator.operator_invite_organization),
     web.get("/openapi.json", openapi_handler, allow_head=False),
 )
 

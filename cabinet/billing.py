@@ -1,9 +1,11 @@
-"""Money of an organization: paying invoices, topping up the balance, and the billing overview.
+"""Money and plans of an organization: paying invoices, topping up and adjusting the balance, changing the
+plan, and the billing overview.
 
-Paying and topping up are operator actions (the operator API and `modelgate billing`). Both credit the
-balance as a balance event (`billing.events`) in the same transaction as the invoice and activate the
-organization; the caller announces the event after commit (`announce_balance_event` in-process,
-`notify_billing_change` to other processes), and every gateway applies it to its live counter once.
+These are operator actions (the operator API and `modelgate billing`). Money moves as balance events
+(`billing.events`) written in the same transaction as the change they describe; the caller announces each
+event after commit (`announce_balance_event` in-process, the CLI on the billing channel), and every gateway
+applies it to its live counter once. A plan change is announced likewise (`announce_plan_change`), so
+gateways drop the API keys they cached with the old plan.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from billing.events import INVOICE_PAID, TOP_UP, BalanceEvent, apply_balance_event
+from billing.events import CREDIT, DEBIT, INVOICE_PAID, SET, TOP_UP, BalanceEvent, apply_balance_event
 from billing.money import MAX_CREDIT_MICROS, to_micros
 from cabinet.audit import Actor, record
 from cabinet.clock import isoformat
@@ -27,17 +29,21 @@ from cabinet.invoices import (
 from cabinet.organizations import Organization
 from cabinet.requests import CabinetError
 from cabinet.services import CabinetServices
-from cabinet.storage.database import Database, Executor
+from cabinet.storage.database import Executor
 from cabinet.tokens import new_id
 from cabinet.usage import day_start, usage_totals
-from config import Config
+from config import Config, PlanConfig
 
 log = logging.getLogger("modelgate.cabinet.billing")
 
 # Gateways listen here (PostgreSQL NOTIFY, Redis pub/sub) for balance events (`BalanceEvent.payload`).
 BILLING_CHANNEL = "modelgate_billing"
+# ... and here for plan changes (payload: the organization id): API keys are cached with their plan.
+PLAN_CHANNEL = "modelgate_plan_changed"
 MAX_TOP_UP_MICROS = MAX_CREDIT_MICROS
 OPERATOR = Actor("operator", None, None)
+ADJUSTMENT_KINDS = (CREDIT, DEBIT, SET)
+MAX_REASON_LENGTH = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +166,141 @@ async def top_up(
     return invoice, event
 
 
+@dataclass(frozen=True, slots=True)
+class Adjustment:
+    """An operator's change of a balance: `amount_micros` is the signed delta that was applied."""
+
+    event: BalanceEvent
+    kind: str
+    requested_micros: int
+    reason: str
+    at: float
+
+    def to_json(self, currency: str) -> dict[str, Any]:
+        """The answer of POST /operator/organizations/{id}/adjust."""
+        return {
+            "id": self.event.id,
+            "organizationId": self.event.organization_id,
+            "kind": self.kind,
+            "requestedMicros": self.requested_micros,
+            "amountMicros": self.event.amount_micros,
+            "balanceMicros": self.event.balance_after,
+            "reason": self.reason,
+            "currency": currency,
+            "createdAt": isoformat(self.at),
+        }
+
+
+def check_adjustment(kind: Any, amount_micros: Any, reason: Any) -> tuple[str, int, str]:
+    """A valid (kind, amount, reason) of an adjustment, or 400: credit and debit take a positive amount,
+    set the balance to reach (which may be 0 or negative); the reason is required."""
+    if not isinstance(kind, str) or kind not in ADJUSTMENT_KINDS:
+        raise CabinetError(400, f"kind must be one of: {', '.join(ADJUSTMENT_KINDS)}")
+    if isinstance(amount_micros, bool) or not isinstance(amount_micros, int):
+        raise CabinetError(400, "amountMicros must be an integer")
+    low = -MAX_CREDIT_MICROS if kind == SET else 1
+    if not low <= amount_micros <= MAX_CREDIT_MICROS:
+        raise CabinetError(400, f"amountMicros of a {kind} must be from {low} to {MAX_CREDIT_MICROS}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise CabinetError(400, "reason is required")
+    reason = reason.strip()
+    if len(reason) > MAX_REASON_LENGTH or not reason.isprintable():
+        raise CabinetError(400, f"reason must be at most {MAX_REASON_LENGTH} printable characters")
+    return kind, amount_micros, reason
+
+
+async def adjust_balance(
+    tx: Executor,
+    organization_id: str,
+    kind: Any,
+    amount_micros: Any,
+    reason: Any,
+    at: float,
+    *,
+    via: str = "api",
+) -> Adjustment:
+    """Credit, debit or set the stored balance as a balance event; audit `balance.adjusted` with the reason.
+
+    A debit may take the balance below zero (a chargeback). `set` reads the balance in this transaction
+    under the organization's row lock, so the delta it applies is exact even while the ledger flushes
+    spend. Raises `CabinetError` 400 for bad input, 404 `organization not found`. Call inside a
+    transaction and announce the event after commit.
+    """
+    kind, amount_micros, reason = check_adjustment(kind, amount_micros, reason)
+    # A no-op UPDATE write-locks the row on both backends (FOR UPDATE does not exist on SQLite).
+    if not await tx.execute(
+        "UPDATE organizations SET credit_seq = credit_seq WHERE id = $1", organization_id
+    ):
+        raise organization_not_found()
+    if kind == SET:
+        balance = int(
+            await tx.fetchval("SELECT balance_micros FROM organizations WHERE id = $1", organization_id)
+        )
+        delta = amount_micros - balance
+    else:
+        delta = amount_micros if kind == CREDIT else -amount_micros
+    event = await apply_balance_event(
+        tx, organization_id, kind, delta, at, reason=reason, actor=f"operator:{via}"
+    )
+    if event is None:
+        raise organization_not_found()
+    await record(
+        tx,
+        organization_id,
+        "balance.adjusted",
+        OPERATOR,
+        at,
+        target_id=event.id,
+        details={
+            "kind": kind,
+            "requestedMicros": amount_micros,
+            "amountMicros": delta,
+            "balanceMicros": event.balance_after,
+            "reason": reason,
+            "via": via,
+        },
+    )
+    return Adjustment(event, kind, amount_micros, reason, at)
+
+
+async def change_plan(
+    tx: Executor, config: Config, organization_id: str, plan_code: Any, at: float, *, via: str = "api"
+) -> tuple[str, PlanConfig]:
+    """Move an organization to another plan (any plan, a credit plan included); audit `plan.changed`.
+
+    Returns (the previous plan code, the new plan). Raises `CabinetError` 400 for an unknown plan, 404
+    `organization not found`. Call inside a transaction and tell the model API after commit
+    (`announce_plan_change`): running gateways cache API keys with their plan.
+    """
+    if not isinstance(plan_code, str) or not plan_code:
+        raise CabinetError(400, "planCode is required")
+    plan = config.plan(plan_code)
+    if plan is None:
+        raise CabinetError(400, f"planCode must be one of: {', '.join(p.code for p in config.plans)}")
+    state = await billing_state(tx, organization_id)
+    if state is None:
+        raise organization_not_found()
+    await tx.execute("UPDATE organizations SET plan_code = $2 WHERE id = $1", organization_id, plan.code)
+    await record(
+        tx,
+        organization_id,
+        "plan.changed",
+        OPERATOR,
+        at,
+        target_id=organization_id,
+        details={"from": state.plan_code, "to": plan.code, "via": via},
+    )
+    return state.plan_code, plan
+
+
+async def announce_plan_change(services: CabinetServices, organization_id: str) -> None:
+    """Tell the model API of this process (and through it every process) after commit."""
+    try:
+        await services.billing_sink.plan_changed(organization_id)
+    except Exception:
+        log.exception("billing sink failed on plan_changed for %s", organization_id)
+
+
 async def announce_balance_event(services: CabinetServices, event: BalanceEvent | None) -> None:
     """Tell the model API of this process, after commit; the event is committed, so a failure is logged."""
     if event is None:
@@ -168,15 +309,6 @@ async def announce_balance_event(services: CabinetServices, event: BalanceEvent 
         await services.billing_sink.balance_changed(event)
     except Exception:
         log.exception("billing sink failed on balance_changed for %s", event.organization_id)
-
-
-async def notify_billing_change(db: Database, event: BalanceEvent) -> bool:
-    """Announce a committed balance event on the billing channel of PostgreSQL; False on SQLite (no
-    cross-process channel: a running gateway on SQLite re-reads the balance when it refuses a request)."""
-    if db.dialect != "postgres":
-        return False
-    await db.notify(BILLING_CHANNEL, event.payload())
-    return True
 
 
 def _month_start(at: float) -> float:

@@ -1,9 +1,11 @@
-"""`modelgate billing …`: the operator's payment actions, on the configured storage or through the
+"""`modelgate billing …`: the operator's money and plan actions, on the configured storage or through the
 operator API of a running gateway (`--url`).
 
-On storage, a change is announced after commit on the `modelgate_billing` channel (PostgreSQL NOTIFY, and
-Redis when configured) so running gateways re-read the balance. SQLite alone cannot reach another
-process; `--url` goes through the gateway itself, which then knows at once.
+On storage, a balance event is announced after commit on the `modelgate_billing` channel (PostgreSQL NOTIFY,
+and Redis when configured) and a plan change on `modelgate_plan_changed`, so running gateways follow at
+once. SQLite alone cannot reach another process: a gateway on it re-reads the stored balance before it
+refuses a request (so payments and credits take effect there by themselves), but a lowered balance or a
+new plan reaches it only through `--url`, where the gateway itself makes the change.
 """
 
 from __future__ import annotations
@@ -20,24 +22,28 @@ import aiohttp
 import asyncpg
 import orjson
 
-from billing.events import BalanceEvent
+from billing.allowance import grant_allowance
+from billing.events import SET, BalanceEvent
 from billing.money import format_money, parse_money
 from cabinet.billing import (
+    ADJUSTMENT_KINDS,
     BILLING_CHANNEL,
+    PLAN_CHANNEL,
+    adjust_balance,
     billing_state,
+    change_plan,
     mark_invoice_paid,
-    notify_billing_change,
     top_up,
 )
 from cabinet.clock import now
-from cabinet.operator import organization_invoices_json, payment_json
+from cabinet.operator import invite_organization, organization_invoices_json, payment_json
 from cabinet.requests import CabinetError
 from cabinet.storage import MIGRATIONS, Database, StorageError, open_database
 from config import Config
 
 EXIT_OK = 0
 EXIT_ERROR = 2
-COMMANDS = ("mark-paid", "top-up", "invoices")
+COMMANDS = ("mark-paid", "top-up", "adjust", "set-plan", "invite-org", "invoices")
 
 
 class CommandError(Exception):
@@ -50,6 +56,20 @@ class Note:
 
     warning: bool
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """One billing command as the operator typed it, with its amount already in micro-units."""
+
+    command: str
+    invoice_id: str = ""
+    organization_id: str = ""
+    micros: int = 0
+    kind: str = ""
+    reason: str = ""
+    plan_code: str = ""
+    email: str = ""
 
 
 # -- on the configured storage ---------------------------------------------------------------------------
@@ -80,74 +100,140 @@ async def _open_storage(config: Config) -> Database:
     return db
 
 
-async def _announce(config: Config, db: Database, event: BalanceEvent | None) -> list[Note]:
-    """Tell running gateways after commit; the change is already stored, so a failure is only a warning."""
-    notes: list[Note] = []
+async def _publish(config: Config, db: Database, channel: str, payload: str) -> tuple[list[str], list[Note]]:
+    """Send one message to running gateways over PostgreSQL NOTIFY and Redis: (where it went, warnings)."""
     told: list[str] = []
-    try:
-        if event is None:
-            return notes
-        if await notify_billing_change(db, event):
+    warnings: list[Note] = []
+    if db.dialect == "postgres":
+        try:
+            await db.notify(channel, payload)
             told.append("PostgreSQL")
-    except Exception as exc:
-        notes.append(
-            Note(True, f"warning: the change is stored, but the PostgreSQL notification failed: {exc}")
-        )
+        except Exception as exc:
+            warnings.append(
+                Note(True, f"warning: the change is stored, but the PostgreSQL notification failed: {exc}")
+            )
     if config.redis.url:
         from redis.asyncio import Redis
 
         client = Redis.from_url(config.redis.url, socket_connect_timeout=2, socket_timeout=5)
         try:
-            await client.publish(BILLING_CHANNEL, event.payload())
+            await client.publish(channel, payload)
             told.append("Redis")
         except Exception as exc:
-            notes.append(
+            warnings.append(
                 Note(True, f"warning: the change is stored, but the Redis notification failed: {exc}")
             )
         finally:
             await client.aclose()
+    return told, warnings
+
+
+async def _announce(config: Config, db: Database, events: list[BalanceEvent | None]) -> list[Note]:
+    """Tell running gateways of committed balance events; the change is already stored, so a failure is
+    only a warning."""
+    notes: list[Note] = []
+    told: set[str] = set()
+    for event in events:
+        if event is not None:
+            where, warnings = await _publish(config, db, BILLING_CHANNEL, event.payload())
+            told.update(where)
+            notes += warnings
     if told:
-        notes.append(Note(False, f"notified running gateways on {BILLING_CHANNEL} ({' and '.join(told)})"))
+        notes.append(
+            Note(False, f"notified running gateways on {BILLING_CHANNEL} ({' and '.join(sorted(told))})")
+        )
+    elif not notes and any(event is not None for event in events):
+        if all(event.amount_micros >= 0 for event in events if event is not None):
+            notes.append(
+                Note(
+                    False,
+                    "no running gateway was notified (SQLite without Redis has no cross-process channel),"
+                    " and none needs to be: a gateway on SQLite re-reads the stored balance before it refuses"
+                    " a request, so this change takes effect there by itself",
+                )
+            )
+        else:
+            notes.append(
+                Note(
+                    True,
+                    "note: running gateways were not notified (SQLite without Redis has no cross-process"
+                    " channel): one that already holds this organization's balance keeps spending from it"
+                    " until restarted; use --url with the operator token to lower a balance through the"
+                    " running gateway",
+                )
+            )
+    return notes
+
+
+async def _announce_plan(config: Config, db: Database, organization_id: str) -> list[Note]:
+    told, notes = await _publish(config, db, PLAN_CHANNEL, organization_id)
+    if told:
+        notes.append(Note(False, f"notified running gateways on {PLAN_CHANNEL} ({' and '.join(told)})"))
     elif not notes:
         notes.append(
             Note(
                 True,
                 "note: running gateways were not notified (SQLite without Redis has no cross-process"
-                " channel); use --url with the operator token to act through the running gateway",
+                " channel): API keys they have cached keep the old plan until restarted; use --url with the"
+                " operator token to change the plan through the running gateway",
             )
         )
     return notes
 
 
-async def _mark_paid(db: Database, config: Config, invoice_id: str) -> tuple[dict[str, Any], BalanceEvent]:
+async def _mark_paid(
+    db: Database, config: Config, invoice_id: str
+) -> tuple[dict[str, Any], list[BalanceEvent]]:
+    at = now()
     async with db.transaction() as tx:
-        invoice, event = await mark_invoice_paid(tx, invoice_id, now(), via="cli")
+        invoice, event = await mark_invoice_paid(tx, invoice_id, at, via="cli")
+        allowance = await grant_allowance(tx, config, invoice.organization_id, at)
         state = await billing_state(tx, invoice.organization_id)
     balance = state.balance_micros if state else 0
-    return payment_json(config, invoice, invoice.amount_micros, balance), event
+    return payment_json(config, invoice, invoice.amount_micros, balance), [event, allowance]
 
 
 async def _top_up(
     db: Database, config: Config, organization_id: str, amount: int
-) -> tuple[dict[str, Any], BalanceEvent]:
+) -> tuple[dict[str, Any], list[BalanceEvent]]:
+    at = now()
     async with db.transaction() as tx:
-        invoice, event = await top_up(tx, organization_id, amount, now(), via="cli")
+        invoice, event = await top_up(tx, organization_id, amount, at, via="cli")
+        allowance = await grant_allowance(tx, config, organization_id, at)
         state = await billing_state(tx, organization_id)
-    return payment_json(config, invoice, amount, state.balance_micros if state else 0), event
+    return payment_json(config, invoice, amount, state.balance_micros if state else 0), [event, allowance]
 
 
-async def _via_storage(
-    command: str, config: Config, invoice_id: str, organization_id: str, micros: int
-) -> tuple[dict[str, Any], list[Note]]:
+async def _via_storage(config: Config, order: Order) -> tuple[dict[str, Any], list[Note]]:
     db = await _open_storage(config)
     try:
-        if command == "mark-paid":
-            result, event = await _mark_paid(db, config, invoice_id)
-        elif command == "top-up":
-            result, event = await _top_up(db, config, organization_id, micros)
+        if order.command == "mark-paid":
+            result, events = await _mark_paid(db, config, order.invoice_id)
+        elif order.command == "top-up":
+            result, events = await _top_up(db, config, order.organization_id, order.micros)
+        elif order.command == "adjust":
+            async with db.transaction() as tx:
+                adjustment = await adjust_balance(
+                    tx, order.organization_id, order.kind, order.micros, order.reason, now(), via="cli"
+                )
+            result, events = adjustment.to_json(config.billing.currency), [adjustment.event]
+        elif order.command == "set-plan":
+            async with db.transaction() as tx:
+                previous, plan = await change_plan(
+                    tx, config, order.organization_id, order.plan_code, now(), via="cli"
+                )
+            result = {
+                "organizationId": order.organization_id,
+                "planCode": plan.code,
+                "previousPlanCode": previous,
+            }
+            return result, await _announce_plan(config, db, order.organization_id)
+        elif order.command == "invite-org":
+            invitation, token = await invite_organization(db, config, order.email, order.plan_code, now())
+            return {**invitation, "token": token}, []
         else:
-            return await organization_invoices_json(db, config, organization_id), []
-        return result, await _announce(config, db, event)
+            return await organization_invoices_json(db, config, order.organization_id), []
+        return result, await _announce(config, db, events)
     except CabinetError as exc:
         raise CommandError(exc.message) from exc
     except (StorageError, asyncpg.PostgresError, sqlite3.Error, OSError) as exc:
@@ -196,17 +282,25 @@ async def call_operator_api(
     return answer
 
 
-async def _via_api(
-    command: str, url: str, token: str, invoice_id: str, organization_id: str, micros: int
-) -> dict[str, Any]:
-    if command == "mark-paid":
+async def _via_api(url: str, token: str, order: Order) -> dict[str, Any]:
+    if order.command == "mark-paid":
         return await call_operator_api(
-            url, token, "POST", f"/invoices/{quote(invoice_id, safe='')}/mark-paid"
+            url, token, "POST", f"/invoices/{quote(order.invoice_id, safe='')}/mark-paid"
         )
-    org = quote(organization_id, safe="")
-    if command == "top-up":
+    if order.command == "invite-org":
+        body = {"email": order.email, "planCode": order.plan_code}
+        return await call_operator_api(url, token, "POST", "/registration-invitations", body)
+    org = quote(order.organization_id, safe="")
+    if order.command == "top-up":
         return await call_operator_api(
-            url, token, "POST", f"/organizations/{org}/top-up", {"amountMicros": micros}
+            url, token, "POST", f"/organizations/{org}/top-up", {"amountMicros": order.micros}
+        )
+    if order.command == "adjust":
+        body = {"kind": order.kind, "amountMicros": order.micros, "reason": order.reason}
+        return await call_operator_api(url, token, "POST", f"/organizations/{org}/adjust", body)
+    if order.command == "set-plan":
+        return await call_operator_api(
+            url, token, "POST", f"/organizations/{org}/plan", {"planCode": order.plan_code}
         )
     return await call_operator_api(url, token, "GET", f"/organizations/{org}/invoices")
 
@@ -242,6 +336,44 @@ def _describe_invoices(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _describe(command: str, result: dict[str, Any]) -> list[str]:
+    currency = result.get("currency", "")
+    if command == "invoices":
+        return _describe_invoices(result)
+    if command == "adjust":
+        delta = result["amountMicros"]
+        return [
+            f"adjusted ({result['kind']}): organization {result['organizationId']}, "
+            f"{'+' if delta >= 0 else ''}{format_money(delta)} {currency}; "
+            f"balance {format_money(result['balanceMicros'])} {currency} (event {result['id']})"
+        ]
+    if command == "set-plan":
+        return [
+            f"plan of organization {result['organizationId']}: {result['previousPlanCode']} -> "
+            f"{result['planCode']}"
+        ]
+    if command == "invite-org":
+        return [
+            f"invited {result['email']} to register on plan {result['planCode']}"
+            f" (invitation {result['id']}, expires {result['expiresAt']})",
+            f"registration token (shown once): {result['token']}",
+        ]
+    return [_describe_payment(result, "marked paid" if command == "mark-paid" else "topped up")]
+
+
+def _order(command: str, amount: str, kind: str, **fields: str) -> Order:
+    """The command's order; ValueError for an amount or kind that cannot be right."""
+    micros = 0
+    if command == "top-up":
+        micros = parse_money(amount)
+    elif command == "adjust":
+        if kind not in ADJUSTMENT_KINDS:
+            raise ValueError(f"the kind must be one of: {', '.join(ADJUSTMENT_KINDS)}")
+        # `set` names the balance to reach, which may be 0 (a freeze) or negative (a debt).
+        micros = parse_money(amount, allow_zero=kind == SET, allow_negative=kind == SET)
+    return Order(command, micros=micros, kind=kind, **fields)
+
+
 async def run_billing_command(
     command: str,
     *,
@@ -251,27 +383,37 @@ async def run_billing_command(
     invoice_id: str = "",
     organization_id: str = "",
     amount: str = "",
+    kind: str = "",
+    reason: str = "",
+    plan_code: str = "",
+    email: str = "",
 ) -> int:
-    """Run `mark-paid`, `top-up` or `invoices`; prints what was done and returns the exit code."""
+    """Run one of `COMMANDS`; prints what was done and returns the exit code."""
     try:
-        micros = parse_money(amount) if command == "top-up" else 0
+        order = _order(
+            command,
+            amount,
+            kind,
+            invoice_id=invoice_id,
+            organization_id=organization_id,
+            reason=reason,
+            plan_code=plan_code,
+            email=email,
+        )
         if url is not None:
             if not token:
                 raise CommandError(
                     "--url needs the operator token: --operator-token or MODELGATE_OPERATOR_TOKEN"
                 )
-            result, notes = await _via_api(command, url, token, invoice_id, organization_id, micros), []
+            result, notes = await _via_api(url, token, order), []
         elif config is not None:
-            result, notes = await _via_storage(command, config, invoice_id, organization_id, micros)
+            result, notes = await _via_storage(config, order)
         else:
             raise CommandError("no config to find the storage in; give --config FILE or --url")
     except (CommandError, ValueError) as exc:
         print(f"modelgate billing {command}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    if command == "invoices":
-        print("\n".join(_describe_invoices(result)))
-    else:
-        print(_describe_payment(result, "marked paid" if command == "mark-paid" else "topped up"))
+    print("\n".join(_describe(command, result)))
     for note in notes:
         print(note.text, file=sys.stderr if note.warning else sys.stdout)
     return EXIT_OK

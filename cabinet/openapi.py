@@ -116,11 +116,11 @@ _SSO_CALLBACK["responses"]["200"] = {
 PATHS: dict[str, dict[str, Any]] = {
     "/auth/register": {
         "post": _op(
-            "Register an organization and its owner",
+            "Register an organization and its owner ([cabinet] registration: open, invite_only or closed)",
             (201, "AuthResponse"),
             body="RegisterRequest",
             public=True,
-            errors=(400, 409),
+            errors=(400, 403, 409),
         ),
     },
     "/auth/login": {
@@ -418,6 +418,10 @@ _OIDC_DISCOVERY = {
     ]
 }
 
+PATHS["/auth/register"]["post"]["responses"]["403"]["description"] = (
+    "Registration is closed, or invite_only and no valid invitation token for this e-mail was given"
+)
+
 
 def _with_secret(schema: dict[str, Any], field: str = "secret") -> dict[str, Any]:
     return {"allOf": [schema, _obj((field,), **{field: _STR})]}
@@ -427,11 +431,18 @@ SCHEMAS: dict[str, Any] = {
     "Error": _obj(("error",), error=_STR),
     "Ok": _obj(("ok",), ok={"type": "boolean"}),
     "RegisterRequest": _obj(
-        ("legalName", "email", "password", "planCode"),
+        ("legalName", "email", "password"),
         legalName=_STR,
         email=_STR,
         password={"type": "string", "minLength": 10},
-        planCode=_STR,
+        planCode={
+            "type": "string",
+            "description": "Required without invitationToken, and then only a self_service plan",
+        },
+        invitationToken={
+            "type": "string",
+            "description": "An operator's registration invitation for this e-mail; it brings the plan",
+        },
     ),
     "LoginRequest": _obj(("email", "password"), email=_STR, password=_STR),
     "AuthResponse": _obj(("token", "email"), token=_STR, email=_STR),

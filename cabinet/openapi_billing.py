@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from billing.money import MAX_CREDIT_MICROS
+from cabinet.billing import ADJUSTMENT_KINDS, MAX_REASON_LENGTH
 from cabinet.openapi import _ADMIN, _AUTH_ERRORS, _STR, _TIME, _obj, _op, _path_param, _query_param, _ref
 from cabinet.policy_rule_input import (
     BUDGET_PERIODS,
@@ -98,13 +100,44 @@ BILLING_PATHS: dict[str, dict[str, Any]] = {
         "parameters": [_path_param("id")],
         "get": _operator_op("An organization's balance and invoices", (200, "OrganizationInvoices")),
     },
+    "/operator/organizations/{id}/adjust": {
+        "parameters": [_path_param("id")],
+        "post": _operator_op(
+            "Credit, debit or set an organization's balance (refund, correction, chargeback); audited"
+            " `balance.adjusted` with the reason",
+            (201, "Adjustment"),
+            body="AdjustmentRequest",
+        ),
+    },
+    "/operator/organizations/{id}/plan": {
+        "parameters": [_path_param("id")],
+        "post": _operator_op(
+            "Move an organization to any plan (a credit plan included); audited `plan.changed`, in effect at"
+            " once in every running gateway",
+            (200, "PlanChange"),
+            body="PlanChangeRequest",
+        ),
+    },
+    "/operator/registration-invitations": {
+        "post": _operator_op(
+            "Invite an e-mail to register an organization on a plan: the token is shown only here, expires"
+            " after [cabinet] invitation_ttl_seconds and is used once",
+            (201, "RegistrationInvitation"),
+            body="RegistrationInvitationRequest",
+        ),
+    },
 }
 # Reading an operator list cannot conflict with anything.
 del BILLING_PATHS["/operator/organizations/{id}/invoices"]["get"]["responses"]["409"]
 
 _BUDGET = _obj(
     ("amountMicros", "period"),
-    amountMicros={**_MICROS, "minimum": 1, "maximum": MAX_BUDGET_MICROS},
+    amountMicros={
+        **_MICROS,
+        "minimum": 0,
+        "maximum": MAX_BUDGET_MICROS,
+        "description": "0 freezes spending: any request that costs is refused with 402",
+    },
     period={"type": "string", "enum": list(BUDGET_PERIODS)},
 )
 _BUDGET["additionalProperties"] = False
@@ -215,6 +248,52 @@ BILLING_SCHEMAS: dict[str, Any] = {
         creditedMicros=_MICROS,
         balanceMicros=_MICROS,
         currency=_STR,
+    ),
+    "AdjustmentRequest": _closed(
+        _obj(
+            ("kind", "amountMicros", "reason"),
+            kind={"type": "string", "enum": list(ADJUSTMENT_KINDS)},
+            amountMicros={
+                **_MICROS,
+                "minimum": -MAX_CREDIT_MICROS,
+                "maximum": MAX_CREDIT_MICROS,
+                "description": "credit/debit: a positive amount; set: the balance to reach (0 or less too)",
+            },
+            reason={"type": "string", "minLength": 1, "maxLength": MAX_REASON_LENGTH},
+        )
+    ),
+    "Adjustment": _obj(
+        ("id", "organizationId", "kind", "amountMicros", "balanceMicros", "reason"),
+        id={"type": "string", "description": "The balance event's id"},
+        organizationId=_STR,
+        kind={"type": "string", "enum": list(ADJUSTMENT_KINDS)},
+        requestedMicros={**_MICROS, "description": "The amountMicros of the request"},
+        amountMicros={**_MICROS, "description": "The signed change applied to the balance"},
+        balanceMicros={**_MICROS, "description": "The stored balance after the change"},
+        reason=_STR,
+        currency=_STR,
+        createdAt=_TIME,
+    ),
+    "PlanChangeRequest": _closed(_obj(("planCode",), planCode=_STR)),
+    "PlanChange": _obj(
+        ("organizationId", "planCode", "previousPlanCode"),
+        organizationId=_STR,
+        planCode=_STR,
+        previousPlanCode=_STR,
+    ),
+    "RegistrationInvitationRequest": _closed(_obj(("email", "planCode"), email=_STR, planCode=_STR)),
+    "RegistrationInvitation": _obj(
+        ("id", "email", "planCode", "status", "createdAt", "expiresAt", "token"),
+        id=_STR,
+        email=_STR,
+        planCode=_STR,
+        status={"type": "string", "enum": ["pending", "used"]},
+        createdAt=_TIME,
+        expiresAt=_TIME,
+        token={
+            "type": "string",
+            "description": "invitationToken of POST /api/auth/register; shown only here",
+        },
     ),
     "OrganizationInvoices": _obj(
         ("organizationId", "legalName", "planCode", "balanceMicros", "activated", "invoices"),

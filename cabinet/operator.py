@@ -1,4 +1,5 @@
-"""The operator API: marking invoices paid, topping up balances and reading any organization's invoices.
+"""The operator API: marking invoices paid, topping up and adjusting balances, assigning plans, inviting
+organizations to register, and reading any organization's invoices.
 
 Guarded by `server.operator_token` (Bearer, compared in constant time); session tokens and keys of the
 cabinet are not operator tokens. Without a configured token the operator API answers 404 as if absent.
@@ -13,10 +14,14 @@ from typing import Any
 
 from aiohttp import web
 
+from billing.allowance import grant_allowance
 from cabinet.auth import bearer_token
 from cabinet.billing import (
+    adjust_balance,
     announce_balance_event,
+    announce_plan_change,
     billing_state,
+    change_plan,
     mark_invoice_paid,
     organization_not_found,
     top_up,
@@ -24,9 +29,18 @@ from cabinet.billing import (
 from cabinet.clock import isoformat, now
 from cabinet.invoices import Invoice, invoices_of
 from cabinet.organizations import organization_by_id
-from cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
+from cabinet.registration_invitations import create_registration_invitation
+from cabinet.requests import (
+    CabinetError,
+    bad_request,
+    json_response,
+    path_id,
+    read_json_object,
+    required_email,
+)
 from cabinet.services import services_of
-from cabinet.storage.database import Executor
+from cabinet.storage.database import Database, Executor
+from cabinet.users import user_by_email
 from config import Config
 
 
@@ -81,15 +95,25 @@ async def _balance(ex: Executor, organization_id: str) -> int:
     return state.balance_micros if state else 0
 
 
+def _only_fields(body: dict[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise bad_request(f"unknown field: {unknown[0]}")
+
+
 async def operator_mark_paid(request: web.Request) -> web.Response:
     """POST /operator/invoices/{id}/mark-paid → the paid invoice and the new balance."""
     require_operator(request)
     services = services_of(request)
     invoice_id = path_id(request, "id", unknown=CabinetError(404, "invoice not found"))
+    at = now()
     async with services.db.transaction() as tx:
-        invoice, event = await mark_invoice_paid(tx, invoice_id, now())
+        invoice, event = await mark_invoice_paid(tx, invoice_id, at)
+        # Activation grants the plan's monthly allowance (once a month, whatever activates).
+        allowance = await grant_allowance(tx, services.config, invoice.organization_id, at)
         balance = await _balance(tx, invoice.organization_id)
     await announce_balance_event(services, event)
+    await announce_balance_event(services, allowance)
     return json_response(payment_json(services.config, invoice, invoice.amount_micros, balance))
 
 
@@ -99,16 +123,82 @@ async def operator_top_up(request: web.Request) -> web.Response:
     services = services_of(request)
     organization_id = path_id(request, "id", unknown=organization_not_found())
     body = await read_json_object(request)
-    unknown = sorted(set(body) - {"amountMicros"})
-    if unknown:
-        raise bad_request(f"unknown field: {unknown[0]}")
+    _only_fields(body, {"amountMicros"})
     if "amountMicros" not in body:
         raise bad_request("amountMicros is required")
+    at = now()
     async with services.db.transaction() as tx:
-        invoice, event = await top_up(tx, organization_id, body["amountMicros"], now())
+        invoice, event = await top_up(tx, organization_id, body["amountMicros"], at)
+        allowance = await grant_allowance(tx, services.config, organization_id, at)
         balance = await _balance(tx, organization_id)
     await announce_balance_event(services, event)
+    await announce_balance_event(services, allowance)
     return json_response(payment_json(services.config, invoice, invoice.amount_micros, balance), status=201)
+
+
+async def operator_adjust(request: web.Request) -> web.Response:
+    """POST /operator/organizations/{id}/adjust {kind, amountMicros, reason} → 201 the balance event."""
+    require_operator(request)
+    services = services_of(request)
+    organization_id = path_id(request, "id", unknown=organization_not_found())
+    body = await read_json_object(request)
+    _only_fields(body, {"kind", "amountMicros", "reason"})
+    for field in ("kind", "amountMicros", "reason"):
+        if field not in body:
+            raise bad_request(f"{field} is required")
+    async with services.db.transaction() as tx:
+        adjustment = await adjust_balance(
+            tx, organization_id, body["kind"], body["amountMicros"], body["reason"], now()
+        )
+    await announce_balance_event(services, adjustment.event)
+    return json_response(adjustment.to_json(services.config.billing.currency), status=201)
+
+
+async def operator_set_plan(request: web.Request) -> web.Response:
+    """POST /operator/organizations/{id}/plan {planCode} → the organization's plan, changed at once in
+    every running gateway."""
+    require_operator(request)
+    services = services_of(request)
+    organization_id = path_id(request, "id", unknown=organization_not_found())
+    body = await read_json_object(request)
+    _only_fields(body, {"planCode"})
+    async with services.db.transaction() as tx:
+        previous, plan = await change_plan(tx, services.config, organization_id, body.get("planCode"), now())
+    await announce_plan_change(services, organization_id)
+    return json_response(
+        {"organizationId": organization_id, "planCode": plan.code, "previousPlanCode": previous}
+    )
+
+
+async def operator_invite_organization(request: web.Request) -> web.Response:
+    """POST /operator/registration-invitations {email, planCode} → 201 the invitation with its token,
+    shown only here."""
+    require_operator(request)
+    services = services_of(request)
+    body = await read_json_object(request)
+    _only_fields(body, {"email", "planCode"})
+    invitation, token = await invite_organization(
+        services.db, services.config, required_email(body, "email"), body.get("planCode"), now()
+    )
+    return json_response({**invitation, "token": token}, status=201)
+
+
+async def invite_organization(
+    db: Database, config: Config, email: str, plan_code: Any, at: float
+) -> tuple[dict[str, Any], str]:
+    """Create a registration invitation for any plan (a credit plan included): (its JSON, the token).
+    400 for an unknown plan, 409 when the e-mail already has an account."""
+    if not isinstance(plan_code, str) or not plan_code:
+        raise bad_request("planCode is required")
+    if config.plan(plan_code) is None:
+        raise bad_request(f"planCode must be one of: {', '.join(p.code for p in config.plans)}")
+    if await user_by_email(db, email) is not None:
+        raise CabinetError(409, "an account with this e-mail already exists")
+    async with db.transaction() as tx:
+        invitation, token = await create_registration_invitation(
+            tx, email, plan_code, at, config.cabinet.invitation_ttl_seconds
+        )
+    return invitation.to_json(), token
 
 
 async def operator_invoices(request: web.Request) -> web.Response:

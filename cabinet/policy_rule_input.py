@@ -73,8 +73,9 @@ def _budget(value: Any) -> tuple[int, str] | None:
         raise bad_request("budget must be an object with amountMicros and period, or null")
     _reject_unknown_fields(value, frozenset({"amountMicros", "period"}), "budget.")
     amount = value.get("amountMicros")
-    if not _is_int(amount) or not 0 < amount <= MAX_BUDGET_MICROS:
-        raise bad_request(f"budget.amountMicros must be an integer from 1 to {MAX_BUDGET_MICROS}")
+    # 0 is a real budget: "no spend" (a frozen key or system), refused with 402 for any request that costs.
+    if not _is_int(amount) or not 0 <= amount <= MAX_BUDGET_MICROS:
+        raise bad_request(f"budget.amountMicros must be an integer from 0 to {MAX_BUDGET_MICROS}")
     return amount, _choice(value.get("period"), "budget.period", BUDGET_PERIODS)
 
 

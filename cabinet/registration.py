@@ -1,4 +1,9 @@
-"""Registration: a new organization, its owner, the first invoice of its plan and a session, at once."""
+"""Registration: a new organization, its owner, the first invoice of its plan and a session, at once.
+
+`[cabinet] registration` decides who may register: anyone (`open`), holders of an operator's registration
+invitation (`invite_only`), or nobody (`closed`; member invitations of existing organizations still work).
+Self-registration may choose only plans marked `self_service`; an invitation brings its own plan.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,11 @@ from cabinet.clock import now
 from cabinet.invoices import open_plan_invoice
 from cabinet.organizations import insert_organization
 from cabinet.passwords import hash_password, password_policy_violation
+from cabinet.registration_invitations import (
+    RegistrationInvitation,
+    usable_registration_invitation,
+    use_registration_invitation,
+)
 from cabinet.requests import (
     CabinetError,
     bad_request,
@@ -18,33 +28,75 @@ from cabinet.requests import (
     required_secret,
     required_text,
 )
-from cabinet.services import services_of
+from cabinet.services import CabinetServices, services_of
 from cabinet.storage import IntegrityViolation
 from cabinet.users import insert_user, user_by_email
+from config import PlanConfig
 
 
 def _email_taken() -> CabinetError:
     return CabinetError(409, "an account with this e-mail already exists")
 
 
+def _known_plan(services: CabinetServices, plan_code: str) -> PlanConfig:
+    plan = services.config.plan(plan_code)
+    if plan is None:
+        known = ", ".join(p.code for p in services.config.plans)
+        raise bad_request(f"planCode must be one of: {known}")
+    return plan
+
+
+async def _invitation_of(
+    services: CabinetServices, body: dict, email: str, at: float
+) -> RegistrationInvitation | None:
+    """The registration invitation the body presents, None without one; 403 when the mode needs one or the
+    token is not usable."""
+    token = body.get("invitationToken")
+    if token is None or token == "":
+        if services.config.cabinet.registration == "invite_only":
+            raise CabinetError(403, "registration needs an invitation: invitationToken is required")
+        return None
+    if not isinstance(token, str):
+        raise bad_request("invitationToken must be a string")
+    return await usable_registration_invitation(services.db, token, email, at)
+
+
+def _chosen_plan(
+    services: CabinetServices, body: dict, invitation: RegistrationInvitation | None
+) -> PlanConfig:
+    plan_code = body.get("planCode")
+    if plan_code is not None and not isinstance(plan_code, str):
+        raise bad_request("planCode must be a string")
+    if invitation is not None:
+        # The operator chose the plan; a differing one in the body is a mistake, not a choice.
+        if plan_code and plan_code != invitation.plan_code:
+            raise bad_request(f"planCode must be {invitation.plan_code!r}, the plan of the invitation")
+        return _known_plan(services, invitation.plan_code)
+    if not plan_code:
+        raise bad_request("planCode is required")
+    plan = _known_plan(services, plan_code)
+    if not plan.self_service:
+        raise bad_request(
+            f"planCode {plan.code!r} is not open for self-registration; the operator assigns it (ask for a"
+            " registration invitation)"
+        )
+    return plan
+
+
 async def register(request: web.Request) -> web.Response:
-    """POST /auth/register {legalName, email, password, planCode} → 201 {token, email}."""
+    """POST /auth/register {legalName, email, password, planCode, invitationToken?} → 201 {token, email}."""
     services = services_of(request)
     body = await read_json_object(request)
+    if services.config.cabinet.registration == "closed":
+        # Member invitations of existing organizations still work: they go through /invitations/accept.
+        raise CabinetError(403, "registration is closed")
     legal_name = required_text(body, "legalName")
     email = required_email(body, "email")
     password = required_secret(body, "password")
     if problem := password_policy_violation(password, email):
         raise bad_request(problem)
-    plan_code = body.get("planCode")
-    if plan_code is None or plan_code == "":
-        raise bad_request("planCode is required")
-    if not isinstance(plan_code, str):
-        raise bad_request("planCode must be a string")
-    plan = services.config.plan(plan_code)
-    if plan is None:
-        known = ", ".join(p.code for p in services.config.plans)
-        raise bad_request(f"planCode must be one of: {known}")
+    invitation = await _invitation_of(services, body, email, now())
+    plan = _chosen_plan(services, body, invitation)
 
     if await user_by_email(services.db, email) is not None:
         raise _email_taken()
@@ -53,6 +105,8 @@ async def register(request: web.Request) -> web.Response:
     try:
         async with services.db.transaction() as tx:
             org = await insert_organization(tx, legal_name, plan.code, at)
+            if invitation is not None:
+                await use_registration_invitation(tx, invitation, org.id, at)
             owner = await insert_user(tx, org.id, email, password_hash, "owner", at)
             invoice = await open_plan_invoice(tx, org.id, plan, at)
             token = await services.create_session(tx, owner.id, org.id)
@@ -63,7 +117,11 @@ async def register(request: web.Request) -> web.Response:
                 Actor("user", owner.id, owner.email),
                 at,
                 target_id=org.id,
-                details={"planCode": plan.code, "invoiceId": invoice.id},
+                details={
+                    "planCode": plan.code,
+                    "invoiceId": invoice.id,
+                    **({"invitationId": invitation.id} if invitation else {}),
+                },
             )
     except IntegrityViolation as exc:
         # Another registration took the e-mail between our check and the insert.

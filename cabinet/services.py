@@ -44,6 +44,11 @@ class BillingSink(Protocol):
         """A policy rule of the organization was created, changed or deleted."""
         ...
 
+    async def plan_changed(self, organization_id: str) -> None:
+        """The organization moved to another plan: API keys cached with the old plan must be dropped in
+        every process."""
+        ...
+
 
 class NullBillingSink:
     """A sink for a standalone cabinet: nothing caches billing state."""
@@ -52,6 +57,9 @@ class NullBillingSink:
         return None
 
     async def policy_changed(self, organization_id: str) -> None:
+        return None
+
+    async def plan_changed(self, organization_id: str) -> None:
         return None
 
 

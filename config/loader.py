@@ -21,6 +21,7 @@ from .schema import (
     KNOWN_PLUGINS,
     LOG_LEVELS,
     PROVIDER_KINDS,
+    REGISTRATION_MODES,
     REQUEST_KINDS,
     SPOOL_FSYNC_POLICIES,
     BillingConfig,
@@ -380,6 +381,7 @@ def _cabinet(t: _Table) -> CabinetConfig:
         login_max_failures=t.integer("login_max_failures", check=_at_least(1)),
         login_lockout_seconds=t.integer("login_lockout_seconds", check=_at_least(1)),
         invitation_ttl_seconds=t.integer("invitation_ttl_seconds", check=_at_least(60)),
+        registration=t.choice("registration", REGISTRATION_MODES, "registration mode"),
         invitation_webhook_url=t.string("invitation_webhook_url", check=_http_url),
         cabinet_url=t.string("cabinet_url", check=_http_url),
     )
@@ -491,9 +493,9 @@ def _model(t: _Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | 
     values = _given(
         default_max_tokens=t.integer("default_max_tokens", check=_at_least(1)),
         max_context_tokens=t.integer("max_context_tokens", check=_at_least(1)),
+        max_audio_seconds=t.number("max_audio_seconds", check=_above(0)),
     )
     t.finish()
-        max_audio_seconds=t.number("max_audio_seconds", check=_above(0)),
     if name is _ABSENT:
         return None
     model = ModelConfig(
@@ -535,6 +537,8 @@ def _plan(t: _Table) -> PlanConfig | None:
         rpm=t.integer("rpm", check=_at_least(0)),
         tpm=t.integer("tpm", check=_at_least(0)),
         realtime_concurrency=t.integer("realtime_concurrency", check=_at_least(0)),
+        monthly_allowance=t.number("monthly_allowance", check=_at_least(0)),
+        self_service=t.boolean("self_service"),
     )
     t.finish()
     return None if code is _ABSENT else PlanConfig(code=code, **values)

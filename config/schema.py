@@ -48,6 +48,8 @@ ESSENTIAL_PLUGINS = (
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # When the ledger spool fsyncs: after every row, every `spool_fsync_interval_seconds`, or never.
 SPOOL_FSYNC_POLICIES = ("always", "interval", "never")
+# Who may register an organization: anyone, holders of an operator's registration invitation, or nobody.
+REGISTRATION_MODES = ("open", "invite_only", "closed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,7 @@ class CabinetConfig:
     login_max_failures: int = 5
     login_lockout_seconds: int = 300
     invitation_ttl_seconds: int = 604800
+    registration: str = "open"  # one of REGISTRATION_MODES
     invitation_webhook_url: str | None = field(default=None, repr=False)  # webhook URLs often carry a token
     # Where single sign-on sends the browser back to, with ?code= (or ?error=); None answers in JSON.
     cabinet_url: str | None = None
@@ -207,11 +210,11 @@ class ModelConfig:
     prices: PriceConfig = field(default_factory=PriceConfig)
     default_max_tokens: int = 4096
     max_context_tokens: int = 128000
+    # The longest audio a transcription may bill for: reserved before (its duration is unknown until then).
+    max_audio_seconds: float = 1500.0
 
 
 @dataclass(frozen=True, slots=True)
-    # The longest audio a transcription may bill for: reserved before (its duration is unknown until then).
-    max_audio_seconds: float = 1500.0
 class PlanConfig:
     """A subscription plan: its fee, credit and rate limits (0 means unlimited)."""
 
@@ -222,10 +225,17 @@ class PlanConfig:
     rpm: int = 60
     tpm: int = 100000
     realtime_concurrency: int = 2
+    # Credited at activation and every month after (it rolls over); lets a free tier really be used.
+    monthly_allowance: float = 0.0
+    # Whether self-registration may choose the plan; None means "only without a credit limit".
+    self_service: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             object.__setattr__(self, "name", self.code)
+        if self.self_service is None:
+            # A plan with credit spends before paying: the operator assigns it, nobody picks it alone.
+            object.__setattr__(self, "self_service", self.credit_limit == 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,10 @@ def cmd_billing(args: argparse.Namespace) -> int:
             invoice_id=getattr(args, "invoice_id", ""),
             organization_id=getattr(args, "organization_id", ""),
             amount=getattr(args, "amount", ""),
+            kind=getattr(args, "kind", ""),
+            reason=getattr(args, "reason", ""),
+            plan_code=getattr(args, "plan_code", ""),
+            email=getattr(args, "email", ""),
         )
     )
 
@@ -93,9 +97,11 @@ def cmd_billing(args: argparse.Namespace) -> int:
 def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
     billing = commands.add_parser(
         "billing",
-        help="operator billing: mark invoices paid, top up balances, list invoices",
-        description="Act on the configured storage (and notify running gateways over PostgreSQL/Redis), "
-        "or with --url through the operator API of a running gateway (needed for SQLite).",
+        help="operator billing: pay invoices, top up and adjust balances, assign plans, invite organizations",
+        description="Act on the configured storage and notify running gateways (PostgreSQL NOTIFY, Redis when"
+        " configured), or with --url through the operator API of a running gateway. A gateway on SQLite"
+        " without Redis re-reads a balance before it refuses a request, so payments and credits reach it"
+        " either way; lowering a balance (adjust debit/set) or changing a plan reaches it only with --url.",
     )
     actions = billing.add_subparsers(dest="billing_command", required=True)
     where = argparse.ArgumentParser(add_help=False)
@@ -111,6 +117,23 @@ def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
     top_up = actions.add_parser("top-up", parents=[where], help="credit an organization's balance")
     top_up.add_argument("organization_id", metavar="ORG_ID")
     top_up.add_argument("amount", metavar="AMOUNT_USD", help="amount in the configured currency, e.g. 25.50")
+    adjust = actions.add_parser(
+        "adjust",
+        parents=[where],
+        help="credit, debit or set an organization's balance (refund, correction, chargeback)",
+    )
+    adjust.add_argument("organization_id", metavar="ORG_ID")
+    adjust.add_argument("kind", choices=("credit", "debit", "set"), help="set: the balance to reach")
+    adjust.add_argument("amount", metavar="AMOUNT", help="amount in the configured currency, e.g. 25.50")
+    adjust.add_argument("--reason", required=True, help="why (recorded in the audit log), at most 500 chars")
+    plan = actions.add_parser("set-plan", parents=[where], help="move an organization to another plan")
+    plan.add_argument("organization_id", metavar="ORG_ID")
+    plan.add_argument("plan_code", metavar="PLAN")
+    invite = actions.add_parser(
+        "invite-org", parents=[where], help="invite an e-mail to register an organization on a plan"
+    )
+    invite.add_argument("email", metavar="EMAIL")
+    invite.add_argument("plan_code", metavar="PLAN")
     listing = actions.add_parser("invoices", parents=[where], help="an organization's balance and invoices")
     listing.add_argument("organization_id", metavar="ORG_ID")
     billing.set_defaults(func=cmd_billing)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts
+from billing.allowance import AllowanceGrants
 from billing.counters import Counters, InProcessCounters, RedisCounters
 from billing.ledger import LedgerWriter
 from billing.policy import PolicyDirectory
 from billing.spool import Spool, database_identity, default_spool_dir
+from cabinet.billing import PLAN_CHANNEL
 from cabinet.storage import Database, apply_migrations, open_database
 from config import Config
 from plugins import PluginChain
@@ -49,6 +51,7 @@ class Gateway:
     tracer: Tracer | None
     realtime: RealtimeState  # client secrets (Redis when configured) and open sessions
     runtime: ModelRuntime = field(init=False)
+    allowances: AllowanceGrants | None = None  # monthly allowances of plans, granted once across processes
     shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
     _config_followers: list[Callable[[Config], None]] = field(default_factory=list)
     _retiring: set[asyncio.Task] = field(default_factory=set)
@@ -140,6 +143,9 @@ class Gateway:
             gateway.follow_config(accounts.use_config)
             ledger.start()
             await counters.start()
+            gateway.allowances = AllowanceGrants(db, config, accounts.balance_changed)
+            gateway.follow_config(gateway.allowances.use_config)
+            gateway.allowances.start()
         except BaseException:
             if bus is not None:
                 await bus.close()
@@ -170,6 +176,8 @@ class Gateway:
 
     async def stop(self) -> None:
         """Flush what must be flushed (ledger, object bindings), then close clients and storage."""
+        if self.allowances is not None:
+            await self.allowances.stop()
         # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.
         await self.ledger.stop(self.config.server.shutdown_grace_seconds)
         await self.objects.drain()
@@ -203,12 +211,25 @@ async def _connect_channels(
     await keys.start()
     await db.listen(BILLING_CHANNEL, accounts.on_billing_message)
     await db.listen(POLICY_CHANNEL, accounts.on_policy_message)
+    accounts.add_broadcast(_plan_changes_here(keys))
     if db.dialect == "postgres":
         accounts.add_broadcast(db.notify)
     if bus is not None:
         bus.on(REVOCATION_CHANNEL, keys.forget)
         bus.on(BILLING_CHANNEL, accounts.on_billing_message)
         bus.on(POLICY_CHANNEL, accounts.on_policy_message)
+        bus.on(PLAN_CHANNEL, keys.forget_organization)
         keys.add_publisher(bus.publish)
         accounts.add_broadcast(bus.publish)
         await bus.start()
+
+
+def _plan_changes_here(keys: KeyDirectory) -> Callable[[str, str], Awaitable[None]]:
+    """A broadcast to this very process: its own plan changes reach its key cache before the cabinet
+    answers (the other processes hear them on PLAN_CHANNEL)."""
+
+    async def deliver(channel: str, organization_id: str) -> None:
+        if channel == PLAN_CHANNEL:
+            keys.forget_organization(organization_id)
+
+    return deliver

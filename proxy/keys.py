@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from billing.accounts import balance_key
+from cabinet.billing import PLAN_CHANNEL
 from cabinet.storage.database import Database, Executor
 from cabinet.tokens import hash_token
 
@@ -80,8 +81,9 @@ class KeyDirectory:
         self._publishers.append(publish)
 
     async def start(self) -> None:
-        """Hear revocations made by other processes on the same database."""
+        """Hear revocations and plan changes made by other processes on the same database."""
         await self._db.listen(REVOCATION_CHANNEL, self.forget)
+        await self._db.listen(PLAN_CHANNEL, self.forget_organization)
 
     async def lookup(self, secret: str) -> KeyRecord | None:
         """The active key behind a secret, or None."""
@@ -113,6 +115,13 @@ class KeyDirectory:
         self._tombstones[secret_hash] = now + _TOMBSTONE_SECONDS
         if len(self._tombstones) > 10_000:
             self._tombstones = {h: t for h, t in self._tombstones.items() if t > now}
+
+    def forget_organization(self, organization_id: str) -> None:
+        """Drop an organization's cached keys (its plan changed); the next lookup reads them afresh."""
+        self._generation += 1  # a lookup reading the old plan while we drop must not cache it
+        stale = [h for h, record in self._cache.items() if record.organization_id == organization_id]
+        for secret_hash in stale:
+            del self._cache[secret_hash]
 
     async def key_revoked(self, secret_hash: str, tx: Executor) -> None:
         """The cabinet's revocation sink: called inside the revoke transaction, before commit."""

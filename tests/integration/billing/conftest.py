@@ -66,6 +66,7 @@ tpm = {tpm}
 [[plans]]
 code = "enterprise"
 credit_limit = {credit_limit}
+self_service = true  # tests register on it themselves; by default a credit plan is assigned by the operator
 rpm = {rpm}
 tpm = {tpm}
 {extra}

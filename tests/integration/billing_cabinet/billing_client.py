@@ -15,16 +15,30 @@ from billing.events import BalanceEvent
 from cabinet.storage import Database
 from cabinet.tokens import new_id
 from config import Config, load_config
-from tests.integration.cabinet.cabinet_client import Account, Cabinet, RecordingSink, Reply
+from tests.integration.cabinet.cabinet_client import (
+    PASSWORD,
+    Account,
+    Cabinet,
+    RecordingSink,
+    Reply,
+    unique_email,
+)
 
 OPERATOR_TOKEN = "operator-secret-for-tests-0123456789"
 _numbers = itertools.count(1)
 
 
-def billing_config(operator_token: str | None = OPERATOR_TOKEN, **server: Any) -> Config:
-    """The embedded default config with an operator token (or none) and other `[server]` settings."""
+def billing_config(
+    operator_token: str | None = OPERATOR_TOKEN, *, cabinet: dict[str, Any] | None = None, **server: Any
+) -> Config:
+    """The embedded default config with an operator token (or none), other `[server]` settings and
+    `[cabinet]` settings."""
     config = load_config(None)
-    return replace(config, server=replace(config.server, operator_token=operator_token, **server))
+    return replace(
+        config,
+        server=replace(config.server, operator_token=operator_token, **server),
+        cabinet=replace(config.cabinet, **(cabinet or {})),
+    )
 
 
 class RecordingBillingSink:
@@ -41,6 +55,7 @@ class RecordingBillingSink:
         self.balances_seen: list[int] = []
         self.policy_changes: list[str] = []
         self.rule_counts_seen: list[int] = []
+        self.plan_changes: list[tuple[str, str]] = []
 
     async def balance_changed(self, event: BalanceEvent) -> None:
         balance = await asyncio.wait_for(
@@ -57,6 +72,12 @@ class RecordingBillingSink:
         )
         self.policy_changes.append(organization_id)
         self.rule_counts_seen.append(int(count))
+
+    async def plan_changed(self, organization_id: str) -> None:
+        plan = await asyncio.wait_for(
+            self.db.fetchval("SELECT plan_code FROM organizations WHERE id = $1", organization_id), 5
+        )
+        self.plan_changes.append((organization_id, plan))
 
 
 class BillingCabinet(Cabinet):
@@ -79,6 +100,26 @@ class BillingCabinet(Cabinet):
     ) -> Reply:
         """A call of the operator API (`/api/operator{path}`) with the operator token by default."""
         return await self.call(method, f"/operator{path}", token=token, json=json)
+
+    async def invite_organization(self, email: str, plan: str) -> str:
+        """An operator's registration invitation for `email` on `plan`; returns its token."""
+        reply = await self.operator(
+            "POST", "/registration-invitations", json={"email": email, "planCode": plan}
+        )
+        assert reply.status == 201, reply.body
+        return reply.body["token"]
+
+    async def register_invited(self, plan: str, *, legal_name: str = "Invited Ltd") -> Account:
+        """Register on `plan` with an operator's invitation, as a plan closed to self-registration needs."""
+        email = unique_email("invited")
+        token = await self.invite_organization(email, plan)
+        reply = await self.call(
+            "POST",
+            "/auth/register",
+            json={"legalName": legal_name, "email": email, "password": PASSWORD, "invitationToken": token},
+        )
+        assert reply.status == 201, reply.body
+        return Account(reply.body["token"], reply.body["email"])
 
     async def open_invoice_id(self, account: Account) -> str:
         """The id of the organization's registration invoice."""

@@ -103,10 +103,10 @@ async def test_mark_paid_pays_the_invoice_in_storage_and_notifies_gateways(
     [entry] = [e for e in await cabinet.audit_events(owner) if e["event"] == "invoice.paid"]
     assert (entry["actor"]["type"], entry["details"]["via"]) == ("operator", "cli")
     if cabinet.db.dialect == "postgres":
-        assert await listener.next() == org_id
+        assert (await listener.next()).startswith(f"{org_id}|")
         assert "notified running gateways on modelgate_billing (PostgreSQL)" in out
     else:
-        assert "running gateways were not notified" in err
+        assert "no running gateway was notified" in out and "takes effect there by itself" in out
 
 
 async def test_paying_an_invoice_twice_from_the_cli_exits_2(
@@ -147,7 +147,7 @@ async def test_top_up_credits_the_balance_and_invoices_lists_it(
     assert lines[0].startswith(f"organization {org_id} (Initech), plan pro, balance 12.50 USD, activated ")
     assert [line.split()[1:3] for line in lines[1:]] == [["top_up", "paid"], ["plan", "open"]]
     if cabinet.db.dialect == "postgres":
-        assert await listener.next() == org_id
+        assert (await listener.next()).startswith(f"{org_id}|")
 
 
 async def test_bad_amounts_and_unknown_organizations_exit_2_and_change_nothing(
@@ -161,7 +161,7 @@ async def test_bad_amounts_and_unknown_organizations_exit_2_and_change_nothing(
         ("abc", "not an amount: 'abc'"),
         ("0", "the amount must be a positive number"),
         ("1.0000001", "the amount has more than 6 decimal places"),
-        ("nan", "the amount must be a positive number"),
+        ("nan", "not an amount: 'nan'"),
     ):
         code, _, err = await run_billing("top-up", org_id, amount, "--config", config)
 
@@ -203,7 +203,7 @@ async def test_with_redis_configured_the_cli_also_publishes_on_the_billing_chann
 
     assert code == 0, err
     assert "Redis" in out
-    assert message is not None and message["data"] == org_id.encode()
+    assert message is not None and message["data"].startswith(f"{org_id}|{PRO_FEE_MICROS}|bev_".encode())
 
 
 async def test_through_a_running_gateway_the_operator_api_does_the_work(

@@ -272,11 +272,12 @@ async def test_the_first_payment_sets_the_activation_time_and_later_ones_keep_it
     invoice_id = await cabinet.open_invoice_id(owner)
 
     async with cabinet.db.transaction() as tx:
-        invoice, paid_org, amount = await mark_invoice_paid(tx, invoice_id, 1_000.0)
+        invoice, event = await mark_invoice_paid(tx, invoice_id, 1_000.0)
     async with cabinet.db.transaction() as tx:
         await top_up(tx, org_id, 7, 2_000.0)
 
-    assert (invoice.status, invoice.paid_at, paid_org, amount) == ("paid", 1_000.0, org_id, PRO_FEE_MICROS)
+    assert (invoice.status, invoice.paid_at) == ("paid", 1_000.0)
+    assert (event.organization_id, event.amount_micros, event.activates) == (org_id, PRO_FEE_MICROS, True)
     assert (
         await cabinet.db.fetchval("SELECT activated_at FROM organizations WHERE id = $1", org_id) == 1_000.0
     )

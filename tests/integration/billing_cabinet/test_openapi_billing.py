@@ -35,6 +35,6 @@ def test_operator_routes_use_the_operator_token_scheme() -> None:
         if method != "parameters"
     ]
 
-    assert len(operator_ops) == 3
+    assert len(operator_ops) == 6
     assert all(op["security"] == [{"operator": []}] for op in operator_ops)
     assert document["components"]["securitySchemes"]["operator"]["scheme"] == "bearer"

@@ -152,9 +152,9 @@ INVALID_BODIES: list[tuple[dict[str, Any], str]] = [
             "subjectType": "organization",
             "effect": "allow",
             "models": ["*"],
-            "budget": {"amountMicros": 0, "period": "day"},
+            "budget": {"amountMicros": -1, "period": "day"},
         },
-        "budget.amountMicros must be an integer from 1",
+        "budget.amountMicros must be an integer from 0",
     ),
     (
         {
@@ -163,7 +163,7 @@ INVALID_BODIES: list[tuple[dict[str, Any], str]] = [
             "models": ["*"],
             "budget": {"amountMicros": 1.5, "period": "day"},
         },
-        "budget.amountMicros must be an integer from 1",
+        "budget.amountMicros must be an integer from 0",
     ),
     (
         {
@@ -172,7 +172,7 @@ INVALID_BODIES: list[tuple[dict[str, Any], str]] = [
             "models": ["*"],
             "budget": {"amountMicros": True, "period": "day"},
         },
-        "budget.amountMicros must be an integer from 1",
+        "budget.amountMicros must be an integer from 0",
     ),
     (
         {
@@ -181,7 +181,7 @@ INVALID_BODIES: list[tuple[dict[str, Any], str]] = [
             "models": ["*"],
             "budget": {"amountMicros": 10**16, "period": "day"},
         },
-        "budget.amountMicros must be an integer from 1",
+        "budget.amountMicros must be an integer from 0",
     ),
     (
         {

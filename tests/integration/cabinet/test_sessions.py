@@ -13,7 +13,7 @@ NEW_PASSWORD = "a brand new passphrase"
 
 
 async def test_session_describes_the_user_the_organization_and_the_expiry(cabinet: Cabinet) -> None:
-    owner = await cabinet.register(legal_name="Session Corp", plan="enterprise")
+    owner = await cabinet.register(legal_name="Session Corp", plan="pro")
 
     body = await cabinet.session(owner)
 
@@ -22,7 +22,7 @@ async def test_session_describes_the_user_the_organization_and_the_expiry(cabine
     assert body["user"]["role"] == "owner"
     assert body["user"]["id"].startswith("usr_")
     assert body["organization"]["legalName"] == "Session Corp"
-    assert body["organization"]["planCode"] == "enterprise"
+    assert body["organization"]["planCode"] == "pro"
     assert body["organization"]["id"].startswith("org_")
     assert body["expiresAt"].endswith("Z")
 
