@@ -357,3 +357,29 @@ async def test_a_graceful_stop_mid_response_charges_what_the_response_used(start
     rows = await _response_rows(storage, tenant.email)
     assert [_summary(row) for row in rows] == [(200, "shutdown", 5, CANCELLED)]
     assert await _balance(storage, tenant.email) == WORST
+
+
+async def test_responses_the_server_starts_are_reserved_and_charged_like_the_clients(billed) -> None:
+    funded = WORST + ANSWER  # room for two responses, one after the other
+    tenant = await _tenant(billed, funded)
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    realtime = billed.alpha.realtime
+    realtime.server_vad = realtime.announce_responses = True
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json({"type": "input_audio_buffer.commit"})  # reserved at its response.created
+        events = await _receive_until(ws, lambda e: e["type"] == "response.done")
+        assert [e["type"] for e in events] == [
+            "input_audio_buffer.committed",
+            "response.created",
+            "response.done",
+        ]
+        realtime.announce_responses = False  # an upstream that reports only the response's end
+        await ws.send_json({"type": "input_audio_buffer.commit"})
+        events = await _receive_until(ws, lambda e: e["type"] == "response.done")
+        assert [e["type"] for e in events] == ["input_audio_buffer.committed", "response.done"]
+        await ws.close()
+    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 2)
+    assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)] * 2
+    await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - 2 * ANSWER)
