@@ -105,7 +105,8 @@ class RealtimeLog:
     Response behaviour (reset by `clear`): `announce_responses` sends `response.created` before each
     `response.done`; `hold_responses` starts each response (created + one audio delta) and finishes it only
     when the client cancels it (`response.done` with status "cancelled" and PARTIAL_USAGE); `server_vad`
-    makes `input_audio_buffer.commit` start a response the client did not ask for.
+    makes `input_audio_buffer.commit` start a response the client did not ask for; `reject_responses`
+    answers `response.create` with an `error` event naming the client's event id.
     """
 
     def __init__(self) -> None:
@@ -115,6 +116,7 @@ class RealtimeLog:
         self.announce_responses = False
         self.hold_responses = False
         self.server_vad = False
+        self.reject_responses = False
 
     @property
     def sessions(self) -> list[RealtimeSession]:
@@ -141,4 +143,4 @@ class RealtimeLog:
         with self._cond:
             self._sessions.clear()
             self.hold_gate = None
-            self.announce_responses = self.hold_responses = self.server_vad = False
+            self.announce_responses = self.hold_responses = self.server_vad = self.reject_responses = False

@@ -78,6 +78,15 @@ def _cancel(session: RealtimeSession, event: dict) -> list[dict]:
 def _answer(log: RealtimeLog, session: RealtimeSession, event: dict) -> list[dict]:
     """The fake's replies to one client event."""
     kind = event.get("type")
+    if kind == "response.create" and log.reject_responses:
+        error = {
+            "type": "invalid_request_error",
+            "code": "conversation_already_has_active_response",
+            "message": "Conversation already has an active response in progress.",
+            "param": None,
+            "event_id": event.get("event_id"),
+        }
+        return [{"type": "error", "event_id": _event_id(), "error": error}]
     if kind == "response.create":
         return _start_response(log, session)
     if kind == "response.cancel":

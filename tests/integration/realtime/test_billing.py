@@ -383,3 +383,38 @@ async def test_responses_the_server_starts_are_reserved_and_charged_like_the_cli
     rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 2)
     assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)] * 2
     await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - 2 * ANSWER)
+
+
+async def test_a_response_create_is_reserved_whatever_text_it_carries(billed) -> None:
+    tenant = await _tenant(billed, WORST + ANSWER // 2)  # one response fits, not two
+    base = billed.gateway.base_url
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    # Text that names another event type must not make the gateway take it for that event.
+    decoy = {"type": "response.create", "response": {"instructions": "input_audio_buffer.append"}}
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json(decoy)
+        assert (await receive_json(ws))["type"] == "response.done"
+        await ws.send_json(decoy)
+        assert _kind(await receive_json(ws)) == ("insufficient_quota", "insufficient_balance")
+        await ws.close()
+    assert billed.alpha.realtime.sessions[0].received("response.create") == 1
+
+
+async def test_a_response_create_the_provider_rejects_gives_its_reservation_back(billed) -> None:
+    tenant = await _tenant(billed, WORST + 50)  # room for one response's reservation at a time
+    base, storage = billed.gateway.base_url, billed.gateway.storage_url
+    realtime = billed.alpha.realtime
+    realtime.reject_responses = True
+    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
+    async with session() as client:
+        ws = await connect(client, base, tenant, secret, TIGHT)
+        await ws.send_json({"type": "response.create", "event_id": "evt_rejected"})
+        error = await receive_json(ws)
+        assert (error["type"], error["error"]["event_id"]) == ("error", "evt_rejected")
+        realtime.reject_responses = False
+        await ws.send_json({"type": "response.create"})  # refused if the rejected one still held 2000 µ
+        assert (await receive_json(ws))["type"] == "response.done"
+        await ws.close()
+    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
+    assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)]
