@@ -1,8 +1,8 @@
 """TcpProxy: a loopback TCP relay in front of a real service (PostgreSQL) that a test can cut and restore.
 
-An outage without touching the machine's PostgreSQL: `cut()` resets every relayed connection and closes
-the listening socket (new connections are refused, as by a stopped server); `restore()` listens again on
-the same port. Runs on its own loop in a daemon thread; every public method is safe to call from a test.
+An outage without touching the machine's PostgreSQL: `cut()` resets every relayed connection, and every
+new one is reset as soon as it is accepted (counted in `refused`, so a test can see a client retry) until
+`restore()`. Runs on its own loop in a daemon thread; every public method is safe to call from a test.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ class TcpProxy:
         self.target_port = target_port
         self.port = 0
         self.accepted = 0  # connections relayed since start
+        self.refused = 0  # connections reset on arrival while cut
+        self._cut_off = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
@@ -57,13 +59,13 @@ class TcpProxy:
         self._call(self._cut())
 
     def restore(self) -> None:
-        """Accept and relay connections again, on the same port."""
-        self._call(self._listen())
+        """Relay new connections again."""
+        self._cut_off = False
 
     def stop(self) -> None:
         if self._loop is None:
             return
-        self._call(self._cut())
+        self._call(self._close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=START_TIMEOUT)
@@ -75,25 +77,26 @@ class TcpProxy:
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=START_TIMEOUT)
 
     async def _listen(self) -> None:
-        if self._server is not None:
-            return
-        # SO_REUSEADDR: the port of a cut proxy is rebound at once, despite connections in TIME_WAIT.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
+        sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         self._server = await asyncio.start_server(self._relay, sock=sock)
 
     async def _cut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        self._cut_off = True
         for transport in list(self._transports):
             transport.abort()  # an RST, as when the server's host goes away
         self._transports.clear()
 
+    async def _close(self) -> None:
+        await self._cut()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        if self._server is None:  # accepted in the instant before a cut
+        if self._cut_off:
+            self.refused += 1
             client_writer.transport.abort()
             return
         try:
