@@ -13,6 +13,8 @@ class Fault:
 
     `status` answers with that status and `body` (default: the route's vendor error envelope),
     `headers` adds response headers (e.g. `retry-after`). The stream fields only affect SSE answers.
+    `ignore_output_cap` makes chat and completions answer past the request's `max_tokens` /
+    `max_completion_tokens`, as a misbehaving provider would.
     """
 
     status: int | None = None
@@ -23,6 +25,7 @@ class Fault:
     disconnect_after_chunks: int | None = None
     chunk_delay: float = 0.0
     hold_before_last_chunk: str | None = None
+    ignore_output_cap: bool = False
 
 
 FOREVER = -1

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .context import json_body, optional_int, required
+from .context import fault_of, json_body, optional_int, required
 from .echo_model import (
     Reply,
     ToolCall,
@@ -47,6 +47,13 @@ def _include_usage(body: dict[str, Any]) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
+def _output_cap(request: web.Request, body: dict[str, Any], *names: str) -> int | None:
+    """The request's output cap, validated; None when absent or when the queued fault ignores it."""
+    limit = optional_int(body, *names)
+    fault = fault_of(request)
+    return None if fault is not None and fault.ignore_output_cap else limit
+
+
 def _function_names(body: dict[str, Any]) -> list[str]:
     if body.get("tool_choice") == "none" or not isinstance(body.get("tools"), list):
         return []
@@ -68,7 +75,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     calls = []
     if awaits_answer_to_user(messages):
         calls = plan_tool_calls(_function_names(body), user_text, "call_")
-    limit = optional_int(body, "max_completion_tokens", "max_tokens")
+    limit = _output_cap(request, body, "max_completion_tokens", "max_tokens")
     reply = echo_reply(user_text, max_tokens=limit, stops=stop_list(body.get("stop")))
     completion = sum(call.tokens for call in calls) if calls else reply.tokens
     usage = openai_usage(prompt_tokens(messages), completion)
@@ -148,7 +155,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         raise UpstreamError(
             400, "Invalid 'prompt': expected a string, strings or token arrays.", param="prompt"
         )
-    limit = optional_int(body, "max_tokens")
+    limit = _output_cap(request, body, "max_tokens")
     replies = [echo_reply(text, max_tokens=limit, stops=stop_list(body.get("stop"))) for text, _ in prompts]
     usage = openai_usage(sum(n for _, n in prompts), sum(r.tokens for r in replies))
     head = {

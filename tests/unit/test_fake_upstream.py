@@ -376,6 +376,15 @@ def test_fault_times_and_forever_until_cleared(fake: FakeUpstream, http: httpx2.
     assert http.post(CHAT, json=stream_chat()).status_code == 200
 
 
+def test_ignore_output_cap_answers_past_max_tokens_once(fake: FakeUpstream, oai: openai.OpenAI) -> None:
+    fake.add_fault(CHAT, Fault(ignore_output_cap=True))
+    ask = {"model": "m", "max_tokens": 1, "messages": user("a b c d")}
+    overrun = oai.chat.completions.create(**ask)
+    assert overrun.choices[0].message.content == "echo: a b c d"
+    assert overrun.usage.completion_tokens == 5
+    assert oai.chat.completions.create(**ask).choices[0].message.content == "echo:"
+
+
 def test_hold_gate_shows_first_chunk_before_upstream_ends(fake: FakeUpstream, http: httpx2.Client) -> None:
     fake.add_fault(CHAT, Fault(hold_before_last_chunk="tail"))
     with http.stream("POST", CHAT, json=stream_chat()) as response:
