@@ -1,0 +1,141 @@
+"""Monthly allowances of plans: granted when an organization is activated and once in every later month,
+as idempotent balance events, even when several processes grant at the same time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from billing.allowance import allowance_event_id, grant_due_allowances
+from billing.events import BalanceEvent
+from cabinet.storage import open_database
+from config import Config
+from tests.integration.billing_cabinet.billing_client import (
+    BillingCabinet,
+    BillingCabinetFactory,
+    billing_config,
+)
+from tests.integration.billing_cabinet.test_billing_cli import run_billing, write_config
+
+ALLOWANCE_MICROS = 2_500_000
+DAY = 86_400.0
+
+
+def allowance_config() -> Config:
+    """The default plans, the free one with a monthly allowance of 2.50."""
+    config = billing_config()
+    plans = tuple(replace(p, monthly_allowance=2.5) if p.code == "free" else p for p in config.plans)
+    return replace(config, plans=plans)
+
+
+def next_month(at: float) -> float:
+    day = datetime.fromtimestamp(at, UTC)
+    return datetime(day.year + day.month // 12, day.month % 12 + 1, 1, 12, tzinfo=UTC).timestamp()
+
+
+async def _allowance_events(cabinet: BillingCabinet, org_id: str) -> list[str]:
+    rows = await cabinet.db.fetch(
+        "SELECT id FROM balance_events WHERE organization_id = $1 AND kind = 'allowance' ORDER BY seq", org_id
+    )
+    return [row["id"] for row in rows]
+
+
+async def test_paying_a_free_plans_zero_invoice_activates_and_grants_the_allowance(
+    start_billing_cabinet: BillingCabinetFactory,
+) -> None:
+    cabinet = await start_billing_cabinet(allowance_config())
+    owner = await cabinet.register(plan="free")
+    org_id = await cabinet.organization_id(owner)
+    [invoice] = (await cabinet.call("GET", "/invoices", token=owner.token)).body["invoices"]
+
+    paid = await cabinet.operator("POST", f"/invoices/{invoice['id']}/mark-paid")
+    topped = await cabinet.operator("POST", f"/organizations/{org_id}/top-up", json={"amountMicros": 1})
+
+    assert invoice["amountMicros"] == 0
+    assert paid.status == 200, paid.body
+    assert paid.body["balanceMicros"] == ALLOWANCE_MICROS
+    assert topped.body["balanceMicros"] == ALLOWANCE_MICROS + 1  # the month's allowance is granted once
+    assert await _allowance_events(cabinet, org_id) == [allowance_event_id(org_id, time.time())]
+    # The model API heard the activation (0.00), then the allowance, then the top-up.
+    assert cabinet.billing.credited == [(org_id, 0), (org_id, ALLOWANCE_MICROS), (org_id, 1)]
+    overview = (await cabinet.call("GET", "/overview", token=owner.token)).body["billing"]
+    assert (overview["activated"], overview["canSpend"], overview["balanceMicros"]) == (
+        True,
+        True,
+        ALLOWANCE_MICROS + 1,
+    )
+
+
+async def test_a_plan_without_an_allowance_and_an_unpaid_organization_get_none(
+    start_billing_cabinet: BillingCabinetFactory,
+) -> None:
+    cabinet = await start_billing_cabinet(allowance_config())
+    pro = await cabinet.register(plan="pro")
+    unpaid = await cabinet.register(plan="free")
+    await cabinet.operator("POST", f"/invoices/{await cabinet.open_invoice_id(pro)}/mark-paid")
+
+    granted = await grant_due_allowances(cabinet.db, allowance_config(), next_month(time.time()), _ignore)
+
+    assert granted == 0
+    assert await _allowance_events(cabinet, await cabinet.organization_id(pro)) == []
+    assert await _allowance_events(cabinet, await cabinet.organization_id(unpaid)) == []
+
+
+async def _ignore(_event: BalanceEvent) -> None:
+    return None
+
+
+async def test_each_later_month_is_granted_once_however_many_processes_grant(
+    start_billing_cabinet: BillingCabinetFactory, storage_url: str
+) -> None:
+    config = allowance_config()
+    cabinet = await start_billing_cabinet(config)
+    owners = [await cabinet.register(plan="free") for _ in range(3)]
+    org_ids = [await cabinet.organization_id(owner) for owner in owners]
+    for owner in owners:
+        await cabinet.operator("POST", f"/invoices/{await cabinet.open_invoice_id(owner)}/mark-paid")
+    later = next_month(time.time())
+    # Three "gateway processes": each with its own connection (pool) to the same database.
+    others = [await open_database(storage_url) for _ in range(2)]
+    announced: list[BalanceEvent] = []
+
+    async def announce(event: BalanceEvent) -> None:
+        announced.append(event)
+
+    try:
+        counts = await asyncio.gather(
+            *(grant_due_allowances(db, config, later, announce) for db in (cabinet.db, *others))
+        )
+        again = await grant_due_allowances(others[0], config, later, announce)
+    finally:
+        for db in others:
+            await db.close()
+
+    assert sum(counts) == 3 and again == 0
+    assert sorted(e.organization_id for e in announced) == sorted(org_ids)
+    assert all(e.amount_micros == ALLOWANCE_MICROS and e.kind == "allowance" for e in announced)
+    for org_id in org_ids:
+        assert await _allowance_events(cabinet, org_id) == [
+            allowance_event_id(org_id, time.time()),
+            allowance_event_id(org_id, later),
+        ]
+        # It rolls over: nothing spent, so the balance holds both months.
+        assert await cabinet.balance(org_id) == 2 * ALLOWANCE_MICROS
+
+
+async def test_marking_paid_from_the_cli_grants_the_allowance_too(
+    start_billing_cabinet: BillingCabinetFactory, storage_url: str, tmp_path: Path
+) -> None:
+    cabinet = await start_billing_cabinet(allowance_config())
+    owner = await cabinet.register(plan="free")
+    org_id = await cabinet.organization_id(owner)
+    config = write_config(tmp_path, storage_url, '[[plans]]\ncode = "free"\nmonthly_allowance = 2.5\n')
+
+    code, out, err = await run_billing("mark-paid", await cabinet.open_invoice_id(owner), "--config", config)
+
+    assert code == 0, err
+    assert "credited 0.00 USD; balance 2.50 USD" in out
+    assert await _allowance_events(cabinet, org_id) == [allowance_event_id(org_id, time.time())]
