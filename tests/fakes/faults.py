@@ -14,7 +14,8 @@ class Fault:
     `status` answers with that status and `body` (default: the route's vendor error envelope),
     `headers` adds response headers (e.g. `retry-after`). The stream fields only affect SSE answers.
     `ignore_output_cap` makes chat and completions answer past the request's `max_tokens` /
-    `max_completion_tokens`, as a misbehaving provider would.
+    `max_completion_tokens`, as a misbehaving provider would. `omit_usage` makes chat completions answer
+    without any usage (plain or streamed), like providers that report none.
     """
 
     status: int | None = None
@@ -26,6 +27,7 @@ class Fault:
     chunk_delay: float = 0.0
     hold_before_last_chunk: str | None = None
     ignore_output_cap: bool = False
+    omit_usage: bool = False
 
 
 FOREVER = -1

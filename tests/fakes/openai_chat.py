@@ -77,8 +77,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         calls = plan_tool_calls(_function_names(body), user_text, "call_")
     limit = _output_cap(request, body, "max_completion_tokens", "max_tokens")
     reply = echo_reply(user_text, max_tokens=limit, stops=stop_list(body.get("stop")))
-    completion = sum(call.tokens for call in calls) if calls else reply.tokens
+    # `n` answers of a text reply are the same echo; tool calls are planned for one answer only.
+    answers = 1 if calls else _answers(body)
+    completion = sum(call.tokens for call in calls) if calls else reply.tokens * answers
     usage = openai_usage(prompt_tokens(messages), completion)
+    fault = fault_of(request)
+    omit_usage = fault is not None and fault.omit_usage
     finish = "tool_calls" if calls else _FINISH[reply.finish]
     head = {
         "id": new_id("chatcmpl-"),
@@ -87,22 +91,29 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "system_fingerprint": SYSTEM_FINGERPRINT,
     }
     if body.get("stream") is True:
-        return await play(request, _chat_script(head, reply, calls, finish, usage, _include_usage(body)))
+        include_usage = _include_usage(body) and not omit_usage
+        return await play(request, _chat_script(head, reply, calls, finish, usage, include_usage, answers))
     message: dict[str, Any] = {"role": "assistant", "content": None if calls else reply.text, "refusal": None}
     if calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
             for c in calls
         ]
-    return json_response(
-        {
-            **head,
-            "object": "chat.completion",
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-            "usage": usage,
-            "service_tier": "default",
-        }
-    )
+    choices = [
+        {"index": i, "message": message, "logprobs": None, "finish_reason": finish} for i in range(answers)
+    ]
+    answer = {**head, "object": "chat.completion", "choices": choices, "service_tier": "default"}
+    if not omit_usage:
+        answer["usage"] = usage
+    return json_response(answer)
+
+
+def _answers(body: dict[str, Any]) -> int:
+    """How many answers (`n`) the request asks for: 1 to 128, like the real API."""
+    n = optional_int(body, "n")
+    if n is not None and not 1 <= n <= 128:
+        raise UpstreamError(400, "Invalid 'n': expected 1 to 128.", param="n")
+    return n or 1
 
 
 def _chat_script(
@@ -112,12 +123,13 @@ def _chat_script(
     finish: str,
     usage: dict[str, Any],
     include_usage: bool,
+    answers: int = 1,
 ) -> SseScript:
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None, answer: int = 0) -> bytes:
         frame = {
             **head,
             "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [{"index": answer, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
         }
         if include_usage:
             # Real streams carry `usage: null` on every chunk before the usage chunk.
@@ -137,11 +149,13 @@ def _chat_script(
         ]
     if not calls:
         pieces = reply.pieces or [""]
+        # The answers of `n` interleave word by word, as real streams interleave their choices.
         frames += [
-            chunk({"role": "assistant", "content": p} if i == 0 else {"content": p})
+            chunk({"role": "assistant", "content": p} if i == 0 else {"content": p}, answer=a)
             for i, p in enumerate(pieces)
+            for a in range(answers)
         ]
-    closing = [chunk({}, finish)]
+    closing = [chunk({}, finish, answer=a) for a in range(answers)]
     if include_usage:
         closing.append(data_frame({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
     return SseScript(frames, [*closing, DONE_FRAME])

@@ -1,0 +1,397 @@
+"""Money is conserved under chaos: a seeded, bounded mix of streamed, cut, broken, failed and usage-less
+chats, `n > 1`, missing and small caps, realtime sessions of several responses, top-ups and operator
+adjustments while requests are in flight, a graceful restart and a SIGKILL of a gateway mid-mix — and
+afterwards every organization's books balance to the micro-unit, on SQLite with one process and in-process
+counters, and on PostgreSQL + Redis with two processes sharing them.
+
+The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
+from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
+message. What is counted is defined in tests/support/conservation_audit.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cabinet.storage import Database, open_database
+from tests.fakes import FakeUpstream, Fault
+from tests.fakes.faults import FOREVER
+from tests.support.conservation_audit import (
+    Evidence,
+    MicroPrices,
+    Opening,
+    balance_never_below_the_floor,
+    conservation_in_storage,
+    events_match_what_was_sent,
+    every_delivered_token_charged,
+    live_counters_match_storage,
+    no_reservation_left_held,
+    one_row_per_admitted_request,
+    summary,
+)
+from tests.support.conservation_mix import (
+    BREAKING,
+    FAILING,
+    SILENT,
+    STEADY,
+    UNAVAILABLE,
+    MixShape,
+    plan_mix,
+)
+from tests.support.conservation_traffic import (
+    CLIENT_CUT,
+    COMPLETED,
+    GATEWAY_ERROR,
+    SERVER_CUT,
+    Tenant,
+    Traffic,
+    adjust_endpoint_exists,
+)
+from tests.support.gateway import register_tenant
+from tests.support.gateway_fleet import GatewayFleet
+from tests.support.money_books import (
+    BalanceWatch,
+    WatchedOrganization,
+    read_books,
+    read_redis_money,
+)
+from tests.support.services import REDIS_URL, create_pg_database, drop_pg_database, service_unavailable
+
+OPERATOR_TOKEN = "operator-conservation-token-0123456789"
+SEED_VARIABLE = "MODELGATE_CONSERVATION_SEED"
+KEEP_VARIABLE = "MODELGATE_CONSERVATION_DIR"
+PRICES = MicroPrices(per_request=5, input=3, cached_input=1, output=11)
+DEFAULT_MAX_TOKENS = 40
+REALTIME_MODEL = "voice"
+FLUSH_INTERVAL = 0.2
+SETTLE_TIMEOUT = 30.0
+CONCURRENCY = 12
+# A gateway has settled when these read 0.
+PENDING_GAUGES = (
+    "modelgate_requests_in_flight",
+    "modelgate_realtime_sessions",
+    "modelgate_ledger_queue_depth",
+)
+# Opening balances in micro-units and credit limits: one organization never runs short, one runs out on a
+# plan without credit, one spends into its credit line; top-ups and adjustments land on the last two.
+FUNDING = (2_000_000, 8_000, 3_000)
+CREDIT_PLAN = "credit"
+CREDIT_LIMIT_MICROS = 4_000
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    name: str
+    gateways: int
+    postgres: bool
+    redis: bool
+
+
+SETUPS = [
+    Setup("sqlite-one-process", 1, postgres=False, redis=False),
+    Setup("postgres-redis-two-processes", 2, postgres=True, redis=True),
+]
+
+# One fake upstream per behaviour, so each request's fate is decided by the model it names, not by the
+# order in which concurrent requests reach a shared fault queue.
+FAULTS = {
+    STEADY: Fault(chunk_delay=0.02),
+    BREAKING: Fault(disconnect_after_chunks=6, chunk_delay=0.02),
+    FAILING: Fault(status=500),
+    UNAVAILABLE: Fault(status=503),
+    SILENT: Fault(omit_usage=True, chunk_delay=0.02),
+}
+
+
+def _price_toml() -> str:
+    return f"""[models.prices]
+per_request = {PRICES.per_request / 1_000_000:.6f}
+input_per_mtok = {PRICES.input}
+cached_input_per_mtok = {PRICES.cached_input}
+output_per_mtok = {PRICES.output}
+"""
+
+
+def conservation_toml(storage_url: str, redis_url: str | None, upstreams: dict[str, FakeUpstream]) -> str:
+    redis = f'[redis]\nurl = "{redis_url}"\n' if redis_url else ""
+    providers = "".join(
+        f'[[providers]]\nname = "{name}"\nkind = "openai"\nbase_url = "{fake.base_url}/v1"\n\n'
+        for name, fake in upstreams.items()
+    )
+    models = "".join(
+        f'[[models]]\nname = "chat-{name}"\nkinds = ["chat"]\ndefault_max_tokens = {DEFAULT_MAX_TOKENS}\n'
+        f'[[models.rows]]\nprovider = "{name}"\nupstream_model = "gpt-4o-mini"\n{_price_toml()}\n'
+        for name in upstreams
+    )
+    return f"""
+[server]
+operator_token = "{OPERATOR_TOKEN}"
+shutdown_grace_seconds = 10.0
+
+[storage]
+url = "{storage_url}"
+
+{redis}
+[billing]
+ledger_flush_interval_seconds = {FLUSH_INTERVAL}
+
+[routing]
+# Failing upstreams stay in rotation: every request to them reaches them and fails there.
+failure_threshold = 1000000
+
+{providers}
+{models}
+[[models]]
+name = "{REALTIME_MODEL}"
+kinds = ["realtime"]
+default_max_tokens = {DEFAULT_MAX_TOKENS}
+[[models.rows]]
+provider = "{STEADY}"
+upstream_model = "gpt-realtime"
+{_price_toml()}
+
+[[plans]]
+code = "free"
+rpm = 0
+tpm = 0
+realtime_concurrency = 8
+
+[[plans]]
+code = "{CREDIT_PLAN}"
+credit_limit = {CREDIT_LIMIT_MICROS / 1_000_000:.6f}
+rpm = 0
+tpm = 0
+realtime_concurrency = 8
+"""
+
+
+def _seed() -> int:
+    configured = os.environ.get(SEED_VARIABLE)
+    return int(configured) if configured else random.SystemRandom().randrange(1, 2**31)
+
+
+@dataclass(slots=True)
+class Run:
+    setup: Setup
+    evidence: Evidence
+    workdir: Path
+
+    def report(self) -> str:
+        return f"[{self.setup.name}] {summary(self.evidence)}\ngateway logs: {self.workdir}"
+
+
+@pytest.fixture(scope="module", params=SETUPS, ids=[s.name for s in SETUPS])
+def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    setup: Setup = request.param
+    seed = _seed()
+    print(f"\n[{setup.name}] {SEED_VARIABLE}={seed}", flush=True)
+    workdir = _workdir(tmp_path_factory, setup, seed)
+    with ExitStack() as stack:
+        storage_url = _storage(stack, setup, workdir)
+        redis_url = _redis(setup)
+        upstreams = {name: stack.enter_context(FakeUpstream(name)) for name in FAULTS}
+        for name, fault in FAULTS.items():
+            upstreams[name].add_fault("/v1/chat/completions", fault, times=FOREVER)
+        config_path = workdir / "conservation.toml"
+        config_path.write_text(conservation_toml(storage_url, redis_url, upstreams), encoding="utf-8")
+        fleet = GatewayFleet(config_path, workdir, setup.gateways)
+        try:
+            fleet.start_all()
+            registered = [
+                register_tenant(fleet.base_url(0), fund_usd=amount / 1_000_000) for amount in FUNDING
+            ]
+            evidence = asyncio.run(_run(seed, setup, fleet, storage_url, redis_url, registered))
+        finally:
+            problems = fleet.stop_all()
+        run = Run(setup, evidence, workdir)
+        if problems:
+            print(f"[{setup.name}] stopping the gateways: {problems}")
+        print(run.report(), flush=True)
+        yield run
+
+
+def _workdir(tmp_path_factory: pytest.TempPathFactory, setup: Setup, seed: int) -> Path:
+    """Where the run keeps its config, SQLite file and gateway logs: under MODELGATE_CONSERVATION_DIR when
+    set (kept for a post-mortem; pytest prunes its own temporary directories), else a pytest one."""
+    kept = os.environ.get(KEEP_VARIABLE)
+    if not kept:
+        return tmp_path_factory.mktemp(f"conservation-{setup.name}")
+    workdir = Path(kept) / f"{setup.name}-seed{seed}-{time.strftime('%H%M%S')}"
+    workdir.mkdir(parents=True)
+    return workdir
+
+
+def _storage(stack: ExitStack, setup: Setup, workdir: Path) -> str:
+    if not setup.postgres:
+        return f"sqlite:///{workdir / 'conservation.db'}"
+    try:
+        url = asyncio.run(create_pg_database())
+    except Exception as exc:
+        service_unavailable("PostgreSQL at 127.0.0.1:5432", exc)
+        raise
+    stack.callback(lambda: asyncio.run(drop_pg_database(url)))
+    return url
+
+
+def _redis(setup: Setup) -> str | None:
+    if not setup.redis:
+        return None
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_timeout=2).ping()
+    except Exception as exc:
+        service_unavailable("Redis at 127.0.0.1:6379", exc)
+    return REDIS_URL
+
+
+async def _run(seed, setup: Setup, fleet: GatewayFleet, storage_url: str, redis_url: str | None, registered):
+    db = await open_database(storage_url, pool_size=2)
+    redis = None
+    if redis_url:
+        from redis.asyncio import Redis
+
+        redis = Redis.from_url(redis_url)
+    try:
+        tenants = await _tenants(db, registered)
+        openings = [await _opening(db, tenant) for tenant in tenants]
+        adjust = await adjust_endpoint_exists(fleet.base_url(0), tenants[0].organization_id, OPERATOR_TOKEN)
+        print(f"[{setup.name}] operator adjust endpoint present: {adjust}", flush=True)
+        watched = [WatchedOrganization(t.organization_id, t.credit_limit_micros) for t in tenants]
+        watch = BalanceWatch(storage_url, redis_url, watched).start()
+        try:
+            traffic = Traffic(
+                fleet,
+                tenants,
+                operator_token=OPERATOR_TOKEN,
+                default_max_tokens=DEFAULT_MAX_TOKENS,
+                realtime_model=REALTIME_MODEL,
+                adjust_available=adjust,
+                concurrency=CONCURRENCY,
+            )
+            shape = MixShape(organizations=len(tenants), gateways=setup.gateways)
+            log = await traffic.run(plan_mix(seed, shape))
+            settled = await _settle(fleet, db, redis, tenants)
+        finally:
+            watch.stop()
+        books = [await read_books(db, tenant.organization_id) for tenant in tenants]
+        live = [await read_redis_money(redis, t.organization_id) for t in tenants] if redis else None
+        return Evidence(seed, tenants, openings, log, books, live, watch, PRICES, settled)
+    finally:
+        await db.close()
+        if redis is not None:
+            await redis.aclose()
+
+
+async def _tenants(db: Database, registered) -> list[Tenant]:
+    """The registered organizations; the last moves to the credit plan before its first model request (so
+    no gateway has cached its key with the old plan)."""
+    tenants = []
+    for index, tenant in enumerate(registered):
+        organization_id = await db.fetchval(
+            "SELECT organization_id FROM users WHERE email = $1", tenant.email
+        )
+        credit = 0
+        if index == len(registered) - 1:
+            await db.execute(
+                "UPDATE organizations SET plan_code = $1 WHERE id = $2", CREDIT_PLAN, organization_id
+            )
+            credit = CREDIT_LIMIT_MICROS
+        tenants.append(Tenant(index, organization_id, tenant.api_key, credit))
+    return tenants
+
+
+async def _opening(db: Database, tenant: Tenant) -> Opening:
+    row = await db.fetchrow(
+        "SELECT balance_micros, credit_seq FROM organizations WHERE id = $1", tenant.organization_id
+    )
+    return Opening(int(row["balance_micros"]), int(row["credit_seq"]))
+
+
+async def _settle(fleet: GatewayFleet, db: Database, redis, tenants: list[Tenant]) -> bool:
+    """Wait (bounded) until no gateway has a request, session or ledger entry pending and the books stopped
+    moving across a few flush intervals; False when the deadline passed first."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    previous = None
+    while time.monotonic() < deadline:
+        quiet = True
+        for generation in fleet.live():
+            samples = await fleet.metrics(generation)
+            if not samples or any(samples.get(name, 0) for name in PENDING_GAUGES):
+                quiet = False
+        state = []
+        for tenant in tenants:
+            books = await read_books(db, tenant.organization_id)
+            state.append((books.balance_micros, books.credit_seq, len(books.rows), books.spent_micros))
+            if redis is not None:
+                state.append((await read_redis_money(redis, tenant.organization_id)).raw)
+        if quiet and state == previous:
+            return True
+        previous = state if quiet else None
+        await asyncio.sleep(3 * FLUSH_INTERVAL)  # the polling period of a bounded wait
+    return False
+
+
+def _check(run: Run, findings: list[str]) -> None:
+    assert not findings, "\n".join([run.report(), "findings:", *findings[:40]])
+
+
+# -- the invariants ------------------------------------------------------------------------------------------
+
+
+def test_the_mix_ran_as_planned(conservation: Run) -> None:
+    """The run exercised what it claims to: every outcome class, both restarts with requests under way, and
+    the books settled before they were read."""
+    log = conservation.evidence.log
+    results = {record.result for record in log.calls}
+    expected = (COMPLETED, CLIENT_CUT, SERVER_CUT, GATEWAY_ERROR)
+    problems = [f"no {name} call" for name in expected if name not in results]
+    problems += [f"timed out: {operation}" for operation in log.timed_out]
+    if not any(record.status == 101 for record in log.calls):
+        problems.append("no realtime session was upgraded")
+    if len(log.restarts) != 2 or any(r.ended is None for r in log.restarts):
+        problems.append(f"restarts: {[(r.operation, r.ended) for r in log.restarts]}")
+    if not conservation.evidence.settled:
+        problems.append(f"the books did not settle within {SETTLE_TIMEOUT} s")
+    _check(conservation, problems)
+
+
+def test_money_is_conserved_in_storage(conservation: Run) -> None:
+    _check(conservation, conservation_in_storage(conservation.evidence))
+
+
+def test_balance_events_are_what_the_operator_sent(conservation: Run) -> None:
+    _check(conservation, events_match_what_was_sent(conservation.evidence))
+
+
+def test_live_counters_hold_the_stored_balance(conservation: Run) -> None:
+    if not conservation.setup.redis:
+        pytest.skip("in-process counters live inside the gateway process; storage is checked on its own")
+    _check(conservation, live_counters_match_storage(conservation.evidence))
+
+
+def test_no_reservation_is_left_held(conservation: Run) -> None:
+    if not conservation.setup.redis:
+        pytest.skip("in-process reservations end with their process")
+    _check(conservation, no_reservation_left_held(conservation.evidence))
+
+
+def test_no_balance_went_below_the_credit_limit(conservation: Run) -> None:
+    _check(conservation, balance_never_below_the_floor(conservation.evidence))
+
+
+def test_every_admitted_request_has_one_ledger_row(conservation: Run) -> None:
+    _check(conservation, one_row_per_admitted_request(conservation.evidence))
+
+
+def test_every_delivered_token_is_charged(conservation: Run) -> None:
+    _check(conservation, every_delivered_token_charged(conservation.evidence))

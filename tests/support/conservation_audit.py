@@ -1,0 +1,387 @@
+"""The invariants of money conservation, checked on what the clients saw, what storage and Redis hold, and
+what the balance watch sampled. Each check returns its findings (empty: the invariant holds) with numbers.
+
+What is counted (the precise contract the checks hold the gateway to):
+
+- A call is *admitted* when its client received a success head (2xx; 101 for a realtime session) — whether
+  it then read the answer to the end (completed), closed it early (client_cut) or saw it end early
+  (server_cut). An admitted chat call has exactly one ledger row with its `x-request-id`; so has a minted
+  realtime client secret (cost 0: minting generates nothing).
+- A call refused before forwarding (4xx head), or failed upstream before the first byte (5xx head), or
+  with no head at all, has at most one row, and costs nothing.
+- A realtime session writes one row per response it was asked for, with request id `<session id>:<response
+  id>`: a `response.done` the client received has its row with the output tokens it reported; a
+  response.create refused for balance has a cost-0 row. No row with the session's own id costs anything.
+- Calls under way on a process when it was SIGKILLed (not ended `KILL_GRACE` seconds before the kill) are
+  exempt from the row counts and token checks (at most one row each) and listed in the summary.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from tests.support.conservation_mix import SDK_PLAIN, SILENT, ChatCall, RealtimeCall
+from tests.support.conservation_traffic import (
+    ADMITTED,
+    CLIENT_CUT,
+    COMPLETED,
+    CallRecord,
+    Tenant,
+    TrafficLog,
+)
+from tests.support.money_books import BalanceWatch, Books, LedgerRow, RedisMoney
+
+# A call that ended this shortly before its process was SIGKILLed may not have reached the ledger queue yet
+# (the gateway notices a client's close a moment after the client made it).
+KILL_GRACE = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class MicroPrices:
+    """A model's prices in whole micro-units: per request and per token of each kind."""
+
+    per_request: int
+    input: int
+    cached_input: int
+    output: int
+
+    def cost(self, row: LedgerRow) -> int:
+        uncached = max(row.input_tokens - row.cached_input_tokens, 0)
+        tokens = uncached * self.input + row.cached_input_tokens * self.cached_input
+        return self.per_request + tokens + row.output_tokens * self.output
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """An organization's money before the mix: stored balance and last balance event."""
+
+    balance_micros: int
+    credit_seq: int
+
+
+@dataclass(slots=True)
+class Evidence:
+    """Everything the checks read."""
+
+    seed: int
+    tenants: list[Tenant]
+    openings: list[Opening]
+    log: TrafficLog
+    books: list[Books]
+    redis: list[RedisMoney] | None
+    watch: BalanceWatch
+    prices: MicroPrices
+    settled: bool
+
+
+def in_flight_at_kill(record: CallRecord) -> bool:
+    generation = record.generation
+    if generation is None or not generation.killed or generation.ended_at is None:
+        return False
+    # ended_at is taken once the killed process was reaped, within milliseconds of the signal.
+    return record.ended_at >= generation.ended_at - KILL_GRACE
+
+
+def _rows_by_request(books: Books) -> dict[str, list[LedgerRow]]:
+    found: dict[str, list[LedgerRow]] = {}
+    for row in books.rows:
+        found.setdefault(row.request_id, []).append(row)
+    return found
+
+
+def _session_rows(rows: dict[str, list[LedgerRow]], session_id: str) -> list[LedgerRow]:
+    prefix = f"{session_id}:"
+    return [row for request_id, found in rows.items() if request_id.startswith(prefix) for row in found]
+
+
+# -- conservation -----------------------------------------------------------------------------------------
+
+
+def conservation_in_storage(ev: Evidence) -> list[str]:
+    """opening + Σ balance events - Σ ledger costs == closing balance, per organization."""
+    findings = []
+    for tenant, opening, books in zip(ev.tenants, ev.openings, ev.books, strict=True):
+        events = sum(e.amount_micros for e in books.events_after(opening.credit_seq))
+        expected = opening.balance_micros + events - books.spent_micros
+        if expected != books.balance_micros:
+            findings.append(
+                f"org{tenant.index}: opening {opening.balance_micros} + events {events} - ledger "
+                f"{books.spent_micros} ({len(books.rows)} rows) = {expected}, but the stored balance is "
+                f"{books.balance_micros} (difference {books.balance_micros - expected:+d})"
+            )
+    return findings
+
+
+def events_match_what_was_sent(ev: Evidence) -> list[str]:
+    """Every answered top-up and adjustment is one balance event of its amount; no other event appeared."""
+    findings = []
+    for tenant, opening, books in zip(ev.tenants, ev.openings, ev.books, strict=True):
+        events = list(books.events_after(opening.credit_seq))
+        unanswered = 0
+        for change in ev.log.changes:
+            if change.operation.organization != tenant.index or change.skipped.startswith("the adjust"):
+                continue
+            if change.status is None:
+                unanswered += 1
+                continue
+            if not 200 <= change.status < 300:
+                findings.append(
+                    f"org{tenant.index}: {change.kind} {change.operation.amount_micros} → {change.status}"
+                )
+                continue
+            match = [e for e in events if change.reference in (e.id, e.reference_id)]
+            if len(match) != 1:
+                findings.append(
+                    f"org{tenant.index}: {change.kind} of {change.operation.amount_micros} "
+                    f"({change.reference}) has {len(match)} balance events"
+                )
+                continue
+            event = match[0]
+            events.remove(event)
+            sign = -1 if change.kind == "debit" else 1
+            if change.kind != "set" and event.amount_micros != sign * change.operation.amount_micros:
+                findings.append(
+                    f"org{tenant.index}: {change.kind} of {change.operation.amount_micros} was recorded as "
+                    f"{event.amount_micros}"
+                )
+        if len(events) > unanswered:
+            findings.append(
+                f"org{tenant.index}: {len(events)} balance events nobody sent (or sent without an answer: "
+                f"{unanswered}): {[(e.kind, e.amount_micros) for e in events]}"
+            )
+    return findings
+
+
+def live_counters_match_storage(ev: Evidence) -> list[str]:
+    """Once settled, each Redis counter holds the stored balance and no reservation."""
+    findings = []
+    if ev.redis is None:
+        return findings
+    for tenant, books, live in zip(ev.tenants, ev.books, ev.redis, strict=True):
+        if live.balance is None:
+            findings.append(f"org{tenant.index}: no Redis counter (fields {live.raw})")
+            continue
+        if live.balance != books.balance_micros:
+            findings.append(
+                f"org{tenant.index}: Redis balance {live.balance} != stored balance {books.balance_micros} "
+                f"(difference {live.balance - books.balance_micros:+d})"
+            )
+    return findings
+
+
+def no_reservation_left_held(ev: Evidence) -> list[str]:
+    findings = []
+    if ev.redis is None:
+        return findings
+    killed = [g.name for g in _killed_generations(ev)]
+    for tenant, live in zip(ev.tenants, ev.redis, strict=True):
+        if live.reserved:
+            findings.append(
+                f"org{tenant.index}: {live.reserved} µ still reserved after every request ended "
+                f"(SIGKILLed: {killed}; no documented release of a dead process's reservations)"
+            )
+    return findings
+
+
+def _killed_generations(ev: Evidence):
+    return [r.ended for r in ev.log.restarts if r.ended is not None and r.ended.killed]
+
+
+def balance_never_below_the_floor(ev: Evidence) -> list[str]:
+    """No sampled balance went below -credit limit (less what operators debited)."""
+    findings = []
+    if ev.watch.samples < 10:
+        findings.append(f"only {ev.watch.samples} samples were taken (errors: {ev.watch.errors[:3]})")
+    for tenant, watched in zip(ev.tenants, ev.watch.organizations, strict=True):
+        for name, point in (
+            ("stored balance", watched.stored),
+            ("Redis balance", watched.live),
+            ("Redis balance - reserved", watched.live_headroom),
+        ):
+            if point.margin is not None and point.margin < 0:
+                findings.append(
+                    f"org{tenant.index}: {name} {point.value} below its floor {point.floor} "
+                    f"(credit limit {tenant.credit_limit_micros}) at {point.seconds:.1f} s"
+                )
+    return findings
+
+
+# -- rows and tokens ----------------------------------------------------------------------------------------
+
+
+def one_row_per_admitted_request(ev: Evidence) -> list[str]:
+    findings = []
+    for record in ev.log.calls:
+        rows = _rows_by_request(ev.books[record.operation.organization])
+        own = rows.get(record.request_id, [])
+        label = _label(record)
+        if isinstance(record.operation, RealtimeCall):
+            findings += _realtime_rows(record, rows, own, label)
+            continue
+        if in_flight_at_kill(record):
+            if len(own) > 1:
+                findings.append(f"{label}: {len(own)} rows")
+            continue
+        if record.result in ADMITTED:
+            if len(own) != 1:
+                findings.append(f"{label}: admitted ({record.result}, {record.status}) but {len(own)} rows")
+        elif len(own) > 1 or any(row.cost_micros for row in own):
+            costs = [row.cost_micros for row in own]
+            findings.append(
+                f"{label}: not admitted ({record.result}, {record.status}) but rows costing {costs}"
+            )
+    return findings
+
+
+def _realtime_rows(
+    record: CallRecord, rows: dict[str, list[LedgerRow]], own: list[LedgerRow], label: str
+) -> list[str]:
+    findings = []
+    minted = rows.get(record.mint_request_id or "", [])
+    if record.mint_status == 200 and len(minted) != 1 and not in_flight_at_kill(record):
+        findings.append(f"{label}: its client secret was minted (200) but has {len(minted)} rows")
+    if any(row.cost_micros for row in minted):
+        findings.append(f"{label}: minting its secret cost {[r.cost_micros for r in minted]}")
+    if any(row.cost_micros for row in own):
+        findings.append(f"{label}: rows with the session's own id cost {[r.cost_micros for r in own]}")
+    responses = _session_rows(rows, record.request_id)
+    if record.status != 101:
+        if responses:
+            findings.append(
+                f"{label}: never upgraded ({record.status}) but has {len(responses)} response rows"
+            )
+        return findings
+    if in_flight_at_kill(record):
+        if len(responses) > record.creates_sent:
+            findings.append(
+                f"{label}: {len(responses)} response rows for {record.creates_sent} response.create"
+            )
+        return findings
+    done = len(record.responses_done)
+    if record.result in (COMPLETED, CLIENT_CUT):
+        if len(responses) != record.creates_sent:
+            findings.append(
+                f"{label}: {record.creates_sent} response.create sent ({done} done, {record.refusals} "
+                f"refused) but {len(responses)} response rows"
+            )
+    elif not done <= len(responses) <= record.creates_sent:
+        findings.append(
+            f"{label}: cut by the gateway after {record.creates_sent} response.create ({done} done) but "
+            f"{len(responses)} response rows"
+        )
+    return findings
+
+
+def every_delivered_token_charged(ev: Evidence) -> list[str]:
+    """Full reads are charged the upstream's completion tokens; cut answers at least what they delivered;
+    every admitted row costs exactly its tokens at the model's prices."""
+    findings = []
+    for record in ev.log.calls:
+        if in_flight_at_kill(record) or record.result not in ADMITTED:
+            continue
+        rows = _rows_by_request(ev.books[record.operation.organization])
+        label = _label(record)
+        if isinstance(record.operation, RealtimeCall):
+            findings += _realtime_tokens(record, rows, label, ev.prices)
+            continue
+        own = rows.get(record.request_id, [])
+        if len(own) != 1:
+            continue  # reported by the row count
+        row = own[0]
+        findings += _chat_tokens(record, row, label)
+        if row.cost_micros != ev.prices.cost(row):
+            findings.append(
+                f"{label}: charged {row.cost_micros} µ for {row.input_tokens} in / {row.cached_input_tokens} "
+                f"cached / {row.output_tokens} out, which cost {ev.prices.cost(row)} µ"
+            )
+    return findings
+
+
+def _chat_tokens(record: CallRecord, row: LedgerRow, label: str) -> list[str]:
+    call: ChatCall = record.operation
+    # A streamed delta is at least one token; a whole JSON answer without usage can only be estimated.
+    delivered = max(1, record.content_events) if call.style != SDK_PLAIN else 1
+    if record.result == COMPLETED and call.behaviour != SILENT:
+        upstream = record.reported_output if record.reported_output is not None else record.expected_output
+        if row.output_tokens != upstream:
+            return [
+                f"{label}: read to the end; upstream reported {upstream} output tokens, ledger has "
+                f"{row.output_tokens}"
+            ]
+        return []
+    if row.output_tokens < delivered:
+        return [
+            f"{label}: {record.result} after {record.content_events} content deltas, ledger output tokens "
+            f"{row.output_tokens}"
+        ]
+    return []
+
+
+def _realtime_tokens(
+    record: CallRecord, rows: dict[str, list[LedgerRow]], label: str, prices: MicroPrices
+) -> list[str]:
+    findings = []
+    for response_id, output in record.responses_done:
+        found = rows.get(f"{record.request_id}:{response_id}", [])
+        if len(found) != 1:
+            findings.append(
+                f"{label}: response {response_id} (done, {output} output tokens) has {len(found)} rows"
+            )
+            continue
+        row = found[0]
+        if row.output_tokens != output:
+            findings.append(
+                f"{label}: response {response_id} reported {output} output tokens, ledger has "
+                f"{row.output_tokens}"
+            )
+        if row.cost_micros != prices.cost(row):
+            findings.append(
+                f"{label}: response {response_id} charged {row.cost_micros} µ, its tokens cost "
+                f"{prices.cost(row)} µ"
+            )
+    return findings
+
+
+def _label(record: CallRecord) -> str:
+    operation = record.operation
+    where = record.generation.name if record.generation else "no gateway"
+    if isinstance(operation, ChatCall):
+        shape = f"{operation.behaviour}/{operation.style} cap={operation.cap} n={operation.n}"
+    else:
+        shape = f"realtime x{operation.responses}{' leaving early' if operation.leave_early else ''}"
+    return f"{record.request_id} (org{operation.organization}, {shape}, {where})"
+
+
+# -- the summary --------------------------------------------------------------------------------------------
+
+
+def summary(ev: Evidence) -> str:
+    """The run in numbers, for the report and every assertion message."""
+    lines = [f"seed {ev.seed} (replay: MODELGATE_CONSERVATION_SEED={ev.seed}); settled: {ev.settled}"]
+    outcomes = Counter(record.result for record in ev.log.calls)
+    lines.append(f"calls: {dict(sorted(outcomes.items()))}; timed out: {len(ev.log.timed_out)}")
+    for restart in ev.log.restarts:
+        ended = restart.ended.name if restart.ended else "?"
+        how = "SIGKILL" if restart.operation.hard else "SIGTERM"
+        lines.append(f"{how} {ended} with {restart.busy_at_signal} requests under way")
+    exempt = [r.request_id for r in ev.log.calls if in_flight_at_kill(r)]
+    lines.append(f"under way at a SIGKILL (exempt from row counts): {len(exempt)} {exempt[:12]}")
+    changes = Counter((c.kind, c.status, c.skipped[:20]) for c in ev.log.changes)
+    lines.append(f"balance changes (kind, status, skipped): {dict(changes)}")
+    for tenant, opening, books in zip(ev.tenants, ev.openings, ev.books, strict=True):
+        events = sum(e.amount_micros for e in books.events_after(opening.credit_seq))
+        live = ev.redis[tenant.index] if ev.redis is not None else None
+        watched = ev.watch.organizations[tenant.index]
+        lines.append(
+            f"org{tenant.index} (credit {tenant.credit_limit_micros}): opening {opening.balance_micros}, "
+            f"events {events:+d}, ledger {books.spent_micros} in {len(books.rows)} rows, closing "
+            f"{books.balance_micros}; lowest stored margin {watched.stored.margin}"
+            + (
+                f"; Redis b={live.balance} r={live.reserved}, lowest margin {watched.live.margin}"
+                if live
+                else ""
+            )
+        )
+    lines.append(f"balance samples: {ev.watch.samples}, sampling errors: {len(ev.watch.errors)}")
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""The seeded workload of the money conservation test: every call, credit and restart decided up front from
+one seed, so a failing run is replayed with the same mix (only the interleaving differs)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+# How the upstream behind a chat model behaves (one fake upstream, one provider and one model each).
+STEADY = "steady"  # answers in full, usage reported
+BREAKING = "breaking"  # breaks off mid-stream
+FAILING = "failing"  # 500 before the first byte
+UNAVAILABLE = "unavailable"  # 503 before the first byte
+SILENT = "silent"  # answers in full without any usage
+BEHAVIOURS = (STEADY, BREAKING, FAILING, UNAVAILABLE, SILENT)
+
+# How the client reads a chat answer.
+SDK_STREAM = "sdk_stream"  # the official openai SDK, streamed and read to the end
+SDK_PLAIN = "sdk_plain"  # the official openai SDK, not streamed
+RAW_STREAM = "raw_stream"  # httpx, streamed and read to the end (broken streams included)
+RAW_CUT = "raw_cut"  # httpx, streamed, the client closes after `cut_after` content events
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """One chat completion request."""
+
+    index: int
+    organization: int
+    gateway: int
+    behaviour: str
+    style: str
+    words: int  # of the prompt; the fake's echo answers `words + 1` tokens before any cap
+    cap: int | None  # max_tokens sent, None: the model's default applies
+    n: int
+    include_usage: bool  # streams: the client asks for the usage chunk itself
+    cut_after: int = 0  # RAW_CUT: content events read before closing
+
+    @property
+    def request_id(self) -> str:
+        return f"chat-{self.index:04d}"
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeCall:
+    """One realtime session: `responses` response.create events, each awaited, the last one maybe not."""
+
+    index: int
+    organization: int
+    gateway: int
+    responses: int
+    leave_early: bool  # close right after the last response.create, without waiting for its done
+
+    @property
+    def request_id(self) -> str:
+        return f"rt-{self.index:04d}"
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceChange:
+    """An operator's top-up or adjustment (credit, debit, set) while requests are in flight."""
+
+    index: int
+    organization: int
+    gateway: int
+    kind: str  # "top_up", "credit", "debit", "set"
+    amount_micros: int
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """A gateway stopped mid-mix, gracefully (SIGTERM) or not (SIGKILL), then started again."""
+
+    index: int
+    gateway: int
+    hard: bool
+
+
+Operation = ChatCall | RealtimeCall | BalanceChange | Restart
+
+
+@dataclass(frozen=True, slots=True)
+class MixShape:
+    """Sizes of the mix."""
+
+    organizations: int = 3
+    gateways: int = 1
+    requests: int = 150
+    realtime_share: float = 0.1
+    changes: int = 8
+
+
+def plan_mix(seed: int, shape: MixShape) -> list[Operation]:
+    """The operations of one run, in issue order: `shape.requests` calls with balance changes spread among
+    them, a graceful restart at about a third and a kill at about two thirds."""
+    rng = random.Random(seed)
+    operations: list[Operation] = []
+    change_at = set(rng.sample(range(5, shape.requests - 5), shape.changes))
+    restart_at, kill_at = int(shape.requests * 0.35), int(shape.requests * 0.7)
+    for position in range(shape.requests):
+        if position == restart_at:
+            operations.append(Restart(len(operations), 0, hard=False))
+        if position == kill_at:
+            operations.append(Restart(len(operations), shape.gateways - 1, hard=True))
+        if position in change_at:
+            operations.append(_balance_change(rng, len(operations), shape))
+        if rng.random() < shape.realtime_share:
+            operations.append(_realtime_call(rng, len(operations), shape))
+        else:
+            operations.append(_chat_call(rng, len(operations), shape))
+    return operations
+
+
+def _chat_call(rng: random.Random, index: int, shape: MixShape) -> ChatCall:
+    behaviour = rng.choices(BEHAVIOURS, weights=(55, 15, 8, 6, 16))[0]
+    if behaviour == BREAKING:
+        style = rng.choice((RAW_STREAM, RAW_STREAM, RAW_CUT, SDK_PLAIN))
+    else:
+        style = rng.choices((SDK_STREAM, SDK_PLAIN, RAW_STREAM, RAW_CUT), weights=(30, 25, 15, 30))[0]
+    cap_kind = rng.random()
+    cap = None if cap_kind < 0.4 else rng.randint(1, 5) if cap_kind < 0.7 else rng.randint(10, 60)
+    return ChatCall(
+        index=index,
+        organization=rng.randrange(shape.organizations),
+        gateway=rng.randrange(shape.gateways),
+        behaviour=behaviour,
+        style=style,
+        words=rng.randint(3, 30),
+        cap=cap,
+        n=1 if rng.random() < 0.8 else rng.randint(2, 3),
+        include_usage=rng.random() < 0.5,
+        cut_after=rng.randint(1, 12) if style == RAW_CUT else 0,
+    )
+
+
+def _realtime_call(rng: random.Random, index: int, shape: MixShape) -> RealtimeCall:
+    return RealtimeCall(
+        index=index,
+        organization=rng.randrange(shape.organizations),
+        gateway=rng.randrange(shape.gateways),
+        responses=rng.randint(1, 4),
+        leave_early=rng.random() < 0.3,
+    )
+
+
+def _balance_change(rng: random.Random, index: int, shape: MixShape) -> BalanceChange:
+    # Mostly the organizations that run short, so credits land while their requests are being refused.
+    organization = rng.choice([o for o in range(shape.organizations) if o] or [0])
+    kind = rng.choices(("top_up", "credit", "debit", "set"), weights=(4, 3, 2, 1))[0]
+    amount = rng.randint(1_000, 6_000) if kind != "debit" else rng.randint(200, 1_500)
+    return BalanceChange(index, organization, rng.randrange(shape.gateways), kind, amount)
