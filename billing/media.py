@@ -101,8 +101,6 @@ def media_worst_case(route_name: str, payload: dict | None, prices: ModelPrices)
     An audio file's duration is unknown until it is transcribed: the model's `max_audio_seconds` is reserved
     for it, and the charge is capped there.
     """
-    if route_name in FOLLOW_UP_ROUTES:
-        return 0
     if route_name in IMAGE_ROUTES:
         return prices.per_request + prices.per_image * _requested_images(payload)
     if route_name == "videos_create":

@@ -4,7 +4,7 @@ balance (plus the plan's credit limit) and in every budget of the policy rules t
 Until the first invoice is paid only a plan with a credit limit may spend. The worst case is a hard bound:
 the output cap it assumes is the one sent upstream (`billing.caps`), and the charge never exceeds it.
 Reservations are settled to the real cost when the request ends however it ends, so concurrent requests
-never overspend. Calls that generate nothing reserve nothing and cost nothing.
+never overspend. Calls that generate nothing reserve 0 and cost nothing.
 """
 
 from __future__ import annotations
@@ -60,13 +60,16 @@ class BillingGate(Plugin):
     async def on_request(self, ctx: RequestContext) -> None:
         if ctx.route.name == "realtime":  # reserved per response by the relay; here: can it afford one?
             return await check_one_response(self._accounts, ctx)
-        if ctx.model is None or ctx.route.name in FREE_ROUTES:
+        if ctx.model is None:
             return
-        ensure_estimate(ctx)
-        prices = ctx.model.prices
-        worst = media_worst_case(ctx.route.name, ctx.payload, prices)
-        if worst is None:
-            worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
+        if ctx.route.name in FREE_ROUTES:
+            worst = 0  # costs nothing, but an organization that may not spend (unpaid) may not call it either
+        else:
+            ensure_estimate(ctx)
+            prices = ctx.model.prices
+            worst = media_worst_case(ctx.route.name, ctx.payload, prices)
+            if worst is None:
+                worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
         key = ctx.key
         await self._accounts.reserve_balance(key.organization_id, key.plan_code, worst, key.balance_counter)
         ctx.reserved_micros = worst

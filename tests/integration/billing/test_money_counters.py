@@ -44,7 +44,7 @@ async def test_zero_reservations_settle_and_leave_the_balance_alone(money: Count
     with caplog.at_level(logging.ERROR):
         await money.settle("bal", 0, 0)
     assert await money.money("bal") == (100, 0)
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("modelgate")]
 
 
 async def test_a_settlement_of_a_zero_reservation_still_charges_its_cost(money: Counters) -> None:
