@@ -13,6 +13,8 @@ database, so neither a reservation in flight nor another process's unwritten spe
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,7 +34,9 @@ BILLING_CHANNEL = "modelgate_billing"
 POLICY_CHANNEL = "modelgate_policy"
 
 Broadcast = Callable[[str, str], Awaitable[None]]
-_RECHECK_SECONDS = 1.0
+_FOLLOW_SECONDS = 1.0
+# Events are re-read this far back on every poll: a transaction that committed late is not missed.
+_FOLLOW_OVERLAP_SECONDS = 30.0
 
 
 def balance_key(organization_id: str) -> str:
@@ -64,16 +68,7 @@ class Accounts:
         self._policies = policies
         self._shared = shared  # counters live in Redis
         self._broadcasts: list[Broadcast] = []
-        self._rechecked: dict[str, float] = {}
-
-    def _may_recheck(self, organization_id: str) -> bool:
-        now = time.monotonic()
-        if now - self._rechecked.get(organization_id, 0.0) < _RECHECK_SECONDS:
-            return False
-        self._rechecked[organization_id] = now
-        if len(self._rechecked) > 100_000:
-            self._rechecked.clear()
-        return True
+        self._follower: asyncio.Task | None = None
 
     def use_config(self, config: Config) -> None:
         """A reloaded config: its plans (credit limits) apply from the next reservation on."""
@@ -106,11 +101,6 @@ class Accounts:
             return self._balance_init(organization_id)
 
         outcome = await self._counters.reserve(key, amount, require_activation, credit, init)
-        if outcome != Reserve.OK and not self._shared and self._may_recheck(organization_id):
-            # A credit made where no channel reaches us (the CLI on SQLite) shows up here, on a refusal.
-            async with self._ledger.lock:
-                await self._counters.refresh(key, init)
-            outcome = await self._counters.reserve(key, amount, require_activation, credit, init)
         if outcome == Reserve.NOT_ACTIVATED:
             raise InsufficientBalance(
                 "Insufficient balance: the organization's first invoice is not paid yet, so model requests"
@@ -161,6 +151,47 @@ class Accounts:
             log.warning("ignored a billing message that is not a balance event")
             return
         await self._apply(event)
+
+    def follow_stored_events(self) -> None:
+        """Where no channel carries balance events between processes (SQLite without Redis: the CLI, other
+        workers), read new ones from the database every second and apply them (each once, by sequence)."""
+        self._follower = asyncio.get_running_loop().create_task(self._follow(), name="balance-events")
+
+    async def _follow(self) -> None:
+        since = time.time() - _FOLLOW_OVERLAP_SECONDS
+        failing = False
+        while True:
+            await asyncio.sleep(_FOLLOW_SECONDS)
+            try:
+                rows = await self._db.fetch(
+                    "SELECT id, organization_id, seq, amount_micros, activates, created_at"
+                    " FROM balance_events WHERE created_at > $1 ORDER BY created_at",
+                    since - _FOLLOW_OVERLAP_SECONDS,
+                )
+            except Exception as exc:
+                if not failing:
+                    log.warning("reading balance events failed (%r); retrying every second", exc)
+                failing = True
+                continue
+            failing = False
+            for row in rows:
+                since = max(since, row["created_at"])
+                await self._apply(
+                    BalanceEvent(
+                        row["id"],
+                        row["organization_id"],
+                        row["seq"],
+                        "",
+                        row["amount_micros"],
+                        bool(row["activates"]),
+                    )
+                )
+
+    async def stop(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
 
     async def _apply(self, event: BalanceEvent) -> None:
         await self._counters.apply_event(

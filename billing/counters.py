@@ -78,7 +78,6 @@ class Counters(Protocol):
     ) -> int: ...
     async def settle(self, key: str, reserved: int, actual: int) -> None: ...
     async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool: ...
-    async def refresh(self, key: str, init: MoneyInit) -> None: ...
     async def money(self, key: str) -> tuple[int, int] | None: ...
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]: ...
     async def adjust(self, key: str, second: int, delta: int) -> None: ...
@@ -169,14 +168,6 @@ class InProcessCounters:
             self._early.setdefault(key, {})[seq] = (amount, activates)
             return False
         return account.fold(seq, amount, activates)
-
-    async def refresh(self, key: str, init: MoneyInit) -> None:
-        """Re-read the balance from its source, keeping the reservations in flight."""
-        account = self._money.get(key)
-        if account is not None:
-            state = await init()
-            account.balance, account.activated = state.balance, state.activated
-            account.credit_seq, account.applied = state.credit_seq, set()
 
     async def money(self, key: str) -> tuple[int, int] | None:
         """(balance, reserved) of a live counter, None when it is not built (observability, tests)."""
@@ -501,11 +492,6 @@ class RedisCounters:
         return bool(
             await self._apply(keys=[name, name + ":early"], args=[seq, amount, 1 if activates else 0])
         )
-
-    async def refresh(self, key: str, init: MoneyInit) -> None:
-        # The shared counter is never rebuilt from the database while it exists: other processes' settled
-        # spend that the ledger has not written yet is in it and nowhere else. Events keep it current.
-        return None
 
     async def money(self, key: str) -> tuple[int, int] | None:
         values = await self._redis.hmget(self._prefix + key, "b", "r")

@@ -143,6 +143,8 @@ class Gateway:
             gateway.follow_config(accounts.use_config)
             ledger.start()
             await counters.start()
+            if bus is None and db.dialect == "sqlite":  # no channel between processes: read the events
+                accounts.follow_stored_events()
             gateway.allowances = AllowanceGrants(db, config, accounts.balance_changed)
             gateway.follow_config(gateway.allowances.use_config)
             gateway.allowances.start()
@@ -188,6 +190,7 @@ class Gateway:
         await self.runtime.close()
         if self.tracer is not None:
             await self.tracer.flush()
+        await self.accounts.stop()
         await self.counters.close()  # hands back what this process held in Redis
         if self.redis is not None:
             await self.redis.close()
