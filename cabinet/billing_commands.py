@@ -3,9 +3,9 @@ operator API of a running gateway (`--url`).
 
 On storage, a balance event is announced after commit on the `modelgate_billing` channel (PostgreSQL NOTIFY,
 and Redis when configured) and a plan change on `modelgate_plan_changed`, so running gateways follow at
-once. SQLite alone cannot reach another process: a gateway on it re-reads the stored balance before it
-refuses a request (so payments and credits take effect there by themselves), but a lowered balance or a
-new plan reaches it only through `--url`, where the gateway itself makes the change.
+once. SQLite alone cannot reach another process: a gateway on it reads new balance events from the
+database every second (so every balance change takes effect there by itself), but a new plan reaches it
+only through `--url`, where the gateway itself makes the change.
 """
 
 from __future__ import annotations
@@ -143,25 +143,14 @@ async def _announce(config: Config, db: Database, events: list[BalanceEvent | No
             Note(False, f"notified running gateways on {BILLING_CHANNEL} ({' and '.join(sorted(told))})")
         )
     elif not notes and any(event is not None for event in events):
-        if all(event.amount_micros >= 0 for event in events if event is not None):
-            notes.append(
-                Note(
-                    False,
-                    "no running gateway was notified (SQLite without Redis has no cross-process channel),"
-                    " and none needs to be: a gateway on SQLite re-reads the stored balance before it refuses"
-                    " a request, so this change takes effect there by itself",
-                )
+        notes.append(
+            Note(
+                False,
+                "no running gateway was notified (SQLite without Redis has no cross-process channel),"
+                " and none needs to be: a gateway on SQLite reads new balance events from the database"
+                " every second, so this change takes effect there by itself, within a second",
             )
-        else:
-            notes.append(
-                Note(
-                    True,
-                    "note: running gateways were not notified (SQLite without Redis has no cross-process"
-                    " channel): one that already holds this organization's balance keeps spending from it"
-                    " until restarted; use --url with the operator token to lower a balance through the"
-                    " running gateway",
-                )
-            )
+        )
     return notes
 
 

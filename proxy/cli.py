@@ -100,8 +100,8 @@ def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
         help="operator billing: pay invoices, top up and adjust balances, assign plans, invite organizations",
         description="Act on the configured storage and notify running gateways (PostgreSQL NOTIFY, Redis when"
         " configured), or with --url through the operator API of a running gateway. A gateway on SQLite"
-        " without Redis re-reads a balance before it refuses a request, so payments and credits reach it"
-        " either way; lowering a balance (adjust debit/set) or changing a plan reaches it only with --url.",
+        " without Redis reads new balance events every second, so every balance change reaches it either"
+        " way; a plan change reaches it only with --url (or a restart).",
     )
     actions = billing.add_subparsers(dest="billing_command", required=True)
     where = argparse.ArgumentParser(add_help=False)

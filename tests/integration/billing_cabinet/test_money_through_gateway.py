@@ -256,4 +256,4 @@ def test_a_cli_top_up_on_sqlite_takes_effect_in_a_running_gateway_and_says_so(tm
     assert "takes effect there by itself" in topped.stdout and topped.stderr == ""
     assert status == 200
     assert "needed for SQLite" not in helped.stdout
-    assert "payments and credits reach it either way" in " ".join(helped.stdout.split())
+    assert "every balance change reaches it either way" in " ".join(helped.stdout.split())
