@@ -29,7 +29,6 @@ from tests.fakes import FakeUpstream, Fault
 from tests.support.gateway import GatewayProcess, Tenant, register_tenant
 
 CHAT = "/v1/chat/completions"
-TRANSCRIPTIONS = "/v1/audio/transcriptions"
 INPUT_MICROS = 1  # per input token of exact-chat
 OUTPUT_MICROS = 2  # per output token of exact-chat
 DEFAULT_MAX_TOKENS = 50
@@ -235,9 +234,9 @@ def test_a_client_that_closes_a_stream_is_charged_for_what_was_delivered(
     assert upstream.wait_cancelled(1, timeout=10), "the gateway did not let go of the upstream stream"
 
     rows = rows_after_barrier(gateway.base_url, gateway.storage_url, tenant, request_id)
-    assert len(rows) == 1, rows
+    assert len(rows) == 1, str(rows)
     row = rows[0]
-    assert (row["status"], row["outcome"]) == (200, "client_closed"), row
+    assert (row["status"], row["outcome"]) == (200, "client_closed"), str(row)
     assert row["cost_micros"] > 0
     assert 1 <= row["output_tokens"] <= max_tokens
     assert row["cost_micros"] <= chat_reservation(sizes.by_request_id[request_id], max_tokens)
@@ -270,9 +269,9 @@ def test_fifty_streams_read_to_the_end_are_completed_and_charged_the_reported_us
     assert len(rows) == len(expected)
     for row in rows:
         prompt, completion = expected[row["request_id"]]
-        assert (row["status"], row["outcome"]) == (200, "completed"), row
-        assert (row["input_tokens"], row["output_tokens"]) == (prompt, completion), row
-        assert row["cost_micros"] == prompt * INPUT_MICROS + completion * OUTPUT_MICROS, row
+        assert (row["status"], row["outcome"]) == (200, "completed"), str(row)
+        assert (row["input_tokens"], row["output_tokens"]) == (prompt, completion), str(row)
+        assert row["cost_micros"] == prompt * INPUT_MICROS + completion * OUTPUT_MICROS, str(row)
     balance, spent = organization(gateway.storage_url, tenant.email)
     assert spent == sum(p * INPUT_MICROS + c * OUTPUT_MICROS for p, c in expected.values())
     assert balance == 10_000_000 - spent
@@ -337,7 +336,7 @@ def test_a_stream_cut_by_a_graceful_shutdown_is_charged_for_what_was_delivered(
         rows = ledger_rows(restarted.storage_url, [request_id])
     assert len(rows) == 1, (rows, gateway.output()[-3000:])
     row = rows[0]
-    assert (row["status"], row["outcome"]) == (200, "shutdown"), row
+    assert (row["status"], row["outcome"]) == (200, "shutdown"), str(row)
     assert row["cost_micros"] > 0
     assert 1 <= row["output_tokens"] <= max_tokens
     assert row["cost_micros"] <= chat_reservation(sizes.by_request_id[request_id], max_tokens)
@@ -368,11 +367,11 @@ def test_a_stream_the_provider_breaks_off_is_charged_for_the_relayed_content_wit
             pass
 
     rows = rows_after_barrier(gateway.base_url, gateway.storage_url, tenant, request_id)
-    assert len(rows) == 1, rows
+    assert len(rows) == 1, str(rows)
     row = rows[0]
-    assert row["outcome"] == "upstream_error", row
-    assert 1 <= row["output_tokens"] <= max_tokens, row
-    assert 0 < row["cost_micros"] <= chat_reservation(sizes.by_request_id[request_id], max_tokens), row
+    assert row["outcome"] == "upstream_error", str(row)
+    assert 1 <= row["output_tokens"] <= max_tokens, str(row)
+    assert 0 < row["cost_micros"] <= chat_reservation(sizes.by_request_id[request_id], max_tokens), str(row)
 
 
 # -- 3. audio billed per second: reserved up front, settled exactly (also on Redis) ---------------------
