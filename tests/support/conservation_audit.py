@@ -19,7 +19,10 @@ What is counted (the precise contract the checks hold the gateway to):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import orjson
 
 from tests.support.conservation_mix import SDK_PLAIN, SILENT, ChatCall, RealtimeCall
 from tests.support.conservation_traffic import (
@@ -77,10 +80,9 @@ class Evidence:
 
 def in_flight_at_kill(record: CallRecord) -> bool:
     generation = record.generation
-    if generation is None or not generation.killed or generation.ended_at is None:
+    if generation is None or not generation.killed or generation.signalled_at is None:
         return False
-    # ended_at is taken once the killed process was reaped, within milliseconds of the signal.
-    return record.ended_at >= generation.ended_at - KILL_GRACE
+    return record.ended_at >= generation.signalled_at - KILL_GRACE
 
 
 def _rows_by_request(books: Books) -> dict[str, list[LedgerRow]]:
@@ -343,6 +345,13 @@ def _realtime_tokens(
     return findings
 
 
+def _timing(restart) -> str:
+    ended = restart.ended
+    if ended is None or ended.signalled_at is None or ended.ended_at is None:
+        return ""
+    return f" (down {ended.ended_at - ended.signalled_at:.2f} s after the signal)"
+
+
 def _label(record: CallRecord) -> str:
     operation = record.operation
     where = record.generation.name if record.generation else "no gateway"
@@ -364,9 +373,20 @@ def summary(ev: Evidence) -> str:
     for restart in ev.log.restarts:
         ended = restart.ended.name if restart.ended else "?"
         how = "SIGKILL" if restart.operation.hard else "SIGTERM"
-        lines.append(f"{how} {ended} with {restart.busy_at_signal} requests under way")
-    exempt = [r.request_id for r in ev.log.calls if in_flight_at_kill(r)]
-    lines.append(f"under way at a SIGKILL (exempt from row counts): {len(exempt)} {exempt[:12]}")
+        lines.append(f"{how} {ended} with {restart.busy_at_signal} requests under way{_timing(restart)}")
+    served = Counter(r.generation.name if r.generation else "none" for r in ev.log.calls)
+    lines.append(f"calls by gateway process: {dict(sorted(served.items()))}")
+    exempt = [r for r in ev.log.calls if in_flight_at_kill(r)]
+    with_rows = sum(
+        1
+        for r in exempt
+        if _rows_by_request(ev.books[r.operation.organization]).get(r.request_id)
+        or _session_rows(_rows_by_request(ev.books[r.operation.organization]), r.request_id)
+    )
+    lines.append(
+        f"under way at a SIGKILL (exempt from row counts): {len(exempt)}, of which {with_rows} have rows: "
+        f"{[r.request_id for r in exempt][:12]}"
+    )
     changes = Counter((c.kind, c.status, c.skipped[:20]) for c in ev.log.changes)
     lines.append(f"balance changes (kind, status, skipped): {dict(changes)}")
     for tenant, opening, books in zip(ev.tenants, ev.openings, ev.books, strict=True):
@@ -383,5 +403,53 @@ def summary(ev: Evidence) -> str:
                 else ""
             )
         )
+    for tenant, books in zip(ev.tenants, ev.books, strict=True):
+        outcomes = Counter(row.outcome for row in books.rows)
+        costs = Counter()
+        for row in books.rows:
+            costs[row.outcome] += row.cost_micros
+        lines.append(
+            f"org{tenant.index} rows by outcome (count, µ): "
+            + ", ".join(f"{name} {outcomes[name]}/{costs[name]}" for name in sorted(outcomes))
+        )
     lines.append(f"balance samples: {ev.watch.samples}, sampling errors: {len(ev.watch.errors)}")
     return "\n".join(lines)
+
+
+CHECKS = {
+    "conservation in storage": conservation_in_storage,
+    "balance events are what was sent": events_match_what_was_sent,
+    "Redis counters hold the stored balance": live_counters_match_storage,
+    "no reservation left held": no_reservation_left_held,
+    "no balance below its floor": balance_never_below_the_floor,
+    "one row per admitted request": one_row_per_admitted_request,
+    "every delivered token charged": every_delivered_token_charged,
+}
+
+
+def write_post_mortem(ev: Evidence, directory: Path) -> Path:
+    """The summary, every check's findings, the books and what each client saw, as files in `directory`."""
+    lines = [summary(ev), ""]
+    for name, check in CHECKS.items():
+        findings = check(ev)
+        lines.append(f"{name}: {'holds' if not findings else f'{len(findings)} findings'}")
+        lines += [f"  {finding}" for finding in findings]
+    report = directory / "report.txt"
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    books = {f"org{t.index}": asdict(b) for t, b in zip(ev.tenants, ev.books, strict=True)}
+    (directory / "books.json").write_bytes(orjson.dumps(books, option=orjson.OPT_INDENT_2))
+    calls = [
+        {
+            **{
+                f.name: getattr(record, f.name)
+                for f in fields(record)
+                if f.name not in ("operation", "generation")
+            },
+            "operation": asdict(record.operation),
+            "generation": record.generation.name if record.generation else None,
+            "in_flight_at_kill": in_flight_at_kill(record),
+        }
+        for record in ev.log.calls
+    ]
+    (directory / "calls.json").write_bytes(orjson.dumps(calls, option=orjson.OPT_INDENT_2))
+    return report

@@ -28,6 +28,7 @@ class Generation:
     process: GatewayProcess
     started_at: float
     ended_at: float | None = None
+    signalled_at: float | None = None  # when the test sent it SIGTERM or SIGKILL
     killed: bool = False
     in_flight: int = 0  # requests this test has under way on it
 
@@ -85,9 +86,10 @@ class GatewayFleet:
         async with self._changed:
             slot.up = False
         process = ended.process
+        ended.signalled_at = time.monotonic()
         if hard:
-            await asyncio.to_thread(process.kill)
             ended.killed = True
+            await asyncio.to_thread(process.kill)
         else:
             process.terminate()
             try:

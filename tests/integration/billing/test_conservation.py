@@ -37,6 +37,7 @@ from tests.support.conservation_audit import (
     no_reservation_left_held,
     one_row_per_admitted_request,
     summary,
+    write_post_mortem,
 )
 from tests.support.conservation_mix import (
     BREAKING,
@@ -75,11 +76,12 @@ REALTIME_MODEL = "voice"
 FLUSH_INTERVAL = 0.2
 SETTLE_TIMEOUT = 30.0
 CONCURRENCY = 12
-# A gateway has settled when these read 0.
+# A gateway has settled when these read 0 (one this gateway does not export reads 0).
 PENDING_GAUGES = (
     "modelgate_requests_in_flight",
     "modelgate_realtime_sessions",
     "modelgate_ledger_queue_depth",
+    "modelgate_ledger_backlog_rows",
 )
 # Opening balances in micro-units and credit limits: one organization never runs short, one runs out on a
 # plan without credit, one spends into its credit line; top-ups and adjustments land on the last two.
@@ -216,6 +218,7 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         if problems:
             print(f"[{setup.name}] stopping the gateways: {problems}")
         print(run.report(), flush=True)
+        print(f"[{setup.name}] post-mortem: {write_post_mortem(evidence, workdir)}", flush=True)
         yield run
 
 
