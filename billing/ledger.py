@@ -2,7 +2,10 @@
 
 `add` gives a row its id and appends it to the write-ahead spool (billing/spool.py) before it returns, so
 the row survives the death of the process; rows also queue in memory, up to `ledger_max_queue` (past it
-they are read back from the spool). Every `ledger_flush_interval_seconds`, or sooner when a batch is full,
+they are read back from the spool). `admit` journals a request when it is admitted, with the row it leaves
+should the process die before it completes (outcome "crashed"); the completed row, of the same id,
+supersedes it, and a replay charges only the admissions that never completed. Every
+`ledger_flush_interval_seconds`, or sooner when a batch is full,
 a flush writes them, at most `ledger_batch_size` rows per transaction, each transaction also moving the
 organizations' stored balances and the budgets' stored spend. A write whose outcome is unknown (it failed
 or was cancelled, or the spool is a dead process's) is repeated carefully: rows the database already holds
@@ -47,8 +50,13 @@ class LedgerEntry:
     created_at: float
     budgets: tuple[tuple[str, float], ...] = ()  # (rule id, period start) charged with this cost
     units: float = 0.0  # media units of the answer: images, or seconds of audio / video
-    # How the request ended: completed, client_closed, upstream_error, shutdown, refused (never forwarded).
+    # How the request ended: completed, client_closed, upstream_error, shutdown, refused (never forwarded),
+    # crashed (admitted, and the process died before it completed).
     outcome: str = "completed"
+    row_id: str | None = None  # given by `admit`; None: a fresh id at `add`
+
+
+CRASHED = "crashed"
 
 
 # A ledger row in memory and in the spool: the 15 columns of _INSERT in order, then the budgets charged
@@ -56,6 +64,8 @@ class LedgerEntry:
 LedgerRow = tuple
 _COLUMNS = 15
 _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
+# An admission in the spool: this marker, then the row to charge should the request never complete.
+_ADMITTED = "admitted"
 
 _INSERT = (
     "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
@@ -109,6 +119,9 @@ class LedgerWriter:
         self._id_counter = itertools.count(1)
         self._current = _Segment(None)
         self._sealed: list[_Segment] = []  # waiting for the database, oldest first
+        # Admissions whose request has not completed: row id -> its spool line, copied into every new
+        # segment so a sealed one can be deleted (bounded by the requests in flight).
+        self._open: dict[str, bytes] = {}
         self._pending: dict[str, int] = defaultdict(int)  # organization -> cost of rows not written
         self._backlog = 0  # rows not written
         self._in_memory = 0
@@ -119,65 +132,91 @@ class LedgerWriter:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self._flushing = asyncio.Lock()  # one flush at a time
-        self.lock = (
-            asyncio.Lock()
-        )  # held by a flush's transaction, and by readers that must not see half of one
+        # Held by a flush's transaction, and by readers that must not see half of one.
+        self.lock = asyncio.Lock()
         self.last_flush_at = time.time()  # of the last flush that succeeded, even an empty one (metrics)
 
     async def open(self) -> int:
-        """Start the spool and adopt the segments of dead processes (their rows are written like any
-        other); returns the number of rows adopted."""
+        """Start the spool and adopt the segments of dead processes: their rows are written like any other,
+        and each admission without its completed row becomes a "crashed" row; returns the rows adopted."""
         if self._spool is None:
             return 0
         self._spool.start()
         self._current = self._new_segment()
         adopted = files = 0
+        # Read oldest first: an admission (and each copy of it) always precedes its completed row.
+        crashed: dict[str, list] = {}
+        spent: list[SpoolFile] = []  # files with no completed row: deleted once their admissions are replayed
         for spool_file in self._spool.adopt_orphans():
             segment = _Segment(spool_file, rows=None, careful=True)
-            for row in self._spool.rows(spool_file):
+            for record in self._spool.rows(spool_file):
+                if record[0] == _ADMITTED:
+                    crashed[record[1]] = record
+                    continue
+                crashed.pop(record[0], None)
                 segment.count += 1
-                if row[_COST]:
-                    self._pending[row[_ORGANIZATION]] += row[_COST]
+                if record[_COST]:
+                    self._pending[record[_ORGANIZATION]] += record[_COST]
+            files += 1
             if not segment.count:
-                await self._spool.remove(spool_file)
+                spent.append(spool_file)
                 continue
             self._sealed.append(segment)
             self._backlog += segment.count
             adopted += segment.count
-            files += 1
-        if adopted:
+        # Into this process's own segment, written after the adopted ones. Careful: should this process die
+        # before the adopted files are deleted, the next start replays these ids twice (from both files).
+        for record in crashed.values():
+            self._append((*record[1 : _COLUMNS + 1], tuple(tuple(budget) for budget in record[_BUDGETS + 1])))
+        if crashed:
+            self._current.careful = True
+        if self._current.file is not None:  # else the crashed rows are in memory only: keep their source
+            for spool_file in spent:
+                await self._spool.remove(spool_file)
+        if adopted or crashed:
             log.warning(
-                "ledger: %d usage rows from %d spool files of stopped processes are replayed (%s)",
+                "ledger: %d usage rows, and %d requests in flight when their process died (charged as"
+                " crashed), from %d spool files of stopped processes are replayed (%s)",
                 adopted,
+                len(crashed),
                 files,
                 self._spool.directory,
             )
             self._wake.set()
-        return adopted
+        return adopted + len(crashed)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ledger-flush")
 
+    def admit(self, crash: LedgerEntry) -> str:
+        """Journal an admitted request before it is forwarded; returns the id its `add`ed row must carry.
+
+        `crash` is the row charged if the process dies before that row is added.
+        """
+        row_id = self._new_id(crash.created_at)
+        line = orjson.dumps((_ADMITTED, *_row(crash, row_id)), option=orjson.OPT_APPEND_NEWLINE)
+        self._open[row_id] = line
+        spool_file = self._current.file
+        if spool_file is not None:
+            try:
+                spool_file.append(line)
+            except OSError as exc:
+                self._spool_write_failed(exc)
+        return row_id
+
     def add(self, entry: LedgerEntry) -> None:
         """Record a request's row: in the spool (in the kernel, past the death of the process) on return."""
-        row = (
-            f"led_{int(entry.created_at * 1000):011x}{self._id_prefix}{next(self._id_counter):08x}",
-            entry.organization_id,
-            entry.key_id,
-            entry.system_id,
-            entry.model,
-            entry.row_key,
-            entry.request_id,
-            entry.status,
-            entry.input_tokens,
-            entry.cached_input_tokens,
-            entry.output_tokens,
-            entry.cost_micros,
-            entry.created_at,
-            entry.units,
-            entry.outcome,
-            entry.budgets,
-        )
+        row_id = entry.row_id
+        if row_id is None:
+            row_id = self._new_id(entry.created_at)
+        self._append(_row(entry, row_id))
+        if entry.row_id is not None:
+            self._open.pop(row_id, None)  # after the append: the admission is superseded only once durable
+
+    def _new_id(self, created_at: float) -> str:
+        return f"led_{int(created_at * 1000):011x}{self._id_prefix}{next(self._id_counter):08x}"
+
+    def _append(self, row: LedgerRow) -> None:
         segment = self._current
         if segment.file is not None:
             try:
@@ -186,8 +225,8 @@ class LedgerWriter:
                 segment = self._spool_write_failed(exc)
         segment.count += 1
         self._backlog += 1
-        if entry.cost_micros:
-            self._pending[entry.organization_id] += entry.cost_micros
+        if cost := row[_COST]:
+            self._pending[row[_ORGANIZATION]] += cost
         rows = segment.rows
         if rows is not None:
             if self._in_memory < self._max_queue or segment.file is None:
@@ -198,6 +237,11 @@ class LedgerWriter:
                 segment.rows = None
         if segment.count >= self._batch_size:
             self._wake.set()
+
+    @property
+    def admitted(self) -> int:
+        """Requests admitted and not yet completed."""
+        return len(self._open)
 
     @property
     def queued(self) -> int:
@@ -243,8 +287,12 @@ class LedgerWriter:
             return
         assert segment.file is not None and self._spool is not None
         chunk: list[LedgerRow] = []
-        for index, row in enumerate(self._spool.rows(segment.file)):
-            if index < segment.written:
+        index = 0
+        for row in self._spool.rows(segment.file):
+            if row[0] == _ADMITTED:
+                continue
+            index += 1
+            if index <= segment.written:
                 continue
             chunk.append((*row[:_COLUMNS], tuple(tuple(budget) for budget in row[_BUDGETS])))
             if len(chunk) == size:
@@ -304,6 +352,11 @@ class LedgerWriter:
                 self._spool_broken = True
                 log.error("LEDGER SPOOL UNWRITABLE (%s): usage rows are kept in memory only until it is", exc)
             return _Segment(None)
+        if self._open:  # the segments before this one may now be deleted without losing an admission
+            try:
+                spool_file.append(b"".join(self._open.values()))
+            except OSError as exc:
+                log.error("LEDGER SPOOL UNWRITABLE (%s): open admissions not carried over", exc)
         if self._spool_broken:
             self._spool_broken = False
             log.warning("ledger spool writable again (%s)", self._spool.directory)
@@ -395,9 +448,36 @@ class LedgerWriter:
                 where,
             )
         if self._spool is not None:
-            if not self._current.count and self._current.file is not None:
+            if self._open:  # every request completes before the ledger stops; these did not
+                log.warning(
+                    "ledger: %d admitted requests had not completed at shutdown; they stay in the spool and"
+                    " are charged as crashed at the next start",
+                    len(self._open),
+                )
+            elif not self._current.count and self._current.file is not None:
                 await self._spool.remove(self._current.file)
             await self._spool.close()
+
+
+def _row(entry: LedgerEntry, row_id: str) -> LedgerRow:
+    return (
+        row_id,
+        entry.organization_id,
+        entry.key_id,
+        entry.system_id,
+        entry.model,
+        entry.row_key,
+        entry.request_id,
+        entry.status,
+        entry.input_tokens,
+        entry.cached_input_tokens,
+        entry.output_tokens,
+        entry.cost_micros,
+        entry.created_at,
+        entry.units,
+        entry.outcome,
+        entry.budgets,
+    )
 
 
 async def _ids_written(tx: Executor, ids: list[str]) -> set[str]:

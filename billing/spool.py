@@ -137,9 +137,17 @@ class Spool:
         return spool_file
 
     def adopt_orphans(self) -> list[SpoolFile]:
-        """Lock the segment files of dead processes (files nobody holds)."""
-        adopted = []
-        for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+        """Lock the segment files of dead processes (files nobody holds), oldest first per process.
+
+        A process's files are adopted all together or not at all: an admission and the completed row that
+        supersedes it may be in two of them, and only one adopter may see both.
+        """
+        adopted: list[SpoolFile] = []
+        skipped_owner: str | None = None
+        for path in sorted(self.directory.glob(f"*{_SUFFIX}"), key=_segment_order):
+            owner = _segment_order(path)[0]
+            if owner == skipped_owner:
+                continue
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:  # removed by its process or another adopter meanwhile
@@ -151,8 +159,14 @@ class Spool:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 if os.fstat(fd).st_ino != os.stat(path).st_ino:
                     raise FileNotFoundError(path)  # replayed and removed by another adopter, then recreated
-            except OSError:  # BlockingIOError: a live process holds it
+            except FileNotFoundError:
                 os.close(fd)
+                continue
+            except OSError:  # BlockingIOError: a live process, or another adopter, holds it
+                os.close(fd)
+                skipped_owner = owner
+                while adopted and _segment_order(adopted[-1].path)[0] == owner:
+                    self._close(adopted.pop())
                 continue
             spool_file = SpoolFile(path, fd)
             database = self._header(path)
@@ -241,6 +255,12 @@ class Spool:
                 self._sync_directory()
             except OSError as exc:
                 log.warning("spool fsync of %s failed: %s", self.directory, exc)
+
+
+def _segment_order(path: Path) -> tuple[str, int]:
+    """(owning process, sequence number) of a segment named `ledger-<owner>-<sequence>.spool`."""
+    owner, _, sequence = path.name.removesuffix(_SUFFIX).rpartition("-")
+    return (owner, int(sequence)) if sequence.isdigit() else (path.name, 0)
 
 
 def _sync_quietly(spool_file: SpoolFile) -> None:

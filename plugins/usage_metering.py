@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 
-from billing.ledger import LedgerEntry, LedgerWriter
+from billing.ledger import CRASHED, LedgerEntry, LedgerWriter
 from billing.media import MEDIA_ROUTES, MediaUsageReader
 from billing.usage import StreamUsageScanner, generated_tokens, tokens_of, usage_of_body
 from plugins.base import Plugin
 from plugins.billing_gate import final_cost
-from proxy.context import RequestContext
+from proxy.context import RequestContext, Usage
 
 _USAGE_ROUTES = frozenset({"chat_completions", "completions"})
 _USAGE_ONLY_MARKERS = (b'"choices":[]', b'"choices": []')
@@ -60,6 +60,8 @@ class UsageMetering(Plugin):
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
+        if ctx.reserved_micros is not None:  # admitted by the billing gate (the step before this one)
+            ctx.ledger_row_id = self._ledger.admit(_crash_entry(ctx))
         if ctx.route.name in MEDIA_ROUTES:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
             ctx.usage_scanner = MediaUsageReader(ctx.route.name, ctx.payload)
@@ -113,5 +115,29 @@ class UsageMetering(Plugin):
                 budgets=tuple(ctx.budgets),
                 units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
                 outcome=ctx.outcome if ctx.answered_status else "refused",
+                row_id=ctx.ledger_row_id,
             )
         )
+
+
+def _crash_entry(ctx: RequestContext) -> LedgerEntry:
+    """The row of an admitted request whose process dies before it completes: the prompt, which the
+    provider surely billed (about 4 bytes a token), at most the reservation."""
+    key = ctx.key
+    prompt_tokens = len(ctx.body) // 4
+    return LedgerEntry(
+        organization_id=key.organization_id,
+        key_id=key.id,
+        system_id=key.system_id,
+        model=ctx.model.name,
+        row_key=None,
+        request_id=ctx.request_id,
+        status=0,
+        input_tokens=prompt_tokens,
+        cached_input_tokens=0,
+        output_tokens=0,
+        cost_micros=min(ctx.model.prices.cost(Usage(input_tokens=prompt_tokens)), ctx.reserved_micros),
+        created_at=time.time(),
+        budgets=tuple(ctx.budgets),
+        outcome=CRASHED,
+    )

@@ -65,6 +65,7 @@ class RequestContext:
     token_windows: list[tuple[str, int, int]] = field(default_factory=list)
     cost_micros: int | None = None
     reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
+    ledger_row_id: str | None = None  # the id its ledger row takes, given when its admission was journaled
     # The success status of an upstream answer whose relay began (0: none): such a request is charged for
     # what it delivered, however it ended.
     answered_status: int = 0
