@@ -4,6 +4,7 @@ CLI top-up on SQLite."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import httpx
 import openai
 import pytest
 
+from billing.allowance import allowance_event_id
+from cabinet.storage import open_database
 from tests.support.gateway import ThreadedGateway, write_config
 
 OPERATOR_TOKEN = "operator-token-for-money-tests-0123456789"
@@ -257,3 +260,43 @@ def test_a_cli_top_up_on_sqlite_takes_effect_in_a_running_gateway_and_says_so(tm
     assert status == 200
     assert "needed for SQLite" not in helped.stdout
     assert "every balance change reaches it either way" in " ".join(helped.stdout.split())
+
+
+def test_a_starting_gateway_grants_the_months_allowance_to_activated_organizations(
+    start_gateway, storage_url: str
+) -> None:
+    first = start_gateway()
+    tenant = register(first, "free")
+    first.stop()
+    # Activated in an earlier month: this month's allowance is still due.
+    asyncio.run(_activate_without_allowance(storage_url, tenant.organization_id))
+
+    second = start_gateway()
+    granted = asyncio.run(_allowance_granted(storage_url, tenant.organization_id, within=10.0))
+
+    assert granted
+    assert chat_status(second, tenant) == 200
+
+
+async def _activate_without_allowance(storage_url: str, organization_id: str) -> None:
+    db = await open_database(storage_url)
+    try:
+        await db.execute("UPDATE organizations SET activated_at = 1.0 WHERE id = $1", organization_id)
+    finally:
+        await db.close()
+
+
+async def _allowance_granted(storage_url: str, organization_id: str, *, within: float) -> bool:
+    """Poll storage until the organization's allowance event of this month exists."""
+    db = await open_database(storage_url)
+    try:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if await db.fetchval(
+                "SELECT 1 FROM balance_events WHERE id = $1", allowance_event_id(organization_id, time.time())
+            ):
+                return True
+            await asyncio.sleep(0.05)  # polling an observable condition, bounded by the deadline
+        return False
+    finally:
+        await db.close()
