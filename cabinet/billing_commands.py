@@ -36,7 +36,8 @@ from cabinet.billing import (
     top_up,
 )
 from cabinet.clock import now
-from cabinet.operator import invite_organization, organization_invoices_json, payment_json
+from cabinet.operator import organization_invoices_json, payment_json
+from cabinet.registration_invitations import invite_organization
 from cabinet.requests import CabinetError
 from cabinet.storage import MIGRATIONS, Database, StorageError, open_database
 from config import Config

@@ -29,7 +29,7 @@ from cabinet.billing import (
 from cabinet.clock import isoformat, now
 from cabinet.invoices import Invoice, invoices_of
 from cabinet.organizations import organization_by_id
-from cabinet.registration_invitations import create_registration_invitation
+from cabinet.registration_invitations import invite_organization
 from cabinet.requests import (
     CabinetError,
     bad_request,
@@ -39,8 +39,7 @@ from cabinet.requests import (
     required_email,
 )
 from cabinet.services import services_of
-from cabinet.storage.database import Database, Executor
-from cabinet.users import user_by_email
+from cabinet.storage.database import Executor
 from config import Config
 
 
@@ -181,24 +180,6 @@ async def operator_invite_organization(request: web.Request) -> web.Response:
         services.db, services.config, required_email(body, "email"), body.get("planCode"), now()
     )
     return json_response({**invitation, "token": token}, status=201)
-
-
-async def invite_organization(
-    db: Database, config: Config, email: str, plan_code: Any, at: float
-) -> tuple[dict[str, Any], str]:
-    """Create a registration invitation for any plan (a credit plan included): (its JSON, the token).
-    400 for an unknown plan, 409 when the e-mail already has an account."""
-    if not isinstance(plan_code, str) or not plan_code:
-        raise bad_request("planCode is required")
-    if config.plan(plan_code) is None:
-        raise bad_request(f"planCode must be one of: {', '.join(p.code for p in config.plans)}")
-    if await user_by_email(db, email) is not None:
-        raise CabinetError(409, "an account with this e-mail already exists")
-    async with db.transaction() as tx:
-        invitation, token = await create_registration_invitation(
-            tx, email, plan_code, at, config.cabinet.invitation_ttl_seconds
-        )
-    return invitation.to_json(), token
 
 
 async def operator_invoices(request: web.Request) -> web.Response:

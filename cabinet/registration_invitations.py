@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from cabinet.clock import isoformat
-from cabinet.requests import CabinetError
-from cabinet.storage.database import Executor, Row
+from cabinet.requests import CabinetError, bad_request
+from cabinet.storage.database import Database, Executor, Row
 from cabinet.tokens import hash_token, new_id, new_opaque_token
+from cabinet.users import user_by_email
+from config import Config
 
 _COLUMNS = "id, email, plan_code, status, created_at, expires_at, used_at, organization_id"
 
@@ -102,3 +104,21 @@ async def use_registration_invitation(
     )
     if used != 1:
         raise _refused("invitation has already been used")
+
+
+async def invite_organization(
+    db: Database, config: Config, email: str, plan_code: Any, at: float
+) -> tuple[dict[str, Any], str]:
+    """Create a registration invitation for any plan (a credit plan included): (its JSON, the token).
+    400 for an unknown plan, 409 when the e-mail already has an account."""
+    if not isinstance(plan_code, str) or not plan_code:
+        raise bad_request("planCode is required")
+    if config.plan(plan_code) is None:
+        raise bad_request(f"planCode must be one of: {', '.join(p.code for p in config.plans)}")
+    if await user_by_email(db, email) is not None:
+        raise CabinetError(409, "an account with this e-mail already exists")
+    async with db.transaction() as tx:
+        invitation, token = await create_registration_invitation(
+            tx, email, plan_code, at, config.cabinet.invitation_ttl_seconds
+        )
+    return invitation.to_json(), token
