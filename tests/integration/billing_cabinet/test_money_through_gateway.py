@@ -300,3 +300,41 @@ async def _allowance_granted(storage_url: str, organization_id: str, *, within: 
         return False
     finally:
         await db.close()
+
+
+def test_adjustments_reach_the_running_gateway_through_the_api_and_the_cli(
+    start_gateway, storage_url: str, tmp_path: Path
+) -> None:
+    gateway = start_gateway()
+    tenant = register(gateway, "pro")
+    operator(gateway, f"/organizations/{tenant.organization_id}/top-up", {"amountMicros": 1_000_000})
+    config_path = tmp_path / "money0.toml"
+    adjust = ["billing", "adjust", tenant.organization_id]
+
+    funded = chat_status(gateway, tenant)
+    frozen = operator(
+        gateway,
+        f"/organizations/{tenant.organization_id}/adjust",
+        {"kind": "set", "amountMicros": 0, "reason": "x"},
+    )
+    after_freeze = chat_status(gateway, tenant)
+    credited = _cli(*adjust, "credit", "1", "--reason", "goodwill", "--config", str(config_path))
+    after_credit = eventually_status(gateway, tenant, 200)
+    # Lowering a balance reaches a gateway on PostgreSQL through NOTIFY; on SQLite it goes through --url.
+    where = ["--config", str(config_path)]
+    if storage_url.startswith("sqlite"):
+        where = ["--url", gateway.base_url, "--operator-token", OPERATOR_TOKEN]
+    debited = _cli(*adjust, "debit", "5", "--reason", "chargeback", *where)
+    after_debit = eventually_status(gateway, tenant, 402)
+
+    assert (funded, frozen["balanceMicros"], after_freeze) == (200, 0, 402)
+    assert credited.returncode == 0, credited.stderr
+    assert after_credit == 200
+    assert debited.returncode == 0, debited.stderr
+    assert after_debit == 402
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy.cli", *args], cwd=REPOSITORY, capture_output=True, text=True, timeout=60
+    )
