@@ -127,6 +127,11 @@ BILLING_PATHS: dict[str, dict[str, Any]] = {
         ),
     },
 }
+# An invitation for an e-mail that already has an account conflicts with it.
+BILLING_PATHS["/operator/registration-invitations"]["post"]["responses"]["409"] = {
+    "description": "An account with this e-mail already exists",
+    "content": {"application/json": {"schema": _ref("Error")}},
+}
 # Reading an operator list cannot conflict with anything.
 del BILLING_PATHS["/operator/organizations/{id}/invoices"]["get"]["responses"]["409"]
 

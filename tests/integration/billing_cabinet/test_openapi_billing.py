@@ -38,3 +38,21 @@ def test_operator_routes_use_the_operator_token_scheme() -> None:
     assert len(operator_ops) == 6
     assert all(op["security"] == [{"operator": []}] for op in operator_ops)
     assert document["components"]["securitySchemes"]["operator"]["scheme"] == "bearer"
+
+
+async def test_the_operator_schemas_list_the_returned_fields(cabinet: BillingCabinet) -> None:
+    owner = await cabinet.register(plan="pro")
+    org_id = await cabinet.organization_id(owner)
+
+    adjusted = await cabinet.operator(
+        "POST", f"/organizations/{org_id}/adjust", json={"kind": "credit", "amountMicros": 1, "reason": "x"}
+    )
+    planned = await cabinet.operator("POST", f"/organizations/{org_id}/plan", json={"planCode": "free"})
+    invited = await cabinet.operator(
+        "POST", "/registration-invitations", json={"email": "new@example.com", "planCode": "pro"}
+    )
+
+    assert set(SCHEMAS["Adjustment"]["properties"]) == set(adjusted.body)
+    assert set(SCHEMAS["PlanChange"]["properties"]) == set(planned.body)
+    assert set(SCHEMAS["RegistrationInvitation"]["properties"]) == set(invited.body)
+    assert set(SCHEMAS["RegisterRequest"]["required"]) == {"legalName", "email", "password"}
