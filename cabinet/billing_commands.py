@@ -208,16 +208,19 @@ async def _via_storage(config: Config, order: Order) -> tuple[dict[str, Any], li
                 )
             result, events = adjustment.to_json(config.billing.currency), [adjustment.event]
         elif order.command == "set-plan":
+            at = now()
             async with db.transaction() as tx:
                 previous, plan = await change_plan(
-                    tx, config, order.organization_id, order.plan_code, now(), via="cli"
+                    tx, config, order.organization_id, order.plan_code, at, via="cli"
                 )
+                allowance = await grant_allowance(tx, config, order.organization_id, at)
             result = {
                 "organizationId": order.organization_id,
                 "planCode": plan.code,
                 "previousPlanCode": previous,
             }
-            return result, await _announce_plan(config, db, order.organization_id)
+            notes = await _announce_plan(config, db, order.organization_id)
+            return result, notes + (await _announce(config, db, [allowance]) if allowance else [])
         elif order.command == "invite-org":
             invitation, token = await invite_organization(db, config, order.email, order.plan_code, now())
             return {**invitation, "token": token}, []

@@ -161,9 +161,13 @@ async def operator_set_plan(request: web.Request) -> web.Response:
     organization_id = path_id(request, "id", unknown=organization_not_found())
     body = await read_json_object(request)
     _only_fields(body, {"planCode"})
+    at = now()
     async with services.db.transaction() as tx:
-        previous, plan = await change_plan(tx, services.config, organization_id, body.get("planCode"), now())
+        previous, plan = await change_plan(tx, services.config, organization_id, body.get("planCode"), at)
+        # An activated organization moved onto a plan with an allowance gets this month's at once.
+        allowance = await grant_allowance(tx, services.config, organization_id, at)
     await announce_plan_change(services, organization_id)
+    await announce_balance_event(services, allowance)
     return json_response(
         {"organizationId": organization_id, "planCode": plan.code, "previousPlanCode": previous}
     )

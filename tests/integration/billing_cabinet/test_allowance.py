@@ -139,3 +139,20 @@ async def test_marking_paid_from_the_cli_grants_the_allowance_too(
     assert code == 0, err
     assert "credited 0.00 USD; balance 2.50 USD" in out
     assert await _allowance_events(cabinet, org_id) == [allowance_event_id(org_id, time.time())]
+
+
+async def test_an_activated_organization_moved_onto_a_plan_with_an_allowance_gets_it_at_once(
+    start_billing_cabinet: BillingCabinetFactory,
+) -> None:
+    cabinet = await start_billing_cabinet(allowance_config())
+    owner = await cabinet.register(plan="pro")
+    org_id = await cabinet.organization_id(owner)
+    await cabinet.operator("POST", f"/invoices/{await cabinet.open_invoice_id(owner)}/mark-paid")
+
+    for plan in ("free", "pro", "free"):
+        moved = await cabinet.operator("POST", f"/organizations/{org_id}/plan", json={"planCode": plan})
+        assert moved.status == 200, moved.body
+
+    assert await _allowance_events(cabinet, org_id) == [allowance_event_id(org_id, time.time())]
+    assert await cabinet.balance(org_id) == 49_000_000 + ALLOWANCE_MICROS
+    assert cabinet.billing.credited == [(org_id, 49_000_000), (org_id, ALLOWANCE_MICROS)]
