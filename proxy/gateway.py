@@ -84,6 +84,7 @@ class Gateway:
         if tracer is not None:
             db = tracer.traced_database(db)
         bus: RedisBus | None = None
+        ledger: LedgerWriter | None = None
         try:
             await apply_migrations(db)
             if config.redis.url:
@@ -149,6 +150,8 @@ class Gateway:
             gateway.follow_config(gateway.allowances.use_config)
             gateway.allowances.start()
         except BaseException:
+            if ledger is not None:  # releases its spool files, for the next start
+                await ledger.stop(0.0)
             if bus is not None:
                 await bus.close()
             await db.close()

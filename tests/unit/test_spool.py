@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from billing.spool import Spool, SpoolError, database_identity, default_spool_dir
+from config import ConfigError, load_config
 
 DATABASE = "sqlite:/srv/modelgate.db"
 
@@ -126,3 +127,30 @@ def test_the_database_identity_leaves_out_credentials() -> None:
         "postgresql://db.example:6432/gw"
     )
     assert database_identity("sqlite:////srv/gw.db") == "sqlite:/srv/gw.db"
+
+
+def test_spool_settings_are_validated_with_every_problem_reported(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        "[billing]\n"
+        'spool_fsync = "sometimes"\n'
+        "spool_fsync_interval_seconds = 0\n"
+        "ledger_max_queue = 0\n"
+        "spool_dir = 7\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    problems = "\n".join(caught.value.problems)
+    for key in ("spool_fsync", "spool_fsync_interval_seconds", "ledger_max_queue", "spool_dir"):
+        assert f"billing.{key}:" in problems
+    assert "always, interval, never" in problems
+
+
+def test_spool_settings_have_their_documented_defaults() -> None:
+    billing = load_config(None, env={}).billing  # the embedded defaults set no spool keys
+    assert (billing.spool_dir, billing.spool_fsync, billing.spool_fsync_interval_seconds) == (
+        "",
+        "interval",
+        1.0,
+    )
+    assert billing.ledger_max_queue == 100000

@@ -24,7 +24,7 @@ def test_readyz_reports_storage_and_is_ready_while_serving(tmp_path: Path, sqlit
     with GatewayProcess(config, cwd=tmp_path) as gateway:
         ready = httpx.get(f"{gateway.base_url}/readyz", timeout=5)
         assert ready.status_code == 200
-        assert ready.json() == {"status": "ready", "checks": {"storage": "ok"}}
+        assert ready.json() == {"status": "ready", "checks": {"storage": "ok"}, "ledger_backlog": 0}
         assert httpx.get(f"{gateway.base_url}/healthz", timeout=5).json() == {"status": "ok"}
 
 
