@@ -329,3 +329,21 @@ async def test_pending_cost_counts_rows_that_are_only_in_the_spool(
     assert request_ids == sorted(f"req_spool_{n}" for n in range(7))
     assert balance == 10_000 - sum(100 + n for n in range(7))
     assert writer.pending_cost(org_id) == 0
+
+
+async def test_a_row_added_after_the_stop_never_lands_in_a_reused_descriptor(
+    db: Database, tmp_path: Path, storage_url: str
+) -> None:
+    org_id = await _organization(db, 10_000)
+    writer, _ = _writer(db, tmp_path / "spool", storage_url)
+    await writer.open()
+    await writer.stop(5.0)
+    # The spool's descriptors are closed: the next file opened takes the lowest free number.
+    bystander = tmp_path / "bystander"
+    fd = os.open(bystander, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        writer.add(_entry(org_id, 1))
+    finally:
+        os.close(fd)
+    assert bystander.read_bytes() == b""
+    assert writer.backlog == 1
