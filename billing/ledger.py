@@ -457,6 +457,8 @@ class LedgerWriter:
             elif not self._current.count and self._current.file is not None:
                 await self._spool.remove(self._current.file)
             await self._spool.close()
+            # Its descriptors are closed (and their numbers free for reuse): a late row stays in memory.
+            self._current = _Segment(None)
 
 
 def _row(entry: LedgerEntry, row_id: str) -> LedgerRow:
