@@ -2,7 +2,8 @@
 
 An outage without touching the machine's PostgreSQL: `cut()` resets every relayed connection, and every
 new one is reset as soon as it is accepted (counted in `refused`, so a test can see a client retry) until
-`restore()`. Runs on its own loop in a daemon thread; every public method is safe to call from a test.
+`restore()`. `stall()` is the partition instead: connections are reset, and new ones are accepted and then
+never answered. Runs on its own loop in a daemon thread; every public method is safe to call from a test.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ class TcpProxy:
         self.target_port = target_port
         self.port = 0
         self.accepted = 0  # connections relayed since start
-        self.refused = 0  # connections reset on arrival while cut
+        self.refused = 0  # connections reset on arrival while cut (or held unanswered while stalled)
         self._cut_off = False
+        self._stalled = False
+        self._held: set[asyncio.StreamWriter] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
@@ -58,9 +61,14 @@ class TcpProxy:
         """Reset every open connection and refuse new ones until `restore()`."""
         self._call(self._cut())
 
+    def stall(self) -> None:
+        """Reset every open connection; accept new ones but never answer them, until `restore()`."""
+        self._call(self._cut())
+        self._stalled = True
+
     def restore(self) -> None:
         """Relay new connections again."""
-        self._cut_off = False
+        self._cut_off = self._stalled = False
 
     def stop(self) -> None:
         if self._loop is None:
@@ -90,11 +98,18 @@ class TcpProxy:
 
     async def _close(self) -> None:
         await self._cut()
+        for writer in self._held:
+            writer.transport.abort()
+        self._held.clear()
         if self._server is not None:
             self._server.close()
             self._server = None
 
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        if self._stalled:
+            self.refused += 1
+            self._held.add(client_writer)  # silent: what a client sees of a partitioned server
+            return
         if self._cut_off:
             self.refused += 1
             client_writer.transport.abort()

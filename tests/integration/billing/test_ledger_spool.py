@@ -347,3 +347,34 @@ async def test_a_row_added_after_the_stop_never_lands_in_a_reused_descriptor(
         os.close(fd)
     assert bystander.read_bytes() == b""
     assert writer.backlog == 1
+
+
+def test_a_sigterm_while_postgres_does_not_answer_stops_within_the_grace_and_keeps_the_rows(
+    tmp_path: Path, fresh_pg_url: str
+) -> None:
+    with TcpProxy(5432) as proxy:
+        config = _config(tmp_path, proxy.url(fresh_pg_url), flush_interval=0.2)
+        gateway = GatewayProcess(config, cwd=tmp_path).start()
+        restarted: GatewayProcess | None = None
+        try:
+            tenant = register_tenant(gateway.base_url)
+            before = _serve(gateway.base_url, tenant.api_key, 3)
+            assert _wait_until(lambda: _rows_of(fresh_pg_url, tenant.email) == 3)
+
+            proxy.stall()  # a partition: the flush waits on a connection nobody answers
+            during = _serve(gateway.base_url, tenant.api_key, 10, concurrency=2)
+            assert len(during) == 10
+            assert _wait_until(lambda: proxy.refused >= 1, timeout=30)
+            stopping = time.monotonic()
+            gateway.terminate()
+            assert gateway.wait(timeout=60) == 0
+            assert time.monotonic() - stopping < 5.0 + 5.0  # the shutdown grace, and the process's own exit
+
+            proxy.restore()
+            restarted = GatewayProcess(config, cwd=tmp_path).start()
+            assert _wait_until(lambda: _rows_of(fresh_pg_url, tenant.email) == 13)
+            _assert_charged_once(fresh_pg_url, tenant.email, before + during)
+        finally:
+            gateway.kill()
+            if restarted is not None:
+                restarted.kill()
