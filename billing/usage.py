@@ -150,6 +150,8 @@ def delivered_usage(ctx: RequestContext) -> Usage:
         return usage
     scanner = ctx.usage_scanner
     relayed = scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.content_tokens
+    if ctx.max_output_tokens:  # an estimate never passes the output allowance the provider was held to
+        relayed = min(relayed, ctx.max_output_tokens)
     if usage is None:
         return Usage(input_tokens=len(ctx.body) // _BYTES_PER_TOKEN, output_tokens=relayed)
     if not usage.input_tokens:

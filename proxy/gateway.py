@@ -21,7 +21,7 @@ from plugins import PluginChain
 from plugins.request_id import InFlightIds
 from proxy.keys import REVOCATION_CHANNEL, KeyDirectory
 from proxy.metrics import GatewayMetrics
-from proxy.model_api import ModelApi
+from proxy.model_api import Completions, ModelApi
 from proxy.objects import ObjectStore
 from proxy.realtime import RealtimeSessions, RealtimeState
 from proxy.realtime_secrets import InProcessSecrets, RedisSecrets
@@ -53,6 +53,7 @@ class Gateway:
     runtime: ModelRuntime = field(init=False)
     allowances: AllowanceGrants | None = None  # monthly allowances of plans, granted once across processes
     shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
+    completions: Completions = field(default_factory=Completions)  # of requests whose client left
     _config_followers: list[Callable[[Config], None]] = field(default_factory=list)
     _retiring: set[asyncio.Task] = field(default_factory=set)
 
@@ -183,6 +184,7 @@ class Gateway:
         """Flush what must be flushed (ledger, object bindings), then close clients and storage."""
         if self.allowances is not None:
             await self.allowances.stop()
+        await self.completions.drain()  # their ledger rows and settlements come first
         # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.
         await self.ledger.stop(self.config.server.shutdown_grace_seconds)
         await self.objects.drain()

@@ -12,7 +12,8 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -49,6 +50,27 @@ def request_id_of(request: web.Request) -> str:
     return new_request_id()
 
 
+class Completions:
+    """Completion phases that run to their end even when their request's handler is cancelled (its client
+    left while a hook waited on Redis); the gateway awaits them before it stops the ledger."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending: set[asyncio.Task] = set()
+
+    def run(self, phase: Coroutine[Any, Any, None]) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(phase)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return task
+
+    async def drain(self) -> None:
+        """Wait for every completion phase still running."""
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+
 class ModelApi:
     """The handler behind every /v1 path."""
 
@@ -59,9 +81,11 @@ class ModelApi:
         catalog: ModelCatalog,
         handlers: Mapping[str, LocalHandler] | None = None,
         shutting_down: Callable[[], bool] = lambda: False,
+        completions: Completions | None = None,
     ) -> None:
         self._chain = chain
         self._shutting_down = shutting_down
+        self._completions = completions
         self._handlers = dict(handlers or {})
         self._forwarder = forwarder
         self._local: dict[str, Callable[[ModelCatalog, RequestContext], web.StreamResponse]] = {
@@ -104,15 +128,24 @@ class ModelApi:
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
         finally:
-            for hook, must_await in self._chain.complete_hooks:
-                try:
-                    if must_await:
-                        await hook(ctx)
-                    else:
-                        hook(ctx)
-                except Exception:
-                    log.exception(
-                        "completion hook failed for request %s",
-                        ctx.request_id,
-                        extra={"request_id": ctx.request_id},
-                    )
+            if self._completions is None:
+                await self._complete(ctx)
+            else:
+                # The hooks wait on shared state (Redis): a client leaving now cancels this handler, which
+                # must not cut the settlement, the ledger row or the id's release in half.
+                await asyncio.shield(self._completions.run(self._complete(ctx)))
+
+    async def _complete(self, ctx: RequestContext) -> None:
+        """The completion phase: every hook runs, whatever the others do."""
+        for hook, must_await in self._chain.complete_hooks:
+            try:
+                if must_await:
+                    await hook(ctx)
+                else:
+                    hook(ctx)
+            except Exception:
+                log.exception(
+                    "completion hook failed for request %s",
+                    ctx.request_id,
+                    extra={"request_id": ctx.request_id},
+                )

@@ -18,7 +18,7 @@ from aiohttp import web
 from config import Config
 from plugins import ChainServices, PluginChain, default_chain
 from proxy.forward import Forwarder
-from proxy.model_api import LocalHandler, ModelApi
+from proxy.model_api import Completions, LocalHandler, ModelApi
 from proxy.realtime import RealtimeRelay
 from proxy.realtime_secrets import ClientSecretIssuer
 from proxy.routes import RouteTable
@@ -43,6 +43,7 @@ class ModelRuntime:
         chain: PluginChain,
         handlers: Callable[[RowSelector], dict[str, LocalHandler]] | None = None,
         shutting_down: Callable[[], bool] = lambda: False,
+        completions: Completions | None = None,
     ) -> None:
         self.config = config
         self.upstreams = upstreams
@@ -50,7 +51,9 @@ class ModelRuntime:
         self.chain = chain
         selector = RowSelector(config.routing.cooldown_seconds, config.routing.failure_threshold)
         local = handlers(selector) if handlers is not None else {}
-        self.model_api = ModelApi(chain, Forwarder(chain, selector), catalog, local, shutting_down)
+        self.model_api = ModelApi(
+            chain, Forwarder(chain, selector), catalog, local, shutting_down, completions
+        )
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -119,7 +122,11 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
         }
 
     chain = default_chain(services, config.plugins.disabled)
-    return ModelRuntime(config, upstreams, catalog, chain, handlers, lambda: gateway.shutting_down)
+    # With Redis the completion hooks really wait: they run in tasks a leaving client cannot cut short.
+    completions = gateway.completions if gateway.redis is not None else None
+    return ModelRuntime(
+        config, upstreams, catalog, chain, handlers, lambda: gateway.shutting_down, completions
+    )
 
 
 class ModelApiDispatcher:
