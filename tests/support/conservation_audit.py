@@ -166,9 +166,10 @@ def live_counters_match_storage(ev: Evidence) -> list[str]:
             findings.append(f"org{tenant.index}: no Redis counter (fields {live.raw})")
             continue
         if live.balance != books.balance_micros:
+            crashed = sum(row.cost_micros for row in books.rows if row.outcome == "crashed")
             findings.append(
                 f"org{tenant.index}: Redis balance {live.balance} != stored balance {books.balance_micros} "
-                f"(difference {live.balance - books.balance_micros:+d})"
+                f"(difference {live.balance - books.balance_micros:+d}; rows charged as crashed: {crashed} µ)"
             )
     return findings
 
@@ -373,7 +374,10 @@ def summary(ev: Evidence) -> str:
         released = "never" if ev.released_after is None else f"{ev.released_after:.1f} s after settling"
         lines.append(f"Redis reservations all released: {released}")
     outcomes = Counter(record.result for record in ev.log.calls)
-    lines.append(f"calls: {dict(sorted(outcomes.items()))}; timed out: {len(ev.log.timed_out)}")
+    lines.append(
+        f"calls: {dict(sorted(outcomes.items()))}; timed out: {len(ev.log.timed_out)}; "
+        f"failed in the client: {len(ev.log.failed)}"
+    )
     sessions = [r for r in ev.log.calls if isinstance(r.operation, RealtimeCall) and r.status == 101]
     lines.append(
         f"realtime: {len(sessions)} sessions upgraded, {sum(r.creates_sent for r in sessions)} "
@@ -383,7 +387,10 @@ def summary(ev: Evidence) -> str:
     for restart in ev.log.restarts:
         ended = restart.ended.name if restart.ended else "?"
         how = "SIGKILL" if restart.operation.hard else "SIGTERM"
-        lines.append(f"{how} {ended} with {restart.busy_at_signal} requests under way{_timing(restart)}")
+        problem = f"; {restart.ended.stop_problem}" if restart.ended and restart.ended.stop_problem else ""
+        lines.append(
+            f"{how} {ended} with {restart.busy_at_signal} requests under way{_timing(restart)}{problem}"
+        )
     served = Counter(r.generation.name if r.generation else "none" for r in ev.log.calls)
     lines.append(f"calls by gateway process: {dict(sorted(served.items()))}")
     exempt = [r for r in ev.log.calls if in_flight_at_kill(r)]

@@ -100,6 +100,7 @@ class TrafficLog:
     changes: list[BalanceRecord] = field(default_factory=list)
     restarts: list[RestartRecord] = field(default_factory=list)
     timed_out: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # operations that raised (a bug of the test's client)
 
 
 def prompt_of(call: ChatCall) -> str:
@@ -162,6 +163,8 @@ class Traffic:
                 await asyncio.wait_for(self._perform(operation), OPERATION_TIMEOUT)
             except TimeoutError:
                 self.log.timed_out.append(repr(operation))
+            except Exception as exc:  # one broken operation must not stop the rest of the mix
+                self.log.failed.append(f"{operation!r}: {exc!r}")
 
     async def _perform(self, operation: Operation) -> None:
         if isinstance(operation, ChatCall):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ class Generation:
     ended_at: float | None = None
     signalled_at: float | None = None  # when the test sent it SIGTERM or SIGKILL
     killed: bool = False
+    stop_problem: str = ""  # a graceful stop that did not end in time (then killed)
     in_flight: int = 0  # requests this test has under way on it
 
     @property
@@ -94,6 +96,8 @@ class GatewayFleet:
             process.terminate()
             try:
                 await asyncio.to_thread(process.wait, STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                ended.stop_problem = f"did not stop within {STOP_TIMEOUT:g} s of SIGTERM; killed"
             finally:
                 await asyncio.to_thread(process.kill)  # no-op when it stopped in time
         ended.ended_at = time.monotonic()

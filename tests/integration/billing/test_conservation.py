@@ -374,6 +374,10 @@ def test_the_mix_ran_as_planned(conservation: Run) -> None:
     expected = (COMPLETED, CLIENT_CUT, SERVER_CUT, GATEWAY_ERROR)
     problems = [f"no {name} call" for name in expected if name not in results]
     problems += [f"timed out: {operation}" for operation in log.timed_out]
+    problems += [f"failed: {failure}" for failure in log.failed]
+    problems += [
+        f"{r.ended.name} {r.ended.stop_problem}" for r in log.restarts if r.ended and r.ended.stop_problem
+    ]
     if not any(record.status == 101 for record in log.calls):
         problems.append("no realtime session was upgraded")
     if len(log.restarts) != 2 or any(r.ended is None for r in log.restarts):
