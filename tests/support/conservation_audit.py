@@ -12,8 +12,12 @@ What is counted (the precise contract the checks hold the gateway to):
 - A realtime session writes one row per response it was asked for, with request id `<session id>:<response
   id>`: a `response.done` the client received has its row with the output tokens it reported; a
   response.create refused for balance has a cost-0 row. No row with the session's own id costs anything.
-- Calls under way on a process when it was SIGKILLed (not ended `KILL_GRACE` seconds before the kill) are
-  exempt from the row counts and token checks (at most one row each) and listed in the summary.
+- A chat call admitted before its process was SIGKILLed has exactly one row too (its completed row, or its
+  admission charged as `crashed` at the next start: README, the ledger's write-ahead spool). Calls under
+  way at the kill (not ended `KILL_GRACE` seconds before it) are exempt from the token checks (a crashed
+  row charges the prompt only, as documented); one that saw no head has at most one row; a realtime
+  session has at most one row per response.create (responses are not journaled). They are listed in the
+  summary.
 """
 
 from __future__ import annotations
@@ -223,13 +227,12 @@ def one_row_per_admitted_request(ev: Evidence) -> list[str]:
         if isinstance(record.operation, RealtimeCall):
             findings += _realtime_rows(record, rows, own, label)
             continue
-        if in_flight_at_kill(record):
-            if len(own) > 1:
-                findings.append(f"{label}: {len(own)} rows")
-            continue
-        if record.result in ADMITTED:
+        if record.result in ADMITTED:  # a SIGKILL too leaves exactly one row (its admission, `crashed`)
             if len(own) != 1:
                 findings.append(f"{label}: admitted ({record.result}, {record.status}) but {len(own)} rows")
+        elif in_flight_at_kill(record):  # no head: it may have been admitted, then cut by the kill
+            if len(own) > 1:
+                findings.append(f"{label}: {len(own)} rows")
         elif len(own) > 1 or any(row.cost_micros for row in own):
             costs = [row.cost_micros for row in own]
             findings.append(
@@ -401,7 +404,7 @@ def summary(ev: Evidence) -> str:
         or _session_rows(_rows_by_request(ev.books[r.operation.organization]), r.request_id)
     )
     lines.append(
-        f"under way at a SIGKILL (exempt from row counts): {len(exempt)}, of which {with_rows} have rows: "
+        f"under way at a SIGKILL (exempt from token checks): {len(exempt)}, of which {with_rows} have rows: "
         f"{[r.request_id for r in exempt][:12]}"
     )
     changes = Counter((c.kind, c.status, c.skipped[:20]) for c in ev.log.changes)

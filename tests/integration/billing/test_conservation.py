@@ -6,7 +6,9 @@ counters, and on PostgreSQL + Redis with two processes sharing them.
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
-message. What is counted is defined in tests/support/conservation_audit.py.
+message. What is counted is defined in tests/support/conservation_audit.py. With MODELGATE_CONSERVATION_DIR
+set, each run keeps its config, SQLite file, gateway logs and a post-mortem (report.txt with every check's
+findings, books.json, calls.json) in a directory of its own there.
 """
 
 from __future__ import annotations
