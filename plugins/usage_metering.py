@@ -114,7 +114,7 @@ class UsageMetering(Plugin):
                 created_at=time.time(),
                 budgets=tuple(ctx.budgets),
                 units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
-                outcome=ctx.outcome if ctx.answered_status else "refused",
+                outcome=_outcome(ctx),
                 row_id=ctx.ledger_row_id,
             )
         )
@@ -141,3 +141,11 @@ def _crash_entry(ctx: RequestContext) -> LedgerEntry:
         budgets=tuple(ctx.budgets),
         outcome=CRASHED,
     )
+
+
+def _outcome(ctx: RequestContext) -> str:
+    """How the request ended, for its ledger row."""
+    if ctx.answered_status:
+        return ctx.outcome
+    # Answered by the gateway itself (a realtime secret, a video list): complete, and free.
+    return "completed" if 0 < ctx.status < 400 else "refused"
