@@ -136,6 +136,7 @@ class LedgerWriter:
         # Held by a flush's transaction, and by readers that must not see half of one.
         self.lock = asyncio.Lock()
         self.last_flush_at = time.time()  # of the last flush that succeeded, even an empty one (metrics)
+        self.crashed_charges: list[tuple[str, int]] = []  # (organization, cost) of the rows `open` charged
 
     async def open(self) -> int:
         """Start the spool and adopt the segments of dead processes: their rows are written like any other,
@@ -169,6 +170,11 @@ class LedgerWriter:
         # before the adopted files are deleted, the next start replays these ids twice (from both files).
         for record in crashed.values():
             self._append((*record[1 : _COLUMNS + 1], tuple(tuple(budget) for budget in record[_BUDGETS + 1])))
+        # A shared live counter (Redis) outlived the dead process and never saw these charges: the gateway
+        # settles them there too (`crashed_charges`), so the counter and the stored balance agree.
+        self.crashed_charges = [
+            (record[_ORGANIZATION + 1], record[_COST + 1]) for record in crashed.values() if record[_COST + 1]
+        ]
         if crashed:
             self._current.careful = True
         if self._current.file is not None:  # else the crashed rows are in memory only: keep their source

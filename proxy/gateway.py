@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts
+from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts, balance_key
 from billing.allowance import AllowanceGrants
 from billing.counters import Counters, InProcessCounters, RedisCounters
 from billing.ledger import LedgerWriter
@@ -145,6 +145,8 @@ class Gateway:
             gateway.follow_config(accounts.use_config)
             ledger.start()
             await counters.start()
+            for organization_id, cost in ledger.crashed_charges:  # the shared counter never saw these
+                await counters.settle(balance_key(organization_id), 0, cost)
             if bus is None and db.dialect == "sqlite":  # no channel between processes: read the events
                 accounts.follow_stored_events()
             gateway.allowances = AllowanceGrants(db, config, accounts.balance_changed)
@@ -184,7 +186,8 @@ class Gateway:
         """Flush what must be flushed (ledger, object bindings), then close clients and storage."""
         if self.allowances is not None:
             await self.allowances.stop()
-        await self.completions.drain()  # their ledger rows and settlements come first
+        # Their ledger rows and settlements come first (realtime sessions still closing among them).
+        await self.completions.drain(self.config.server.shutdown_grace_seconds)
         # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.
         await self.ledger.stop(self.config.server.shutdown_grace_seconds)
         await self.objects.drain()

@@ -65,10 +65,15 @@ class Completions:
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def drain(self) -> None:
-        """Wait for every completion phase still running."""
+    async def drain(self, seconds: float) -> None:
+        """Wait for every completion phase still running (at most `seconds`)."""
+        deadline = asyncio.get_running_loop().time() + seconds
         while self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                log.warning("%d request completions were still running at stop", len(self._pending))
+                return
+            await asyncio.wait(self._pending, timeout=left)
 
 
 class ModelApi:

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 import orjson
@@ -31,6 +32,9 @@ from proxy.realtime_billing import SessionBilling
 from proxy.realtime_secrets import RealtimeSecrets
 from proxy.routing import RoutingRow, RowSelector
 from proxy.upstream import UpstreamFailure
+
+if TYPE_CHECKING:
+    from proxy.model_api import Completions
 
 log = logging.getLogger("modelgate.realtime")
 
@@ -109,8 +113,14 @@ class RealtimeRelay:
     """The local handler of GET /v1/realtime."""
 
     def __init__(
-        self, selector: RowSelector, state: RealtimeState, accounts: Accounts, ledger: LedgerWriter
+        self,
+        selector: RowSelector,
+        state: RealtimeState,
+        accounts: Accounts,
+        ledger: LedgerWriter,
+        completions: Completions,
     ) -> None:
+        self._completions = completions
         self._selector = selector
         self._secrets = state.secrets
         self._sessions = state.sessions
@@ -139,15 +149,21 @@ class RealtimeRelay:
         ctx.row, ctx.status = row, 101
         ctx.first_byte_at = time.perf_counter()
         billing = SessionBilling(self._accounts, self._ledger, ctx)
-        session = asyncio.ensure_future(self._session(ctx, client, upstream, billing))
+        # A task the gateway awaits before its ledger stops: the session's last rows are written first.
+        session = self._completions.run(self._session(ctx, client, upstream, billing))
         try:
             await asyncio.shield(session)
         except asyncio.CancelledError:
-            # aiohttp cancels the handler when the client's connection drops, also right after a clean close.
-            # The session ends by itself then (its client side is gone), closing the provider's side with the
-            # client's code; it is still a session that ran, metered as such.
-            await session
-            asyncio.current_task().uncancel()
+            # aiohttp cancels the handler when the client's connection drops, also right after a clean close,
+            # and again when a graceful stop runs out of time. The session ends by itself then (its client
+            # side is gone, or the stop closes it), closing the provider's side with the client's code; it is
+            # still a session that ran, metered as such, and no cancellation may cut its end short.
+            handler = asyncio.current_task()
+            while not session.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(session)
+            while handler.cancelling():
+                handler.uncancel()
         return client
 
     async def _session(

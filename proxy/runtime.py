@@ -118,7 +118,9 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
         return {
             "videos_list": VideoList(gateway.objects).handle,
             "realtime_client_secrets": ClientSecretIssuer(gateway.realtime.secrets).handle,
-            "realtime": RealtimeRelay(selector, gateway.realtime, gateway.accounts, gateway.ledger).handle,
+            "realtime": RealtimeRelay(
+                selector, gateway.realtime, gateway.accounts, gateway.ledger, gateway.completions
+            ).handle,
         }
 
     chain = default_chain(services, config.plugins.disabled)
