@@ -397,17 +397,21 @@ def test_balance_events_are_what_the_operator_sent(conservation: Run) -> None:
     _check(conservation, events_match_what_was_sent(conservation.evidence))
 
 
+# In-process counters live and end inside the gateway process; storage is checked on its own for them.
+_SHARED_COUNTERS = pytest.mark.parametrize(
+    "conservation", [s for s in SETUPS if s.redis], ids=[s.name for s in SETUPS if s.redis], indirect=True
+)
+
+
+@_SHARED_COUNTERS
 def test_live_counters_hold_the_stored_balance(conservation: Run) -> None:
-    if not conservation.setup.redis:
-        pytest.skip("in-process counters live inside the gateway process; storage is checked on its own")
     _check(conservation, live_counters_match_storage(conservation.evidence))
 
 
+@_SHARED_COUNTERS
 def test_no_reservation_is_left_held(conservation: Run) -> None:
     """Once no request is under way, Redis holds no reservation: a SIGKILLed process's are released by the
     live processes when its liveness key expires (billing/counters.py), which the run waits for."""
-    if not conservation.setup.redis:
-        pytest.skip("in-process reservations end with their process")
     _check(conservation, no_reservation_left_held(conservation.evidence))
 
 
