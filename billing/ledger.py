@@ -23,11 +23,15 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
 from billing.spool import Spool, SpoolError, SpoolFile
 from cabinet.storage.database import Database, Executor
+
+if TYPE_CHECKING:
+    from proxy.context import RequestContext, Usage
 
 log = logging.getLogger("modelgate.ledger")
 
@@ -57,6 +61,40 @@ class LedgerEntry:
 
 
 CRASHED = "crashed"
+
+
+def entry_for(
+    ctx: RequestContext,
+    usage: Usage | None,
+    cost: int,
+    status: int,
+    outcome: str,
+    *,
+    request_id: str | None = None,
+    budgets: tuple[tuple[str, float], ...] | None = None,
+    row_key: str | None = None,
+    row_id: str | None = None,
+) -> LedgerEntry:
+    """The ledger row of a request (or of one response of a realtime session: `request_id`, `budgets`)."""
+    key = ctx.key
+    return LedgerEntry(
+        organization_id=key.organization_id,
+        key_id=key.id,
+        system_id=key.system_id,
+        model=ctx.model.name,
+        row_key=row_key,
+        request_id=request_id or ctx.request_id,
+        status=status,
+        input_tokens=usage.input_tokens if usage else 0,
+        cached_input_tokens=usage.cached_input_tokens if usage else 0,
+        output_tokens=usage.output_tokens if usage else 0,
+        cost_micros=cost,
+        created_at=time.time(),
+        budgets=tuple(ctx.budgets) if budgets is None else budgets,
+        units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
+        outcome=outcome,
+        row_id=row_id,
+    )
 
 
 # A ledger row in memory and in the spool: the 15 columns of _INSERT in order, then the budgets charged

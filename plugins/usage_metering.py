@@ -7,9 +7,7 @@ For OpenAI-style streams whose client did not ask for usage, the gateway asks th
 
 from __future__ import annotations
 
-import time
-
-from billing.ledger import CRASHED, LedgerEntry, LedgerWriter
+from billing.ledger import CRASHED, LedgerEntry, LedgerWriter, entry_for
 from billing.media import MEDIA_ROUTES, MediaUsageReader
 from billing.usage import StreamUsageScanner, generated_tokens, tokens_of, usage_of_body
 from plugins.base import Plugin
@@ -96,51 +94,18 @@ class UsageMetering(Plugin):
         if ctx.model is None or ctx.key is None:
             return
         cost = final_cost(ctx)
-        usage = ctx.usage
-        key = ctx.key
+        status = ctx.answered_status or ctx.status
+        row_key = ctx.row.key if ctx.row else None
         self._ledger.add(
-            LedgerEntry(
-                organization_id=key.organization_id,
-                key_id=key.id,
-                system_id=key.system_id,
-                model=ctx.model.name,
-                row_key=ctx.row.key if ctx.row else None,
-                request_id=ctx.request_id,
-                status=ctx.answered_status or ctx.status,
-                input_tokens=usage.input_tokens if usage else 0,
-                cached_input_tokens=usage.cached_input_tokens if usage else 0,
-                output_tokens=usage.output_tokens if usage else 0,
-                cost_micros=cost,
-                created_at=time.time(),
-                budgets=tuple(ctx.budgets),
-                units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
-                outcome=_outcome(ctx),
-                row_id=ctx.ledger_row_id,
-            )
+            entry_for(ctx, ctx.usage, cost, status, _outcome(ctx), row_key=row_key, row_id=ctx.ledger_row_id)
         )
 
 
 def _crash_entry(ctx: RequestContext) -> LedgerEntry:
     """The row of an admitted request whose process dies before it completes: the prompt, which the
     provider surely billed (about 4 bytes a token), at most the reservation."""
-    key = ctx.key
-    prompt_tokens = len(ctx.body) // 4
-    return LedgerEntry(
-        organization_id=key.organization_id,
-        key_id=key.id,
-        system_id=key.system_id,
-        model=ctx.model.name,
-        row_key=None,
-        request_id=ctx.request_id,
-        status=0,
-        input_tokens=prompt_tokens,
-        cached_input_tokens=0,
-        output_tokens=0,
-        cost_micros=min(ctx.model.prices.cost(Usage(input_tokens=prompt_tokens)), ctx.reserved_micros),
-        created_at=time.time(),
-        budgets=tuple(ctx.budgets),
-        outcome=CRASHED,
-    )
+    usage = Usage(input_tokens=len(ctx.body) // 4)
+    return entry_for(ctx, usage, min(ctx.model.prices.cost(usage), ctx.reserved_micros), 0, CRASHED)
 
 
 def _outcome(ctx: RequestContext) -> str:

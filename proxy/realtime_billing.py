@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import orjson
 
 from billing.accounts import Accounts
-from billing.ledger import LedgerEntry, LedgerWriter
+from billing.ledger import LedgerWriter, entry_for
 from billing.prices import ModelPrices
 from billing.usage import merge_usage
 from proxy.context import RequestContext, Usage
@@ -340,23 +340,12 @@ class SessionBilling:
         outcome: str,
         budgets: tuple[tuple[str, float], ...],
     ) -> None:
-        ctx, key = self._ctx, self._ctx.key
+        ctx = self._ctx
+        request_id = f"{ctx.request_id}:{response_id}"
+        row_key = ctx.row.key if ctx.row else None
         self._ledger.add(
-            LedgerEntry(
-                organization_id=key.organization_id,
-                key_id=key.id,
-                system_id=key.system_id,
-                model=ctx.model.name,
-                row_key=ctx.row.key if ctx.row else None,
-                request_id=f"{ctx.request_id}:{response_id}",
-                status=status,
-                input_tokens=usage.input_tokens if usage else 0,
-                cached_input_tokens=usage.cached_input_tokens if usage else 0,
-                output_tokens=usage.output_tokens if usage else 0,
-                cost_micros=cost,
-                created_at=time.time(),
-                budgets=budgets,
-                outcome=outcome,
+            entry_for(
+                ctx, usage, cost, status, outcome, request_id=request_id, budgets=budgets, row_key=row_key
             )
         )
 
