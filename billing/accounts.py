@@ -153,8 +153,10 @@ class Accounts:
         await self._apply(event)
 
     def follow_stored_events(self) -> None:
-        """Where no channel carries balance events between processes (SQLite without Redis: the CLI, other
-        workers), read new ones from the database every second and apply them (each once, by sequence)."""
+        """Read new balance events from the database every second and apply them (each once, by sequence):
+        the only path where no channel joins the processes (SQLite without Redis: the CLI, other workers),
+        and the safety net where one does (a NOTIFY or pub/sub message sent while a listener was
+        reconnecting is never delivered)."""
         self._follower = asyncio.get_running_loop().create_task(self._follow(), name="balance-events")
 
     async def _follow(self) -> None:

@@ -147,8 +147,8 @@ class Gateway:
             await counters.start()
             for organization_id, cost in ledger.crashed_charges:  # the shared counter never saw these
                 await counters.settle(balance_key(organization_id), 0, cost)
-            if bus is None and db.dialect == "sqlite":  # no channel between processes: read the events
-                accounts.follow_stored_events()
+            # Also where channels exist: NOTIFY and pub/sub drop what is sent while a listener reconnects.
+            accounts.follow_stored_events()
             gateway.allowances = AllowanceGrants(db, config, accounts.balance_changed)
             gateway.follow_config(gateway.allowances.use_config)
             gateway.allowances.start()

@@ -17,6 +17,8 @@ CREATE TABLE balance_events (
     created_at DOUBLE PRECISION NOT NULL,
     UNIQUE (organization_id, seq)
 );
+-- Gateways read the events of the last minute every second (a channel message can be missed).
+CREATE INDEX balance_events_by_time ON balance_events (created_at);
 
 -- How a metered request ended: completed, client_closed, upstream_error, shutdown, crashed, refused.
 ALTER TABLE usage_ledger ADD COLUMN outcome TEXT NOT NULL DEFAULT 'completed';
