@@ -208,6 +208,10 @@ class Accounts:
     def on_policy_message(self, organization_id: str) -> None:
         self._policies.invalidate(organization_id)
 
+    def policies_changed_unseen(self) -> None:
+        """Policy changes may have been announced where this process could not hear them: read all afresh."""
+        self._policies.invalidate_all()
+
     async def plan_changed(self, organization_id: str) -> None:
         """The organization moved to another plan: every process drops the API keys it cached with the old
         plan (this one before returning); the credit limit of the new plan applies per reservation."""

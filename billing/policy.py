@@ -144,3 +144,8 @@ class PolicyDirectory:
     def invalidate(self, organization_id: str) -> None:
         self._generation += 1
         self._policies.pop(organization_id, None)
+
+    def invalidate_all(self) -> None:
+        """Drop every compiled policy (changes may have been missed): each is read afresh on next use."""
+        self._generation += 1
+        self._policies.clear()

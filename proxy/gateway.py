@@ -220,6 +220,10 @@ async def _connect_channels(
 ) -> None:
     """Revocations, credits and policy changes reach every process: PostgreSQL NOTIFY and Redis pub/sub."""
     await keys.start()
+    # NOTIFY delivers nothing sent while the listening connection is down: after it is made again, cached
+    # keys and policies are read afresh (balance events are read from the database every second anyway).
+    db.on_listen_restored(keys.forget_all)
+    db.on_listen_restored(accounts.policies_changed_unseen)
     await db.listen(BILLING_CHANNEL, accounts.on_billing_message)
     await db.listen(POLICY_CHANNEL, accounts.on_policy_message)
     accounts.add_broadcast(_plan_changes_here(keys))

@@ -116,6 +116,11 @@ class KeyDirectory:
         if len(self._tombstones) > 10_000:
             self._tombstones = {h: t for h, t in self._tombstones.items() if t > now}
 
+    def forget_all(self) -> None:
+        """Drop every cached key (revocations may have been missed): the next lookups read them afresh."""
+        self._generation += 1
+        self._cache.clear()
+
     def forget_organization(self, organization_id: str) -> None:
         """Drop an organization's cached keys (its plan changed); the next lookup reads them afresh."""
         self._generation += 1  # a lookup reading the old plan while we drop must not cache it

@@ -6,8 +6,9 @@ LISTEN/NOTIFY carries cache invalidations (key revocation, policy changes) betwe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -70,6 +71,9 @@ class PostgresDatabase:
         self._url = url
         self._listen_conn: asyncpg.Connection | None = None
         self._handlers: dict[str, list[NotifyHandler]] = {}
+        self._restored: list[Callable[[], None]] = []
+        self._reconnecting: asyncio.Task | None = None
+        self._closing = False
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 10) -> PostgresDatabase:
@@ -108,6 +112,11 @@ class PostgresDatabase:
         await self.fetchval("SELECT 1")
 
     async def close(self) -> None:
+        self._closing = True
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconnecting
         if self._listen_conn is not None:
             await self._listen_conn.close()
         await self._pool.close()
@@ -117,11 +126,47 @@ class PostgresDatabase:
 
     async def listen(self, channel: str, handler: NotifyHandler) -> None:
         if self._listen_conn is None:
-            self._listen_conn = await asyncpg.connect(self._url)
+            self._listen_conn = await self._listening_connection()
         if channel not in self._handlers:
             self._handlers[channel] = []
             await self._listen_conn.add_listener(channel, self._dispatch)
         self._handlers[channel].append(handler)
+
+    def on_listen_restored(self, callback: Callable[[], None]) -> None:
+        """Called after the listening connection was lost and made again: notifications sent meanwhile were
+        never delivered, so whoever caches what they announce must drop it."""
+        self._restored.append(callback)
+
+    async def _listening_connection(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(self._url, timeout=10)
+        conn.add_termination_listener(self._listener_lost)
+        return conn
+
+    def _listener_lost(self, _conn: asyncpg.Connection) -> None:
+        if self._closing or self._reconnecting is not None:
+            return
+        log.warning("the PostgreSQL notification connection was lost; reconnecting")
+        self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect(), name="pg-listen")
+
+    async def _reconnect(self) -> None:
+        delay = 0.2
+        try:
+            while not self._closing:
+                try:
+                    conn = await self._listening_connection()
+                    for channel in self._handlers:
+                        await conn.add_listener(channel, self._dispatch)
+                except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                self._listen_conn = conn
+                log.warning("the PostgreSQL notification connection is back; cached state is read afresh")
+                for callback in self._restored:
+                    callback()
+                return
+        finally:
+            self._reconnecting = None
 
     def _dispatch(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
         for handler in self._handlers.get(channel, ()):

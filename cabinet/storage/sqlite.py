@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -143,3 +143,6 @@ class SQLiteDatabase:
 
     async def listen(self, channel: str, handler: NotifyHandler) -> None:
         self._listeners.setdefault(channel, []).append(handler)
+
+    def on_listen_restored(self, callback: Callable[[], None]) -> None:
+        return None  # notifications stay in this process: there is no connection to lose

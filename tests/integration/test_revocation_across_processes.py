@@ -3,6 +3,7 @@ PostgreSQL between them (the revocation travels as a NOTIFY delivered with the c
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
@@ -56,3 +57,30 @@ def test_a_key_revoked_through_one_process_is_refused_by_the_other_at_once(
             assert revoke_key(first.base_url, tenant).status_code == 200
             assert _chat(second.base_url, tenant.api_key) == 401
             assert _chat(first.base_url, tenant.api_key) == 401
+
+
+def test_a_key_revoked_while_the_notification_connection_was_down_is_refused_after_it_is_back(
+    tmp_path: Path, pg_server_url: str
+) -> None:
+    from tests.fakes.tcp_proxy import TcpProxy
+
+    with TcpProxy(5432) as proxy:
+        direct = tmp_path / "direct.toml"
+        direct.write_text(_config(tmp_path, pg_server_url).read_text())
+        # This process reaches PostgreSQL through the proxy; the other directly.
+        behind = tmp_path / "behind.toml"
+        behind.write_text(_config(tmp_path, proxy.url(pg_server_url)).read_text())
+        with GatewayProcess(behind, cwd=tmp_path) as cut_off, GatewayProcess(direct, cwd=tmp_path) as other:
+            tenant = register_tenant(other.base_url)
+            assert _chat(cut_off.base_url, tenant.api_key) == 200  # cached by the process behind the proxy
+            assert proxy.accepted > 0
+            proxy.cut()  # its notification connection is lost: the revocation's NOTIFY never reaches it
+            assert revoke_key(other.base_url, tenant).status_code == 200
+            assert _chat(cut_off.base_url, tenant.api_key) == 200  # still cached: nothing told it
+            proxy.restore()
+            deadline = time.monotonic() + 20
+            status = _chat(cut_off.base_url, tenant.api_key)
+            while status == 200 and time.monotonic() < deadline:  # until its listener is made again
+                time.sleep(0.1)  # polling the observable outcome, bounded by the deadline
+                status = _chat(cut_off.base_url, tenant.api_key)
+            assert status == 401, cut_off.output()[-2000:]
