@@ -84,3 +84,34 @@ def test_a_key_revoked_while_the_notification_connection_was_down_is_refused_aft
                 time.sleep(0.1)  # polling the observable outcome, bounded by the deadline
                 status = _chat(cut_off.base_url, tenant.api_key)
             assert status == 401, cut_off.output()[-2000:]
+
+
+def test_a_deny_rule_made_while_the_notification_connection_was_down_applies_after_it_is_back(
+    tmp_path: Path, pg_server_url: str
+) -> None:
+    from tests.fakes.tcp_proxy import TcpProxy
+
+    with TcpProxy(5432) as proxy:
+        direct = tmp_path / "direct.toml"
+        direct.write_text(_config(tmp_path, pg_server_url).read_text())
+        behind = tmp_path / "behind.toml"
+        behind.write_text(_config(tmp_path, proxy.url(pg_server_url)).read_text())
+        with GatewayProcess(behind, cwd=tmp_path) as cut_off, GatewayProcess(direct, cwd=tmp_path) as other:
+            tenant = register_tenant(other.base_url)
+            assert _chat(cut_off.base_url, tenant.api_key) == 200  # its policy is compiled and cached
+            proxy.cut()
+            rule = httpx.post(
+                f"{other.base_url}/api/policy-rules",
+                json={"subjectType": "organization", "effect": "deny", "models": ["mock-*"]},
+                headers={"authorization": f"Bearer {tenant.session_token}"},
+                timeout=30,
+            )
+            assert rule.status_code == 201, rule.text
+            assert _chat(cut_off.base_url, tenant.api_key) == 200  # still the cached policy: nothing told it
+            proxy.restore()
+            deadline = time.monotonic() + 20
+            status = _chat(cut_off.base_url, tenant.api_key)
+            while status == 200 and time.monotonic() < deadline:  # until its listener is made again
+                time.sleep(0.1)  # polling the observable outcome, bounded by the deadline
+                status = _chat(cut_off.base_url, tenant.api_key)
+            assert status == 403, cut_off.output()[-2000:]
