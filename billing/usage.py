@@ -111,9 +111,9 @@ class StreamUsageScanner:
         return tokens_of(self.pieces, self.size)
 
     def feed(self, chunk: bytes) -> None:
-        for match in _GENERATED.finditer(chunk):
-            self.pieces += 1
-            self.size += match.end(1) - match.start(1)
+        pieces, size = generated_tokens(chunk)
+        self.pieces += pieces
+        self.size += size
         if not self.final and any(marker in chunk for marker in _FINAL_MARKERS):
             self.final = True
         data = self._carry + chunk if self._carry else chunk
