@@ -4,15 +4,18 @@ PostgreSQL between them (the revocation travels as a NOTIFY delivered with the c
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
+from tests.fakes.tcp_proxy import TcpProxy
 from tests.support.gateway import GatewayProcess, register_tenant, revoke_key
 
 
-def _config(tmp_path: Path, storage_url: str) -> Path:
-    path = tmp_path / "pg.toml"
+def _config(tmp_path: Path, storage_url: str, name: str = "pg.toml") -> Path:
+    path = tmp_path / name
     path.write_text(f"""
 [storage]
 url = "{storage_url}"
@@ -59,59 +62,57 @@ def test_a_key_revoked_through_one_process_is_refused_by_the_other_at_once(
             assert _chat(first.base_url, tenant.api_key) == 401
 
 
+@contextmanager
+def _one_process_behind_a_proxy(
+    tmp_path: Path, pg_server_url: str
+) -> Iterator[tuple[TcpProxy, GatewayProcess, GatewayProcess]]:
+    """(the proxy, a process reaching PostgreSQL through it, a process reaching PostgreSQL directly)."""
+    with TcpProxy(5432) as proxy:
+        behind = _config(tmp_path, proxy.url(pg_server_url), "behind.toml")
+        direct = _config(tmp_path, pg_server_url, "direct.toml")
+        with GatewayProcess(behind, cwd=tmp_path) as cut_off, GatewayProcess(direct, cwd=tmp_path) as other:
+            yield proxy, cut_off, other
+
+
+def _status_once_its_listener_is_back(gateway: GatewayProcess, api_key: str) -> int:
+    """The first answer other than 200, or 200 when none came within 20 s."""
+    deadline = time.monotonic() + 20
+    status = _chat(gateway.base_url, api_key)
+    while status == 200 and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the observable outcome, bounded by the deadline
+        status = _chat(gateway.base_url, api_key)
+    return status
+
+
 def test_a_key_revoked_while_the_notification_connection_was_down_is_refused_after_it_is_back(
     tmp_path: Path, pg_server_url: str
 ) -> None:
-    from tests.fakes.tcp_proxy import TcpProxy
-
-    with TcpProxy(5432) as proxy:
-        direct = tmp_path / "direct.toml"
-        direct.write_text(_config(tmp_path, pg_server_url).read_text())
-        # This process reaches PostgreSQL through the proxy; the other directly.
-        behind = tmp_path / "behind.toml"
-        behind.write_text(_config(tmp_path, proxy.url(pg_server_url)).read_text())
-        with GatewayProcess(behind, cwd=tmp_path) as cut_off, GatewayProcess(direct, cwd=tmp_path) as other:
-            tenant = register_tenant(other.base_url)
-            assert _chat(cut_off.base_url, tenant.api_key) == 200  # cached by the process behind the proxy
-            assert proxy.accepted > 0
-            proxy.cut()  # its notification connection is lost: the revocation's NOTIFY never reaches it
-            assert revoke_key(other.base_url, tenant).status_code == 200
-            assert _chat(cut_off.base_url, tenant.api_key) == 200  # still cached: nothing told it
-            proxy.restore()
-            deadline = time.monotonic() + 20
-            status = _chat(cut_off.base_url, tenant.api_key)
-            while status == 200 and time.monotonic() < deadline:  # until its listener is made again
-                time.sleep(0.1)  # polling the observable outcome, bounded by the deadline
-                status = _chat(cut_off.base_url, tenant.api_key)
-            assert status == 401, cut_off.output()[-2000:]
+    with _one_process_behind_a_proxy(tmp_path, pg_server_url) as (proxy, cut_off, other):
+        tenant = register_tenant(other.base_url)
+        assert _chat(cut_off.base_url, tenant.api_key) == 200  # cached by the process behind the proxy
+        assert proxy.accepted > 0
+        proxy.cut()  # its notification connection is lost: the revocation's NOTIFY never reaches it
+        assert revoke_key(other.base_url, tenant).status_code == 200
+        assert _chat(cut_off.base_url, tenant.api_key) == 200  # still cached: nothing told it
+        proxy.restore()
+        assert _status_once_its_listener_is_back(cut_off, tenant.api_key) == 401, cut_off.output()[-2000:]
 
 
 def test_a_deny_rule_made_while_the_notification_connection_was_down_applies_after_it_is_back(
     tmp_path: Path, pg_server_url: str
 ) -> None:
-    from tests.fakes.tcp_proxy import TcpProxy
-
-    with TcpProxy(5432) as proxy:
-        direct = tmp_path / "direct.toml"
-        direct.write_text(_config(tmp_path, pg_server_url).read_text())
-        behind = tmp_path / "behind.toml"
-        behind.write_text(_config(tmp_path, proxy.url(pg_server_url)).read_text())
-        with GatewayProcess(behind, cwd=tmp_path) as cut_off, GatewayProcess(direct, cwd=tmp_path) as other:
-            tenant = register_tenant(other.base_url)
-            assert _chat(cut_off.base_url, tenant.api_key) == 200  # its policy is compiled and cached
-            proxy.cut()
-            rule = httpx.post(
-                f"{other.base_url}/api/policy-rules",
-                json={"subjectType": "organization", "effect": "deny", "models": ["mock-*"]},
-                headers={"authorization": f"Bearer {tenant.session_token}"},
-                timeout=30,
-            )
-            assert rule.status_code == 201, rule.text
-            assert _chat(cut_off.base_url, tenant.api_key) == 200  # still the cached policy: nothing told it
-            proxy.restore()
-            deadline = time.monotonic() + 20
-            status = _chat(cut_off.base_url, tenant.api_key)
-            while status == 200 and time.monotonic() < deadline:  # until its listener is made again
-                time.sleep(0.1)  # polling the observable outcome, bounded by the deadline
-                status = _chat(cut_off.base_url, tenant.api_key)
-            assert status == 403, cut_off.output()[-2000:]
+    with _one_process_behind_a_proxy(tmp_path, pg_server_url) as (proxy, cut_off, other):
+        tenant = register_tenant(other.base_url)
+        assert _chat(cut_off.base_url, tenant.api_key) == 200  # its policy is compiled and cached
+        assert proxy.accepted > 0
+        proxy.cut()
+        rule = httpx.post(
+            f"{other.base_url}/api/policy-rules",
+            json={"subjectType": "organization", "effect": "deny", "models": ["mock-*"]},
+            headers={"authorization": f"Bearer {tenant.session_token}"},
+            timeout=30,
+        )
+        assert rule.status_code == 201, rule.text
+        assert _chat(cut_off.base_url, tenant.api_key) == 200  # still the cached policy: nothing told it
+        proxy.restore()
+        assert _status_once_its_listener_is_back(cut_off, tenant.api_key) == 403, cut_off.output()[-2000:]
