@@ -48,8 +48,10 @@ def test_counters_and_gauges_read_the_tables() -> None:
     samples = _samples(metrics)
     key = {"route": "chat_completions", "model": "m", "row": "p/m@h", "status": "200"}
     assert samples[("modelgate_requests_total", frozenset(key.items()))] == 7
-    tokens = {kind: samples[("modelgate_tokens_total", frozenset({"model": "m", "kind": kind}.items()))]
-              for kind in ("input", "cached_input", "output")}
+    tokens = {
+        kind: samples[("modelgate_tokens_total", frozenset({"model": "m", "kind": kind}.items()))]
+        for kind in ("input", "cached_input", "output")
+    }
     assert tokens == {"input": 11, "cached_input": 3, "output": 5}
     assert samples[("modelgate_requests_in_flight", frozenset())] == 2
     assert samples[("modelgate_active_streams", frozenset())] == 1
