@@ -38,10 +38,9 @@ _ERRORS = {
     401: "Missing, unknown, expired or revoked bearer token; a model API key is not accepted",
     403: "The caller's role does not allow this action",
     404: "Unknown id, or one of another organization",
-    409: "Conflict with the current state",
+    409: "Conflict with the current state (for single sign-on: server.public_url is not configured)",
     413: "Body larger than 64 KiB",
     429: "Too many failed attempts; see Retry-After",
-    503: "Single sign-on needs server.public_url to be configured",
 }
 
 
@@ -99,7 +98,7 @@ def _redirect(summary: str, target: str, errors: tuple[int, ...], **kwargs: Any)
 _SSO_CALLBACK = _redirect(
     "Finish a single sign-on: redirect to [cabinet] cabinet_url with ?code= (one-time, 60 s) or ?error=",
     "the cabinet URL",
-    (400, 503),
+    (400, 409),
     params=(
         _query_param("code", _STR, "Authorization code from the identity provider"),
         _query_param("state", _STR, "State of the login, single use"),
@@ -185,7 +184,7 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _redirect(
             "Start a single sign-on: redirect to the provider with state, nonce and PKCE S256",
             "the identity provider's authorization endpoint",
-            (404, 429, 503),
+            (404, 409, 429),
         ),
     },
     "/auth/oidc/callback": {"get": _SSO_CALLBACK},

@@ -4,6 +4,7 @@ itself runs on plain http on loopback, i.e. local development and tests)."""
 
 from __future__ import annotations
 
+import logging
 from ipaddress import ip_address
 from urllib.parse import urlsplit
 
@@ -15,13 +16,26 @@ from config import Config
 # The cabinet is mounted under /api by the host (see cabinet.app).
 CALLBACK_PATH = "/api/auth/oidc/callback"
 _LOOPBACK_NAMES = ("localhost",)
+SSO_NOT_CONFIGURED = "SSO requires server.public_url to be configured"
+
+log = logging.getLogger("modelgate.cabinet.oidc")
 
 
 def callback_url(config: Config) -> str:
-    """The redirect_uri registered at identity providers; needs `server.public_url` (503 without it)."""
+    """The redirect_uri registered at identity providers; 409 without `server.public_url`.
+
+    409, not 503: the request is fine and nothing is down; the gateway's configured state (no public URL,
+    so no redirect URI) conflicts with it until an operator sets one, and retrying will not help.
+    """
     public_url = config.server.public_url.rstrip("/")
     if not public_url:
-        raise CabinetError(503, "single sign-on needs server.public_url to be configured")
+        log.warning(
+            "single sign-on refused: [server] public_url is not set, so there is no redirect URI;"
+            " set it to the gateway's public base URL (the identity provider redirects to"
+            " <public_url>%s)",
+            CALLBACK_PATH,
+        )
+        raise CabinetError(409, SSO_NOT_CONFIGURED)
     return public_url + CALLBACK_PATH
 
 

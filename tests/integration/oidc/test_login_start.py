@@ -1,7 +1,9 @@
-"""GET /api/auth/oidc/{providerId}/login for providers that cannot be used: 404 (or 503 without the
+"""GET /api/auth/oidc/{providerId}/login for providers that cannot be used: 404 (or 409 without the
 server's public URL), never a redirect."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
@@ -41,15 +43,21 @@ async def test_a_deleted_provider_is_404(gateway: SsoGateway, fake_idp: FakeIdp,
     assert reply.status_code == 404
 
 
-async def test_without_a_public_url_sso_is_503(start_gateway: GatewayFactory, browser: Browser) -> None:
+async def test_without_a_public_url_sso_login_and_callback_are_409_with_an_operator_log_line(
+    start_gateway: GatewayFactory, browser: Browser, caplog: pytest.LogCaptureFixture
+) -> None:
     gateway = await start_gateway(public_url="")
 
-    login_reply = await browser.open(gateway.login_url("oidc_000000000000000000000000"))
-    callback_reply = await browser.open(f"{gateway.base_url}/api/auth/oidc/callback?code=c&state=s")
+    with caplog.at_level(logging.WARNING, logger="modelgate.cabinet.oidc"):
+        login_reply = await browser.open(gateway.login_url("oidc_000000000000000000000000"))
+        callback_reply = await browser.open(f"{gateway.base_url}/api/auth/oidc/callback?code=c&state=s")
 
     for reply in (login_reply, callback_reply):
-        assert reply.status_code == 503
-        assert reply.json() == {"error": "single sign-on needs server.public_url to be configured"}
+        assert reply.status_code == 409
+        assert reply.json() == {"error": "SSO requires server.public_url to be configured"}
+    operator_lines = [r.getMessage() for r in caplog.records if "public_url is not set" in r.getMessage()]
+    assert len(operator_lines) == 2
+    assert "/api/auth/oidc/callback" in operator_lines[0]
 
 
 async def test_too_many_logins_under_way_is_429(
