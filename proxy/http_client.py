@@ -77,17 +77,27 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
 
+    def on_message_begin(self) -> None:
+        answer = self.answer
+        if answer is not None and answer._done:
+            # A second answer behind the one asked for (more bytes than announced, or one never asked
+            # for): none of it belongs to this request, and the connection cannot be trusted any more.
+            self.abort()
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self.answer.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.answer.head_complete(self.parser.get_status_code(), self.parser.should_keep_alive())
+        if not self.closed:
+            self.answer.head_complete(self.parser.get_status_code(), self.parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
-        self.answer.feed(body)
+        if not self.closed:
+            self.answer.feed(body)
 
     def on_message_complete(self) -> None:
-        self.answer.message_complete()
+        if not self.closed:
+            self.answer.message_complete()
 
     def abort(self) -> None:
         self.closed = True
@@ -293,6 +303,11 @@ class UpstreamAnswer:
             return
         self._conn = None
         if self._done and self._error is None and self._keep_alive and not conn.closed:
+            if self._paused:
+                # Back-pressure paused reading as the answer's last bytes came in: a connection pooled
+                # paused would never see the next answer (it would wait out its first-byte timeout).
+                self._paused = False
+                conn.transport.resume_reading()
             conn.answer = None
             conn.pool.put(conn)
         else:
