@@ -4,7 +4,9 @@ when the counters live in Redis.
 The organization's windows use the plan's limits; the key's windows use the most specific policy rule's
 override, else the plan's. TPM reserves the request's estimated tokens up front and is corrected to the
 real usage when the answer is complete. Refusals are 429 `rate_limit_exceeded` with `retry-after`;
-answers carry `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the key's windows.
+answers carry `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the key's windows. A request whose
+reservation alone exceeds a TPM limit can never be admitted: its 429 says so, carries no retry hints and
+`x-should-retry: false`, so SDKs do not retry it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class RateLimits(Plugin):
         key_tpm = decision.tpm if decision is not None and decision.tpm is not None else plan_tpm
         ensure_estimate(ctx)
         tokens = ctx.estimated_input_tokens + ctx.max_output_tokens
+        _refuse_if_it_never_fits(tokens, key_tpm, plan_tpm)
         # The windows this request counts in (a limit of 0 is none): the key's, then its organization's.
         asks: list[WindowAsk] = []
         if key_rpm:
@@ -93,3 +96,14 @@ class RateLimits(Plugin):
         for window, second, reserved in ctx.token_windows:
             if actual is not None and actual != reserved:
                 await self._counters.adjust(window, second, actual - reserved)
+
+
+def _refuse_if_it_never_fits(tokens: int, key_tpm: int, plan_tpm: int) -> None:
+    """429 without retry hints when the reservation alone is over a TPM limit: waiting would not help."""
+    limit = min((tpm for tpm in (key_tpm, plan_tpm) if tpm), default=0)
+    if limit and tokens > limit:
+        raise RateLimited(
+            f"This request needs {tokens} tokens, more than the TPM limit of {limit}; lower max_tokens or"
+            " the prompt.",
+            headers={"x-should-retry": "false"},  # openai and anthropic SDKs obey it; 429 alone is retried
+        )

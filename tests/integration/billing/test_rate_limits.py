@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
+import anthropic
 import httpx
+import openai
 import orjson
+import pytest
 
 from cabinet.storage import open_database
 from tests.integration.billing.conftest import billing_toml
@@ -105,6 +109,51 @@ def test_a_client_that_asks_for_stream_usage_still_gets_it(single_backend_gatewa
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
     reply = _post(gateway, tenant, body)
     assert b'"usage"' in reply.content
+
+
+def _model_requests_logged(caplog: pytest.LogCaptureFixture) -> list[dict]:
+    """The access-log lines of model API requests: one per request that reached the gateway."""
+    return [r.fields for r in caplog.records if r.name == "modelgate.access" and hasattr(r, "fields")]
+
+
+_RETRY_HINTS = ("retry-after", "retry-after-ms", "x-ratelimit-reset-tokens", "x-ratelimit-reset-requests")
+
+
+def test_a_request_over_the_tpm_limit_on_its_own_is_refused_once_without_retry_hints(
+    start_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="modelgate.access")
+    gateway = start_gateway(tpm=1000)
+    tenant = register_tenant(gateway.base_url)
+    client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=2)
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(
+            model="metered", messages=[{"role": "user", "content": "hi"}], max_tokens=5000
+        )
+    assert [line["status"] for line in _model_requests_logged(caplog)] == [429]  # no retry reached us
+    reply = refused.value.response
+    assert not [name for name in _RETRY_HINTS if name in reply.headers]
+    error = reply.json()["error"]
+    assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
+    assert "more than the TPM limit of 1000" in error["message"]
+    assert "lower max_tokens" in error["message"]
+    assert _post(gateway, tenant, {**CHAT, "max_tokens": 900}).status_code == 200  # one that fits passes
+
+
+def test_a_messages_request_over_the_tpm_limit_is_not_retried_by_the_anthropic_sdk(
+    single_backend_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="modelgate.access")
+    gateway = single_backend_gateway(tpm=1000)
+    tenant = register_tenant(gateway.base_url)
+    client = anthropic.Anthropic(base_url=gateway.base_url, api_key=tenant.api_key, max_retries=2)
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        client.messages.create(model="metered", max_tokens=5000, messages=[{"role": "user", "content": "hi"}])
+    assert [line["status"] for line in _model_requests_logged(caplog)] == [429]
+    assert "retry-after" not in refused.value.response.headers
+    body = refused.value.response.json()
+    assert body["type"] == "error" and body["error"]["type"] == "rate_limit_error"
+    assert "more than the TPM limit of 1000" in body["error"]["message"]
 
 
 def _two_process_config(tmp_path: Path, storage_url: str, redis_url: str) -> Path:
