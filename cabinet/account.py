@@ -1,4 +1,4 @@
-"""The caller's own account: login, the current session, logout and password change."""
+"""The caller's own account: login, the current session, logout, and setting or changing the password."""
 
 from __future__ import annotations
 
@@ -112,29 +112,35 @@ async def logout(request: web.Request) -> web.Response:
 
 
 async def change_password(request: web.Request) -> web.Response:
-    """POST /auth/password {currentPassword, newPassword} → changes it and ends the user's other sessions."""
+    """POST /auth/password {currentPassword, newPassword} → changes it and ends the user's other sessions.
+
+    An account without a password (it joined by invitation token or single sign-on) sets its first one
+    with `{newPassword}` alone: the session is the proof, as there is no current password to check.
+    """
     services = services_of(request)
     principal = await authenticate(request)
     session_id = require_session(principal, "changing a password")
     body = await read_json_object(request)
-    current = required_secret(body, "currentPassword")
-    new = required_secret(body, "newPassword")
     user = await user_in_organization(services.db, principal.organization_id, principal.user_id or "")
     if user is None:
         raise CabinetError(401, "invalid or expired session token")
+    first_password = user.password_hash is None
+    current = None if first_password else required_secret(body, "currentPassword")
+    new = required_secret(body, "newPassword")
     if problem := password_policy_violation(new, user.email):
         raise bad_request(problem.replace("password", "newPassword", 1))
     if new == current:
         raise bad_request("newPassword must differ from currentPassword")
 
-    # Guessing the current password through a stolen session is throttled like a login.
-    throttle = login_throttle(services)
-    subjects = throttle.subjects(user.email, None)
-    await throttle.reserve(services.db, subjects, now())
-    if not await verify_password(user.password_hash, current):
-        await throttle.failed(services.db, subjects, now())
-        raise bad_request("currentPassword is incorrect")
-    await throttle.succeeded(services.db, subjects)
+    if current is not None:
+        # Guessing the current password through a stolen session is throttled like a login.
+        throttle = login_throttle(services)
+        subjects = throttle.subjects(user.email, None)
+        await throttle.reserve(services.db, subjects, now())
+        if not await verify_password(user.password_hash, current):
+            await throttle.failed(services.db, subjects, now())
+            raise bad_request("currentPassword is incorrect")
+        await throttle.succeeded(services.db, subjects)
 
     new_hash = await hash_password(new)
     at = now()
@@ -144,7 +150,7 @@ async def change_password(request: web.Request) -> web.Response:
         await record(
             tx,
             user.organization_id,
-            "auth.password_changed",
+            "auth.password_set" if first_password else "auth.password_changed",
             Actor("user", user.id, user.email),
             at,
             target_id=user.id,

@@ -1,5 +1,5 @@
-"""Invitations: an owner or admin invites an e-mail with a role; the single-use, expiring token creates
-the account in the inviting organization (or logs in an existing member of it)."""
+"""Invitations: an owner or admin invites an e-mail with a role; the single-use, expiring token (stored only
+as a hash) creates the account in the inviting organization (or logs in an existing member of it)."""
 
 from __future__ import annotations
 
@@ -209,12 +209,35 @@ async def _pending_invitation(ex: Executor, token: str, at: float) -> Invitation
     return invitation
 
 
+def _optional_password(body: dict[str, Any]) -> str | None:
+    """The `password` of an accept request: optional, but a string when it is there."""
+    return required_secret(body, "password") if body.get("password") not in (None, "") else None
+
+
+async def _check_member_password(request: web.Request, member: User, password: str) -> None:
+    """A password sent by an existing member is checked (throttled like a login), never ignored."""
+    services = services_of(request)
+    throttle = login_throttle(services)
+    subjects = throttle.subjects(member.email, request.remote)
+    await throttle.reserve(services.db, subjects, now())
+    if not await verify_password(member.password_hash, password):
+        await throttle.failed(services.db, subjects, now())
+        raise CabinetError(401, BAD_CREDENTIALS)
+    await throttle.succeeded(services.db, subjects)
+
+
 async def accept_invitation(request: web.Request) -> web.Response:
-    """POST /invitations/accept {token, password} → 200 {token, email}, a session in the inviting org."""
+    """POST /invitations/accept {token, password?} → 200 {token, email, passwordSet}, a session in the
+    inviting org.
+
+    The token proves the e-mail: an existing member needs no password, and a new user may set theirs
+    later (POST /auth/password) or sign in through single sign-on. A password that is sent is set for a
+    new user and checked for an existing member.
+    """
     services = services_of(request)
     body = await read_json_object(request)
     invitation_token = required_secret(body, "token")
-    password = required_secret(body, "password")
+    password = _optional_password(body)
     invitation = await _pending_invitation(services.db, invitation_token, now())
 
     existing = await user_by_email(services.db, invitation.email)
@@ -222,15 +245,10 @@ async def accept_invitation(request: web.Request) -> web.Response:
     if existing is not None:
         if existing.organization_id != invitation.organization_id:
             raise _account_conflict(existing, invitation.organization_id)
-        # Already a member (another invitation was accepted first): this is a login.
-        throttle = login_throttle(services)
-        subjects = throttle.subjects(existing.email, request.remote)
-        await throttle.reserve(services.db, subjects, now())
-        if not await verify_password(existing.password_hash, password):
-            await throttle.failed(services.db, subjects, now())
-            raise CabinetError(401, BAD_CREDENTIALS)
-        await throttle.succeeded(services.db, subjects)
-    else:
+        # Already a member (another invitation was accepted first): the token signs them in.
+        if password is not None:
+            await _check_member_password(request, existing, password)
+    elif password is not None:
         if problem := password_policy_violation(password, invitation.email):
             raise bad_request(problem)
         password_hash = await hash_password(password)
@@ -262,4 +280,6 @@ async def accept_invitation(request: web.Request) -> web.Response:
     except IntegrityViolation as exc:
         # The e-mail got an account (registration elsewhere) between our check and the insert.
         raise CabinetError(409, "this e-mail already has an account in another organization") from exc
-    return json_response({"token": session_token, "email": user.email})
+    return json_response(
+        {"token": session_token, "email": user.email, "passwordSet": user.password_hash is not None}
+    )

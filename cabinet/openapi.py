@@ -135,7 +135,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/auth/logout": {"post": _op("End the current session", (200, "Ok"))},
     "/auth/password": {
         "post": _op(
-            "Change the password and end the user's other sessions",
+            "Change the password (or set the first one) and end the user's other sessions",
             (200, "PasswordChanged"),
             body="PasswordChangeRequest",
             errors=(400, 401, 429),
@@ -223,8 +223,8 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/invitations/accept": {
         "post": _op(
-            "Accept an invitation",
-            (200, "AuthResponse"),
+            "Accept an invitation: the token alone signs in; a new account has no password until it sets one",
+            (200, "InvitationAccepted"),
             body="InvitationAcceptRequest",
             public=True,
             errors=(400, 401, 409, 429),
@@ -446,8 +446,8 @@ SCHEMAS: dict[str, Any] = {
     "LoginRequest": _obj(("email", "password"), email=_STR, password=_STR),
     "AuthResponse": _obj(("token", "email"), token=_STR, email=_STR),
     "PasswordChangeRequest": _obj(
-        ("currentPassword", "newPassword"),
-        currentPassword=_STR,
+        ("newPassword",),
+        currentPassword={"type": "string", "description": "Required unless the account has no password yet"},
         newPassword={"type": "string", "minLength": 10},
     ),
     "PasswordChanged": _obj(
@@ -467,7 +467,24 @@ SCHEMAS: dict[str, Any] = {
     "Invitation": _INVITATION,
     "InvitationCreated": _with_secret(_ref("Invitation"), "token"),
     "InvitationList": _obj(("invitations",), invitations={"type": "array", "items": _ref("Invitation")}),
-    "InvitationAcceptRequest": _obj(("token", "password"), token=_STR, password=_STR),
+    "InvitationAcceptRequest": _obj(
+        ("token",),
+        token=_STR,
+        password={
+            "type": "string",
+            "minLength": 10,
+            "description": "Optional: set for a new account, checked for an existing member",
+        },
+    ),
+    "InvitationAccepted": _obj(
+        ("token", "email", "passwordSet"),
+        token=_STR,
+        email=_STR,
+        passwordSet={
+            "type": "boolean",
+            "description": "false: no password yet (set one with POST /auth/password, or use SSO)",
+        },
+    ),
     "ApiKeyRequest": _obj(("alias",), alias=_STR, ownerEmail=_STR, systemId=_STR),
     "ApiKey": _API_KEY,
     "ApiKeyCreated": _with_secret(_ref("ApiKey")),

@@ -41,8 +41,11 @@ async def test_accepting_creates_the_user_in_the_inviting_organization_and_logs_
     accepted = await _accept(cabinet, invitation["token"])
 
     assert accepted.status == 200
-    assert set(accepted.body) == {"token", "email"}
-    assert accepted.body["email"] == invitation["email"]
+    assert accepted.body == {
+        "token": accepted.body["token"],
+        "email": invitation["email"],
+        "passwordSet": True,
+    }
     session = await cabinet.call("GET", "/auth/session", token=accepted.body["token"])
     assert session.body["organization"]["id"] == await cabinet.organization_id(owner)
     assert session.body["user"]["role"] == "admin"
@@ -109,12 +112,110 @@ async def test_an_unknown_invitation_token_is_400(cabinet: Cabinet) -> None:
     assert (reply.status, reply.body) == (400, {"error": "invitation token is not valid"})
 
 
-async def test_accept_needs_a_token_and_a_password(cabinet: Cabinet) -> None:
+async def test_accept_needs_a_token(cabinet: Cabinet) -> None:
     no_token = await cabinet.call("POST", "/invitations/accept", json={"password": PASSWORD})
-    no_password = await cabinet.call("POST", "/invitations/accept", json={"token": "x"})
+    mistyped = await cabinet.call("POST", "/invitations/accept", json={"token": 42})
 
     assert (no_token.status, no_token.body) == (400, {"error": "token is required"})
-    assert (no_password.status, no_password.body) == (400, {"error": "password is required"})
+    assert (mistyped.status, mistyped.body) == (400, {"error": "token must be a string"})
+
+
+async def test_a_mistyped_password_with_the_token_is_400(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    token = (await cabinet.invite(owner)).body["token"]
+
+    reply = await cabinet.call("POST", "/invitations/accept", json={"token": token, "password": ["x"]})
+
+    assert (reply.status, reply.body) == (400, {"error": "password must be a string"})
+
+
+async def test_the_token_alone_creates_the_account_without_a_password_and_opens_a_session(
+    cabinet: Cabinet,
+) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner, "admin")).body
+
+    accepted = await cabinet.call("POST", "/invitations/accept", json={"token": invitation["token"]})
+
+    assert accepted.status == 200
+    assert accepted.body == {
+        "token": accepted.body["token"],
+        "email": invitation["email"],
+        "passwordSet": False,
+    }
+    session = await cabinet.call("GET", "/auth/session", token=accepted.body["token"])
+    assert session.body["organization"]["id"] == await cabinet.organization_id(owner)
+    assert session.body["user"]["role"] == "admin"
+    stored = await cabinet.db.fetchval(
+        "SELECT password_hash FROM users WHERE email = $1", invitation["email"]
+    )
+    assert stored is None
+
+
+async def test_an_account_without_a_password_gets_the_generic_login_failure(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner)).body
+    await cabinet.call("POST", "/invitations/accept", json={"token": invitation["token"]})
+
+    passwordless = await cabinet.login(invitation["email"], "any password at all")
+    unknown = await cabinet.login(unique_email("nobody"), "any password at all")
+
+    assert (passwordless.status, passwordless.body) == (401, {"error": "invalid e-mail or password"})
+    assert (unknown.status, unknown.body) == (passwordless.status, passwordless.body)
+
+
+async def test_an_account_without_a_password_sets_its_first_one_with_the_session(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner)).body
+    session = (await cabinet.call("POST", "/invitations/accept", json={"token": invitation["token"]})).body
+
+    first = await cabinet.call(
+        "POST", "/auth/password", token=session["token"], json={"newPassword": "my first passphrase"}
+    )
+    again = await cabinet.call(
+        "POST", "/auth/password", token=session["token"], json={"newPassword": "another passphrase"}
+    )
+
+    assert (first.status, first.body["ok"]) == (200, True)
+    assert (again.status, again.body) == (400, {"error": "currentPassword is required"})
+    assert (await cabinet.login(invitation["email"], "my first passphrase")).status == 200
+    assert "auth.password_set" in [e["event"] for e in await cabinet.audit_events(owner)]
+
+
+async def test_a_weak_first_password_is_400(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    invitation = (await cabinet.invite(owner)).body
+    session = (await cabinet.call("POST", "/invitations/accept", json={"token": invitation["token"]})).body
+
+    weak = await cabinet.call("POST", "/auth/password", token=session["token"], json={"newPassword": "short"})
+
+    assert (weak.status, weak.body) == (400, {"error": "newPassword must be at least 10 characters"})
+
+
+async def test_a_token_accepted_without_a_password_works_only_once(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    token = (await cabinet.invite(owner)).body["token"]
+    await cabinet.call("POST", "/invitations/accept", json={"token": token})
+
+    again = await cabinet.call("POST", "/invitations/accept", json={"token": token})
+
+    assert (again.status, again.body) == (400, {"error": "invitation has already been used"})
+
+
+async def test_an_existing_member_accepts_another_invitation_with_the_token_alone(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    email = unique_email("twice")
+    first = (await cabinet.invite(owner, "member", email)).body
+    second = (await cabinet.invite(owner, "member", email)).body
+    member = (await _accept(cabinet, first["token"])).body
+
+    reply = await cabinet.call("POST", "/invitations/accept", json={"token": second["token"]})
+
+    assert reply.status == 200
+    assert reply.body == {"token": reply.body["token"], "email": email, "passwordSet": True}
+    same_user = await cabinet.call("GET", "/auth/session", token=reply.body["token"])
+    first_user = await cabinet.call("GET", "/auth/session", token=member["token"])
+    assert same_user.body["user"]["id"] == first_user.body["user"]["id"]
 
 
 async def test_accepting_with_a_weak_password_is_400_and_keeps_the_invitation(cabinet: Cabinet) -> None:

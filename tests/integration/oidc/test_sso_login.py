@@ -97,6 +97,22 @@ async def test_an_existing_member_signs_in_as_themselves_and_keeps_their_role(
     assert login["details"]["provisioned"] is False
 
 
+async def test_a_member_who_joined_with_the_invitation_token_alone_signs_in_through_sso(
+    gateway: SsoGateway, node_idp: NodeIdp, browser: Browser
+) -> None:
+    owner, provider_id = await _owner_with_provider(gateway, node_idp)
+    invited = await gateway.cabinet.invite(owner, "admin", email="alice@allowed.test")
+    accepted = await gateway.cabinet.call(
+        "POST", "/invitations/accept", json={"token": invited.body["token"]}
+    )
+    member_id = await gateway.cabinet.user_id(Account(accepted.body["token"], "alice@allowed.test"))
+
+    session = await _signed_in(gateway, browser, provider_id, "alice")
+
+    assert accepted.body["passwordSet"] is False
+    assert (session["user"]["id"], session["user"]["role"]) == (member_id, "admin")
+
+
 async def test_new_users_get_the_role_the_provider_is_configured_with(
     gateway: SsoGateway, node_idp: NodeIdp, browser: Browser
 ) -> None:
