@@ -6,12 +6,13 @@ Every failure is a `CabinetError`; the app's error middleware renders it as `{"e
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from cabinet.display_text import disguising_character_problem, display_text_problem, nfc
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_NAME_LENGTH = 200
@@ -69,10 +70,6 @@ def _too_large() -> CabinetError:
     return CabinetError(413, f"request body is larger than {MAX_BODY_BYTES // 1024} KiB")
 
 
-def _has_control_characters(value: str) -> bool:
-    return any(unicodedata.category(ch) == "Cc" for ch in value)
-
-
 def required_text(body: Mapping[str, Any], field: str, *, max_length: int = MAX_NAME_LENGTH) -> str:
     """A non-blank single-line string, stripped of surrounding whitespace."""
     value = body.get(field)
@@ -92,11 +89,11 @@ def optional_text(body: Mapping[str, Any], field: str, *, max_length: int = MAX_
 def _text(field: str, value: Any, max_length: int) -> str:
     if not isinstance(value, str):
         raise bad_request(f"{field} must be a string")
-    value = value.strip()
+    value = nfc(value.strip())
     if len(value) > max_length:
         raise bad_request(f"{field} must be at most {max_length} characters")
-    if _has_control_characters(value):
-        raise bad_request(f"{field} must not contain control characters")
+    if problem := display_text_problem(field, value):
+        raise bad_request(problem)
     return value
 
 
@@ -112,8 +109,8 @@ def required_secret(body: Mapping[str, Any], field: str) -> str:
 
 def normalize_email(value: str) -> str | None:
     """The canonical form of an e-mail address (trimmed, lower case), or None when it is not one."""
-    email = value.strip().lower()
-    if len(email) > 254 or _has_control_characters(email) or not _EMAIL.match(email):
+    email = nfc(value.strip().lower())
+    if len(email) > 254 or display_text_problem("email", email) or not _EMAIL.match(email):
         return None
     return email
 
@@ -137,6 +134,8 @@ def optional_email(body: Mapping[str, Any], field: str) -> str | None:
 def _email(field: str, value: Any) -> str:
     if not isinstance(value, str):
         raise bad_request(f"{field} must be a string")
+    if problem := disguising_character_problem(field, value):
+        raise bad_request(problem)
     email = normalize_email(value)
     if email is None:
         raise bad_request(f"{field} must be a valid e-mail address")

@@ -112,6 +112,19 @@ async def test_create_with_an_alias_already_used_in_the_organization_is_400(cabi
     assert (reply.status, reply.body) == (400, {"error": "alias already exists"})
 
 
+async def test_an_alias_spelt_with_combining_characters_is_the_same_alias_and_stored_composed(
+    cabinet: Cabinet,
+) -> None:
+    owner = await cabinet.register()
+    composed = await cabinet.create_key(owner, "caf\u00e9")
+
+    decomposed = await cabinet.create_key(owner, "cafe\u0301")
+    stored = await cabinet.db.fetchval("SELECT alias FROM api_keys WHERE id = $1", composed.body["id"])
+
+    assert (decomposed.status, decomposed.body) == (400, {"error": "alias already exists"})
+    assert stored == composed.body["alias"] == "caf\u00e9"
+
+
 async def test_an_alias_used_by_a_revoked_key_stays_taken(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
     key = (await cabinet.create_key(owner, "worker")).body
