@@ -2,7 +2,6 @@
 
 from .loader import DEFAULT_CONFIG_PATH, ConfigError, load_config
 from .schema import (
-    KNOWN_PLUGINS,
     LOG_LEVELS,
     PROVIDER_KINDS,
     REQUEST_KINDS,
@@ -21,11 +20,11 @@ from .schema import (
     ServerConfig,
     StorageConfig,
     TracingConfig,
+    chain_plugins,
 )
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
-    "KNOWN_PLUGINS",
     "LOG_LEVELS",
     "PROVIDER_KINDS",
     "REQUEST_KINDS",
@@ -45,5 +44,6 @@ __all__ = [
     "ServerConfig",
     "StorageConfig",
     "TracingConfig",
+    "chain_plugins",
     "load_config",
 ]

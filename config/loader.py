@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from .schema import (
-    ESSENTIAL_PLUGINS,
-    KNOWN_PLUGINS,
     LOG_LEVELS,
     PROVIDER_KINDS,
     REGISTRATION_MODES,
@@ -39,6 +37,7 @@ from .schema import (
     ServerConfig,
     StorageConfig,
     TracingConfig,
+    chain_plugins,
 )
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("defaults.toml")
@@ -589,9 +588,11 @@ def _unknown_key(key: str, known: Sequence[str]) -> str:
 
 
 def _disableable_plugin(value: str) -> str | None:
-    if value in ESSENTIAL_PLUGINS:
-        return f"plugin {value!r} cannot be disabled; only these can: {', '.join(KNOWN_PLUGINS)}"
-    return _membership("plugin", value, KNOWN_PLUGINS)
+    plugins = chain_plugins()
+    optional = [name for name, essential in plugins if not essential]
+    if (value, True) in plugins:
+        return f"plugin {value!r} cannot be disabled; only these can: {', '.join(optional)}"
+    return _membership("plugin", value, optional)
 
 
 def _membership(noun: str, value: str, options: Iterable[str]) -> str | None:

@@ -21,30 +21,17 @@ REQUEST_KINDS = (
     "decisions",
 )
 PROVIDER_KINDS = ("openai", "anthropic", "mock")
-# Plugins the config may switch off. The other steps of the chain (route_support, auth, request_id,
-# body_limits, request_validation, model_routing, provider_filter, native_features, object_binding) keep
-# the model API correct and safe, and the observability steps (tracing, metrics, access_log) keep it
-# visible: they are always on.
-KNOWN_PLUGINS = (
-    "policy",
-    "rate_limits",
-    "billing_gate",
-    "usage_metering",
-)
-ESSENTIAL_PLUGINS = (
-    "route_support",
-    "auth",
-    "request_id",
-    "body_limits",
-    "request_validation",
-    "model_routing",
-    "provider_filter",
-    "native_features",
-    "object_binding",
-    "tracing",
-    "metrics",
-    "access_log",
-)
+
+
+def chain_plugins() -> tuple[tuple[str, bool], ...]:
+    """(name, essential) of every plugin of the model API's chain, in order, read from the plugin classes:
+    `plugins.disabled` may name the others; the essential ones keep the model API correct, safe and
+    visible and are always on."""
+    from plugins import CHAIN_PLUGINS  # late: the plugins import the config
+
+    return tuple((plugin.name, plugin.essential) for plugin in CHAIN_PLUGINS)
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # When the ledger spool fsyncs: after every row, every `spool_fsync_interval_seconds`, or never.
 SPOOL_FSYNC_POLICIES = ("always", "interval", "never")

@@ -18,6 +18,7 @@ from plugins.metrics import Metrics
 from plugins.model_routing import ModelRouting
 from plugins.native_features import NativeFeatures
 from plugins.object_binding import ObjectBindingPlugin
+from plugins.output_caps import OutputCaps
 from plugins.policy import Policy
 from plugins.provider_filter import ProviderFilter
 from plugins.rate_limits import RateLimits
@@ -56,6 +57,31 @@ class ChainServices:
     realtime_secrets: RealtimeSecrets = field(default_factory=InProcessSecrets)
 
 
+# Every plugin class of the chain, in the order default_chain runs them: their `name` and `essential` are
+# what the config's plugins.disabled may name and may not switch off (config.schema.chain_plugins).
+CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
+    RequestTracing,
+    RouteSupport,
+    Auth,
+    RequestId,
+    BodyLimits,
+    RealtimeCredentials,
+    RequestValidation,
+    ModelRouting,
+    ProviderFilter,
+    NativeFeatures,
+    ObjectBindingPlugin,
+    Policy,
+    OutputCaps,
+    RateLimits,
+    RealtimeCap,
+    BillingGate,
+    UsageMetering,
+    Metrics,
+    AccessLog,
+)
+
+
 class PluginConfigError(ValueError):
     """The config disables a plugin that cannot be switched off."""
 
@@ -76,6 +102,7 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         NativeFeatures(),  # 400 when thinking, caching or token counting has no native row left
         ObjectBindingPlugin(services.objects, services.catalog),  # follow-ups reach their row
         Policy(services.policies),  # 403 denied model, 404 model not enabled for the key
+        OutputCaps(),  # 400 on max_tokens & co. above the model's context; fills in the cap it lacks
         RateLimits(services.config, services.counters),  # 429 RPM/TPM per key and organization
         RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
         BillingGate(services.accounts),  # 402 unpaid invoice, balance or budget
@@ -83,10 +110,12 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
         AccessLog(services.config.logging.log_prompts),  # one structured line per request, last
     ]
+    if [p.name for p in plugins] != [p.name for p in CHAIN_PLUGINS]:  # a step added to one list only
+        raise RuntimeError("plugins.CHAIN_PLUGINS must list the chain's plugins in the chain's order")
     essential = [p.name for p in plugins if p.essential and p.name in disabled]
     if essential:
         raise PluginConfigError(f"plugins.disabled: these plugins cannot be disabled: {', '.join(essential)}")
     return PluginChain([p for p in plugins if p.name not in disabled])
 
 
-__all__ = ["ChainServices", "Plugin", "PluginChain", "PluginConfigError", "default_chain"]
+__all__ = ["CHAIN_PLUGINS", "ChainServices", "Plugin", "PluginChain", "PluginConfigError", "default_chain"]

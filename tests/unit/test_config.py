@@ -25,6 +25,7 @@ from config import (
     ServerConfig,
     StorageConfig,
     TracingConfig,
+    chain_plugins,
     load_config,
 )
 
@@ -454,4 +455,21 @@ def test_an_essential_plugin_cannot_be_disabled(write):
     assert problems(path) == [
         "my.toml: plugins.disabled[0]: plugin 'auth' cannot be disabled; only these can: "
         "policy, rate_limits, billing_gate, usage_metering"
+    ]
+
+
+def test_the_example_config_lists_every_plugin_of_the_chain_in_order_with_the_always_on_ones_marked():
+    text = EXAMPLE.read_text()
+    block = text[text.index("[plugins]\n") : text.index("\ndisabled = ")]
+    listed = re.findall(r"^#   ([a-z_]+) +(always on:)?", block, flags=re.MULTILINE)
+
+    assert [(name, bool(always_on)) for name, always_on in listed] == list(chain_plugins())
+
+
+def test_the_realtime_plugins_are_known_and_cannot_be_disabled(write):
+    path = write('[plugins]\ndisabled = ["realtime_cap", "realtime_credentials"]\n' + VALID)
+
+    assert [problem.split(": ", 2)[2].split(";")[0] for problem in problems(path)] == [
+        "plugin 'realtime_cap' cannot be disabled",
+        "plugin 'realtime_credentials' cannot be disabled",
     ]
