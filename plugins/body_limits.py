@@ -5,6 +5,10 @@ it streams and refused the moment it passes the limit. Multipart bodies are neve
 head (up to the end of the `model` field) is read here; the rest is counted part by part while it is relayed
 upstream (proxy/multipart.py), and a limit passed there aborts the upstream request with the same 413.
 Nothing larger than the limit is ever held in memory.
+
+A body with a `Content-Encoding` is decoded as it is read (proxy/body_decoding.py) and the limits apply to
+its decoded bytes; its compressed `Content-Length` says nothing about those, so it is only held against the
+compressed allowance. The upstream gets the decoded body.
 """
 
 from __future__ import annotations
@@ -13,21 +17,48 @@ import orjson
 from aiohttp import web
 
 from plugins.base import Plugin
+from proxy.body_decoding import BodyDecodingError, BodySource, DecodedContent, coding_of
 from proxy.context import RequestContext
-from proxy.errors import InvalidRequest
+from proxy.errors import GatewayError, InvalidRequest, RequestTooLarge, UnsupportedMediaType
 from proxy.multipart import MultipartLimits, StreamedMultipart, request_too_large
 from proxy.routes import BodyFormat
 
 
-async def read_limited(request: web.Request, limit: int) -> bytes:
-    """The whole body, or RequestTooLarge as soon as it passes `limit` bytes."""
+def _gateway_error(error: BodyDecodingError) -> GatewayError:
+    if error.status == 413:
+        return RequestTooLarge(error.message)
+    if error.status == 415:
+        return UnsupportedMediaType(error.message)
+    return InvalidRequest(error.message)
+
+
+def body_source(request: web.Request, limit: int) -> tuple[BodySource, int | None]:
+    """(what to read the body from, its declared decoded length): the body as sent, or decoded as it is
+    read when it has a Content-Encoding (whose length is then unknown until it has been read)."""
     declared = request.content_length
+    encoding = request.headers.get("content-encoding")
+    if encoding is None:
+        return request.content, declared
+    try:
+        coding = coding_of(encoding)
+    except BodyDecodingError as exc:
+        raise _gateway_error(exc) from None
+    if coding is None:
+        return request.content, declared
+    decoded = DecodedContent(request.content, coding, limit, _gateway_error)
+    decoded.check_declared(declared)
+    return decoded, None
+
+
+async def read_limited(request: web.Request, limit: int) -> bytes:
+    """The whole (decoded) body, or RequestTooLarge as soon as it passes `limit` bytes."""
+    content, declared = body_source(request, limit)
     if declared is not None:
         if declared > limit:
             raise request_too_large(limit)
         return await request.content.readexactly(declared) if declared else b""
     received = bytearray()
-    async for chunk in request.content.iter_any():
+    while chunk := await content.readany():
         received += chunk
         if len(received) > limit:
             raise request_too_large(limit)
@@ -49,11 +80,12 @@ class BodyLimits(Plugin):
         content_type = request.headers.get("content-type", "")
         multipart = content_type.lstrip().lower().startswith("multipart/")
         if multipart and route.body in (BodyFormat.MULTIPART, BodyFormat.JSON_OR_MULTIPART):
-            limit, declared = route.limit.multipart, request.content_length
+            limit = route.limit.multipart
+            content, declared = body_source(request, limit)
             if declared is not None and declared > limit:
                 raise request_too_large(limit)
             body = StreamedMultipart(
-                request.content,
+                content,
                 request.headers["content-type"],
                 MultipartLimits(limit, route.limit.part),
                 declared,

@@ -109,6 +109,12 @@ class RequestTooLarge(GatewayError):
     status, type_a, code, type_b = 413, "invalid_request_error", "request_too_large", "request_too_large"
 
 
+class UnsupportedMediaType(GatewayError):
+    """415: a request body in a content coding the gateway does not decode."""
+
+    status, type_a, type_b = 415, "invalid_request_error", "invalid_request_error"
+
+
 class RateLimited(GatewayError):
     """429: RPM/TPM exceeded or the realtime concurrency cap reached."""
 

@@ -13,8 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import Enum
 
-from aiohttp import StreamReader
-
+from proxy.body_decoding import BodySource
 from proxy.errors import GatewayError, InvalidRequest, RequestTooLarge
 
 MiB = 1024 * 1024
@@ -235,7 +234,7 @@ class StreamedMultipart:
     as it arrives. Iterating it (once) yields the body's bytes; a broken limit ends it with `error` set."""
 
     def __init__(
-        self, content: StreamReader, content_type: str, limits: MultipartLimits, declared: int | None
+        self, content: BodySource, content_type: str, limits: MultipartLimits, declared: int | None
     ) -> None:
         self.content_type = content_type
         self._content = content

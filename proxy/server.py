@@ -145,7 +145,11 @@ async def serve(
     gateway = await Gateway.start(config, workers=workers)
     app = build_app(gateway)
     runner = GatewayRunner(
-        app, handler_cancellation=True, access_log=None, shutdown_timeout=config.server.shutdown_grace_seconds
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=config.server.shutdown_grace_seconds,
+        auto_decompress=False,  # request bodies are decoded within their limits (proxy/body_decoding.py)
     )
     await runner.setup()
     log_flusher = asyncio.get_running_loop().create_task(flush_logs_periodically(), name="log-flush")
