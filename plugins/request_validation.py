@@ -87,6 +87,28 @@ def validate_messages(payload: dict) -> None:
             raise InvalidRequest(f"messages.{index}.content: must be a string or an array of content blocks")
 
 
+# Fields that name, key or get stored: ids the gateway or the provider looks up, and labels kept with the
+# request. A NUL there cannot be stored (PostgreSQL text) or matched, so it is refused. A NUL inside prompt
+# text is the provider's business and is forwarded: refusing it would mean scanning every prompt.
+_LOOKED_UP_FIELDS = ("model", "user", "previous_response_id", "safety_identifier", "prompt_cache_key")
+_LABEL_FIELDS = ("metadata", "conversation")
+
+
+def refuse_nul_in_looked_up_fields(payload: dict) -> None:
+    """400 when an id, a user or a metadata key or value holds a NUL character."""
+    for name in _LOOKED_UP_FIELDS:
+        value = payload.get(name)
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidRequest(f"Invalid '{name}': it must not contain NUL characters.")
+    for name in _LABEL_FIELDS:
+        value = payload.get(name)
+        texts = [value] if isinstance(value, str) else []
+        if isinstance(value, dict):
+            texts = [*value, *(v for v in value.values() if isinstance(v, str))]
+        if any("\x00" in text for text in texts):
+            raise InvalidRequest(f"Invalid '{name}': its keys and values must not contain NUL characters.")
+
+
 _ROUTE_CHECKS: dict[str, Callable[[dict], None]] = {
     "responses": validate_responses,
     "decisions": validate_decisions,
@@ -102,8 +124,15 @@ class RequestValidation(Plugin):
 
     def on_request(self, ctx: RequestContext) -> None:
         payload = ctx.payload
-        if payload is None or ctx.body_stream is not None:  # a multipart body's fields are all strings
+        if payload is None:
             return
+        if ctx.body_stream is not None:  # a multipart body's fields are all strings
+            if any("\x00" in value for value in payload.values()):
+                raise InvalidRequest("multipart fields must not contain NUL characters")
+            return
+        # JSON can only carry a NUL escaped, so bodies without one skip the field checks.
+        if ctx.body and b"\\u0000" in ctx.body:
+            refuse_nul_in_looked_up_fields(payload)
         stream = payload.get("stream")
         if stream is None:  # absent, or null: the OpenAI API's "not given"
             stream = False

@@ -1,6 +1,7 @@
 """Route support: only the model API reference is served; everything else is 404 `route not supported`.
 
-Also decides, once, which error envelope the request is owed.
+Also decides, once, which error envelope the request is owed, and refuses a URL whose path or query has a
+NUL or invalid UTF-8 (400 in that envelope; proxy/url_text.py).
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 from plugins.base import Plugin
 from proxy.context import RequestContext
 from proxy.envelopes import Envelope
-from proxy.errors import RouteNotSupported
+from proxy.errors import InvalidRequest, RouteNotSupported
 from proxy.routes import RouteTable
+from proxy.url_text import url_text_problem
 
 VENDOR_VERSION_HEADER = "anthropic-version"
 
@@ -35,3 +37,5 @@ class RouteSupport(Plugin):
             route.envelope_b_with_version_header and VENDOR_VERSION_HEADER in request.headers
         ):
             ctx.envelope = Envelope.B
+        if problem := url_text_problem(request.raw_path):
+            raise InvalidRequest(problem)

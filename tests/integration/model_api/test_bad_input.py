@@ -3,11 +3,15 @@ route's envelope."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
 import orjson
 import pytest
 
-from tests.integration.model_api.error_bodies import assert_envelope_a
+from tests.integration.model_api.conftest import gateway_toml
+from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b
+from tests.support.gateway import ThreadedGateway, register_tenant, write_config
 
 # Nothing here fails a row or revokes a key: one gateway serves the whole module.
 pytestmark = pytest.mark.shared_gateway
@@ -174,3 +178,83 @@ def test_multipart_without_boundary_is_400(http) -> None:
 )
 def test_odd_paths_are_never_a_500(http, path) -> None:
     assert_no_traceback(http.get(path))
+
+
+# -- NUL and invalid UTF-8 in ids, query values and stored fields, on both storage backends ----------------
+
+# Every model route with an id in its path, and the model routes that read query values.
+ID_PATHS = [
+    ("GET", "/v1/responses/{id}"),
+    ("DELETE", "/v1/responses/{id}"),
+    ("GET", "/v1/models/{id}"),
+    ("GET", "/v1/videos/{id}"),
+    ("DELETE", "/v1/videos/{id}"),
+    ("GET", "/v1/videos/{id}/content"),
+]
+QUERY_PATHS = [
+    ("GET", "/v1/videos?after={id}"),
+    ("GET", "/v1/videos?order={id}"),
+    ("GET", "/v1/models?after_id={id}"),
+    ("GET", "/v1/videos/video_1/content?variant={id}"),
+    ("GET", "/v1/realtime?client_secret={id}&model=gpt-test"),
+]
+UNSTORABLE = {"nul": "%00", "nul-inside": "resp_a%00b", "invalid-utf8": "%ff", "overlong-utf8": "%c0%80"}
+
+
+@pytest.fixture
+def storage_http(storage_url, tmp_path, upstreams) -> Iterator[httpx.Client]:
+    """Raw HTTP with a tenant's key to a gateway of its own on each storage backend."""
+    toml = gateway_toml(storage_url, *upstreams)
+    with ThreadedGateway(write_config(tmp_path / "modelgate.toml", toml)) as running:
+        key = register_tenant(running.base_url).api_key
+        with httpx.Client(
+            base_url=running.base_url, timeout=30, headers={"authorization": f"Bearer {key}"}
+        ) as raw:
+            yield raw
+
+
+def test_nul_or_invalid_utf8_in_a_path_id_or_query_value_is_400_on_every_route(storage_http) -> None:
+    for method, template in ID_PATHS + QUERY_PATHS:
+        for label, value in UNSTORABLE.items():
+            response = storage_http.request(method, template.format(id=value))
+            assert response.status_code == 400, (method, template, label, response.text)
+            assert_envelope_a(response, 400, "invalid_request_error")
+
+
+def test_nul_in_a_query_value_on_messages_is_400_in_envelope_b(storage_http) -> None:
+    response = storage_http.post(
+        "/v1/messages?beta=%00",
+        json={"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]},
+        headers={"anthropic-version": "2023-06-01"},
+    )
+    assert_envelope_b(response, 400, "invalid_request_error")
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        (CHAT, {"model": "gpt-test\u0000"}),
+        (CHAT, {"user": "end-user\u0000"}),
+        (CHAT, {"metadata": {"team\u0000": "a"}}),
+        (CHAT, {"metadata": {"team": "a\u0000"}}),
+        ("/v1/responses", {"previous_response_id": "resp_a\u0000"}),
+        ("/v1/responses", {"conversation": {"id": "conv_a\u0000"}}),
+        ("/v1/responses", {"safety_identifier": "\u0000"}),
+    ],
+    ids=["model", "user", "metadata-key", "metadata-value", "previous-response", "conversation", "safety-id"],
+)
+def test_nul_in_a_field_that_is_stored_or_looked_up_is_400(storage_http, alpha, path, fields) -> None:
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": "x"}], "input": "x", **fields}
+    response = storage_http.post(path, json=body)
+    error = assert_envelope_a(response, 400, "invalid_request_error")
+    assert "NUL" in error["message"]
+    assert alpha.requests == []
+
+
+def test_nul_in_prompt_text_is_forwarded_on_each_backend(storage_http, alpha) -> None:
+    text = "before \u0000 after"
+    response = storage_http.post(
+        CHAT, json={"model": "gpt-test", "messages": [{"role": "user", "content": text}]}
+    )
+    assert response.status_code == 200, response.text
+    assert alpha.requests_to(CHAT)[0].json["messages"][0]["content"] == text
