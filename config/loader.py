@@ -341,6 +341,10 @@ def _server(t: _Table) -> ServerConfig:
         operator_token=t.string("operator_token", check=_secret),
         metrics_token=t.string("metrics_token", check=_secret),
         trusted_proxies=t.strings("trusted_proxies", check=_ip_network),
+        header_timeout_seconds=t.number("header_timeout_seconds", check=_above(0)),
+        body_idle_timeout_seconds=t.number("body_idle_timeout_seconds", check=_above(0)),
+        keepalive_timeout_seconds=t.number("keepalive_timeout_seconds", check=_above(0)),
+        max_connections=t.integer("max_connections", check=_at_least(1)),
     )
     t.finish()
     if "public_url" in values:
@@ -378,6 +382,7 @@ def _cabinet(t: _Table) -> CabinetConfig:
     values = _given(
         session_ttl_seconds=t.integer("session_ttl_seconds", check=_at_least(60)),
         login_max_failures=t.integer("login_max_failures", check=_at_least(1)),
+        login_first_delay_seconds=t.number("login_first_delay_seconds", check=_above(0)),
         login_lockout_seconds=t.integer("login_lockout_seconds", check=_at_least(1)),
         invitation_ttl_seconds=t.integer("invitation_ttl_seconds", check=_at_least(60)),
         registration=t.choice("registration", REGISTRATION_MODES, "registration mode"),

@@ -56,6 +56,14 @@ class ServerConfig:
     # Addresses/networks of load balancers whose X-Forwarded-For names the real client (login
     # throttling, audit). Empty: forwarded headers are ignored, the peer address is the client.
     trusted_proxies: tuple[str, ...] = ()
+    # What a client connection may cost (proxy/connection_guard.py): the whole request head must arrive
+    # within header_timeout_seconds, a body may pause at most body_idle_timeout_seconds between bytes, an
+    # idle keep-alive connection is closed after keepalive_timeout_seconds, and at most max_connections are
+    # open at once (clamped to the open-files limit less a reserve for upstreams, storage and logs).
+    header_timeout_seconds: float = 10.0
+    body_idle_timeout_seconds: float = 30.0
+    keepalive_timeout_seconds: float = 75.0
+    max_connections: int = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +87,12 @@ class CabinetConfig:
     """Sessions, login throttling, invitations and single sign-on of the management cabinet."""
 
     session_ttl_seconds: int = 43200
+    # Login throttling (cabinet/throttle.py): failures of one account from one address before each next
+    # attempt waits login_first_delay_seconds, doubling with every further failure up to
+    # login_lockout_seconds (the longest wait).
     login_max_failures: int = 5
-    login_lockout_seconds: int = 300
+    login_first_delay_seconds: float = 1.0
+    login_lockout_seconds: int = 900
     invitation_ttl_seconds: int = 604800
     registration: str = "open"  # one of REGISTRATION_MODES
     invitation_webhook_url: str | None = field(default=None, repr=False)  # webhook URLs often carry a token

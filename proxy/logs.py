@@ -14,6 +14,24 @@ import orjson
 from config import LoggingConfig
 
 _STANDARD = frozenset(vars(logging.makeLogRecord({})))
+# Libraries whose debug lines carry what they handle: SQL parameters (aiosqlite logs every operation with
+# its arguments, an OIDC client secret among them), commands, request headers and bodies. They stay at
+# info or above even when `logging.level = "debug"`; modelgate's own loggers follow the setting.
+QUIET_LIBRARY_LOGGERS = (
+    "aiosqlite",
+    "asyncpg",
+    "redis",
+    "aiohttp.client",
+    "aiohttp.internal",
+    "aiohttp.server",
+    "aiohttp.web",
+    "aiohttp.websocket",
+    "authlib",
+    "httpx",
+    "httpcore",
+    "urllib3",
+    "hpack",
+)
 _LEVEL_NAMES = {level: logging.getLevelName(level).lower() for level in (10, 20, 30, 40, 50)}
 
 
@@ -151,7 +169,16 @@ def configure_logging(config: LoggingConfig) -> None:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(config.level.upper())
+    logging.getLogger().handlers[:] = [handler]
+    set_log_level(config.level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def set_log_level(level: str) -> None:
+    """The process's log level ("debug", "info", ...); the libraries in QUIET_LIBRARY_LOGGERS stay at info
+    or above."""
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    quiet = max(logging.INFO, root.level)
+    for name in QUIET_LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(quiet)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from config import Config, ConfigError, load_config
 from config.loader import EMBEDDED_SOURCE
+from proxy.logs import set_log_level
 from proxy.runtime import build_runtime
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class Reloader:
             )
         gateway.swap(runtime)
         if config.logging.level != running.logging.level:
-            logging.getLogger().setLevel(config.logging.level.upper())
+            set_log_level(config.logging.level)
         gateway.metrics.config_reloads.labels("applied").inc()
         log.info(
             "config reloaded from %s: %d providers, %d models, %d plans",

@@ -23,7 +23,9 @@ from cabinet.app import build_cabinet_app
 from cabinet.services import CabinetServices
 from config import Config
 from proxy.client_address import forwarded_client_middleware
+from proxy.connection_guard import EdgeLimits, GuardedServer, name_the_server
 from proxy.gateway import Gateway
+from proxy.listen import ListenError, address_text, bind_listeners, bound_port
 from proxy.logs import configure_logging, flush_logs, flush_logs_periodically
 from proxy.metrics import metrics_handler
 from proxy.reload import Reloader
@@ -104,7 +106,8 @@ def build_app(gateway: Gateway) -> web.Application:
 
 
 class GatewayRunner(web.AppRunner):
-    """The root application's runner, with the model API served ahead of aiohttp's router.
+    """The root application's runner: connections guarded (proxy/connection_guard.py), and the model API
+    served ahead of aiohttp's router.
 
     Every model API request is `/v1` or under it and has one handler, so routing it through the
     application (router lookup, match info, the middleware wrapper that sub-applications add to every
@@ -114,8 +117,18 @@ class GatewayRunner(web.AppRunner):
     """
 
     async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
+        plain = await super()._make_server()
         app = self.app
+        gateway = app[GATEWAY]
+        server = GuardedServer(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            limits=EdgeLimits.from_config(gateway.config.server),
+            **plain._kwargs,
+        )
+        # New connections get the limits of a reloaded config; open ones keep theirs.
+        gateway.follow_config(lambda config: setattr(server, "limits", EdgeLimits.from_config(config.server)))
         if app.middlewares:
             return server
         through_app = server.request_handler
@@ -142,7 +155,15 @@ async def serve(
     sock: socket.socket | None = None,
 ) -> None:
     """Run one gateway process until SIGTERM/SIGINT (or `stop` is set), then shut down gracefully."""
-    gateway = await Gateway.start(config, workers=workers)
+    # Bound first: a taken port is one clear error before anything starts or says it is ready.
+    listeners = [sock] if sock is not None else bind_listeners(host, port, reuse_port=workers > 1)
+    try:
+        gateway = await Gateway.start(config, workers=workers)
+    except BaseException:
+        for listener in listeners:
+            listener.close()
+        raise
+    name_the_server()
     app = build_app(gateway)
     runner = GatewayRunner(
         app,
@@ -154,13 +175,10 @@ async def serve(
     await runner.setup()
     log_flusher = asyncio.get_running_loop().create_task(flush_logs_periodically(), name="log-flush")
     try:
-        site: web.BaseSite
-        if sock is not None:
-            site = web.SockSite(runner, sock)
-        else:
-            site = web.TCPSite(runner, host, port, reuse_port=workers > 1, backlog=1024)
-        await site.start()
-        log.info("modelgate listening on http://%s:%d (pid %d)", host, port, os.getpid())
+        for listener in listeners:
+            await web.SockSite(runner, listener, backlog=1024).start()
+        where = address_text(host, bound_port(listeners))  # the port the system chose for --port 0
+        log.info("modelgate listening on http://%s (pid %d)", where, os.getpid())
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         reloader = Reloader(gateway)
@@ -193,10 +211,13 @@ async def serve(
 
 
 def run(config: Config, *, host: str, port: int, workers: int) -> int:
-    """Blocking entry point of `modelgate serve`; returns the exit code."""
+    """Blocking entry point of `modelgate serve`; returns the exit code. Raises ListenError when the
+    address cannot be bound."""
     if workers <= 1:
         _run_loop(config, host, port, 1)
         return 0
+    for probe in bind_listeners(host, port, reuse_port=True):  # a taken port: one error, before any worker
+        probe.close()
     return _run_workers(config, host, port, workers)
 
 
@@ -214,7 +235,11 @@ def _run_loop(config: Config, host: str, port: int, workers: int) -> None:
 def _worker_main(config: Config, host: str, port: int, workers: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into one SIGTERM per worker
     configure_logging(config.logging)  # a spawned process starts with Python's default logging
-    _run_loop(config, host, port, workers)
+    try:
+        _run_loop(config, host, port, workers)
+    except ListenError as exc:  # the port was taken after the parent's check
+        print(f"modelgate: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _run_workers(config: Config, host: str, port: int, workers: int) -> int:
