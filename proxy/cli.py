@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from config import Config, ConfigError, load_config
 
 EXIT_CONFIG = 2
+EXIT_LISTEN = 1
 
 
 def _load(path: str | None) -> Config | None:
@@ -27,14 +28,45 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config is None:
         print("modelgate: refusing to start on an invalid config", file=sys.stderr)
         return EXIT_CONFIG
+    from proxy.listen import ListenError
     from proxy.logs import configure_logging
     from proxy.server import run
 
-    configure_logging(config.logging)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers if args.workers is not None else config.server.workers
-    return run(config, host=host, port=port, workers=workers)
+    if port == 0 and workers > 1:
+        print(
+            "modelgate: --port 0 (any free port) needs --workers 1: workers share one port", file=sys.stderr
+        )
+        return EXIT_CONFIG
+    configure_logging(config.logging)
+    try:
+        return run(config, host=host, port=port, workers=workers)
+    except ListenError as exc:
+        print(f"modelgate: {exc}", file=sys.stderr)
+        return EXIT_LISTEN
+
+
+def _port(text: str) -> int:
+    """A TCP port: 1..65535, or 0 for any free one (the log line then names the port it got)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 65535 (or 0 for any free port), got {port}")
+    return port
+
+
+def _workers(text: str) -> int:
+    try:
+        workers = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}") from None
+    if workers < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {workers}")
+    return workers
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -146,8 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the gateway (embedded defaults when no --config)")
     serve.add_argument("--config", help="TOML config file (default: embedded defaults)")
     serve.add_argument("--host", help="listen address (default: server.host)")
-    serve.add_argument("--port", type=int, help="listen port (default: server.port)")
-    serve.add_argument("--workers", type=int, help="processes sharing the port (default: server.workers)")
+    serve.add_argument(
+        "--port", type=_port, help="listen port, 1-65535; 0: any free port (default: server.port)"
+    )
+    serve.add_argument(
+        "--workers", type=_workers, help="processes sharing the port (default: server.workers)"
+    )
     serve.set_defaults(func=cmd_serve)
 
     check = commands.add_parser("check-config", help="validate a config file and print every problem")

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import httpx
+import pytest
 
 BROKEN_CONFIG = """
 [server]
@@ -86,3 +92,71 @@ def _minimal_models() -> str:
         '[[providers]]\nname = "mock"\nkind = "mock"\n[[models]]\nname = "m"\nkinds = ["chat"]\n'
         '[[models.rows]]\nprovider = "mock"\n[[plans]]\ncode = "free"\n'
     )
+
+
+def _serve_config(tmp_path: Path) -> Path:
+    config = tmp_path / "serve.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n' + _minimal_models())
+    return config
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_serve_refuses_a_port_outside_1_to_65535_with_exit_code_2(tmp_path: Path, port: str) -> None:
+    result = run_cli("serve", "--config", str(_serve_config(tmp_path)), "--port", port, timeout=20)
+    assert result.returncode == 2
+    assert "argument --port:" in result.stderr and port in result.stderr
+    assert "Traceback" not in result.stderr and "ready" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_a_port_in_use_says_so_in_one_line_without_a_traceback(tmp_path: Path, workers: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli(
+            "serve", "--config", str(_serve_config(tmp_path)), "--host", "127.0.0.1", "--port", str(port),
+            "--workers", workers, timeout=30,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == f"modelgate: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    assert "ready" not in result.stdout  # nothing claims to serve a port it does not hold
+
+
+def test_serve_on_port_0_logs_the_port_it_got_and_serves_there(tmp_path: Path) -> None:
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "proxy.cli",
+                "serve",
+                "--config",
+                str(_serve_config(tmp_path)),
+                "--port",
+                "0",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        found = None
+        while found is None and time.monotonic() < deadline and process.poll() is None:
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+) ", log_path.read_text())
+            time.sleep(0.05)  # polling the starting process's log; bounded by the deadline
+        assert found, log_path.read_text()
+        port = int(found.group(1))
+        assert port != 0
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def test_serve_refuses_port_0_with_several_workers(tmp_path: Path) -> None:
+    config = str(_serve_config(tmp_path))
+    result = run_cli("serve", "--config", config, "--port", "0", "--workers", "2", timeout=20)
+    assert result.returncode == 2
+    assert "--port 0" in result.stderr and "--workers 1" in result.stderr
