@@ -13,6 +13,8 @@ import orjson
 from aiohttp import web
 
 from cabinet.display_text import disguising_character_problem, display_text_problem, nfc
+from proxy.body_decoding import BodyDecodingError, request_body
+from proxy.url_text import url_text_problem
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_NAME_LENGTH = 200
@@ -42,14 +44,16 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object, at most 64 KiB; anything else is a 4xx `CabinetError`."""
-    declared = request.content_length
+    """The request body as a JSON object, at most 64 KiB decoded (it may be compressed, like the model API's);
+    anything else is a 4xx `CabinetError`. No string in it, key or value at any depth, may hold a NUL: the
+    storage cannot keep one, and no field of the cabinet has a use for it."""
+    content, declared = request_body(request, MAX_BODY_BYTES, _decoding_error)
     if declared is not None and declared > MAX_BODY_BYTES:
         raise _too_large()
     chunks: list[bytes] = []
     size = 0
     # Read the stream ourselves: a chunked body has no Content-Length to check up front.
-    while chunk := await request.content.readany():
+    while chunk := await content.readany():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
             raise _too_large()
@@ -63,7 +67,41 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raise bad_request("request body is not valid JSON") from exc
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
+    # JSON carries a NUL only escaped, so most bodies are not walked at all.
+    if b"\\u0000" in raw:
+        for key, value in body.items():
+            if "\x00" in key:
+                raise bad_request("request body keys must not contain NUL characters")
+            if _holds_nul(value):
+                raise bad_request(f"{key} must not contain NUL characters")
     return body
+
+
+def _holds_nul(value: Any) -> bool:
+    pending: list[Any] = [value]  # a list, not recursion: nesting depth is the client's choice
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return True
+        elif isinstance(value, dict):
+            pending.extend(value)
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
+
+
+def _decoding_error(error: BodyDecodingError) -> CabinetError:
+    return _too_large() if error.status == 413 else CabinetError(error.status, error.message)
+
+
+@web.middleware
+async def refuse_unstorable_urls(request: web.Request, handler: Any) -> web.StreamResponse:
+    """400 for a path or query that holds a NUL or invalid UTF-8, before any handler reads an id from it."""
+    if problem := url_text_problem(request.raw_path):
+        raise bad_request(problem)
+    return await handler(request)
 
 
 def _too_large() -> CabinetError:

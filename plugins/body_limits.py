@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from plugins.base import Plugin
-from proxy.body_decoding import BodyDecodingError, BodySource, DecodedContent, coding_of
+from proxy.body_decoding import BodyDecodingError, request_body
 from proxy.context import RequestContext
 from proxy.errors import GatewayError, InvalidRequest, RequestTooLarge, UnsupportedMediaType
 from proxy.multipart import MultipartLimits, StreamedMultipart, request_too_large
@@ -32,27 +32,9 @@ def _gateway_error(error: BodyDecodingError) -> GatewayError:
     return InvalidRequest(error.message)
 
 
-def body_source(request: web.Request, limit: int) -> tuple[BodySource, int | None]:
-    """(what to read the body from, its declared decoded length): the body as sent, or decoded as it is
-    read when it has a Content-Encoding (whose length is then unknown until it has been read)."""
-    declared = request.content_length
-    encoding = request.headers.get("content-encoding")
-    if encoding is None:
-        return request.content, declared
-    try:
-        coding = coding_of(encoding)
-    except BodyDecodingError as exc:
-        raise _gateway_error(exc) from None
-    if coding is None:
-        return request.content, declared
-    decoded = DecodedContent(request.content, coding, limit, _gateway_error)
-    decoded.check_declared(declared)
-    return decoded, None
-
-
 async def read_limited(request: web.Request, limit: int) -> bytes:
     """The whole (decoded) body, or RequestTooLarge as soon as it passes `limit` bytes."""
-    content, declared = body_source(request, limit)
+    content, declared = request_body(request, limit, _gateway_error)
     if declared is not None:
         if declared > limit:
             raise request_too_large(limit)
@@ -81,7 +63,7 @@ class BodyLimits(Plugin):
         multipart = content_type.lstrip().lower().startswith("multipart/")
         if multipart and route.body in (BodyFormat.MULTIPART, BodyFormat.JSON_OR_MULTIPART):
             limit = route.limit.multipart
-            content, declared = body_source(request, limit)
+            content, declared = request_body(request, limit, _gateway_error)
             if declared is not None and declared > limit:
                 raise request_too_large(limit)
             body = StreamedMultipart(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import brotli
+from aiohttp import web
 
 try:
     from compression import zstd  # Python 3.14+
@@ -182,6 +183,28 @@ def coding_of(header: str) -> str | None:
             f"content-encoding {names[0]!r} is not supported; use gzip, deflate, br or zstd"
         )
     return names[0]
+
+
+def request_body(
+    request: web.Request, limit: int, on_error: Callable[[BodyDecodingError], Exception]
+) -> tuple[BodySource, int | None]:
+    """(what to read the body from, its declared length): the body as sent, or decoded as it is read when
+    it has a Content-Encoding; the decoded length is then unknown until the body has been read."""
+    declared = request.content_length
+    encoding = request.headers.get("content-encoding")
+    if encoding is None:
+        return request.content, declared
+    if getattr(request.content, "total_compressed_bytes", None) is not None:
+        return request.content, None  # a server with aiohttp's decompression on has decoded it already
+    try:
+        coding = coding_of(encoding)
+    except BodyDecodingError as exc:
+        raise on_error(exc) from None
+    if coding is None:
+        return request.content, declared
+    decoded = DecodedContent(request.content, coding, limit, on_error)
+    decoded.check_declared(declared)
+    return decoded, None
 
 
 class DecodedContent:

@@ -164,6 +164,40 @@ def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedSta
         yield SharedStack(fakes, running, register_tenant(running.base_url))
 
 
+MEDIA_MODELS = """
+[[models]]
+name = "image-edit-test"
+kinds = ["image_edits"]
+[[models.rows]]
+provider = "alpha"
+
+[[models]]
+name = "audio-test"
+kinds = ["audio_transcriptions", "audio_translations"]
+[[models.rows]]
+provider = "alpha"
+
+[[models]]
+name = "video-test"
+kinds = ["videos"]
+[[models.rows]]
+provider = "alpha"
+"""
+
+
+@pytest.fixture(scope="module")
+def media_http(shared_stack, tmp_path_factory) -> Iterator[httpx.Client]:
+    """Raw HTTP to a second gateway on the shared fakes whose models serve the multipart routes."""
+    directory = tmp_path_factory.mktemp("media-limits")
+    toml = gateway_toml(f"sqlite:///{directory / 'gw.db'}", *shared_stack.upstreams, extra=MEDIA_MODELS)
+    with ThreadedGateway(write_config(directory / "modelgate.toml", toml)) as running:
+        key = register_tenant(running.base_url).api_key
+        with httpx.Client(
+            base_url=running.base_url, timeout=60, headers={"authorization": f"Bearer {key}"}
+        ) as raw:
+            yield raw
+
+
 @pytest.fixture
 def upstreams(request: pytest.FixtureRequest) -> Iterator[tuple[FakeUpstream, FakeUpstream, FakeUpstream]]:
     if _shares_gateway(request):

@@ -17,9 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.integration.model_api.conftest import gateway_toml
 from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b
-from tests.support.gateway import ThreadedGateway, register_tenant, write_config
 
 # Nothing here fails a row or revokes a key: one gateway serves the whole module. (aiohttp's multipart
 # reader, the fake's, uses a deprecated call internally.)
@@ -72,39 +70,6 @@ def multipart_body(parts: list[tuple[str, int]], model: str = "gpt-test") -> tup
 
 MULTIPART = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
 JSON = {"content-type": "application/json"}
-
-MEDIA_MODELS = """
-[[models]]
-name = "image-edit-test"
-kinds = ["image_edits"]
-[[models.rows]]
-provider = "alpha"
-
-[[models]]
-name = "audio-test"
-kinds = ["audio_transcriptions", "audio_translations"]
-[[models.rows]]
-provider = "alpha"
-
-[[models]]
-name = "video-test"
-kinds = ["videos"]
-[[models.rows]]
-provider = "alpha"
-"""
-
-
-@pytest.fixture(scope="module")
-def media_http(shared_stack, tmp_path_factory) -> Iterator[httpx.Client]:
-    """Raw HTTP to a second gateway on the same fakes whose models serve the multipart routes."""
-    directory = tmp_path_factory.mktemp("media-limits")
-    toml = gateway_toml(f"sqlite:///{directory / 'gw.db'}", *shared_stack.upstreams, extra=MEDIA_MODELS)
-    with ThreadedGateway(write_config(directory / "modelgate.toml", toml)) as running:
-        key = register_tenant(running.base_url).api_key
-        with httpx.Client(
-            base_url=running.base_url, timeout=60, headers={"authorization": f"Bearer {key}"}
-        ) as raw:
-            yield raw
 
 
 def cut_off(fake) -> None:

@@ -7,6 +7,7 @@ envelope. The upstream gets the decoded body, without the client's `Content-Enco
 from __future__ import annotations
 
 import gzip
+import os
 import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
@@ -19,11 +20,7 @@ import pytest
 from backports import zstd
 
 from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b
-from tests.integration.model_api.test_body_limits import (  # noqa: F401 (media_http is a fixture)
-    MULTIPART,
-    media_http,
-    multipart_body,
-)
+from tests.integration.model_api.test_body_limits import MULTIPART, head_only, multipart_body
 
 pytestmark = [pytest.mark.shared_gateway, pytest.mark.filterwarnings("ignore:unread_data:DeprecationWarning")]
 
@@ -162,8 +159,6 @@ def test_compressed_body_is_measured_decoded_not_compressed(http, alpha) -> None
 
 
 def test_compressed_body_declaring_more_than_the_limit_is_413_before_reading(gateway, tenant) -> None:
-    from tests.integration.model_api.test_body_limits import head_only
-
     status, body = head_only(
         gateway,
         CHAT,
@@ -259,7 +254,7 @@ def gzip_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def test_gzip_compressed_audio_upload_reaches_the_row_decoded(media_http, alpha) -> None:
-    total, chunks = multipart_body([("file", 3 * MiB)], model="audio-test")
+    _total, chunks = multipart_body([("file", 3 * MiB)], model="audio-test")
     response = media_http.post(
         "/v1/audio/transcriptions",
         content=gzip_chunks(chunks),
@@ -291,3 +286,46 @@ def test_garbage_in_a_compressed_upload_is_400(media_http, alpha) -> None:
     )
     assert response.status_code == 400, response.text[:300]
     assert_envelope_a(response, 400, "invalid_request_error")
+
+
+# -- the cabinet API reads compressed JSON bodies the same way -------------------------------------------
+
+
+def register_body() -> bytes:
+    return orjson.dumps(
+        {
+            "legalName": "Gzip Ltd",
+            "email": f"gzip-{os.urandom(4).hex()}@example.com",
+            "password": "correct horse battery",
+            "planCode": "free",
+        }
+    )
+
+
+@pytest.mark.parametrize("encoding", list(ENCODERS))
+def test_cabinet_takes_a_compressed_json_body(gateway, encoding) -> None:
+    body, headers = encoded(encoding, register_body())
+    response = httpx.post(f"{gateway.base_url}/api/auth/register", content=body, headers=headers)
+    assert response.status_code == 201, response.text
+    assert response.json()["token"]
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding", "status", "message"),
+    [
+        (b"not gzip", "gzip", 400, "request body could not be decoded: "),
+        (gzip.compress(b"{}")[:-3], "gzip", 400, "request body could not be decoded: the compressed data is"),
+        (b"{}", "compress", 415, "content-encoding 'compress' is not supported"),
+        (BOMB, "gzip", 413, "request body is larger than 64 KiB"),
+    ],
+    ids=["garbage", "truncated", "unknown-encoding", "bomb"],
+)
+def test_cabinet_refuses_a_body_it_cannot_decode_with_a_4xx(gateway, body, encoding, status, message) -> None:
+    response = httpx.post(
+        f"{gateway.base_url}/api/auth/register",
+        content=body,
+        headers={"content-encoding": encoding, **JSON_TYPE},
+    )
+    assert response.status_code == status, response.text
+    assert list(response.json()) == ["error"]
+    assert response.json()["error"].startswith(message)
