@@ -147,9 +147,8 @@ async def _announce(config: Config, db: Database, events: list[BalanceEvent | No
         notes.append(
             Note(
                 False,
-                "no running gateway was notified (SQLite without Redis has no cross-process channel),"
-                " and none needs to be: a gateway on SQLite reads new balance events from the database"
-                " every second, so this change takes effect there by itself, within a second",
+                "running gateways apply it within a second: they read new balance events from the"
+                " database every second (SQLite without Redis has no channel to tell them sooner)",
             )
         )
     return notes

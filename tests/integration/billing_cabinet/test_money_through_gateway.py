@@ -255,8 +255,9 @@ def test_a_cli_top_up_on_sqlite_takes_effect_in_a_running_gateway_and_says_so(tm
     )
 
     assert topped.returncode == 0, topped.stderr
-    assert "no running gateway was notified" in topped.stdout
-    assert "takes effect there by itself" in topped.stdout and topped.stderr == ""
+    assert "credited 5.00 USD" in topped.stdout
+    assert "running gateways apply it within a second" in topped.stdout
+    assert "not notified" not in topped.stdout and topped.stderr == ""
     assert status == 200
     assert "needed for SQLite" not in helped.stdout
     assert "every balance change reaches it either way" in " ".join(helped.stdout.split())
