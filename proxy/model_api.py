@@ -50,6 +50,20 @@ def request_id_of(request: web.Request) -> str:
     return new_request_id()
 
 
+async def answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send `response` with `Connection: close`, then close at once: a body refused unread (413) is not
+    worth reading, and aiohttp would otherwise read and discard it for up to 10 s before closing."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    transport = request.transport
+    if transport is not None:
+        if transport.can_write_eof():
+            transport.write_eof()  # the client sees the end of the answer even if unread bytes reset it later
+        transport.close()  # asyncio sends what is still buffered first
+    return response
+
+
 class Completions:
     """Completion phases that run to their end even when their request's handler is cancelled (its client
     left while a hook waited on Redis); the gateway awaits them before it stops the ledger."""
@@ -119,7 +133,10 @@ class ModelApi:
         except GatewayError as error:
             ctx.error = error
             ctx.status = error.status
-            return render_error(error, ctx.envelope, ctx.request_id)
+            response = render_error(error, ctx.envelope, ctx.request_id)
+            if error.status == 413 and not request.content.is_eof():
+                return await answer_and_close(request, response)
+            return response
         except (asyncio.CancelledError, ConnectionResetError):
             ctx.status = 499  # the client went away, or a graceful stop ran out of time for it
             if ctx.answered_status and not ctx.outcome:

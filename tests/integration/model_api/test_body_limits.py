@@ -11,6 +11,7 @@ Bodies are generated lazily from one shared block, so the big cases cost bandwid
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -308,3 +309,69 @@ def test_lying_content_length_on_messages_is_refused_in_envelope_b(gateway, tena
     )
     assert status == 413
     assert body["type"] == "error" and body["error"]["type"] == "request_too_large"
+
+
+# -- a 413 refused unread closes the connection at once ---------------------------------------------------
+
+
+def answer_then_eof(gateway, path: str, headers: dict[str, str], sent_body: bytes) -> tuple[bytes, float]:
+    """Send a head declaring a huge body and only `sent_body` of it; read until the gateway closes.
+    Returns (everything received, seconds from the end of the answer's head to EOF)."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{gateway.port}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=30) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + sent_body)
+        received = b""
+        answered_at = None
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            if answered_at is None and b"\r\n\r\n" in received + chunk:
+                answered_at = time.monotonic()
+            if not chunk:
+                break
+            received += chunk
+    assert answered_at is not None, received
+    return received, time.monotonic() - answered_at
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type"),
+    [("/v1/chat/completions", "application/json"), ("/v1/audio/transcriptions", MULTIPART["content-type"])],
+)
+def test_connection_closes_right_after_a_413_for_a_body_left_unread(
+    gateway, tenant, path, content_type
+) -> None:
+    received, waited = answer_then_eof(
+        gateway,
+        path,
+        {
+            "Authorization": f"Bearer {tenant.api_key}",
+            "Content-Type": content_type,
+            "Content-Length": str(10 * 1024**3),
+        },
+        sent_body=b"x" * 100_000,
+    )
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 "), head
+    assert b"connection: close" in head.lower()
+    assert orjson.loads(body)["error"]["code"] == "request_too_large"
+    # aiohttp would read and discard the body for 10 s (its lingering time) before closing.
+    assert waited < 5, waited
+
+
+def test_connection_closes_right_after_a_413_found_while_reading(gateway, tenant) -> None:
+    received, waited = answer_then_eof(
+        gateway,
+        "/v1/chat/completions",
+        {
+            "Authorization": f"Bearer {tenant.api_key}",
+            "Content-Type": "application/json",
+            "Transfer-Encoding": "chunked",
+        },
+        sent_body=b"%x\r\n%s\r\n" % (5 * MiB, b"x" * (5 * MiB)),
+    )
+    assert received.startswith(b"HTTP/1.1 413 "), received[:200]
+    assert waited < 5, waited
