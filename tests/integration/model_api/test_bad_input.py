@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.model_api.conftest import gateway_toml
 from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b
-from tests.support.gateway import ThreadedGateway, register_tenant, write_config
+from tests.support.gateway import ThreadedGateway, write_config
 
 # Nothing here fails a row or revokes a key: one gateway serves the whole module.
 pytestmark = pytest.mark.shared_gateway
@@ -202,15 +202,11 @@ UNSTORABLE = {"nul": "%00", "nul-inside": "resp_a%00b", "invalid-utf8": "%ff", "
 
 
 @pytest.fixture
-def storage_http(storage_url, tmp_path, upstreams) -> Iterator[httpx.Client]:
+def storage_http(storage_url, tmp_path, upstreams, tenant_on) -> Iterator[httpx.Client]:
     """Raw HTTP with a tenant's key to a gateway of its own on each storage backend."""
     toml = gateway_toml(storage_url, *upstreams)
     with ThreadedGateway(write_config(tmp_path / "modelgate.toml", toml)) as running:
-        key = register_tenant(running.base_url).api_key
-        with httpx.Client(
-            base_url=running.base_url, timeout=30, headers={"authorization": f"Bearer {key}"}
-        ) as raw:
-            yield raw
+        yield tenant_on(running)
 
 
 def test_nul_or_invalid_utf8_in_a_path_id_or_query_value_is_400_on_every_route(storage_http) -> None:

@@ -246,29 +246,9 @@ def test_chunked_video_multipart_over_100_mib_is_413(media_http, alpha) -> None:
 
 def head_only(gateway, path: str, headers: dict[str, str]) -> tuple[int, dict]:
     """Send only the request head (declaring a huge body), then read the answer; returns (status, JSON)."""
-    lines = [
-        f"POST {path} HTTP/1.1",
-        f"Host: 127.0.0.1:{gateway.port}",
-        *(f"{name}: {value}" for name, value in headers.items()),
-        "",
-        "",
-    ]
-    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
-        sock.sendall("\r\n".join(lines).encode())
-        received = b""
-        while b"\r\n\r\n" not in received:
-            chunk = sock.recv(65536)
-            assert chunk, "the gateway closed the connection without an answer"
-            received += chunk
-        head, _, body = received.partition(b"\r\n\r\n")
-        status_line, *header_lines = head.decode().split("\r\n")
-        fields = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
-        length = int(fields["content-length"])
-        while len(body) < length:
-            chunk = sock.recv(65536)
-            assert chunk, "the gateway closed the connection mid-answer"
-            body += chunk
-    return int(status_line.split()[1]), orjson.loads(body)
+    received, _ = answer_then_eof(gateway, path, headers, b"")
+    head, _, body = received.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), orjson.loads(body)
 
 
 @pytest.mark.parametrize(

@@ -206,18 +206,16 @@ def test_undecodable_body_is_400(http, alpha, encoding, body) -> None:
     assert alpha.requests == []
 
 
+def post_messages(gateway, tenant, body: bytes, encoding: str) -> httpx.Response:
+    """POST /v1/messages the way the anthropic SDK authenticates, with the body in `encoding`."""
+    headers = {"x-api-key": tenant.api_key, "anthropic-version": "2023-06-01", "content-encoding": encoding}
+    return httpx.post(f"{gateway.base_url}/v1/messages", content=body, headers={**headers, **JSON_TYPE})
+
+
 def test_undecodable_body_on_messages_is_400_in_envelope_b(gateway, tenant, claude) -> None:
-    response = httpx.post(
-        f"{gateway.base_url}/v1/messages",
-        content=b"this is not gzip",
-        headers={
-            "x-api-key": tenant.api_key,
-            "anthropic-version": "2023-06-01",
-            "content-encoding": "gzip",
-            **JSON_TYPE,
-        },
+    assert_envelope_b(
+        post_messages(gateway, tenant, b"this is not gzip", "gzip"), 400, "invalid_request_error"
     )
-    assert_envelope_b(response, 400, "invalid_request_error")
     assert claude.requests == []
 
 
@@ -229,17 +227,7 @@ def test_unknown_or_stacked_encoding_is_415(http, alpha, encoding) -> None:
 
 
 def test_unknown_encoding_on_messages_is_415_in_envelope_b(gateway, tenant, claude) -> None:
-    response = httpx.post(
-        f"{gateway.base_url}/v1/messages",
-        content=CHAT_BODY,
-        headers={
-            "x-api-key": tenant.api_key,
-            "anthropic-version": "2023-06-01",
-            "content-encoding": "compress",
-            **JSON_TYPE,
-        },
-    )
-    assert_envelope_b(response, 415, "invalid_request_error")
+    assert_envelope_b(post_messages(gateway, tenant, CHAT_BODY, "compress"), 415, "invalid_request_error")
     assert claude.requests == []
 
 
