@@ -10,43 +10,14 @@ import openai
 import pytest
 
 from tests.integration.edge.conftest import SLACK, edge_toml
+from tests.integration.edge.malformed_requests import malformed_requests
 from tests.support.gateway import Tenant, ThreadedGateway, register_tenant, write_config
 from tests.support.raw_http import RawAnswer, connect, exchange, parse_answer, read_until_closed
 
 SECRET = "sk-" + "S3cr3t" * 8  # looks like an API key; must never come back
+CLIENT_SECRET = "ek_" + "R3alt1me" * 4
 PROMPT = "PROMPT-MARKER-" + "p" * 200
-
-MALFORMED = {
-    "control byte in a header": (
-        f"GET /healthz HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {SECRET}\x01\r\n\r\n",
-        400,
-    ),
-    "folded header": (
-        f"GET /healthz HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer\r\n {SECRET}\r\n\r\n",
-        400,
-    ),
-    "data after Connection: close": (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n"
-        f"Content-Length: 2\r\n\r\n{{}}{SECRET} {PROMPT}",
-        400,
-    ),
-    "bad chunk size": (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\n\r\n"
-        f"zz\r\n{PROMPT}\r\n0\r\n\r\n",
-        400,
-    ),
-    "bad method": (f"G@T /v1/models?key={SECRET} HTTP/1.1\r\nHost: gateway\r\n\r\n", 400),
-    "request line over the limit": (f"GET /v1/models?key={SECRET}&p={'a' * 9000} HTTP/1.1\r\n\r\n", 431),
-    "header over 8 KiB": (f"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Prompt: {PROMPT * 50}\r\n\r\n", 431),
-    "too many headers": (
-        "GET /healthz HTTP/1.1\r\nHost: gateway\r\n"
-        + "".join(f"X-{i}: {SECRET}\r\n" for i in range(200))
-        + "\r\n",
-        431,
-    ),
-    "invalid header name": (f"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX {SECRET}: 1\r\n\r\n", 400),
-    "no HTTP version": (f"GET /v1/models?key={SECRET}\r\n\r\n", 400),
-}
+MALFORMED = malformed_requests(SECRET, CLIENT_SECRET, PROMPT)
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +49,12 @@ def test_a_malformed_request_gets_envelope_a_without_its_bytes_and_is_closed(
     gateway: ThreadedGateway, case: str
 ) -> None:
     request, status = MALFORMED[case]
-    answer, closed_after = exchange(gateway.port, request.encode("latin-1"), within=SLACK)
+    answer, closed_after = exchange(gateway.port, request, within=SLACK)
     assert answer.status == status
     assert answer.headers["content-type"].startswith("application/json")
     assert _is_envelope_a(answer)
-    assert SECRET.encode() not in answer.body and b"PROMPT-MARKER" not in answer.body
+    for secret in (SECRET, CLIENT_SECRET, "PROMPT-MARKER"):
+        assert secret.encode() not in answer.body
     assert answer.headers["server"] == "modelgate"
     assert closed_after is not None
 
