@@ -2,10 +2,15 @@
 ledger row (organization, key, system, model, row, tokens by kind, cost, request id, status, time).
 
 For OpenAI-style streams whose client did not ask for usage, the gateway asks the upstream for it
-(`stream_options.include_usage`) and keeps that extra usage-only chunk from the client.
+(`stream_options.include_usage`) and keeps that usage from the client, whatever the chunk carrying it looks
+like; a provider's own price (`cost`) never reaches a client.
 """
 
 from __future__ import annotations
+
+import re
+
+import orjson
 
 from billing.ledger import CRASHED, LedgerEntry, LedgerWriter, entry_for
 from billing.media import MEDIA_ROUTES, MediaUsageReader
@@ -15,16 +20,49 @@ from plugins.billing_gate import final_cost
 from proxy.context import RequestContext, Usage
 
 _USAGE_ROUTES = frozenset({"chat_completions", "completions"})
-_USAGE_ONLY_MARKERS = (b'"choices":[]', b'"choices": []')
+# Routes whose OpenAI-style answers some providers price (`cost`); the price is theirs, never relayed.
+_PRICED_ROUTES = frozenset({"chat_completions", "completions", "embeddings"})
 
 
-class UsageOnlyChunkFilter:
-    """Drops the usage-only SSE event the client did not ask for; passes every other event unchanged."""
+class ProviderPriceFilter:
+    """Keeps a provider's own price (`cost`, `cost_details`, top level or in `usage`) from the client of a
+    whole OpenAI-style answer. Stateless, so one serves every request; streams pass through it unchanged."""
 
-    __slots__ = ("_carry",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
+    def whole(self, body: bytes) -> bytes:
+        """A complete (non-streamed) answer without the provider's price."""
+        if _PRICE.search(body) is None:
+            return body
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body
+        if not isinstance(document, dict) or not _unpriced(document):
+            return body
+        return orjson.dumps(document)
+
+    def feed(self, chunk: bytes) -> bytes:
+        return chunk
+
+    def finish(self) -> bytes:
+        return b""
+
+
+class UsageChunkFilter(ProviderPriceFilter):
+    """For one OpenAI-style stream, keeps from the client what it did not ask for: the usage the gateway
+    asked the provider for on its behalf (`strip_usage`), and the provider's price. An event that then
+    carries nothing is dropped; one that also carries content keeps it.
+
+    Only events with a usage object or a price key are decoded (about one a stream); every other event
+    passes as it came, after one regex search.
+    """
+
+    __slots__ = ("_carry", "_strip_usage")
+
+    def __init__(self, strip_usage: bool) -> None:
         self._carry = b""
+        self._strip_usage = strip_usage
 
     def feed(self, chunk: bytes) -> bytes:
         data = self._carry + chunk if self._carry else chunk
@@ -33,18 +71,72 @@ class UsageOnlyChunkFilter:
             self._carry = data
             return b""
         complete, self._carry = data[: end + 2], data[end + 2 :]
-        if b'"usage"' not in complete:
+        withheld = _WITHHELD if self._strip_usage else _PRICE
+        if withheld.search(complete) is None:
             return complete
         events = complete.split(b"\n\n")[:-1]
-        return b"".join(event + b"\n\n" for event in events if not _is_usage_only(event))
+        return b"".join(self._event(event, withheld) for event in events)
 
     def finish(self) -> bytes:
         tail, self._carry = self._carry, b""
         return tail
 
+    def _event(self, event: bytes, withheld: re.Pattern[bytes]) -> bytes:
+        if withheld.search(event) is None:
+            return event + b"\n\n"
+        lines = event.split(b"\n")
+        for index, line in enumerate(lines):
+            if not line.startswith(b"data:") or withheld.search(line) is None:
+                continue
+            try:
+                document = orjson.loads(line[5:])
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(document, dict):
+                continue
+            changed = _unpriced(document)
+            if self._strip_usage and document.get("usage") is not None:
+                del document["usage"]
+                changed = True
+                if not any(_carries_something(choice) for choice in document.get("choices") or ()):
+                    return b""  # the usage chunk the client did not ask for, and nothing else
+            if changed:
+                lines[index] = b"data: " + orjson.dumps(document)
+        return b"\n".join(lines) + b"\n\n"
 
-def _is_usage_only(event: bytes) -> bool:
-    return b'"usage"' in event and any(marker in event for marker in _USAGE_ONLY_MARKERS)
+
+# A key, not text: inside a JSON string every quote is escaped.
+_PRICE = re.compile(rb'"cost(?:_details)?"\s*:')
+_WITHHELD = re.compile(rb'"usage"\s*:\s*\{|"cost(?:_details)?"\s*:')
+_PRICE_KEYS = ("cost", "cost_details")
+# Keys of a chunk's choice that say which choice it is, not what it carries.
+_CHOICE_PLACE = frozenset({"index"})
+WHOLE_ANSWER_FILTER = ProviderPriceFilter()
+
+
+def _unpriced(document: dict) -> bool:
+    """Removes the provider's price (top level and in `usage`); True if there was one."""
+    removed = False
+    usage = document.get("usage")
+    for holder in (document, usage) if isinstance(usage, dict) else (document,):
+        for key in _PRICE_KEYS:
+            if key in holder:
+                del holder[key]
+                removed = True
+    return removed
+
+
+def _carries_something(choice: object) -> bool:
+    """Whether a streamed choice has anything for the client: text, a delta, a finish reason, logprobs."""
+    if not isinstance(choice, dict):
+        return True
+    return any(_non_empty(value) for key, value in choice.items() if key not in _CHOICE_PLACE)
+
+
+def _non_empty(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(_non_empty(item) for item in value.values())
+    return value is not None and value != "" and value != []
 
 
 class UsageMetering(Plugin):
@@ -69,13 +161,16 @@ class UsageMetering(Plugin):
             payload = ctx.payload
             if ctx.route.name in _USAGE_ROUTES:
                 options = payload.get("stream_options")
-                if not (isinstance(options, dict) and options.get("include_usage") is True):
+                asked = isinstance(options, dict) and options.get("include_usage") is True
+                if not asked:
                     payload["stream_options"] = {
                         **(options if isinstance(options, dict) else {}),
                         "include_usage": True,
                     }
                     ctx.payload_changed = True
-                    ctx.chunk_filter = UsageOnlyChunkFilter()
+                ctx.chunk_filter = UsageChunkFilter(strip_usage=not asked)
+        elif ctx.route.name in _PRICED_ROUTES:
+            ctx.chunk_filter = WHOLE_ANSWER_FILTER
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> None:
         scanner = ctx.usage_scanner

@@ -121,16 +121,28 @@ class RateLimited(GatewayError):
     status, type_a, code, type_b = 429, "rate_limit_error", "rate_limit_exceeded", "rate_limit_error"
 
 
+# What tenants are told when providers fail: never which provider, host or row, nor the exception (those go
+# to the operator's log, one warning line per failed attempt).
+UPSTREAM_UNAVAILABLE_MESSAGE = "The model is temporarily unavailable; try again later."
+SERVICE_UNAVAILABLE_MESSAGE = "The model service is temporarily unavailable; try again shortly."
+
+
 class UpstreamUnavailable(GatewayError):
     """502: the provider failed or timed out and no other row could serve."""
 
     status, type_a, code, type_b = 502, "server_error", "upstream_unavailable", "api_error"
+
+    def __init__(self, message: str = UPSTREAM_UNAVAILABLE_MESSAGE) -> None:
+        super().__init__(message)
 
 
 class ServiceUnavailable(GatewayError):
     """503: no healthy row is left for the model."""
 
     status, type_a, code, type_b = 503, "server_error", "upstream_unavailable", "api_error"
+
+    def __init__(self, message: str = SERVICE_UNAVAILABLE_MESSAGE) -> None:
+        super().__init__(message)
 
 
 class UpstreamClientError(GatewayError):

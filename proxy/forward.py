@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from urllib.parse import quote
 
 import aiohttp
@@ -23,8 +23,9 @@ from proxy.context import RequestContext
 from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
 from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
 from proxy.http_client import UpstreamBrokeOff
-from proxy.routing import RoutingRow, RowSelector
+from proxy.routing import ModelEntry, RoutingRow, RowSelector
 from proxy.translation import Translator, translator_for
+from proxy.translation.model_name import ModelNameStream, with_model_name
 from proxy.upstream import StreamedBody, UpstreamFailure, UpstreamResponse
 
 log = logging.getLogger("modelgate.forward")
@@ -48,7 +49,25 @@ def _nested_too_deeply() -> InvalidRequest:
     return InvalidRequest("request body is nested too deeply to forward (at most 254 levels)")
 
 
-def _client_error(status: int, body: bytes) -> UpstreamClientError:
+def _log_failed_attempt(
+    ctx: RequestContext, row: RoutingRow, what: str, exc: BaseException | None = None
+) -> None:
+    """The operator's line about one failed attempt; the tenant is told only that the model is unavailable."""
+    log.warning(
+        "model %s: row %s (provider %s, host %s) %s%s",
+        row.model,
+        row.key,
+        row.provider,
+        row.host,
+        what,
+        f": {exc.__class__.__name__}: {exc}" if exc is not None else "",
+        extra={"request_id": ctx.request_id},
+    )
+
+
+def _client_error(
+    status: int, body: bytes, upstream_model: str, model: ModelEntry | None
+) -> UpstreamClientError:
     message, type_a, code = f"upstream rejected the request with status {status}", None, None
     try:
         parsed = orjson.loads(body)
@@ -62,6 +81,8 @@ def _client_error(status: int, body: bytes) -> UpstreamClientError:
             type_a = error["type"]
         if isinstance(error.get("code"), str):
             code = error["code"]
+    if model is not None and upstream_model != model.name:
+        message = message.replace(upstream_model, model.name)  # the row's name for the model stays inside
     return UpstreamClientError(status, message, type_a=type_a, code=code)
 
 
@@ -77,11 +98,12 @@ class Forwarder:
         if ctx.body_stream is not None:
             attempts = attempts[:1]  # a body relayed as it arrives cannot be replayed to another row
         if not attempts:
-            name = ctx.model.name if ctx.model else "this model"
-            raise ServiceUnavailable(
-                f"The model service is temporarily unavailable: every provider row of "
-                f"{name} is cooling down after failures. Retry shortly."
+            log.warning(
+                "every row of model %s is cooling down after failures",
+                ctx.model.name if ctx.model else "?",
+                extra={"request_id": ctx.request_id},
             )
+            raise ServiceUnavailable()
         route, request = ctx.route, ctx.request
         path = route.upstream_path
         if route.has_id:
@@ -92,7 +114,7 @@ class Forwarder:
             body_template = ctx.upstream_body() if route.body.value != "none" else None
         except orjson.JSONEncodeError:
             raise _nested_too_deeply() from None
-        failure = "no answer"
+        failed = False
         translation_refusal: InvalidRequest | None = None
         for row in attempts:
             ctx.attempts += 1
@@ -120,17 +142,17 @@ class Forwarder:
                 if ctx.body_stream is not None and ctx.body_stream.error is not None:
                     # The client's body broke a limit mid-upload and we aborted it: not the row's fault.
                     raise ctx.body_stream.error from None
+                failed = True
                 self._selector.failed(row)
-                failure = str(exc)
-                log.warning("row %s failed: %s", row.key, exc, extra={"request_id": ctx.request_id})
+                _log_failed_attempt(ctx, row, "could not be reached", exc.__cause__ or exc)
                 ctx.row_failures.append((row, "unreachable"))
                 continue
             status = upstream.status
             if _failover_status(status, route.has_id):
+                failed = True
                 self._selector.failed(row)
-                failure = f"{row.provider} answered HTTP {status}"
                 upstream.close()
-                log.warning("row %s answered %s", row.key, status, extra={"request_id": ctx.request_id})
+                _log_failed_attempt(ctx, row, f"answered HTTP {status}")
                 ctx.row_failures.append((row, f"http_{status}"))
                 continue
             if status >= 400:
@@ -140,21 +162,16 @@ class Forwarder:
                     error_body = await upstream.content.read(_MAX_ERROR_BODY)
                 finally:
                     upstream.close()
-                raise _client_error(status, error_body)
+                raise _client_error(status, error_body, row.upstream_model, ctx.model)
             # Nothing is sent to the client before the answer's first bytes are in: a row that breaks off
             # before then is failed over like one that never answered.
             try:
                 opening, rest = await _opening(ctx, upstream)
             except (aiohttp.ClientError, UpstreamBrokeOff, TimeoutError) as exc:
+                failed = True
                 upstream.close()
                 self._selector.failed(row)
-                failure = f"{row.provider} broke off its answer ({exc.__class__.__name__})"
-                log.warning(
-                    "row %s broke off before its first bytes: %r",
-                    row.key,
-                    exc,
-                    extra={"request_id": ctx.request_id},
-                )
+                _log_failed_attempt(ctx, row, "broke off before the first bytes of its answer", exc)
                 ctx.row_failures.append((row, "broke_off"))
                 continue
             except BaseException:  # the client went away meanwhile: let go of the provider at once
@@ -163,9 +180,9 @@ class Forwarder:
             self._selector.succeeded(row)
             ctx.row, ctx.status = row, status
             return await self._relay(ctx, upstream, translator, opening, rest)
-        if translation_refusal is not None and failure == "no answer":
+        if translation_refusal is not None and not failed:
             raise translation_refusal  # no row could carry the request: the client's 400, not an outage
-        raise UpstreamUnavailable(f"The model is temporarily unavailable at the provider ({failure}).")
+        raise UpstreamUnavailable()
 
     def _body_for(
         self, ctx: RequestContext, row: RoutingRow, template: bytes | None
@@ -206,7 +223,15 @@ class Forwarder:
             for hook in chunk_hooks:
                 hook(ctx, body)
             if translator is not None:
-                body = translator.response_body(body, ctx.model.name)
+                try:
+                    body = translator.response_body(body, ctx.model.name)
+                except UpstreamUnavailable as exc:
+                    _log_failed_attempt(ctx, ctx.row, "answered what could not be translated", exc)
+                    raise UpstreamUnavailable() from None
+            elif ctx.model is not None and "json" in upstream_headers.get("content-type", ""):
+                body = with_model_name(body, orjson.dumps(ctx.model.name))
+            if ctx.chunk_filter is not None:
+                body = ctx.chunk_filter.whole(body)
             ctx.bytes_sent = len(body)
             ctx.first_byte_at = time.perf_counter()
             ctx.outcome = "completed"  # the whole answer is in hand and goes out in one piece
@@ -214,6 +239,8 @@ class Forwarder:
         response = web.StreamResponse(status=upstream.status, headers=headers)
         completed = False
         stream_translator = translator.stream(ctx.model.name, ctx.payload) if translator else None
+        if stream_translator is None and ctx.model is not None and _is_event_stream(upstream_headers):
+            stream_translator = ModelNameStream(ctx.model.name)  # relayed as written, but for the model
         chunk_filter = ctx.chunk_filter
         scanner = ctx.usage_scanner if isinstance(ctx.usage_scanner, StreamUsageScanner) else None
         try:
@@ -231,9 +258,11 @@ class Forwarder:
                     ctx.first_byte_at = time.perf_counter()
                 await response.write(chunk)
                 ctx.bytes_sent += len(chunk)
-                if scanner is not None and scanner.final and stream_translator is None:
+                if scanner is not None and scanner.final and translator is None:
                     ctx.outcome = "completed"  # the final event reached the client, whatever it does next
             tail = stream_translator.finish() if stream_translator is not None else b""
+            if getattr(stream_translator, "failure", None):
+                _log_failed_attempt(ctx, ctx.row, f"ended its stream with: {stream_translator.failure}")
             if chunk_filter is not None:
                 tail = chunk_filter.feed(tail) + chunk_filter.finish() if tail else chunk_filter.finish()
             if tail:
@@ -248,9 +277,7 @@ class Forwarder:
             TimeoutError,
         ) as exc:
             # Bytes already reached the client: no failover, but end the stream with a parseable error event.
-            log.warning(
-                "row %s broke off a stream: %r", ctx.row.key, exc, extra={"request_id": ctx.request_id}
-            )
+            _log_failed_attempt(ctx, ctx.row, "broke off a stream", exc)
             ctx.error = exc
             ctx.outcome = "upstream_error"
             try:
@@ -289,6 +316,10 @@ async def _opening(
     return await anext(chunks, b""), chunks
 
 
+def _is_event_stream(headers: Mapping[str, str]) -> bool:
+    return headers.get("content-type", "").startswith("text/event-stream")
+
+
 async def _chain_chunks(opening: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     if opening:
         yield opening
@@ -297,7 +328,7 @@ async def _chain_chunks(opening: bytes, rest: AsyncIterator[bytes]) -> AsyncIter
 
 
 def _stream_error_event(envelope: Envelope) -> bytes:
-    error = UpstreamUnavailable("The provider broke off the stream.")
+    error = UpstreamUnavailable()
     if envelope is Envelope.B:
         return b"event: error\ndata: " + orjson.dumps(envelope_b_body(error)) + b"\n\n"
     return b"data: " + orjson.dumps(envelope_a_body(error)) + b"\n\n"

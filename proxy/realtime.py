@@ -199,26 +199,28 @@ class RealtimeRelay:
         """The first row whose realtime endpoint accepts the handshake; nothing reached the client yet."""
         attempts = self._selector.order(ctx.rows)
         if not attempts:
-            raise ServiceUnavailable(
-                f"The model service is temporarily unavailable: every provider row of {ctx.model.name} "
-                "is cooling down after failures. Retry shortly."
+            log.warning(
+                "every row of model %s is cooling down after failures",
+                ctx.model.name,
+                extra={"request_id": ctx.request_id},
             )
-        failure = "no answer"
+            raise ServiceUnavailable()
         for row in attempts:
             ctx.attempts += 1
             connect = getattr(row.upstream, "connect_realtime", None)
             if connect is None:
-                failure = f"{row.provider} has no realtime endpoint"
+                log.warning("row %s has no realtime endpoint", row.key, extra={"request_id": ctx.request_id})
                 ctx.row_failures.append((row, "no_realtime"))
                 continue
             try:
                 upstream = await connect(row.upstream_model, ctx.request_id)
             except UpstreamFailure as exc:
                 self._selector.failed(row)
-                failure = str(exc)
                 log.warning(
-                    "row %s failed the realtime handshake: %s",
+                    "row %s (provider %s, host %s) failed the realtime handshake: %s",
                     row.key,
+                    row.provider,
+                    row.host,
                     exc,
                     extra={"request_id": ctx.request_id},
                 )
@@ -226,7 +228,7 @@ class RealtimeRelay:
                 continue
             self._selector.succeeded(row)
             return upstream, row
-        raise UpstreamUnavailable(f"The model is temporarily unavailable at the provider ({failure}).")
+        raise UpstreamUnavailable()
 
     async def _relay(
         self,

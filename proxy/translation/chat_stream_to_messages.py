@@ -27,9 +27,8 @@ _DELTA_TAIL = b"}}\n\n"
 _CLOSED = -1
 
 
-def error_frame(message: str) -> bytes:
-    """An Anthropic `error` event; the SDKs raise it as an API error instead of seeing a broken stream."""
-    return named_frame(b"error", envelope_b_body(UpstreamUnavailable(message)))
+# An Anthropic `error` event; the SDKs raise it as an API error instead of seeing a broken stream.
+_ERROR_EVENT = named_frame(b"error", envelope_b_body(UpstreamUnavailable()))
 
 
 class MessagesEventStream(EventStreamTranslator):
@@ -188,6 +187,5 @@ class MessagesEventStream(EventStreamTranslator):
         out.append(_MESSAGE_STOP)
         self._ended = True
 
-    def _fail(self, message: str, out: list[bytes]) -> None:
-        out.append(error_frame(message))
-        self._ended = True
+    def _error_event(self) -> bytes:
+        return _ERROR_EVENT

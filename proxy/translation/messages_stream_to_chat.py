@@ -25,6 +25,10 @@ _ARGUMENTS_OPEN = b',"function":{"arguments":'
 _CALL_CLOSE = b"}}]}"
 
 
+# The openai SDK raises an APIError for a chunk carrying `error`, instead of a broken stream.
+_ERROR_CHUNK = data_frame(envelope_a_body(UpstreamUnavailable()))
+
+
 class ChatChunkStream(EventStreamTranslator):
     """Messages events in, `chat.completion.chunk` frames and `[DONE]` out; one instance per answer."""
 
@@ -157,7 +161,5 @@ class ChatChunkStream(EventStreamTranslator):
         out.append(DONE_FRAME)
         self._ended = True
 
-    def _fail(self, message: str, out: list[bytes]) -> None:
-        # The openai SDK raises an APIError for a chunk carrying `error`, instead of a broken stream.
-        out.append(data_frame(envelope_a_body(UpstreamUnavailable(message))))
-        self._ended = True
+    def _error_event(self) -> bytes:
+        return _ERROR_CHUNK

@@ -99,13 +99,18 @@ DONE_FRAME = b"data: [DONE]\n\n"
 
 class EventStreamTranslator:
     """The driver both stream translators share: parse SSE events as they arrive, translate each into
-    `out`, and at the end close the answer or, if it stopped short, send an error."""
+    `out`, and at the end close the answer or, if it stopped short, send an error.
 
-    __slots__ = ("_ended", "_parser")
+    The client's error event says only that the model is unavailable; why the stream failed (the provider's
+    own error message, say) is kept in `failure` for the operator's log.
+    """
+
+    __slots__ = ("_ended", "_parser", "failure")
 
     def __init__(self) -> None:
         self._parser = SseParser()
         self._ended = False
+        self.failure: str | None = None
 
     def feed(self, chunk: bytes) -> bytes:
         """Client bytes for the events this chunk completed."""
@@ -142,4 +147,9 @@ class EventStreamTranslator:
         raise NotImplementedError
 
     def _fail(self, message: str, out: list[bytes]) -> None:
+        self.failure = message
+        out.append(self._error_event())
+        self._ended = True
+
+    def _error_event(self) -> bytes:
         raise NotImplementedError

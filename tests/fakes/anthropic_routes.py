@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .context import CONTEXT, FakeContext, json_body, required
+from .context import CONTEXT, FakeContext, answered_model, json_body, required
 from .echo_model import (
     ToolCall,
     awaits_answer_to_user,
@@ -91,7 +91,7 @@ def _input_usage(ctx: FakeContext, body: dict[str, Any], model: str, messages: l
 async def messages(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
     body = json_body(request)
-    model = required(body, "model", str)
+    model = answered_model(request, body)
     max_tokens = required(body, "max_tokens", int)
     history = _messages(body)
     user_text = last_user_text(history)

@@ -98,3 +98,16 @@ def required(body: dict[str, Any], name: str, kind: type) -> Any:
 
 def fault_of(request: web.Request) -> Fault | None:
     return request.get(FAULT)
+
+
+def answered_model(request: web.Request, body: dict[str, Any]) -> str:
+    """The model name an answer reports: the one requested, unless the fault names another."""
+    model = required(body, "model", str)
+    fault = fault_of(request)
+    return fault.answer_model if fault is not None and fault.answer_model else model
+
+
+def created_id(request: web.Request, own: str) -> str:
+    """The id of an object a request creates: the fake's own, unless the fault names another."""
+    fault = fault_of(request)
+    return fault.object_id if fault is not None and fault.object_id else own

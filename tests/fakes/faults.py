@@ -15,7 +15,13 @@ class Fault:
     `headers` adds response headers (e.g. `retry-after`). The stream fields only affect SSE answers.
     `ignore_output_cap` makes chat and completions answer past the request's `max_tokens` /
     `max_completion_tokens`, as a misbehaving provider would. `omit_usage` makes chat completions answer
-    without any usage (plain or streamed), like providers that report none.
+    without any usage (plain or streamed), like providers that report none. `answer_model` is the model name
+    the answer reports instead of the one requested (as providers answer with a dated snapshot's name).
+    `usage_chunk` shapes a chat stream's usage as some providers send it: "empty_choice" (a usage chunk
+    whose `choices` hold one choice with an empty delta) or "last_content" (usage on the chunk carrying the
+    last piece of content and the finish reason); both then carry a provider `cost` field, top level and in
+    `usage`, as plain answers do with `provider_cost`. `object_id` is the id a created stored response or
+    video gets instead of the fake's own (providers' ids differ in length and alphabet).
     """
 
     status: int | None = None
@@ -28,6 +34,10 @@ class Fault:
     hold_before_last_chunk: str | None = None
     ignore_output_cap: bool = False
     omit_usage: bool = False
+    answer_model: str | None = None
+    usage_chunk: str | None = None
+    provider_cost: bool = False
+    object_id: str | None = None
 
 
 FOREVER = -1

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .context import CONTEXT, fault_of, json_body, required
+from .context import CONTEXT, created_id, fault_of, json_body, required
 from .envelopes import UpstreamError, json_response
 from .media_records import Upload, UploadPart
 
@@ -155,7 +155,7 @@ async def videos_create(request: web.Request) -> web.Response:
     if not isinstance(model, str) or not model:
         raise UpstreamError(400, "model: Field required", param="model")
     video = {
-        "id": "video_" + secrets.token_hex(12),
+        "id": created_id(request, "video_" + secrets.token_hex(12)),
         "object": "video",
         "model": model,
         "status": "queued",

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .context import fault_of, json_body, optional_int, required
+from .context import answered_model, fault_of, json_body, optional_int, required
 from .echo_model import (
     Reply,
     ToolCall,
@@ -24,6 +24,8 @@ from .envelopes import UpstreamError, json_response
 from .sse import DONE_FRAME, SseScript, data_frame, play
 
 SYSTEM_FINGERPRINT = "fp_fake_upstream"
+# What a provider that reports its price says a request cost (Fault.usage_chunk / provider_cost).
+PROVIDER_COST = 0.000123
 _FINISH = {"end": "stop", "stop": "stop", "length": "length"}
 
 
@@ -67,7 +69,7 @@ def _function_names(body: dict[str, Any]) -> list[str]:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = json_body(request)
-    model = required(body, "model", str)
+    model = answered_model(request, body)
     messages = required(body, "messages", list)
     if not messages:
         raise UpstreamError(400, "Invalid 'messages': empty array.", param="messages")
@@ -90,9 +92,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "model": model,
         "system_fingerprint": SYSTEM_FINGERPRINT,
     }
+    shape = fault.usage_chunk if fault is not None else None
+    priced = shape is not None or (fault is not None and fault.provider_cost)
+    if priced:
+        usage = {**usage, "cost": PROVIDER_COST}
     if body.get("stream") is True:
         include_usage = _include_usage(body) and not omit_usage
-        return await play(request, _chat_script(head, reply, calls, finish, usage, include_usage, answers))
+        script = _chat_script(head, reply, calls, finish, usage, include_usage, answers, shape)
+        return await play(request, script)
     message: dict[str, Any] = {"role": "assistant", "content": None if calls else reply.text, "refusal": None}
     if calls:
         message["tool_calls"] = [
@@ -105,6 +112,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     answer = {**head, "object": "chat.completion", "choices": choices, "service_tier": "default"}
     if not omit_usage:
         answer["usage"] = usage
+    if priced:
+        answer["cost"] = PROVIDER_COST
     return json_response(answer)
 
 
@@ -124,8 +133,9 @@ def _chat_script(
     usage: dict[str, Any],
     include_usage: bool,
     answers: int = 1,
+    shape: str | None = None,
 ) -> SseScript:
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None, answer: int = 0) -> bytes:
+    def frame_of(delta: dict[str, Any], finish_reason: str | None, answer: int) -> dict[str, Any]:
         frame = {
             **head,
             "object": "chat.completion.chunk",
@@ -134,7 +144,24 @@ def _chat_script(
         if include_usage:
             # Real streams carry `usage: null` on every chunk before the usage chunk.
             frame["usage"] = None
-        return data_frame(frame)
+        return frame
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None, answer: int = 0) -> bytes:
+        return data_frame(frame_of(delta, finish_reason, answer))
+
+    def with_usage(frame: dict[str, Any]) -> bytes:
+        if "cost" in usage:  # a provider that prices each request says so beside the usage
+            return data_frame({**frame, "usage": usage, "cost": usage["cost"]})
+        return data_frame({**frame, "usage": usage})
+
+    if include_usage and shape == "last_content" and not calls and answers == 1:
+        *pieces, last = reply.pieces or [""]
+        frames = [
+            chunk({"role": "assistant", "content": p} if i == 0 else {"content": p})
+            for i, p in enumerate(pieces)
+        ]
+        last_delta = {"content": last} if pieces else {"role": "assistant", "content": last}
+        return SseScript(frames, [with_usage(frame_of(last_delta, finish, 0)), DONE_FRAME])
 
     frames: list[bytes] = []
     for index, call in enumerate(calls):
@@ -156,14 +183,16 @@ def _chat_script(
             for a in range(answers)
         ]
     closing = [chunk({}, finish, answer=a) for a in range(answers)]
-    if include_usage:
-        closing.append(data_frame({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
+    if include_usage and shape == "empty_choice":
+        closing.append(with_usage(frame_of({"content": ""}, None, 0)))
+    elif include_usage:
+        closing.append(with_usage({**head, "object": "chat.completion.chunk", "choices": []}))
     return SseScript(frames, [*closing, DONE_FRAME])
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
     body = json_body(request)
-    model = required(body, "model", str)
+    model = answered_model(request, body)
     prompts = text_inputs(body.get("prompt"))
     if prompts is None:
         raise UpstreamError(

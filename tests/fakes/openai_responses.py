@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .context import CONTEXT, json_body, optional_int, required
+from .context import CONTEXT, answered_model, created_id, json_body, optional_int
 from .echo_model import Reply, echo_reply, last_user_text, new_id, prompt_tokens
 from .envelopes import UpstreamError, json_response
 from .sse import SseScript, event_frame, play
@@ -78,7 +78,7 @@ def _response_object(body: dict[str, Any], model: str, reply: Reply, input_token
 async def create_response(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
     body = json_body(request)
-    model = required(body, "model", str)
+    model = answered_model(request, body)
     items = _input_items(body)
     previous = body.get("previous_response_id")
     if previous is not None and previous not in ctx.responses:
@@ -87,6 +87,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         raise UpstreamError(400, message, param="previous_response_id")
     reply = echo_reply(last_user_text(items), max_tokens=optional_int(body, "max_output_tokens"))
     response = _response_object(body, model, reply, prompt_tokens(items, system=body.get("instructions")))
+    response["id"] = created_id(request, response["id"])
     if response["store"]:
         ctx.responses[response["id"]] = response
     if body.get("stream") is True:

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .context import json_body, optional_int, required
+from .context import answered_model, json_body, optional_int, required
 from .echo_model import (
     DEFAULT_DIMENSIONS,
     TOKENS_PER_MESSAGE,
@@ -24,7 +24,7 @@ from .envelopes import UpstreamError, json_response
 
 async def embeddings(request: web.Request) -> web.Response:
     body = json_body(request)
-    model = required(body, "model", str)
+    model = answered_model(request, body)
     inputs = text_inputs(body.get("input"))
     if inputs is None:
         raise UpstreamError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
 from proxy.translation.chat_stream_to_messages import MessagesEventStream
 from proxy.translation.sse import SseParser
 
@@ -252,7 +253,7 @@ def test_an_upstream_error_in_the_stream_becomes_an_error_event_and_ends_the_tra
     events = translate([chunk({"content": "a"}), error, chunk({"content": "ignored"}), DONE])
     assert events[-1] == (
         "error",
-        {"type": "error", "error": {"type": "api_error", "message": "The server had an error"}},
+        {"type": "error", "error": {"type": "api_error", "message": UPSTREAM_UNAVAILABLE_MESSAGE}},
     )
     assert all(payload.get("delta", {}).get("text") != "ignored" for _, payload in events)
 
@@ -260,5 +261,12 @@ def test_an_upstream_error_in_the_stream_becomes_an_error_event_and_ends_the_tra
 def test_an_error_before_any_content_is_the_only_event() -> None:
     error = b'data: {"error":{"message":"overloaded","type":"server_error"}}\n\n'
     assert translate([error]) == [
-        ("error", {"type": "error", "error": {"type": "api_error", "message": "overloaded"}})
+        ("error", {"type": "error", "error": {"type": "api_error", "message": UPSTREAM_UNAVAILABLE_MESSAGE}})
     ]
+
+
+def test_the_providers_own_error_message_is_kept_for_the_log_not_the_client() -> None:
+    stream = MessagesEventStream("client-model")
+    sent = stream.feed(b'data: {"error":{"message":"overloaded at acme-east","type":"server_error"}}\n\n')
+    assert b"acme" not in sent
+    assert stream.failure == "overloaded at acme-east"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
 from proxy.translation.messages_stream_to_chat import ChatChunkStream
 from proxy.translation.sse import SseParser
 
@@ -207,7 +208,11 @@ def test_an_upstream_error_event_becomes_an_error_chunk_and_ends_the_translation
     error = event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
     chunks = translate([*TEXT_EVENTS[:4], error, *TEXT_EVENTS[4:]])
     assert chunks[-1] == {
-        "error": {"message": "Overloaded", "type": "server_error", "code": "upstream_unavailable"}
+        "error": {
+            "message": UPSTREAM_UNAVAILABLE_MESSAGE,
+            "type": "server_error",
+            "code": "upstream_unavailable",
+        }
     }
     assert b"[DONE]" not in chunks
 

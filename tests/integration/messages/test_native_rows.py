@@ -64,11 +64,11 @@ def test_the_provider_gets_its_own_key_and_the_clients_version_and_beta_headers(
     assert tenant.api_key not in orjson.dumps(headers).decode()
 
 
-def test_the_answer_is_relayed_untouched(http, anth) -> None:
+def test_the_answer_is_relayed_untouched_but_for_the_model_name(http, anth) -> None:
     reply = http.post("/v1/messages", json={"model": "claude-native", "max_tokens": 50, "messages": HELLO})
     assert reply.status_code == 200
     body = reply.json()
-    assert body["model"] == "claude-upstream"  # the provider's own answer, not rewritten
+    assert body["model"] == "claude-native"  # the gateway's name; the row's upstream name stays inside
     assert body["id"].startswith("msg_")
     assert body["usage"] == {
         "input_tokens": 5,
@@ -86,16 +86,17 @@ def test_a_stream_is_relayed_event_by_event_for_the_sdk_helpers(claude_sdk) -> N
     assert final.content[0].text == "echo: hello there"
     assert final.stop_reason == "end_turn"
     assert final.usage.output_tokens == 3
+    assert final.model == "claude-native"
 
 
-def test_the_raw_stream_carries_the_providers_events_unchanged(http) -> None:
+def test_the_raw_stream_carries_the_providers_events_unchanged_but_for_the_model_name(http) -> None:
     payload = {"model": "claude-native", "max_tokens": 50, "messages": HELLO, "stream": True}
     with http.stream("POST", "/v1/messages", json=payload) as reply:
         raw = reply.read()
     names = [line[7:] for line in raw.decode().splitlines() if line.startswith("event: ")]
     assert names[:3] == ["message_start", "content_block_start", "ping"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
-    assert b'"model":"claude-upstream"' in raw
+    assert b'"model":"claude-native"' in raw and b"claude-upstream" not in raw
 
 
 def test_tool_use_and_the_tool_result_round_trip(claude_sdk, anth) -> None:
@@ -163,6 +164,7 @@ def test_an_openai_kind_provider_flagged_native_gets_messages_untranslated(claud
         thinking={"type": "enabled", "budget_tokens": 1024},
     )
     assert [block.type for block in message.content] == ["thinking", "text"]
+    assert message.model == "compat-native"
     sent = compat.requests_to("/v1/messages")[-1]
     assert sent.json["thinking"] == {"type": "enabled", "budget_tokens": 1024}
     assert sent.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"

@@ -34,7 +34,7 @@ def test_chat_completion_parses_into_the_sdk_type(client) -> None:
     assert isinstance(reply, ChatCompletion)
     assert reply.choices[0].message.content == "echo: hello there"
     assert reply.choices[0].finish_reason == "stop"
-    assert reply.model == "gpt-upstream-a"
+    assert reply.model == "gpt-test"
     assert reply.usage is not None and reply.usage.completion_tokens == 3
 
 

@@ -8,6 +8,7 @@ import openai
 import orjson
 import pytest
 
+from proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
 from tests.fakes import Fault
 
 CHAT = "/v1/chat/completions"
@@ -95,7 +96,7 @@ def test_upstream_breaking_off_mid_stream_ends_the_client_stream_with_an_error_e
     assert orjson.loads(events[0])["choices"][0]["delta"]["role"] == "assistant"
     assert orjson.loads(events[-1]) == {
         "error": {
-            "message": "The provider broke off the stream.",
+            "message": UPSTREAM_UNAVAILABLE_MESSAGE,
             "type": "server_error",
             "code": "upstream_unavailable",
         }
