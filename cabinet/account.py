@@ -29,7 +29,24 @@ BAD_CREDENTIALS = "invalid e-mail or password"
 def login_throttle(services: CabinetServices) -> LoginThrottle:
     """The throttle policy of the configuration."""
     cabinet = services.config.cabinet
-    return LoginThrottle(cabinet.login_max_failures, cabinet.login_lockout_seconds)
+    return LoginThrottle(
+        cabinet.login_max_failures, cabinet.login_first_delay_seconds, float(cabinet.login_lockout_seconds)
+    )
+
+
+async def throttled_password_check(
+    request: web.Request, email: str, stored_hash: str | None, password: str
+) -> bool:
+    """Whether `password` matches `stored_hash`, counted by the login throttle for `email` and the client
+    address (429 while throttled). No stored hash (unknown e-mail, passwordless account) never matches,
+    and takes the same time."""
+    services = services_of(request)
+    throttle = login_throttle(services)
+    admission = await throttle.admit(services.db, email, request.remote, now())
+    if not await verify_password(stored_hash, password):
+        return False
+    await throttle.succeeded(services.db, admission, now())
+    return True
 
 
 async def login(request: web.Request) -> web.Response:
@@ -38,15 +55,9 @@ async def login(request: web.Request) -> web.Response:
     body = await read_json_object(request)
     email = required_email(body, "email")
     password = required_secret(body, "password")
-    throttle = login_throttle(services)
-    subjects = throttle.subjects(email, request.remote)
-    await throttle.reserve(services.db, subjects, now())
-
     user = await user_by_email(services.db, email)
-    # Unknown e-mails are verified against a dummy hash: both answers take the same time.
-    if not await verify_password(user.password_hash if user else None, password):
+    if not await throttled_password_check(request, email, user.password_hash if user else None, password):
         at = now()
-        await throttle.failed(services.db, subjects, at)
         if user is not None:
             await record(
                 services.db,
@@ -60,7 +71,6 @@ async def login(request: web.Request) -> web.Response:
         raise CabinetError(401, BAD_CREDENTIALS)
     assert user is not None and user.password_hash is not None
 
-    await throttle.succeeded(services.db, subjects)
     upgraded_hash = await hash_password(password) if needs_rehash(user.password_hash) else None
     async with services.db.transaction() as tx:
         if upgraded_hash is not None:
@@ -132,15 +142,11 @@ async def change_password(request: web.Request) -> web.Response:
     if new == current:
         raise bad_request("newPassword must differ from currentPassword")
 
-    if current is not None:
-        # Guessing the current password through a stolen session is throttled like a login.
-        throttle = login_throttle(services)
-        subjects = throttle.subjects(user.email, None)
-        await throttle.reserve(services.db, subjects, now())
-        if not await verify_password(user.password_hash, current):
-            await throttle.failed(services.db, subjects, now())
-            raise bad_request("currentPassword is incorrect")
-        await throttle.succeeded(services.db, subjects)
+    # Guessing the current password through a stolen session is throttled like a login.
+    if current is not None and not await throttled_password_check(
+        request, user.email, user.password_hash, current
+    ):
+        raise bad_request("currentPassword is incorrect")
 
     new_hash = await hash_password(new)
     at = now()

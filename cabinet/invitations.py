@@ -8,13 +8,13 @@ from typing import Any
 
 from aiohttp import web
 
-from cabinet.account import BAD_CREDENTIALS, login_throttle
+from cabinet.account import BAD_CREDENTIALS, throttled_password_check
 from cabinet.audit import Actor, actor_of, record
 from cabinet.auth import authenticate
 from cabinet.clock import isoformat, now
 from cabinet.invitation_delivery import InvitationDelivery
 from cabinet.organizations import require_organization
-from cabinet.passwords import hash_password, password_policy_violation, verify_password
+from cabinet.passwords import hash_password, password_policy_violation
 from cabinet.requests import (
     CabinetError,
     bad_request,
@@ -214,18 +214,6 @@ def _optional_password(body: dict[str, Any]) -> str | None:
     return required_secret(body, "password") if body.get("password") not in (None, "") else None
 
 
-async def _check_member_password(request: web.Request, member: User, password: str) -> None:
-    """A password sent by an existing member is checked (throttled like a login), never ignored."""
-    services = services_of(request)
-    throttle = login_throttle(services)
-    subjects = throttle.subjects(member.email, request.remote)
-    await throttle.reserve(services.db, subjects, now())
-    if not await verify_password(member.password_hash, password):
-        await throttle.failed(services.db, subjects, now())
-        raise CabinetError(401, BAD_CREDENTIALS)
-    await throttle.succeeded(services.db, subjects)
-
-
 async def accept_invitation(request: web.Request) -> web.Response:
     """POST /invitations/accept {token, password?} → 200 {token, email, passwordSet}, a session in the
     inviting org.
@@ -245,9 +233,12 @@ async def accept_invitation(request: web.Request) -> web.Response:
     if existing is not None:
         if existing.organization_id != invitation.organization_id:
             raise _account_conflict(existing, invitation.organization_id)
-        # Already a member (another invitation was accepted first): the token signs them in.
-        if password is not None:
-            await _check_member_password(request, existing, password)
+        # Already a member (another invitation was accepted first): the token signs them in; a password
+        # that is sent anyway is checked (throttled like a login), never ignored.
+        if password is not None and not await throttled_password_check(
+            request, existing.email, existing.password_hash, password
+        ):
+            raise CabinetError(401, BAD_CREDENTIALS)
     elif password is not None:
         if problem := password_policy_violation(password, invitation.email):
             raise bad_request(problem)
