@@ -3,28 +3,33 @@
 POST /v1/responses with `previous_response_id`, GET/DELETE /v1/responses/{id} and GET/DELETE
 /v1/videos/{id} (and its /content) are routed to the row bound to that id; an unknown or foreign id is 404
 without a code (the spec's unknown task identifier), or 400 for previous_response_id. New stored response
-ids and video ids are bound as soon as they appear in the upstream answer.
+ids and video ids are bound as soon as they appear in the upstream answer: whatever their shape, as long as
+`proxy.objects.is_object_id` accepts them (an id it refuses is logged and left unbound).
 """
 
 from __future__ import annotations
 
-import re
+import logging
+
+import orjson
 
 from plugins.base import Plugin
 from proxy.context import RequestContext
 from proxy.errors import InvalidRequest, UnknownTask
-from proxy.objects import ObjectBinding, ObjectStore
+from proxy.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
 from proxy.routing import ModelCatalog
+from proxy.translation.answer_fields import answer_field, event_documents, string_field
 
-_RESPONSE_ID_IN_BODY = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]+)"')
-_VIDEO_ID_IN_BODY = re.compile(rb'"id"\s*:\s*"(video_[A-Za-z0-9_-]+)"')
-# Route kind -> the kind its objects are bound as; route name -> (object kind, id pattern) of creations.
+log = logging.getLogger("modelgate.objects")
+
+_ID = string_field("id")
+# Route kind -> the kind its objects are bound as; route name -> the object kind of its creations.
 _OBJECT_KINDS = {"responses": "response", "videos": "video"}
-_CREATIONS = {"responses": ("response", _RESPONSE_ID_IN_BODY), "videos_create": ("video", _VIDEO_ID_IN_BODY)}
+_CREATIONS = {"responses": "response", "videos_create": "video"}
 _DELETIONS = frozenset({"responses_delete", "videos_delete"})
 _NOUNS = {"response": "Response", "video": "Video"}
+# A stream names its object in its first event; past this many bytes it is not looked for any more.
 _SCAN_LIMIT = 64 * 1024
-_TAIL = 256  # longer than any `"id": "resp_…"` we bind
 
 
 class ObjectBindingPlugin(Plugin):
@@ -43,6 +48,8 @@ class ObjectBindingPlugin(Plugin):
         if kind is None:
             return
         if route.has_id:
+            if not is_object_id(ctx.object_id):  # no such id was ever bound: no lookup either
+                raise UnknownTask(f"{_NOUNS[kind]} not found.")
             binding = await self._store.find(ctx.object_id, ctx.key.organization_id, kind)
             row = self._catalog.rows_by_key.get(binding.row_key) if binding else None
             if row is None:
@@ -64,23 +71,51 @@ class ObjectBindingPlugin(Plugin):
                 )
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> None:
-        creation = _CREATIONS.get(ctx.route.name)
-        if creation is None or ctx.status != 200 or ctx.bytes_sent > _SCAN_LIMIT:
+        kind = _CREATIONS.get(ctx.route.name)
+        if kind is None or ctx.status != 200 or ctx.bound_object is not None:
             return
-        if ctx.bound_object is not None or ctx.payload.get("store") is False:
+        if ctx.bytes_sent > _SCAN_LIMIT or ctx.payload.get("store") is False:
             return
-        kind, pattern = creation
-        # The id may straddle two chunks: search the previous chunk's tail together with this one.
-        data = ctx.scan_tail + chunk if ctx.scan_tail else chunk
-        match = pattern.search(data)
-        ctx.scan_tail = data[-_TAIL:]
-        if match:
-            object_id = match.group(1).decode()
-            ctx.bound_object = object_id
-            self._store.remember(
-                ObjectBinding(object_id, ctx.key.organization_id, kind, ctx.model.name, ctx.row.key)
+        token = _created_id(ctx, chunk)
+        if token is None:
+            return
+        try:
+            object_id = orjson.loads(token)
+        except orjson.JSONDecodeError:
+            object_id = None
+        ctx.bound_object = object_id if is_object_id(object_id) else ""  # "": seen, and not bindable
+        if not ctx.bound_object:
+            log.warning(
+                "row %s created a %s whose id cannot be bound (over %d bytes, or characters a URL path "
+                "segment cannot carry as they are): %.80r",
+                ctx.row.key,
+                kind,
+                MAX_OBJECT_ID_BYTES,
+                token,
+                extra={"request_id": ctx.request_id},
             )
+            return
+        self._store.remember(
+            ObjectBinding(object_id, ctx.key.organization_id, kind, ctx.model.name, ctx.row.key)
+        )
 
     async def on_complete(self, ctx: RequestContext) -> None:
         if ctx.route is not None and ctx.route.name in _DELETIONS and ctx.status == 200:
             await self._store.forget(ctx.object_id)
+
+
+def _created_id(ctx: RequestContext, chunk: bytes) -> bytes | None:
+    """The JSON string token of the created object's id: the answer's own `id` of a whole JSON answer, or
+    of the first SSE event that names one (a stream is looked at in complete lines)."""
+    if not ctx.stream:
+        match = answer_field(chunk, _ID)
+        return match.group(1) if match else None
+    data = ctx.scan_tail + chunk if ctx.scan_tail else chunk
+    end = data.rfind(b"\n") + 1
+    ctx.scan_tail = data[end:]
+    for start, stop in event_documents(data[:end]):
+        match = answer_field(data, _ID, start, stop)
+        if match is not None:
+            ctx.scan_tail = b""
+            return match.group(1)
+    return None

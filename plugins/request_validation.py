@@ -9,8 +9,8 @@ from typing import Any
 from plugins.base import Plugin
 from proxy.context import RequestContext
 from proxy.errors import InvalidRequest
+from proxy.objects import is_object_id
 
-_RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
 _CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9_-]{1,128}$")
 DECISION_QUESTION_TYPES = frozenset({"boolean", "choice", "number", "text", "predicate", "score"})
 
@@ -34,8 +34,8 @@ def validate_responses(payload: dict) -> None:
     _expect_bool(payload, "store")
     _expect_bool(payload, "background")
     previous = payload.get("previous_response_id")
-    if previous is not None and (not isinstance(previous, str) or not _RESPONSE_ID.match(previous)):
-        raise InvalidRequest("Invalid 'previous_response_id': expected a response id such as 'resp_…'.")
+    if previous is not None and not is_object_id(previous):
+        raise InvalidRequest("Invalid 'previous_response_id': expected the id of a stored response.")
     conversation = payload.get("conversation")
     if conversation is not None:
         conv_id = conversation.get("id") if isinstance(conversation, dict) else conversation

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -15,6 +16,17 @@ from dataclasses import dataclass
 from cabinet.storage.database import Database, IntegrityViolation
 
 log = logging.getLogger("modelgate.objects")
+
+# Ids are the provider's, opaque: any length up to this, in the characters a URL path segment carries as
+# they are (RFC 3986 pchar: letters, digits, -._~!$&'()*+,;=:@). So a follow-up names the object in its path
+# with nothing to decode, and no id holds a NUL, a control byte, a space, a slash or a percent sign.
+MAX_OBJECT_ID_BYTES = 256
+_OBJECT_ID = re.compile(rf"[A-Za-z0-9\-._~!$&'()*+,;=:@]{{1,{MAX_OBJECT_ID_BYTES}}}")
+
+
+def is_object_id(value: object) -> bool:
+    """Whether `value` can be an object id the gateway binds and looks up."""
+    return isinstance(value, str) and _OBJECT_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)
