@@ -20,7 +20,7 @@ from aiohttp import web
 from billing.usage import StreamUsageScanner
 from plugins.base import PluginChain
 from proxy.context import RequestContext
-from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
+from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body, stamp_request_id
 from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
 from proxy.http_client import UpstreamBrokeOff
 from proxy.routing import ModelEntry, RoutingRow, RowSelector
@@ -212,7 +212,7 @@ class Forwarder:
             value = upstream_headers.get(name)
             if value is not None:
                 headers[name] = value
-        headers["x-request-id"] = ctx.request_id
+        stamp_request_id(headers, ctx.request_id, ctx.envelope)
         headers["x-modelgate-provider"] = ctx.row.provider
         for hook in self._chain.head_hooks:
             hook(ctx, upstream.status, upstream_headers)

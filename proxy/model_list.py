@@ -10,7 +10,7 @@ import orjson
 from aiohttp import web
 
 from proxy.context import RequestContext
-from proxy.envelopes import Envelope
+from proxy.envelopes import Envelope, stamp_request_id
 from proxy.errors import InvalidRequest, ModelNotFound
 from proxy.routing import ModelCatalog
 
@@ -27,9 +27,9 @@ def _anthropic_model(name: str) -> dict:
 
 
 def _json(ctx: RequestContext, body: dict) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(body), content_type="application/json", headers={"x-request-id": ctx.request_id}
-    )
+    headers: dict[str, str] = {}
+    stamp_request_id(headers, ctx.request_id, ctx.envelope)
+    return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)
 
 
 def _visible(catalog: ModelCatalog, ctx: RequestContext) -> list[str]:
