@@ -8,6 +8,7 @@ parser's fixed description of the fault (llhttp's reason, or a phrase per except
 from __future__ import annotations
 
 import logging
+import re
 from http import HTTPStatus
 
 import orjson
@@ -25,9 +26,13 @@ log = logging.getLogger("modelgate.http")
 
 # llhttp's errors read "<fixed reason>:\n\n  <the bytes>\n  <pointer>"; the reason names no request byte.
 _QUOTE_SEPARATOR = ":\n\n"
-# A reason longer than this is not llhttp's: better a generic phrase than a quoted byte.
-_MAX_REASON = 80
+# What llhttp's reasons look like ("Invalid header value char", "Data after `Connection: close`"): words,
+# no digits, no long tokens. Anything else is not trusted to be free of request bytes.
+_LLHTTP_REASON = re.compile(r"[A-Za-z][A-Za-z `':/-]{0,79}")
+_MAX_WORD = 20
 _TOO_MANY_HEADERS = "Too many headers received"
+_MISSING_HOST = "Missing 'Host' header in request."
+_DUPLICATE = "Duplicate '"
 
 
 class MissingHttpVersion(BadStatusLine):
@@ -48,9 +53,13 @@ def fault_reason(exc: BaseException) -> str:
     message = getattr(exc, "message", "")
     if message == _TOO_MANY_HEADERS:
         return "too many header fields"
+    if message == _MISSING_HOST:
+        return "missing Host header"
+    if isinstance(message, str) and message.startswith(_DUPLICATE):
+        return "duplicate header"
     if isinstance(message, str) and _QUOTE_SEPARATOR in message:
         reason = message.split(_QUOTE_SEPARATOR, 1)[0].strip().removeprefix("Bad status line:").strip()
-        if 0 < len(reason) <= _MAX_REASON and "\n" not in reason:
+        if _LLHTTP_REASON.fullmatch(reason) and max(map(len, reason.split())) <= _MAX_WORD:
             return reason[0].lower() + reason[1:]
     if isinstance(exc, BadHttpMethod):
         return "invalid method"
