@@ -21,7 +21,8 @@ from tests.support.raw_http import RawAnswer, exchange
 PASSWORD = "correct horse battery"
 
 
-def _config(tmp_path: Path) -> Path:
+def _config(tmp_path: Path, storage_url: str | None = None, extra: str = "") -> Path:
+    """Debug logging and a mock chat model (SQLite in tmp_path unless `storage_url`), plus `extra` TOML."""
     path = tmp_path / "debug.toml"
     path.write_text(f"""
 [logging]
@@ -29,7 +30,7 @@ level = "debug"
 json = true
 
 [storage]
-url = "sqlite:///{tmp_path / "secrets.db"}"
+url = "{storage_url or f"sqlite:///{tmp_path / 'secrets.db'}"}"
 
 [[providers]]
 name = "mock"
@@ -43,6 +44,7 @@ provider = "mock"
 
 [[plans]]
 code = "free"
+{extra}
 """)
     return path
 
@@ -97,22 +99,10 @@ def test_no_secret_is_logged_across_the_cabinet_and_model_api(tmp_path: Path) ->
     assert leaked == []
 
 
-def _debug_config(tmp_path: Path, storage_url: str) -> Path:
-    """Debug logging, a chat model and a realtime model whose upstream is a closed port: minting a client
-    secret is local, a connect with it fails upstream."""
-    path = tmp_path / "debug-edge.toml"
-    path.write_text(f"""
-[logging]
-level = "debug"
-json = true
-
-[storage]
-url = "{storage_url}"
-
-[[providers]]
-name = "mock"
-kind = "mock"
-
+def _realtime_nowhere() -> str:
+    """A realtime model whose upstream is a closed port: minting a client secret is local, a connect with it
+    fails upstream."""
+    return f"""
 [[providers]]
 name = "nowhere"
 kind = "openai"
@@ -121,22 +111,12 @@ api_key = "upstream-key-{os.urandom(8).hex()}"
 connect_timeout = 1.0
 
 [[models]]
-name = "mock-chat"
-kinds = ["chat"]
-[[models.rows]]
-provider = "mock"
-
-[[models]]
 name = "realtime"
 kinds = ["realtime"]
 [[models.rows]]
 provider = "nowhere"
 upstream_model = "gpt-realtime"
-
-[[plans]]
-code = "free"
-""")
-    return path
+"""
 
 
 async def _realtime_connect(base_url: str, api_key: str, client_secret: str) -> None:
@@ -150,7 +130,7 @@ async def _realtime_connect(base_url: str, api_key: str, client_secret: str) -> 
 def test_malformed_requests_and_debug_logging_leak_no_secret_and_no_traceback(
     tmp_path: Path, storage_url: str
 ) -> None:
-    gateway = GatewayProcess(_debug_config(tmp_path, storage_url), cwd=tmp_path).start()
+    gateway = GatewayProcess(_config(tmp_path, storage_url, _realtime_nowhere()), cwd=tmp_path).start()
     prompt = "PROMPT-MARKER-" + os.urandom(8).hex() + " " + "lorem ipsum " * 8533  # 100 KB
     oidc_secret = "oidc-client-secret-" + os.urandom(12).hex()
     answers: dict[str, tuple[RawAnswer | None, float | None]] = {}

@@ -17,25 +17,14 @@ from aiohttp.http_exceptions import (
 )
 
 from config import ConfigError, load_config
+from config.loader import DEFAULT_CONFIG_PATH
 from proxy.bad_http import MissingHttpVersion, fault_reason, fault_status
 from proxy.connection_guard import DESCRIPTOR_RESERVE, connection_cap
 
 SECRET = "sk-secret-0123456789"
 
-MINIMAL = """
-[[providers]]
-name = "mock"
-kind = "mock"
-
-[[models]]
-name = "echo"
-kinds = ["chat"]
-[[models.rows]]
-provider = "mock"
-
-[[plans]]
-code = "free"
-"""
+# The embedded defaults have no [server] table: a test may put one before them.
+MINIMAL = DEFAULT_CONFIG_PATH.read_text(encoding="utf-8")
 
 
 def test_the_edge_settings_must_be_positive(tmp_path: Path) -> None:
