@@ -66,24 +66,34 @@ class UsageChunkFilter(ProviderPriceFilter):
 
     def feed(self, chunk: bytes) -> bytes:
         data = self._carry + chunk if self._carry else chunk
-        end = data.rfind(b"\n\n")
-        if end < 0:
+        # Events end with a blank line: LF LF, or CR LF CR LF from providers that end lines with CR LF.
+        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\n\r\n")
+        end = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
+        if not end:
             self._carry = data
             return b""
-        complete, self._carry = data[: end + 2], data[end + 2 :]
+        complete, self._carry = data[:end], data[end:]
         withheld = _WITHHELD if self._strip_usage else _PRICE
         if withheld.search(complete) is None:
             return complete
-        events = complete.split(b"\n\n")[:-1]
-        return b"".join(self._event(event, withheld) for event in events)
+        pieces = _EVENT_END.split(complete)  # event, its blank line, event, ..., b""
+        out: list[bytes] = []
+        for index in range(0, len(pieces) - 1, 2):
+            event = pieces[index]
+            if withheld.search(event) is not None:
+                event = self._event(event, withheld)
+                if not event:
+                    continue  # nothing left: the blank line goes too
+            out.append(event)
+            out.append(pieces[index + 1])
+        return b"".join(out)
 
     def finish(self) -> bytes:
         tail, self._carry = self._carry, b""
         return tail
 
     def _event(self, event: bytes, withheld: re.Pattern[bytes]) -> bytes:
-        if withheld.search(event) is None:
-            return event + b"\n\n"
+        """The event without what is withheld (b"" when nothing is left), its blank line not included."""
         lines = event.split(b"\n")
         for index, line in enumerate(lines):
             if not line.startswith(b"data:") or withheld.search(line) is None:
@@ -101,10 +111,11 @@ class UsageChunkFilter(ProviderPriceFilter):
                 if not any(_carries_something(choice) for choice in document.get("choices") or ()):
                     return b""  # the usage chunk the client did not ask for, and nothing else
             if changed:
-                lines[index] = b"data: " + orjson.dumps(document)
-        return b"\n".join(lines) + b"\n\n"
+                lines[index] = b"data: " + orjson.dumps(document) + (b"\r" if line.endswith(b"\r") else b"")
+        return b"\n".join(lines)
 
 
+_EVENT_END = re.compile(rb"(\n\r?\n)")
 # A key, not text: inside a JSON string every quote is escaped.
 _PRICE = re.compile(rb'"cost(?:_details)?"\s*:')
 _WITHHELD = re.compile(rb'"usage"\s*:\s*\{|"cost(?:_details)?"\s*:')

@@ -1,0 +1,52 @@
+"""UsageChunkFilter on raw SSE bytes: events pass as they complete, whatever their line endings; only the
+usage the client did not ask for and the provider's price are taken out."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from plugins.usage_metering import UsageChunkFilter
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8, "cost": 0.01}
+
+
+def _event(payload: dict, newline: bytes) -> bytes:
+    return b"data: " + orjson.dumps(payload) + newline + newline
+
+
+def _content(text: str, **extra) -> dict:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}], **extra}
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_each_event_passes_unchanged_as_soon_as_it_is_complete(newline) -> None:
+    stream = UsageChunkFilter(strip_usage=False)
+    first, second = _event(_content("a"), newline), _event(_content("b"), newline)
+    assert stream.feed(first) == first
+    assert stream.feed(second[:10]) == b""  # unfinished: held only until its blank line
+    assert stream.feed(second[10:]) == second
+    assert stream.finish() == b""
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_a_usage_only_event_not_asked_for_is_dropped_with_its_blank_line(newline) -> None:
+    stream = UsageChunkFilter(strip_usage=True)
+    content = _event(_content("a", usage=None), newline)
+    usage_only = _event({"object": "chat.completion.chunk", "choices": [], "usage": USAGE}, newline)
+    done = b"data: [DONE]" + newline + newline
+    assert stream.feed(content + usage_only + done) == content + done
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_usage_on_the_last_content_event_is_taken_out_and_the_content_kept(newline) -> None:
+    stream = UsageChunkFilter(strip_usage=True)
+    out = stream.feed(_event(_content("end", usage=USAGE, cost=0.01), newline))
+    assert out.endswith(newline + newline) and out.count(newline) == 2
+    assert orjson.loads(out[6:]) == _content("end")
+
+
+def test_a_client_that_asked_for_usage_gets_it_without_the_price() -> None:
+    stream = UsageChunkFilter(strip_usage=False)
+    out = stream.feed(_event({"choices": [], "usage": USAGE, "cost": 0.01}, b"\n"))
+    assert orjson.loads(out[6:]) == {"choices": [], "usage": {k: v for k, v in USAGE.items() if k != "cost"}}
