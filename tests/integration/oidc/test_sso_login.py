@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cabinet.oidc.urls import CALLBACK_PATH
 from cabinet.tokens import hash_token
 from tests.integration.cabinet.cabinet_client import Account
@@ -78,15 +80,16 @@ async def test_the_state_is_stored_only_as_a_hash(
     assert rows == [{"state_hash": hash_token(state)}]
 
 
+@pytest.mark.parametrize(
+    "accept_body", [{"password": "correct horse battery"}, {}], ids=["with-password", "token-alone"]
+)
 async def test_an_existing_member_signs_in_as_themselves_and_keeps_their_role(
-    gateway: SsoGateway, node_idp: NodeIdp, browser: Browser
+    gateway: SsoGateway, node_idp: NodeIdp, browser: Browser, accept_body: dict[str, str]
 ) -> None:
     owner, provider_id = await _owner_with_provider(gateway, node_idp)
     invited = await gateway.cabinet.invite(owner, "admin", email="alice@allowed.test")
     accepted = await gateway.cabinet.call(
-        "POST",
-        "/invitations/accept",
-        json={"token": invited.body["token"], "password": "correct horse battery"},
+        "POST", "/invitations/accept", json={"token": invited.body["token"], **accept_body}
     )
     member_id = await gateway.cabinet.user_id(Account(accepted.body["token"], "alice@allowed.test"))
 
@@ -95,22 +98,6 @@ async def test_an_existing_member_signs_in_as_themselves_and_keeps_their_role(
 
     assert (session["user"]["id"], session["user"]["role"]) == (member_id, "admin")
     assert login["details"]["provisioned"] is False
-
-
-async def test_a_member_who_joined_with_the_invitation_token_alone_signs_in_through_sso(
-    gateway: SsoGateway, node_idp: NodeIdp, browser: Browser
-) -> None:
-    owner, provider_id = await _owner_with_provider(gateway, node_idp)
-    invited = await gateway.cabinet.invite(owner, "admin", email="alice@allowed.test")
-    accepted = await gateway.cabinet.call(
-        "POST", "/invitations/accept", json={"token": invited.body["token"]}
-    )
-    member_id = await gateway.cabinet.user_id(Account(accepted.body["token"], "alice@allowed.test"))
-
-    session = await _signed_in(gateway, browser, provider_id, "alice")
-
-    assert accepted.body["passwordSet"] is False
-    assert (session["user"]["id"], session["user"]["role"]) == (member_id, "admin")
 
 
 async def test_new_users_get_the_role_the_provider_is_configured_with(
