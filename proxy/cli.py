@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from config import Config, ConfigError, load_config
 
@@ -48,25 +48,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_LISTEN
 
 
-def _port(text: str) -> int:
-    """A TCP port: 1..65535, or 0 for any free one (the log line then names the port it got)."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 65535 (or 0 for any free port), got {port}")
-    return port
+def _whole_number(noun: str, rule: str, allowed: Callable[[int], bool]) -> Callable[[str], int]:
+    """An argparse type: an integer that `allowed` accepts, else a usage error stating `rule`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        if not allowed(value):
+            raise argparse.ArgumentTypeError(f"{rule}, got {value}")
+        return value
+
+    return parse
 
 
-def _workers(text: str) -> int:
-    try:
-        workers = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}") from None
-    if workers < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {workers}")
-    return workers
+# A TCP port: 1..65535, or 0 for any free one (the log line then names the port it got).
+_port = _whole_number(
+    "a port number", "must be between 1 and 65535 (or 0 for any free port)", lambda port: 0 <= port <= 65535
+)
+_workers = _whole_number("a number of processes", "must be at least 1", lambda workers: workers >= 1)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

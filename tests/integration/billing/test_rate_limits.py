@@ -116,6 +116,14 @@ def _model_requests_logged(caplog: pytest.LogCaptureFixture) -> list[dict]:
     return [r.fields for r in caplog.records if r.name == "modelgate.access" and hasattr(r, "fields")]
 
 
+def _refused_once(caplog: pytest.LogCaptureFixture, call, error: type[Exception]) -> httpx.Response:
+    """Make an SDK call that fails with `error`; the access log shows whether the SDK retried it."""
+    with pytest.raises(error) as refused:
+        call()
+    assert [line["status"] for line in _model_requests_logged(caplog)] == [429]  # no retry reached us
+    return refused.value.response
+
+
 _RETRY_HINTS = ("retry-after", "retry-after-ms", "x-ratelimit-reset-tokens", "x-ratelimit-reset-requests")
 
 
@@ -126,12 +134,13 @@ def test_a_request_over_the_tpm_limit_on_its_own_is_refused_once_without_retry_h
     gateway = start_gateway(tpm=1000)
     tenant = register_tenant(gateway.base_url)
     client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=2)
-    with pytest.raises(openai.RateLimitError) as refused:
-        client.chat.completions.create(
+    reply = _refused_once(
+        caplog,
+        lambda: client.chat.completions.create(
             model="metered", messages=[{"role": "user", "content": "hi"}], max_tokens=5000
-        )
-    assert [line["status"] for line in _model_requests_logged(caplog)] == [429]  # no retry reached us
-    reply = refused.value.response
+        ),
+        openai.RateLimitError,
+    )
     assert not [name for name in _RETRY_HINTS if name in reply.headers]
     error = reply.json()["error"]
     assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
@@ -147,11 +156,15 @@ def test_a_messages_request_over_the_tpm_limit_is_not_retried_by_the_anthropic_s
     gateway = single_backend_gateway(tpm=1000)
     tenant = register_tenant(gateway.base_url)
     client = anthropic.Anthropic(base_url=gateway.base_url, api_key=tenant.api_key, max_retries=2)
-    with pytest.raises(anthropic.RateLimitError) as refused:
-        client.messages.create(model="metered", max_tokens=5000, messages=[{"role": "user", "content": "hi"}])
-    assert [line["status"] for line in _model_requests_logged(caplog)] == [429]
-    assert "retry-after" not in refused.value.response.headers
-    body = refused.value.response.json()
+    reply = _refused_once(
+        caplog,
+        lambda: client.messages.create(
+            model="metered", max_tokens=5000, messages=[{"role": "user", "content": "hi"}]
+        ),
+        anthropic.RateLimitError,
+    )
+    assert "retry-after" not in reply.headers
+    body = reply.json()
     assert body["type"] == "error" and body["error"]["type"] == "rate_limit_error"
     assert "more than the TPM limit of 1000" in body["error"]["message"]
 
