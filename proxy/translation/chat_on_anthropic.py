@@ -27,7 +27,10 @@ class ChatOnMessages:
             raise UpstreamUnavailable("The provider answered with a body that is not JSON.") from None
         if not isinstance(message, dict):
             raise UpstreamUnavailable("The provider answered with an unexpected body.")
-        return orjson.dumps(completion_of(message, model))
+        try:
+            return orjson.dumps(completion_of(message, model))
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:  # fields of other types
+            raise UpstreamUnavailable(f"The provider answered with an unexpected body ({exc!r}).") from None
 
     def stream(self, model: str, payload: dict[str, Any]) -> ChatChunkStream:
         options = payload.get("stream_options")

@@ -27,7 +27,10 @@ class MessagesOnChatCompletions:
             raise UpstreamUnavailable("The provider answered with a body that is not JSON.") from None
         if not isinstance(completion, dict):
             raise UpstreamUnavailable("The provider answered with an unexpected body.")
-        return orjson.dumps(message_of(completion, model))
+        try:
+            return orjson.dumps(message_of(completion, model))
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:  # fields of other types
+            raise UpstreamUnavailable(f"The provider answered with an unexpected body ({exc!r}).") from None
 
     def stream(self, model: str, payload: dict[str, Any]) -> MessagesEventStream:
         return MessagesEventStream(model)
