@@ -105,14 +105,16 @@ class ObjectBindingPlugin(Plugin):
 
 
 def _created_id(ctx: RequestContext, chunk: bytes) -> bytes | None:
-    """The JSON string token of the created object's id: the answer's own `id` of a whole JSON answer, or
-    of the first SSE event that names one (a stream is looked at in complete lines)."""
-    if not ctx.stream:
-        match = answer_field(chunk, _ID)
-        return match.group(1) if match else None
+    """The JSON string token of the created object's id: the answer's own `id` of a JSON answer, or of the
+    first SSE event that names one. What came before without it is kept in `ctx.scan_tail`, so an id split
+    across chunks is found once its rest arrives (a stream is looked at in complete lines)."""
     data = ctx.scan_tail + chunk if ctx.scan_tail else chunk
+    if data.lstrip()[:1] == b"{":  # a JSON answer, whole or its first chunks
+        match = answer_field(data, _ID)
+        ctx.scan_tail = b"" if match or len(data) > _SCAN_LIMIT else data
+        return match.group(1) if match else None
     end = data.rfind(b"\n") + 1
-    ctx.scan_tail = data[end:]
+    ctx.scan_tail = data[end:] if len(data) - end <= _SCAN_LIMIT else b""
     for start, stop in event_documents(data[:end]):
         match = answer_field(data, _ID, start, stop)
         if match is not None:
