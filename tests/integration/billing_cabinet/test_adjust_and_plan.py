@@ -200,9 +200,9 @@ async def test_adjust_and_set_plan_from_the_cli_on_storage_and_through_a_gateway
     ]
     if cabinet.db.dialect == "sqlite":
         # Honest notes: a balance change reaches a gateway on SQLite by itself, a new plan does not.
-        assert "takes effect there by itself" in credited[1]
+        assert "running gateways apply it within a second" in credited[1]
         assert "keep the old plan until restarted; use --url" in planned[2]
-        assert "takes effect there by itself" in to_set[1]
+        assert "running gateways apply it within a second" in to_set[1]
     else:
         assert "notified running gateways on modelgate_billing (PostgreSQL)" in credited[1]
         assert "notified running gateways on modelgate_plan_changed (PostgreSQL)" in planned[1]
