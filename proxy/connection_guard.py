@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web, web_response
+from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
@@ -188,25 +189,27 @@ class GuardedConnection(RequestHandler):
             self._head_timer.cancel()
             self._head_timer = None
         messages = self._messages
-        for index in range(len(messages) - min(new, len(messages)), len(messages)):
+        total = len(messages)
+        for index in range(total - min(new, total), total):
             message = messages[index][0]
-            if isinstance(message, _ErrInfo):
+            if message.__class__ is _ErrInfo:
                 if body is not None:  # the body being read was malformed: answer now, not after its handler
                     self._abort_body(message.exc)
                     return
-            elif message.version.major < 1:
+            elif message.version is not HttpVersion11 and message.version.major < 1:
                 messages[index] = (_refusal(MissingHttpVersion()), EMPTY_PAYLOAD)
                 self._close = True
-        payload = messages[-1][1] if messages else EMPTY_PAYLOAD
-        if payload is not EMPTY_PAYLOAD and not payload.is_eof():
-            self._body = payload
-            self._body_seen = now = self._loop.time()
-            if self._body_timer is None:
-                self._body_timer = self._loop.call_at(
-                    now + self._limits.body_idle_timeout, self._body_overdue
-                )
-        else:
-            self._body = None
+        if total:
+            payload = messages[-1][1]
+            if payload is not EMPTY_PAYLOAD and not payload.is_eof():
+                self._body = payload
+                self._body_seen = now = self._loop.time()
+                if self._body_timer is None:
+                    self._body_timer = self._loop.call_at(
+                        now + self._limits.body_idle_timeout, self._body_overdue
+                    )
+                return
+        self._body = None
 
     def _head_partial(self, data: bytes) -> None:
         """Part of a head arrived: start its deadline; refuse the first request line if it has no version."""
