@@ -33,7 +33,7 @@ from cabinet.oidc import login as oidc_login
 from cabinet.oidc import provider_routes as oidc_providers
 from cabinet.oidc.runtime import install_sso
 from cabinet.openapi import openapi_handler
-from cabinet.requests import CabinetError, json_response, refuse_unstorable_urls
+from cabinet.requests import CabinetError, json_response
 from cabinet.services import SERVICES, CabinetServices
 
 log = logging.getLogger("modelgate.cabinet")
@@ -120,7 +120,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 def build_cabinet_app(services: CabinetServices) -> web.Application:
     """The cabinet app, to be mounted under `/api`; routes inside are `/auth/register` etc."""
-    app = web.Application(middlewares=[error_middleware, refuse_unstorable_urls])
+    app = web.Application(middlewares=[error_middleware])
     app[SERVICES] = services
     delivery = InvitationDelivery(services.config.cabinet.invitation_webhook_url)
     app[invitations.DELIVERY] = delivery

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from cabinet.auth import Principal, authenticate
 from cabinet.clock import isoformat
-from cabinet.requests import bad_request, json_response
+from cabinet.requests import bad_request, json_response, refuse_unstorable_query
 from cabinet.services import services_of
 from cabinet.storage.database import Executor, Row
 from cabinet.tokens import new_id
@@ -154,6 +154,7 @@ def _page_size(raw: str | None) -> int:
 async def audit_log_handler(request: web.Request) -> web.Response:
     """GET /audit-log?limit=&cursor=: the organization's audit entries, newest first (owner/admin)."""
     principal = await authenticate(request, roles=ADMIN_ROLES)
+    refuse_unstorable_query(request)
     limit = _page_size(request.query.get("limit"))
     cursor = request.query.get("cursor")
     after = decode_cursor(cursor) if cursor else None

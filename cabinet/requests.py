@@ -96,12 +96,11 @@ def _decoding_error(error: BodyDecodingError) -> CabinetError:
     return _too_large() if error.status == 413 else CabinetError(error.status, error.message)
 
 
-@web.middleware
-async def refuse_unstorable_urls(request: web.Request, handler: Any) -> web.StreamResponse:
-    """400 for a path or query that holds a NUL or invalid UTF-8, before any handler reads an id from it."""
-    if problem := url_text_problem(request.raw_path):
+def refuse_unstorable_query(request: web.Request) -> None:
+    """400 for a query holding a NUL or invalid UTF-8: a value read from it would not be what was sent,
+    and a NUL cannot be stored or looked up. (Path ids need no such check: `path_id` takes only ids.)"""
+    if problem := url_text_problem(request.rel_url.raw_query_string):
         raise bad_request(problem)
-    return await handler(request)
 
 
 def _too_large() -> CabinetError:

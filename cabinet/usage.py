@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from cabinet.auth import authenticate
-from cabinet.requests import bad_request, json_response
+from cabinet.requests import bad_request, json_response, refuse_unstorable_query
 from cabinet.services import services_of
 from cabinet.storage.database import Database, Executor, Row
 
@@ -152,6 +152,7 @@ def _query_date(request: web.Request, name: str) -> date | None:
 
 def report_range(request: web.Request, today: date) -> tuple[date, date, str]:
     """The validated (from, to, groupBy) of a usage query; by default the last 30 days by day."""
+    refuse_unstorable_query(request)
     for name in request.query:
         if name not in QUERY_PARAMETERS:
             raise bad_request(f"unknown query parameter: {name}; use {', '.join(QUERY_PARAMETERS)}")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from urllib.parse import unquote_to_bytes
 
 
-def url_text_problem(raw_path: str) -> str | None:
-    """Why a raw request target (path and query, still percent-encoded) cannot be read as text, or None."""
-    if "%" not in raw_path and raw_path.isascii():
+def url_text_problem(raw: str) -> str | None:
+    """Why a raw request target, or its query (still percent-encoded), cannot be read as text, or None."""
+    if "%" not in raw and raw.isascii():
         return None  # nothing escaped: the HTTP parser already refused NUL and control bytes
     try:
-        target = unquote_to_bytes(raw_path)
+        target = unquote_to_bytes(raw)
         target.decode("utf-8")
     except UnicodeError:  # undecodable escapes, or raw non-UTF-8 bytes the parser let through
         return "the request URL is not valid UTF-8"

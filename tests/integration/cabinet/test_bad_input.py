@@ -192,26 +192,34 @@ UNSTORABLE = {"nul": "%00", "nul-inside": "sys_0123456789%00", "invalid-utf8": "
 _PATH_PARAMETER = re.compile(r"\{\w+\}")
 
 
-async def test_nul_or_invalid_utf8_in_a_path_id_or_query_is_400_on_every_route(cabinet: Cabinet) -> None:
+async def test_nul_or_invalid_utf8_in_a_path_id_is_a_4xx_on_every_route(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
 
     for route in ROUTES:
-        targets = [f"{_PATH_PARAMETER.sub('x', route.path)}?cursor={value}" for value in UNSTORABLE.values()]
-        if "{" in route.path:
-            targets += [_PATH_PARAMETER.sub(value, route.path) for value in UNSTORABLE.values()]
-        for target in targets:
+        if "{" not in route.path:
+            continue
+        for value in UNSTORABLE.values():
+            target = _PATH_PARAMETER.sub(value, route.path)
             reply = await cabinet.call(route.method, target, token=owner.token, data=b"{}")
 
-            assert reply.status == 400, (route.method, target, reply.status, reply.raw[:200])
+            assert 400 <= reply.status < 500, (route.method, target, reply.status, reply.raw[:200])
             assert set(reply.body) == {"error"}
 
 
-async def test_nul_in_the_audit_log_cursor_is_400(cabinet: Cabinet) -> None:
+@pytest.mark.parametrize(
+    "query", ["cursor=evt_%00", "cursor=%ff", "limit=1%00", "from=2026-01-01%00", "to=%c0%80"]
+)
+async def test_nul_or_invalid_utf8_in_a_query_value_is_400(cabinet: Cabinet, query: str) -> None:
     owner = await cabinet.register()
 
-    reply = await cabinet.call("GET", "/audit-log?cursor=evt_%00", token=owner.token)
+    for path in ("/audit-log", "/usage"):
+        reply = await cabinet.call("GET", f"{path}?{query}", token=owner.token)
 
-    assert (reply.status, reply.body) == (400, {"error": "the request URL contains a NUL character"})
+        assert reply.status == 400, (path, query, reply.body)
+        assert reply.body["error"] in (
+            "the request URL contains a NUL character",
+            "the request URL is not valid UTF-8",
+        )
 
 
 async def test_nul_anywhere_in_a_json_body_is_400_everywhere(cabinet: Cabinet) -> None:
