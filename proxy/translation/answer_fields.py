@@ -12,18 +12,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')
+_STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]]')
 # Top-level keys whose object holds the answer's own fields in stream events.
 _HOLDERS = (b'"message"', b'"response"')
 _OPEN = frozenset(b"{[")
 _QUOTE = 34
 _SPACE = 32
+_NEWLINE = 10
 _BRACE = 123
 
 
 def string_field(name: str) -> re.Pattern[bytes]:
     """The pattern of a key `name` with a JSON string value (group 1: the string token, quotes included)."""
-    return re.compile(rb'"' + re.escape(name.encode()) + rb'"\s*:\s*("(?:[^"\\\n]|\\.)*")')
+    return re.compile(rb'"' + re.escape(name.encode()) + rb'"\s*:\s*("[^"\\\n]*(?:\\.[^"\\\n]*)*")')
 
 
 def _of_the_answer(json_prefix: bytes) -> bool:
@@ -67,16 +68,20 @@ def answer_field(
 
 def event_documents(data: bytes) -> Iterator[tuple[int, int]]:
     """(start, end) of the JSON object on each `data:` line of complete SSE lines."""
-    line_start = 0
-    size = len(data)
-    while line_start < size:
-        line_end = data.find(b"\n", line_start)
+    find = data.find
+    position = 0
+    while True:
+        line_start = find(b"data:", position)
+        if line_start < 0:
+            return
+        line_end = find(b"\n", line_start)
         if line_end < 0:
-            line_end = size
-        if data.startswith(b"data:", line_start):
-            json_start = line_start + 5
-            if json_start < line_end and data[json_start] == _SPACE:
-                json_start += 1
-            if json_start < line_end and data[json_start] == _BRACE:
-                yield json_start, line_end
-        line_start = line_end + 1
+            line_end = len(data)
+        position = line_end + 1
+        if line_start and data[line_start - 1] != _NEWLINE:
+            continue  # "data:" inside a line, not a field
+        json_start = line_start + 5
+        if json_start < line_end and data[json_start] == _SPACE:
+            json_start += 1
+        if json_start < line_end and data[json_start] == _BRACE:
+            yield json_start, line_end
