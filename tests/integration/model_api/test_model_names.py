@@ -45,9 +45,7 @@ def test_every_chunk_of_a_chat_stream_names_the_requested_model(client) -> None:
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "echo: hello there"
 
 
-def test_a_provider_answering_with_another_model_name_is_relayed_with_the_requested_one(
-    http, alpha
-) -> None:
+def test_a_provider_answering_with_another_model_name_is_relayed_with_the_requested_one(http, alpha) -> None:
     alpha.add_fault(CHAT, Fault(answer_model=SNAPSHOT), times=2)
     plain = http.post(CHAT, json={"model": "gpt-test", "messages": HELLO})
     raw = _stream(http, CHAT, {"model": "gpt-test", "messages": HELLO})
