@@ -108,9 +108,10 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     if gate is not None and not await ctx.unless_stopping(ctx.gates.wait(gate)):
         return web.Response(status=503)
     ws = web.WebSocketResponse(max_msg_size=16 * 1024 * 1024)
-    await ws.prepare(request)
+    # Recorded before the 101 goes out: once a client sees its upgrade, the session is already in the log.
     session = RealtimeSession(request.query.get("model"), request.headers.get("authorization"))
     log.opened(session)
+    await ws.prepare(request)
     closed_by = "client"
     try:
         async for message in ws:
