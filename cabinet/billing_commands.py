@@ -2,10 +2,9 @@
 operator API of a running gateway (`--url`).
 
 On storage, a balance event is announced after commit on the `modelgate_billing` channel (PostgreSQL NOTIFY,
-and Redis when configured) and a plan change on `modelgate_plan_changed`, so running gateways follow at
-once. SQLite alone cannot reach another process: a gateway on it reads new balance events from the
-database every second (so every balance change takes effect there by itself), but a new plan reaches it
-only through `--url`, where the gateway itself makes the change.
+the host channel file beside a SQLite database, and Redis when configured) and a plan change on
+`modelgate_plan_changed`, so running gateways follow at once (a gateway on SQLite also reads new balance
+events from the database every second).
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from cabinet.registration_invitations import invite_organization
 from cabinet.requests import CabinetError
 from cabinet.storage import MIGRATIONS, Database, StorageError, open_database
 from config import Config
+from proxy.host_channel import HostChannel
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -102,9 +102,21 @@ async def _open_storage(config: Config) -> Database:
 
 
 async def _publish(config: Config, db: Database, channel: str, payload: str) -> tuple[list[str], list[Note]]:
-    """Send one message to running gateways over PostgreSQL NOTIFY and Redis: (where it went, warnings)."""
+    """Send one message to running gateways over PostgreSQL NOTIFY, the host channel of a SQLite database
+    and Redis: (where it went, warnings)."""
     told: list[str] = []
     warnings: list[Note] = []
+    try:
+        host = HostChannel.open(config.storage.url)
+    except OSError as exc:
+        warnings.append(Note(True, f"warning: the change is stored, but the host channel failed: {exc}"))
+    else:
+        if host is not None:
+            try:
+                await host.publish(channel, payload)
+                told.append("the host channel")
+            finally:
+                host.close()
     if db.dialect == "postgres":
         try:
             await db.notify(channel, payload)

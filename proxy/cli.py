@@ -131,10 +131,9 @@ def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
     billing = commands.add_parser(
         "billing",
         help="operator billing: pay invoices, top up and adjust balances, assign plans, invite organizations",
-        description="Act on the configured storage and notify running gateways (PostgreSQL NOTIFY, Redis when"
-        " configured), or with --url through the operator API of a running gateway. A gateway on SQLite"
-        " without Redis reads new balance events every second, so every balance change reaches it either"
-        " way; a plan change reaches it only with --url (or a restart).",
+        description="Act on the configured storage and notify running gateways (PostgreSQL NOTIFY, the"
+        " channel file beside a SQLite database, Redis when configured), or with --url through the operator"
+        " API of a running gateway.",
     )
     actions = billing.add_subparsers(dest="billing_command", required=True)
     where = argparse.ArgumentParser(add_help=False)

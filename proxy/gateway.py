@@ -19,6 +19,7 @@ from cabinet.storage import Database, apply_migrations, open_database
 from config import Config
 from plugins import PluginChain
 from plugins.request_id import InFlightIds
+from proxy.host_channel import HostChannel
 from proxy.keys import REVOCATION_CHANNEL, KeyDirectory
 from proxy.metrics import GatewayMetrics
 from proxy.model_api import Completions, ModelApi
@@ -51,6 +52,7 @@ class Gateway:
     tracer: Tracer | None
     realtime: RealtimeState  # client secrets (Redis when configured) and open sessions
     runtime: ModelRuntime = field(init=False)
+    host_channel: HostChannel | None = None  # SQLite: the processes of this host tell each other
     allowances: AllowanceGrants | None = None  # monthly allowances of plans, granted once across processes
     shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
     completions: Completions = field(default_factory=Completions)  # of requests whose client left
@@ -85,9 +87,11 @@ class Gateway:
         if tracer is not None:
             db = tracer.traced_database(db)
         bus: RedisBus | None = None
+        host: HostChannel | None = None
         ledger: LedgerWriter | None = None
         try:
             await apply_migrations(db)
+            host = _open_host_channel(config)
             if config.redis.url:
                 bus = RedisBus(config.redis.url)
                 try:
@@ -100,7 +104,8 @@ class Gateway:
                     "configure [redis] for exact shared limits"
                 )
             # A key cache is only safe where every process hears every revocation.
-            keys = KeyDirectory(db, cache=workers == 1 or db.dialect == "postgres" or bus is not None)
+            heard_everywhere = db.dialect == "postgres" or bus is not None or host is not None
+            keys = KeyDirectory(db, cache=workers == 1 or heard_everywhere)
             counters: Counters = (
                 RedisCounters(bus.client, fail_open=config.redis.fail_open) if bus else InProcessCounters()
             )
@@ -121,7 +126,7 @@ class Gateway:
                 policies,
                 shared=bus is not None,
             )
-            await _connect_channels(db, bus, keys, accounts)
+            await _connect_channels(db, bus, host, keys, accounts)
             metrics = GatewayMetrics()
             metrics.watch_ledger(ledger)
             gateway = cls(
@@ -136,6 +141,7 @@ class Gateway:
                 in_flight_ids=InFlightIds(bus.client if bus else None),
                 metrics=metrics,
                 tracer=tracer,
+                host_channel=host,
                 realtime=RealtimeState(
                     RedisSecrets(bus.client) if bus else InProcessSecrets(), RealtimeSessions()
                 ),
@@ -157,6 +163,8 @@ class Gateway:
                 await ledger.stop(0.0)
             if bus is not None:
                 await bus.close()
+            if host is not None:
+                host.close()
             await db.close()
             raise
         log.info(
@@ -202,6 +210,8 @@ class Gateway:
         await self.counters.close()  # hands back what this process held in Redis
         if self.redis is not None:
             await self.redis.close()
+        if self.host_channel is not None:
+            self.host_channel.close()
         await self.db.close()
 
 
@@ -215,10 +225,25 @@ def _spool(config: Config) -> Spool:
     )
 
 
+def _open_host_channel(config: Config) -> HostChannel | None:
+    """The channel file beside a SQLite database; None for PostgreSQL, or when the file cannot be made
+    (several workers then run without a key cache, unless Redis joins them)."""
+    try:
+        return HostChannel.open(config.storage.url)
+    except OSError as exc:
+        log.warning("cannot open the host channel beside the database (%r): workers are not told", exc)
+        return None
+
+
 async def _connect_channels(
-    db: Database, bus: RedisBus | None, keys: KeyDirectory, accounts: Accounts
+    db: Database,
+    bus: RedisBus | None,
+    host: HostChannel | None,
+    keys: KeyDirectory,
+    accounts: Accounts,
 ) -> None:
-    """Revocations, credits and policy changes reach every process: PostgreSQL NOTIFY and Redis pub/sub."""
+    """Revocations, credits, plan and policy changes reach every process: PostgreSQL NOTIFY, Redis pub/sub,
+    and on SQLite the host channel (polled by every key lookup)."""
     await keys.start()
     # NOTIFY delivers nothing sent while the listening connection is down: after it is made again, cached
     # keys and policies are read afresh (balance events are read from the database every second anyway).
@@ -229,13 +254,20 @@ async def _connect_channels(
     accounts.add_broadcast(_plan_changes_here(keys))
     if db.dialect == "postgres":
         accounts.add_broadcast(db.notify)
+    for channels in (bus, host):
+        if channels is None:
+            continue
+        channels.on(REVOCATION_CHANNEL, keys.forget)
+        channels.on(BILLING_CHANNEL, accounts.on_billing_message)
+        channels.on(POLICY_CHANNEL, accounts.on_policy_message)
+        channels.on(PLAN_CHANNEL, keys.forget_organization)
+        keys.add_publisher(channels.publish)
+        accounts.add_broadcast(channels.publish)
+    if host is not None:
+        host.on_missed(keys.forget_all)
+        host.on_missed(accounts.policies_changed_unseen)
+        keys.poll_before_lookups(host.poll)
     if bus is not None:
-        bus.on(REVOCATION_CHANNEL, keys.forget)
-        bus.on(BILLING_CHANNEL, accounts.on_billing_message)
-        bus.on(POLICY_CHANNEL, accounts.on_policy_message)
-        bus.on(PLAN_CHANNEL, keys.forget_organization)
-        keys.add_publisher(bus.publish)
-        accounts.add_broadcast(bus.publish)
         await bus.start()
 
 

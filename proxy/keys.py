@@ -3,8 +3,9 @@
 Lookups are cached, but never past a revocation: the cabinet reports every revocation through
 `key_revoked` inside its transaction; the directory drops the entry, keeps a tombstone so a lookup racing
 the commit cannot re-cache the key, and broadcasts the revocation to the other gateway processes
-(PostgreSQL NOTIFY delivered with the commit, and Redis pub/sub when configured). Without a channel that
-reaches every process (SQLite with several workers and no Redis) the cache is switched off.
+(PostgreSQL NOTIFY delivered with the commit, Redis pub/sub when configured, and on SQLite the host channel
+of proxy/host_channel.py, which every lookup polls first). Without a channel that reaches every process
+(several workers on a SQLite database whose channel file cannot be made, and no Redis) the cache is off.
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ class KeyDirectory:
         self._tombstones: dict[str, float] = {}
         self._generation = 0
         self._publishers: list[Publisher] = []
+        self._poll: Callable[[], None] | None = None
+
+    def poll_before_lookups(self, poll: Callable[[], None]) -> None:
+        """Run `poll` (the host channel's) first in every lookup: what other processes published is acted
+        on before a cached key is used."""
+        self._poll = poll
 
     def add_publisher(self, publish: Publisher) -> None:
         """A broadcaster (e.g. Redis pub/sub) told of every revocation made in this process."""
@@ -87,6 +94,8 @@ class KeyDirectory:
 
     async def lookup(self, secret: str) -> KeyRecord | None:
         """The active key behind a secret, or None."""
+        if self._poll is not None:
+            self._poll()
         secret_hash = hash_token(secret)
         record = self._cache.get(secret_hash)
         if record is not None:

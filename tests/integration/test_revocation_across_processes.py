@@ -1,17 +1,23 @@
 """A key revoked through one gateway process is refused by another on the very next request, with only
-PostgreSQL between them (the revocation travels as a NOTIFY delivered with the commit)."""
+PostgreSQL between them (the revocation travels as a NOTIFY delivered with the commit), or only a SQLite
+database between the workers of one host (the host channel file beside it), the API-key cache on either way;
+plan and policy changes likewise."""
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.support.gateway import GatewayProcess, register_tenant, revoke_key
+from tests.support.gateway import GatewayProcess, Tenant, register_tenant, revoke_key
 
 
 def _config(tmp_path: Path, storage_url: str, name: str = "pg.toml") -> Path:
@@ -116,3 +122,117 @@ def test_a_deny_rule_made_while_the_notification_connection_was_down_applies_aft
         assert _chat(cut_off.base_url, tenant.api_key) == 200  # still the cached policy: nothing told it
         proxy.restore()
         assert _status_once_its_listener_is_back(cut_off, tenant.api_key) == 403, cut_off.output()[-2000:]
+
+
+# -- several workers on one SQLite database, no Redis ---------------------------------------------------
+
+OPERATOR_TOKEN = "operator-token-for-the-workers-test-0123456789"
+# Each request opens a fresh connection, which SO_REUSEPORT hands to either worker: a round of 16 reaches
+# both but with odds of 2**-15.
+_ROUND = 16
+
+
+def _workers_config(tmp_path: Path) -> Path:
+    path = _config(tmp_path, f"sqlite:///{tmp_path / 'gateway.db'}", "workers.toml")
+    path.write_text(
+        f'[server]\noperator_token = "{OPERATOR_TOKEN}"\n'
+        + path.read_text()
+        + '\n[[plans]]\ncode = "credit"\ncredit_limit = 100.0\nrpm = 0\ntpm = 0\n'
+    )
+    return path
+
+
+def _round(gateway: GatewayProcess, api_key: str) -> set[int]:
+    """The statuses of a round of chat requests spread over the workers."""
+    return {_chat(gateway.base_url, api_key) for _ in range(_ROUND)}
+
+
+def _in_storage(tmp_path: Path, sql: str, *args: str) -> list[tuple]:
+    """Read or write the gateway's SQLite database behind its back (no channel tells the workers)."""
+    with sqlite3.connect(tmp_path / "gateway.db", timeout=10) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def _organization_id(tmp_path: Path, tenant: Tenant) -> str:
+    [(organization_id,)] = _in_storage(
+        tmp_path, "SELECT organization_id FROM users WHERE email = ?", tenant.email
+    )
+    return organization_id
+
+
+def _assert_keys_are_served_from_the_cache(tmp_path: Path, gateway: GatewayProcess, tenant: Tenant) -> None:
+    """A key made inactive in storage behind the workers' back still passes on every worker: they answer
+    from their key cache (uncached, they would refuse it at once)."""
+    _in_storage(tmp_path, "UPDATE api_keys SET status = 'revoked' WHERE id = ?", tenant.key_id)
+    try:
+        assert _round(gateway, tenant.api_key) == {200}
+    finally:
+        _in_storage(tmp_path, "UPDATE api_keys SET status = 'active' WHERE id = ?", tenant.key_id)
+
+
+def test_a_key_revoked_through_one_worker_is_refused_by_every_worker_on_sqlite_with_the_cache_on(
+    tmp_path: Path,
+) -> None:
+    with GatewayProcess(_workers_config(tmp_path), workers=2, cwd=tmp_path) as gateway:
+        for _ in range(3):
+            tenant = register_tenant(gateway.base_url)
+            assert _round(gateway, tenant.api_key) == {200}  # both workers have cached it
+            _assert_keys_are_served_from_the_cache(tmp_path, gateway, tenant)
+            assert revoke_key(gateway.base_url, tenant).status_code == 200  # through one of them
+            assert _round(gateway, tenant.api_key) == {401}
+
+
+def test_a_deny_rule_made_through_one_worker_applies_on_every_worker_on_sqlite(tmp_path: Path) -> None:
+    with GatewayProcess(_workers_config(tmp_path), workers=2, cwd=tmp_path) as gateway:
+        tenant = register_tenant(gateway.base_url)
+        assert _round(gateway, tenant.api_key) == {200}  # both workers have compiled its policy
+        rule = httpx.post(
+            f"{gateway.base_url}/api/policy-rules",
+            json={"subjectType": "organization", "effect": "deny", "models": ["mock-*"]},
+            headers={"authorization": f"Bearer {tenant.session_token}"},
+            timeout=30,
+        )
+        assert rule.status_code == 201, rule.text
+        assert _round(gateway, tenant.api_key) == {403}
+
+
+def _set_plan_through_the_operator_api(
+    gateway: GatewayProcess, _config_path: Path, organization_id: str, plan: str
+) -> None:
+    reply = httpx.post(
+        f"{gateway.base_url}/api/operator/organizations/{organization_id}/plan",
+        json={"planCode": plan},
+        headers={"authorization": f"Bearer {OPERATOR_TOKEN}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+
+
+def _set_plan_through_the_cli(
+    _gateway: GatewayProcess, config_path: Path, organization_id: str, plan: str
+) -> None:
+    """`modelgate billing set-plan` on the storage: a separate process on the same SQLite file."""
+    command = ["billing", "set-plan", organization_id, plan, "--config", str(config_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "not notified" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("set_plan", [_set_plan_through_the_operator_api, _set_plan_through_the_cli])
+def test_a_plan_change_applies_on_every_worker_on_sqlite_at_once(
+    tmp_path: Path, set_plan: Callable[[GatewayProcess, Path, str, str], None]
+) -> None:
+    config = _workers_config(tmp_path)
+    with GatewayProcess(config, workers=2, cwd=tmp_path) as gateway:
+        # Unpaid, on a plan without credit: refused until the plan gives it credit.
+        tenant = register_tenant(gateway.base_url, fund_usd=None)
+        assert _round(gateway, tenant.api_key) == {402}  # both workers have cached the key with its plan
+        set_plan(gateway, config, _organization_id(tmp_path, tenant), "credit")
+        assert _round(gateway, tenant.api_key) == {200}
+        set_plan(gateway, config, _organization_id(tmp_path, tenant), "free")
+        assert _round(gateway, tenant.api_key) == {402}

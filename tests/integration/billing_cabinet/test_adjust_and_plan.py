@@ -199,10 +199,10 @@ async def test_adjust_and_set_plan_from_the_cli_on_storage_and_through_a_gateway
         ("balance.adjusted", "cli"),
     ]
     if cabinet.db.dialect == "sqlite":
-        # Honest notes: a balance change reaches a gateway on SQLite by itself, a new plan does not.
-        assert "running gateways apply it within a second" in credited[1]
-        assert "keep the old plan until restarted; use --url" in planned[2]
-        assert "running gateways apply it within a second" in to_set[1]
+        # Running gateways on the same SQLite file hear both through the channel file beside it.
+        assert "notified running gateways on modelgate_billing (the host channel)" in credited[1]
+        assert "notified running gateways on modelgate_plan_changed (the host channel)" in planned[1]
+        assert "notified running gateways on modelgate_billing (the host channel)" in to_set[1]
     else:
         assert "notified running gateways on modelgate_billing (PostgreSQL)" in credited[1]
         assert "notified running gateways on modelgate_plan_changed (PostgreSQL)" in planned[1]

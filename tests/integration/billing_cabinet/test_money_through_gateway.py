@@ -256,11 +256,11 @@ def test_a_cli_top_up_on_sqlite_takes_effect_in_a_running_gateway_and_says_so(tm
 
     assert topped.returncode == 0, topped.stderr
     assert "credited 5.00 USD" in topped.stdout
-    assert "running gateways apply it within a second" in topped.stdout
+    assert "notified running gateways on modelgate_billing (the host channel)" in topped.stdout
     assert "not notified" not in topped.stdout and topped.stderr == ""
     assert status == 200
     assert "needed for SQLite" not in helped.stdout
-    assert "every balance change reaches it either way" in " ".join(helped.stdout.split())
+    assert "the channel file beside a SQLite database" in " ".join(helped.stdout.split())
 
 
 def test_a_starting_gateway_grants_the_months_allowance_to_activated_organizations(
