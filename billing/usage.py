@@ -18,15 +18,28 @@ if TYPE_CHECKING:
     from proxy.context import RequestContext
 
 _USAGE = b'"usage"'
+# A usage object, not `"usage": null` (which OpenAI-style streams repeat in every chunk): only events that
+# match are decoded.
+_USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 _MAX_CARRY = 256 * 1024
 # Generated text in every wire format relayed: chat `content`, completions and Anthropic `text`, Responses
 # `delta`, tool-call `arguments` / `partial_json`, `refusal`, `thinking`. An object-valued key (chat's
 # `"delta": {...}`) does not match. Escapes count as their bytes: an estimate errs high, and is capped.
+# The string is unrolled (a run of plain bytes, then escapes each with their run) for speed.
 _GENERATED = re.compile(
-    rb'"(?:content|text|delta|arguments|partial_json|refusal|thinking|reasoning_content)":\s*"((?:[^"\\]|\\.)+)"'
+    rb'"(?:content|text|delta|arguments|partial_json|refusal|thinking|reasoning_content)":\s*'
+    rb'"([^"\\]+(?:\\.[^"\\]*)*|(?:\\.[^"\\]*)+)"'
 )
-# The last event of a complete stream: chat/completions, Anthropic Messages, Responses.
-_FINAL_MARKERS = (b"data: [DONE]", b"message_stop", b'"response.completed"', b'"response.incomplete"')
+# The last event of a complete stream, by the route's wire format; a route of another format (or a stream
+# translated from one) looks for any of them.
+_DONE = b"data: [DONE]"
+_FINAL_MARKERS: dict[str, tuple[bytes, ...]] = {
+    "chat_completions": (_DONE,),
+    "completions": (_DONE,),
+    "messages": (b'"message_stop"',),
+    "responses": (b'"response.completed"', b'"response.incomplete"'),
+}
+_ANY_FINAL_MARKER = (_DONE, b"message_stop", b'"response.completed"', b'"response.incomplete"')
 _BYTES_PER_TOKEN = 4
 
 
@@ -95,13 +108,19 @@ def tokens_of(pieces: int, size: int) -> int:
 
 class StreamUsageScanner:
     """Finds usage in an SSE stream as it passes, across chunk boundaries, without holding the stream; also
-    measures the generated text relayed and notices the stream's final event."""
+    measures the generated text relayed and notices the stream's final event.
 
-    __slots__ = ("_carry", "final", "pieces", "size", "usage")
+    Per chunk: one regex pass for generated text, a substring search for the route's final event, and one
+    for a usage object; only events carrying a usage object (about one a stream) are decoded. A chunk that
+    ends its last event is never copied.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_carry", "_markers", "final", "pieces", "size", "usage")
+
+    def __init__(self, route: str = "") -> None:
         self.usage: Usage | None = None
         self._carry = b""
+        self._markers = _FINAL_MARKERS.get(route, _ANY_FINAL_MARKER)
         self.pieces = 0
         self.size = 0
         self.final = False
@@ -111,35 +130,42 @@ class StreamUsageScanner:
         return tokens_of(self.pieces, self.size)
 
     def feed(self, chunk: bytes) -> None:
-        pieces, size = generated_tokens(chunk)
-        self.pieces += pieces
-        self.size += size
-        if not self.final and any(marker in chunk for marker in _FINAL_MARKERS):
-            self.final = True
-        data = self._carry + chunk if self._carry else chunk
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._carry = data if len(data) <= _MAX_CARRY else b""
-            return
-        self._carry = data[end + 2 :] if len(data) - end - 2 <= _MAX_CARRY else b""
-        complete = data[: end + 2]
-        if _USAGE not in complete:
-            return
-        for event in complete.split(b"\n\n"):
-            if _USAGE in event:
-                self._scan_event(event)
+        for match in _GENERATED.finditer(chunk):
+            self.pieces += 1
+            self.size += match.end(1) - match.start(1)
+        carry = self._carry
+        data = carry + chunk if carry else chunk  # an event begun in an earlier chunk, completed here
+        if not self.final:
+            for marker in self._markers:
+                if marker in data:
+                    self.final = True
+                    break
+        end = len(data)
+        if not data.endswith(b"\n\n"):  # the usual chunk ends its last event: nothing to carry
+            end = complete_events_end(data)
+            self._carry = data[end:] if len(data) - end <= _MAX_CARRY else b""
+        elif carry:
+            self._carry = b""
+        if end and _USAGE_OBJECT.search(data, 0, end) is not None:
+            self._scan(data[:end] if end < len(data) else data)
 
-    def _scan_event(self, event: bytes) -> None:
-        for line in event.split(b"\n"):
-            if line.startswith(b"data:") and _USAGE in line:
+    def _scan(self, events: bytes) -> None:
+        for line in events.split(b"\n"):
+            if line.startswith(b"data:") and _USAGE_OBJECT.search(line) is not None:
                 try:
-                    document = orjson.loads(line[5:])
+                    document = orjson.loads(line[5:])  # a CR a line may end with is JSON whitespace
                 except orjson.JSONDecodeError:
                     continue
                 for item in usage_objects(document):
                     if self.usage is None:
                         self.usage = Usage()
                     merge_usage(self.usage, item)
+
+
+def complete_events_end(data: bytes) -> int:
+    """Where the complete events of `data` end: after its last blank line (LF LF or CR LF CR LF), else 0."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
 
 
 def delivered_usage(ctx: RequestContext) -> Usage:

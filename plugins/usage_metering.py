@@ -14,7 +14,13 @@ import orjson
 
 from billing.ledger import CRASHED, LedgerEntry, LedgerWriter, entry_for
 from billing.media import MEDIA_ROUTES, MediaUsageReader
-from billing.usage import StreamUsageScanner, generated_tokens, tokens_of, usage_of_body
+from billing.usage import (
+    StreamUsageScanner,
+    complete_events_end,
+    generated_tokens,
+    tokens_of,
+    usage_of_body,
+)
 from plugins.base import Plugin
 from plugins.billing_gate import final_cost
 from proxy.context import RequestContext, Usage
@@ -65,14 +71,19 @@ class UsageChunkFilter(ProviderPriceFilter):
         self._strip_usage = strip_usage
 
     def feed(self, chunk: bytes) -> bytes:
-        data = self._carry + chunk if self._carry else chunk
-        # Events end with a blank line: LF LF, or CR LF CR LF from providers that end lines with CR LF.
-        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\n\r\n")
-        end = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
-        if not end:
-            self._carry = data
-            return b""
-        complete, self._carry = data[:end], data[end:]
+        carry = self._carry
+        data = carry + chunk if carry else chunk
+        if data.endswith(b"\n\n"):  # the usual chunk ends its last event: passed on whole, uncopied
+            complete = data
+            if carry:
+                self._carry = b""
+        else:
+            # Events end with a blank line: LF LF, or CR LF CR LF from providers that end lines with CR LF.
+            end = complete_events_end(data)
+            if not end:
+                self._carry = data
+                return b""
+            complete, self._carry = data[:end], data[end:]
         withheld = _WITHHELD if self._strip_usage else _PRICE
         if withheld.search(complete) is None:
             return complete
@@ -118,7 +129,7 @@ class UsageChunkFilter(ProviderPriceFilter):
 _EVENT_END = re.compile(rb"(\n\r?\n)")
 # A key, not text: inside a JSON string every quote is escaped.
 _PRICE = re.compile(rb'"cost(?:_details)?"\s*:')
-_WITHHELD = re.compile(rb'"usage"\s*:\s*\{|"cost(?:_details)?"\s*:')
+_WITHHELD = re.compile(rb'"(?:usage"\s*:\s*\{|cost(?:_details)?"\s*:)')  # one leading quote: a faster search
 _PRICE_KEYS = ("cost", "cost_details")
 # Keys of a chunk's choice that say which choice it is, not what it carries.
 _CHOICE_PLACE = frozenset({"index"})
@@ -168,7 +179,7 @@ class UsageMetering(Plugin):
             ctx.usage_scanner = MediaUsageReader(ctx.route.name, ctx.payload)
             return
         if ctx.stream:
-            ctx.usage_scanner = StreamUsageScanner()
+            ctx.usage_scanner = StreamUsageScanner(ctx.route.name)
             payload = ctx.payload
             if ctx.route.name in _USAGE_ROUTES:
                 options = payload.get("stream_options")

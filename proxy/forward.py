@@ -245,21 +245,30 @@ class Forwarder:
         scanner = ctx.usage_scanner if isinstance(ctx.usage_scanner, StreamUsageScanner) else None
         try:
             await response.prepare(ctx.request)
-            async for chunk in _chain_chunks(opening, rest):
-                for hook in chunk_hooks:
-                    hook(ctx, chunk)
-                if stream_translator is not None:
-                    chunk = stream_translator.feed(chunk)
-                if chunk_filter is not None and chunk:
-                    chunk = chunk_filter.feed(chunk)
-                if not chunk:
-                    continue
-                if ctx.first_byte_at is None:
-                    ctx.first_byte_at = time.perf_counter()
-                await response.write(chunk)
-                ctx.bytes_sent += len(chunk)
-                if scanner is not None and scanner.final and translator is None:
-                    ctx.outcome = "completed"  # the final event reached the client, whatever it does next
+            # The opening chunk, then each read of the rest (everything that arrived meanwhile, as one chunk:
+            # one write). The rest is awaited directly, not through a generator that chains the opening in.
+            next_chunk = rest.__anext__
+            final_marks_completion = scanner is not None and translator is None
+            chunk = opening
+            while True:
+                if chunk:  # the opening is empty when the stream ended before its first byte
+                    for hook in chunk_hooks:
+                        hook(ctx, chunk)
+                    if stream_translator is not None:
+                        chunk = stream_translator.feed(chunk)
+                    if chunk_filter is not None and chunk:
+                        chunk = chunk_filter.feed(chunk)
+                if chunk:
+                    if ctx.first_byte_at is None:
+                        ctx.first_byte_at = time.perf_counter()
+                    await response.write(chunk)
+                    ctx.bytes_sent += len(chunk)
+                    if final_marks_completion and scanner.final:
+                        ctx.outcome = "completed"  # the final event reached the client, whatever it does next
+                try:
+                    chunk = await next_chunk()
+                except StopAsyncIteration:
+                    break
             tail = stream_translator.finish() if stream_translator is not None else b""
             if getattr(stream_translator, "failure", None):
                 _log_failed_attempt(ctx, ctx.row, f"ended its stream with: {stream_translator.failure}")
@@ -318,13 +327,6 @@ async def _opening(
 
 def _is_event_stream(headers: Mapping[str, str]) -> bool:
     return headers.get("content-type", "").startswith("text/event-stream")
-
-
-async def _chain_chunks(opening: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    if opening:
-        yield opening
-    async for chunk in rest:
-        yield chunk
 
 
 def _stream_error_event(envelope: Envelope) -> bytes:

@@ -14,6 +14,10 @@ from proxy.translation.answer_fields import answer_field, event_documents, strin
 
 _MODEL = string_field("model")
 _MODEL_KEY = b'"model"'
+_DATA = b"data:"
+_NEWLINE = 10
+_SPACE = 32
+_BRACE = 123
 
 
 def with_model_name(body: bytes, name: bytes) -> bytes:
@@ -25,13 +29,20 @@ def with_model_name(body: bytes, name: bytes) -> bytes:
 
 
 class ModelNameStream:
-    """Rewrites the model of each `data:` line of an SSE stream as it passes."""
+    """Rewrites the model of each `data:` line of an SSE stream as it passes.
 
-    __slots__ = ("_carry", "_name")
+    OpenAI chat streams name the model in every chunk, each line starting alike (`data: {"id": ...,
+    "model": ...`). Once a line's model has been found by the rules, the line's start up to the model's value
+    (the head) is remembered: a later chunk whose every `"model"` is in a line starting with that head is
+    renamed by one bytes.replace, with no walk.
+    """
+
+    __slots__ = ("_carry", "_head", "_line_head", "_name", "_renamed_head")
 
     def __init__(self, model: str) -> None:
         self._name = orjson.dumps(model)
         self._carry = b""
+        self._head = self._line_head = self._renamed_head = b""
 
     def feed(self, chunk: bytes) -> bytes:
         """Every complete line of `chunk` (and of what came before), the model renamed where one is named."""
@@ -43,14 +54,67 @@ class ModelNameStream:
                 return b""
         else:
             self._carry = b""
-        return self._rewrite(data) if _MODEL_KEY in data else data
+        return self._rewrite(data)
 
     def finish(self) -> bytes:
         """An unfinished last line the stream ended with, rewritten too."""
         tail, self._carry = self._carry, b""
-        return self._rewrite(tail) if _MODEL_KEY in tail else tail
+        return self._rewrite(tail)
 
     def _rewrite(self, data: bytes) -> bytes:
+        named = data.count(_MODEL_KEY)  # data starts at a line's start
+        if not named:
+            return data
+        head = self._head
+        if head and data.count(self._line_head) + data.startswith(head) == named:
+            renamed = self._renamed_head
+            return data if renamed is head else data.replace(head, renamed)
+        return self._rewrite_lines(data)
+
+    def _rewrite_lines(self, data: bytes) -> bytes:
+        """The model renamed where every `"model"` is a string-valued key met on a `data:` line before any
+        container opens (the first such key is its answer's own); else walked event by event by the rules."""
+        find = data.find
+        name = self._name
+        pieces: list[bytes] = []
+        done = 0  # data[:done] is in pieces already
+        position = find(_MODEL_KEY)
+        while position >= 0:
+            line_start = data.rfind(b"\n", 0, position) + 1
+            json_start = line_start + 5
+            if data[json_start] == _SPACE:
+                json_start += 1
+            match = _MODEL.match(data, position)
+            if (
+                match is None
+                or not data.startswith(_DATA, line_start)
+                or data[json_start] != _BRACE
+                or data.count(b"{", json_start, position) != 1
+                or find(b"[", json_start, position) >= 0
+            ):
+                return self._rewrite_each(data)
+            value = match.group(1)
+            if value != name:
+                pieces.append(data[done : match.start(1)])
+                pieces.append(name)
+                done = match.end(1)
+            self._learn(data[line_start : match.end(1)], value)
+            line_end = find(b"\n", match.end())
+            if line_end < 0:
+                break
+            position = find(_MODEL_KEY, line_end)
+        if not pieces:
+            return data
+        pieces.append(data[done:])
+        return b"".join(pieces)
+
+    def _learn(self, head: bytes, value: bytes) -> None:
+        if head != self._head:
+            self._head, self._line_head = head, b"\n" + head
+            self._renamed_head = head if value == self._name else head[: -len(value)] + self._name
+
+    def _rewrite_each(self, data: bytes) -> bytes:
+        """The model of each event found by the answer-field rules (Anthropic, Responses, odd shapes)."""
         name = self._name
         pieces: list[bytes] = []
         done = 0  # data[:done] is in pieces already

@@ -1,0 +1,90 @@
+"""The stream usage scanner: the provider's usage and the generated text relayed, however the stream is cut
+into chunks and whichever line ending the provider uses; the final event noticed per wire format."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from billing.usage import StreamUsageScanner
+
+
+def _chat_stream(newline: bytes) -> bytes:
+    events = [
+        {"model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"model": "m", "choices": [{"index": 0, "delta": {"content": "Hello there"}}], "usage": None},
+        {"model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": None},
+        {"model": "m", "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 3}},
+    ]
+    frames = [b"data: " + orjson.dumps(event) + newline + newline for event in events]
+    return b"".join(frames) + b"data: [DONE]" + newline + newline
+
+
+def _scan(stream: bytes, step: int, route: str = "chat_completions") -> StreamUsageScanner:
+    scanner = StreamUsageScanner(route)
+    for start in range(0, len(stream), step):
+        scanner.feed(stream[start : start + step])
+    return scanner
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("step", [1, 7, 64, 10_000])
+def test_usage_is_found_however_the_stream_is_cut_and_whatever_its_line_ending(
+    newline: bytes, step: int
+) -> None:
+    scanner = _scan(_chat_stream(newline), step)
+
+    assert scanner.usage is not None
+    assert (scanner.usage.input_tokens, scanner.usage.output_tokens) == (11, 3)
+    assert scanner.final
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_nothing_is_held_back_once_every_event_is_complete(newline: bytes) -> None:
+    scanner = _scan(_chat_stream(newline), 10_000)
+
+    assert scanner._carry == b""
+
+
+def test_usage_null_in_every_chunk_is_no_usage() -> None:
+    usage = b'"usage":{"prompt_tokens":11,"completion_tokens":3}'
+    stream = _chat_stream(b"\n").replace(usage, b'"usage":null')
+
+    assert _scan(stream, 10_000).usage is None
+
+
+def test_generated_text_is_measured_in_whole_chunks() -> None:
+    scanner = _scan(_chat_stream(b"\n"), 10_000)
+
+    assert (scanner.pieces, scanner.size) == (1, len("Hello there"))
+    assert scanner.content_tokens == 3
+
+
+@pytest.mark.parametrize(
+    ("route", "final_event", "other_format_final"),
+    [
+        ("chat_completions", b"data: [DONE]\n\n", b'event: message_stop\ndata: {"type":"message_stop"}\n\n'),
+        ("completions", b"data: [DONE]\n\n", b'event: message_stop\ndata: {"type":"message_stop"}\n\n'),
+        ("messages", b'event: message_stop\ndata: {"type":"message_stop"}\n\n', b"data: [DONE]\n\n"),
+        (
+            "responses",
+            b'event: response.completed\ndata: {"type":"response.completed","response":{}}\n\n',
+            b"data: [DONE]\n\n",
+        ),
+        (
+            "responses",
+            b'event: response.incomplete\ndata: {"type":"response.incomplete","response":{}}\n\n',
+            b"data: [DONE]\n\n",
+        ),
+    ],
+)
+def test_the_final_event_is_the_one_of_the_routes_wire_format(
+    route: str, final_event: bytes, other_format_final: bytes
+) -> None:
+    assert _scan(final_event, 10_000, route).final
+    assert not _scan(other_format_final, 10_000, route).final
+
+
+def test_a_route_of_another_format_knows_every_final_event() -> None:
+    assert _scan(b"data: [DONE]\n\n", 10_000, "audio_speech").final
+    assert _scan(b'data: {"type":"message_stop"}\n\n', 10_000, "audio_speech").final
