@@ -45,7 +45,7 @@ pool_size = 256
 
 [[models]]
 name = "{model}"
-kinds = ["chat"]
+kinds = ["chat", "embeddings"]
 
 [[models.rows]]
 provider = "bench-upstream"

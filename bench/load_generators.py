@@ -28,6 +28,7 @@ WRK_INSTALL_HINT = (
 _LUA_SCRIPT = Path(__file__).with_name("post.lua")
 _WRK_LINE = re.compile(r"^BENCH (.*)$", re.MULTILINE)
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
+_LAST_CHUNK = b"\r\n0\r\n\r\n"
 _HOST = "127.0.0.1"
 
 
@@ -38,6 +39,8 @@ class LoadResult:
     requests: int
     seconds: float
     errors: int  # non-2xx answers plus socket errors
+    p50_ms: float | None = None  # per-request latency under this load (wrk only)
+    p99_ms: float | None = None
 
     @property
     def rps(self) -> float:
@@ -48,10 +51,10 @@ def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
 
-def run_wrk(
-    port: int, *, connections: int, seconds: float, body_file: Path, api_key: str, cpus: set[int]
-) -> LoadResult:
-    """One wrk thread, pinned to `cpus`, posting the body at `connections` connections."""
+def wrk_command(
+    port: int, *, connections: int, seconds: float, body_file: Path, api_key: str, mix: str = ""
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of one wrk thread posting `body_file` (or the `mix`, see post.lua)."""
     args = [
         "wrk",
         "-t1",
@@ -63,7 +66,33 @@ def run_wrk(
         str(_LUA_SCRIPT),
         f"http://{_HOST}:{port}{CHAT_PATH}",
     ]
-    env = {**os.environ, "BENCH_BODY_FILE": str(body_file), "BENCH_API_KEY": api_key}
+    env = {**os.environ, "BENCH_BODY_FILE": str(body_file), "BENCH_API_KEY": api_key, "BENCH_MIX": mix}
+    return args, env
+
+
+def parse_wrk(returncode: int, stdout: str, stderr: str) -> LoadResult:
+    """The result line post.lua prints, or an error with wrk's output."""
+    match = _WRK_LINE.search(stdout)
+    if returncode != 0 or match is None:
+        raise RuntimeError(f"wrk failed ({returncode}): {stdout}\n{stderr}")
+    values = {k: int(v) for k, v in (pair.split("=") for pair in match.group(1).split())}
+    errors = sum(values[k] for k in ("status", "connect", "read", "write", "timeout"))
+    return LoadResult(
+        values["requests"],
+        values["duration_us"] / 1e6,
+        errors,
+        values["p50_us"] / 1000,
+        values["p99_us"] / 1000,
+    )
+
+
+def run_wrk(
+    port: int, *, connections: int, seconds: float, body_file: Path, api_key: str, cpus: set[int]
+) -> LoadResult:
+    """One wrk thread, pinned to `cpus`, posting the body at `connections` connections."""
+    args, env = wrk_command(
+        port, connections=connections, seconds=seconds, body_file=body_file, api_key=api_key
+    )
     done = subprocess.run(
         args,
         env=env,
@@ -73,12 +102,7 @@ def run_wrk(
         check=False,
         preexec_fn=lambda: os.sched_setaffinity(0, cpus),
     )
-    match = _WRK_LINE.search(done.stdout)
-    if done.returncode != 0 or match is None:
-        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stdout}\n{done.stderr}")
-    values = {k: int(v) for k, v in (pair.split("=") for pair in match.group(1).split())}
-    errors = sum(values[k] for k in ("status", "connect", "read", "write", "timeout"))
-    return LoadResult(values["requests"], values["duration_us"] / 1e6, errors)
+    return parse_wrk(done.returncode, done.stdout, done.stderr)
 
 
 class _LoadProtocol(asyncio.Protocol):
@@ -97,7 +121,11 @@ class _LoadProtocol(asyncio.Protocol):
         self._buffer += data
         while (end := self._buffer.find(b"\r\n\r\n")) >= 0:
             match = _CONTENT_LENGTH.search(self._buffer, 0, end + 2)
-            total = end + 4 + (int(match.group(1)) if match else 0)
+            if match:
+                total = end + 4 + int(match.group(1))
+            else:  # a chunked stream: complete at its last chunk (SSE JSON never holds this sequence)
+                last = self._buffer.find(_LAST_CHUNK, end + 2)
+                total = last + len(_LAST_CHUNK) if last >= 0 else len(self._buffer) + 1
             if len(self._buffer) < total:
                 return
             ok = self._buffer[9:10] == b"2"
@@ -180,16 +208,17 @@ class LoadGenerator:
         self.cpus, self._body_file, self._api_key = cpus, body_file, api_key
         self.name = "wrk -t1" if self.use_wrk else "python (asyncio) fallback"
 
-    def run(self, port: int, connections: int, seconds: float) -> LoadResult:
-        """Keep `connections` connections busy for `seconds`."""
+    def run(self, port: int, connections: int, seconds: float, body_file: Path | None = None) -> LoadResult:
+        """Keep `connections` connections busy for `seconds` posting `body_file` (default: the chat body)."""
+        body_file = body_file or self._body_file
         if self.use_wrk:
             return run_wrk(
                 port,
                 connections=connections,
                 seconds=seconds,
-                body_file=self._body_file,
+                body_file=body_file,
                 api_key=self._api_key,
                 cpus=self.cpus,
             )
-        request = raw_request(_HOST, port, self._body_file.read_bytes(), self._api_key)
+        request = raw_request(_HOST, port, body_file.read_bytes(), self._api_key)
         return run_python(port, connections=connections, seconds=seconds, request=request, cpus=self.cpus)

@@ -2,6 +2,8 @@
 
     python bench/overhead.py [--duration 10] [--connections 32] [--workers 1]
     python bench/overhead.py --production     # PostgreSQL (a throwaway database) + Redis on 127.0.0.1
+    python bench/overhead.py --matrix --duration 5   # floor / embedded / production side by side (matrix.py)
+    python bench/overhead.py --soak 10 --production  # 10 minutes of mixed traffic, the RSS curve (soak.py)
 
 Starts a fast fake upstream, the bare passthrough and the real gateway on 127.0.0.1, measures all three
 with the same ~1 KB chat request, prints one table, and stops every process it started by PID. With two
@@ -18,15 +20,17 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 from load_generators import LoadGenerator
 from proc_stats import process_tree, rss_mb
+from production import REDIS_URL, production_database
 from profile_summary import read_profile, render
 from profiling import PY_SPY_HINT, find_py_spy, is_raw, start_profiler
 from report import TargetResult, render_diagnostics, render_table, render_targets
+from run_control import core_layout, log_problems, timeout_alarm
 from services import Services, start_services
 from target_run import QUIET_WAIT_SECONDS, WARMUP_LOAD_SECONDS, Plan, measure
 from workload import chat_body
@@ -73,6 +77,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "default redis://127.0.0.1:6379/0)",
     )
     parser.add_argument(
+        "--matrix",
+        action="store_true",
+        help="one run, one table: the floor, embedded mode and production mode side by side for chat at 1 "
+        "and --connections connections and streaming at --connections, then production with --workers "
+        "(at least 2) and Redis commands per request",
+    )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        metavar="MINUTES",
+        help="instead of measuring: mixed chat/stream/embeddings traffic on the gateway (production mode "
+        "with --production) for MINUTES, its RSS sampled every ~10 s; prints the curve and the slope",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         help="after measuring, record modelgate under the same load with py-spy into FILE: "
@@ -81,18 +99,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if min(args.workers, args.connections, args.rounds) < 1 or args.duration <= 0:
         parser.error("--workers, --connections and --rounds must be at least 1, --duration above 0")
+    if args.soak is not None and args.soak <= 0:
+        parser.error("--soak takes a number of minutes above 0")
+    if args.matrix and (args.soak is not None or args.profile or args.production):
+        parser.error(
+            "--matrix measures both modes itself; it does not combine with --soak, --profile, --production"
+        )
     if args.profile and find_py_spy() is None:
         parser.error(PY_SPY_HINT)
     return args
-
-
-def core_layout(workers: int) -> tuple[set[int], set[int]]:
-    """(proxy cores, load cores): the proxy alone on the first core, everything else on the second."""
-    available = sorted(os.sched_getaffinity(0))
-    if len(available) < 2:
-        print("note: only one core available, nothing is pinned; numbers are indicative", file=sys.stderr)
-        return set(available), set(available)
-    return ({available[0]} if workers == 1 else set(available)), {available[1]}
 
 
 def profile_gateway(pid: int, port: int, args: argparse.Namespace, load: LoadGenerator) -> None:
@@ -106,39 +121,6 @@ def profile_gateway(pid: int, port: int, args: argparse.Namespace, load: LoadGen
     if spy.returncode != 0:
         took = time.monotonic() - started
         print(f"note: py-spy exited with {spy.returncode} after {took:.0f}s", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def production_database() -> Iterator[str]:
-    """A throwaway PostgreSQL database for one production-mode run, dropped after it."""
-    import asyncio
-
-    import asyncpg
-
-    admin = os.environ.get("MODELGATE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-    name = f"modelgate_bench_{os.getpid()}"
-
-    async def execute(sql: str) -> None:
-        conn = await asyncpg.connect(admin, timeout=5)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
-    try:
-        yield f"{admin.rpartition('/')[0]}/{name}"
-    finally:
-        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-def _timeout(signum: int, frame: object) -> None:
-    raise TimeoutError("the benchmark ran past its time budget")
-
-
-def _log_problems(log_path: Path, limit: int = 5) -> list[str]:
-    lines = log_path.read_text(errors="replace").splitlines()
-    return [line for line in lines if '"level":"error"' in line or '"level":"warning"' in line][:limit]
 
 
 def print_report(
@@ -186,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     """Start everything, measure the three targets, stop everything, print the report."""
     per_target = args.duration + WARMUP_LOAD_SECONDS + 2 * QUIET_WAIT_SECONDS + 30
     budget = 3 * args.rounds * per_target + (args.duration + 30 if args.profile else 0) + 90
-    signal.signal(signal.SIGALRM, _timeout)
+    signal.signal(signal.SIGALRM, timeout_alarm)
     signal.alarm(int(budget))
     proxy_cpus, load_cpus = core_layout(args.workers)
     plan = Plan(args.connections, args.duration, args.samples, args.stream_samples, proxy_cpus, load_cpus)
@@ -205,9 +187,7 @@ def run(args: argparse.Namespace) -> int:
             lifetime=budget + 30,
             disabled_plugins=tuple(name for name in args.disable_plugins.split(",") if name),
             storage_url=storage_url,
-            redis_url=os.environ.get("MODELGATE_BENCH_REDIS", "redis://127.0.0.1:6379/0")
-            if args.production
-            else None,
+            redis_url=REDIS_URL if args.production else None,
         )
         gateway = services.gateway
         assert gateway is not None
@@ -230,14 +210,23 @@ def run(args: argparse.Namespace) -> int:
         if args.profile:
             profile_gateway(gateway.pid, services.gateway_port, args, load)
         gateway_rss_total = sum(rss_mb(pid) for pid in process_tree(gateway.pid))
-        problems = _log_problems(gateway.log_path)
+        problems = log_problems(gateway.log_path)
     signal.alarm(0)
     print_report(args, results, plan, load.name, gateway_rss_total, problems)
     return 0
 
 
 def main() -> int:
-    return run(parse_args())
+    args = parse_args()
+    if args.matrix:
+        from matrix import run_matrix
+
+        return run_matrix(args)
+    if args.soak is not None:
+        from soak import run_soak
+
+        return run_soak(args)
+    return run(args)
 
 
 if __name__ == "__main__":

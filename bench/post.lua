@@ -1,12 +1,31 @@
 -- wrk script for bench/overhead.py: POST the chat body with an API key, then print one parseable line.
 -- BENCH_BODY_FILE names the file holding the JSON body; BENCH_API_KEY is sent as a Bearer token.
+-- BENCH_MIX (optional, the soak): "PATH=FILE,PATH=FILE,..."; requests cycle through these paths and bodies.
 
-local file = assert(io.open(os.getenv("BENCH_BODY_FILE"), "rb"))
+local function read(name)
+  local file = assert(io.open(name, "rb"))
+  local body = file:read("*a")
+  file:close()
+  return body
+end
+
 wrk.method = "POST"
-wrk.body = file:read("*a")
-file:close()
+wrk.body = read(os.getenv("BENCH_BODY_FILE"))
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_API_KEY")
+
+local mix = os.getenv("BENCH_MIX")
+if mix and mix ~= "" then
+  local requests = {}
+  for path, name in string.gmatch(mix, "([^=,]+)=([^,]+)") do
+    requests[#requests + 1] = wrk.format("POST", path, nil, read(name))
+  end
+  local turn = 0
+  function request()
+    turn = turn % #requests + 1
+    return requests[turn]
+  end
+end
 
 function done(summary, latency, requests)
   local e = summary.errors

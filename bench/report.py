@@ -59,15 +59,20 @@ def render_table(results: list[TargetResult], connections: int) -> str:
                 _fmt(r.rss_mb, 1),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return align_rows(rows)
+
+
+def align_rows(rows: list[tuple[str, ...]], separator: str = "  ") -> str:
+    """A text table: the first row a header underlined with dashes, the first column left-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
-        "  ".join(
+        separator.join(
             cell.ljust(w) if i == 0 else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         )
         for row in rows
     ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.insert(1, separator.replace("|", "+").join("-" * w for w in widths))
     return "\n".join(lines)
 
 

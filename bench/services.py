@@ -42,8 +42,10 @@ def start_services(
     disabled_plugins: tuple[str, ...] = (),
     storage_url: str | None = None,
     redis_url: str | None = None,
+    with_passthrough: bool = True,
 ) -> None:
-    """Start the upstream on the load cores, then the gateway and the passthrough on the proxy cores."""
+    """Start the upstream on the load cores, then the gateway and (unless told not to) the passthrough on
+    the proxy cores."""
     python = sys.executable
     limit = ["--max-seconds", str(lifetime)]  # our children also exit by themselves
 
@@ -79,6 +81,8 @@ def start_services(
     gateway_url = f"http://127.0.0.1:{services.gateway_port}"
     wait_for_http(services.gateway, f"{gateway_url}/readyz")
     services.api_key = register_tenant(gateway_url)
+    if not with_passthrough:
+        return
 
     services.passthrough_port = free_port()
     upstream_origin = f"http://127.0.0.1:{services.upstream_port}"

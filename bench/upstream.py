@@ -1,7 +1,8 @@
 """A minimal, fast OpenAI-style fake upstream: a raw asyncio protocol on uvloop, zero delay.
 
 Serves `POST /v1/chat/completions` with a fixed small JSON answer (with usage), or, when the body asks for
-`"stream": true`, a few SSE chunks, a usage chunk and `[DONE]`. It parses only what it must, so the
+`"stream": true`, 11 SSE events (a role chunk, seven content chunks, a finish chunk, a usage chunk and
+`[DONE]`), and `POST /v1/embeddings` with one small vector and usage. It parses only what it must, so the
 upstream is never what limits the benchmark. Run: `python bench/upstream.py --port P [--cpu 1]`.
 """
 
@@ -19,6 +20,7 @@ _STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
 _CLOSE = re.compile(rb"\r\nconnection:[ \t]*close", re.IGNORECASE)
 _ROUTE = b"POST /v1/chat/completions "
+_EMBEDDINGS_ROUTE = b"POST /v1/embeddings "
 
 _USAGE = {"prompt_tokens": 42, "completion_tokens": 9, "total_tokens": 51}
 _ANSWER = orjson.dumps(
@@ -40,6 +42,17 @@ _ANSWER = orjson.dumps(
 NON_STREAM_RESPONSE = (
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(_ANSWER)
 ) + _ANSWER
+_EMBEDDING = orjson.dumps(
+    {
+        "object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.0125, -0.25, 0.5, 0.75] * 16}],
+        "model": "bench-model",
+        "usage": {"prompt_tokens": 42, "total_tokens": 42},
+    }
+)
+EMBEDDINGS_RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(_EMBEDDING)
+) + _EMBEDDING
 NOT_FOUND_RESPONSE = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 STREAM_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -60,7 +73,7 @@ def _chunk(choices: list, usage: dict | None = None) -> dict:
 
 def _sse_chunks() -> list[bytes]:
     events = [_chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])]
-    for word in ("It is ", "sunny ", "in Lisbon."):
+    for word in ("It ", "is ", "sunny ", "and ", "21 ", "degrees ", "in Lisbon."):
         events.append(_chunk([{"index": 0, "delta": {"content": word}, "finish_reason": None}]))
     events.append(_chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
     events.append(_chunk([], _USAGE))
@@ -99,7 +112,9 @@ class ChatProtocol(asyncio.Protocol):
     def _answer(self, head: bytes, body: bytes) -> None:
         transport = self._transport
         assert transport is not None
-        if not head.startswith(_ROUTE):
+        if head.startswith(_EMBEDDINGS_ROUTE):
+            transport.write(EMBEDDINGS_RESPONSE)
+        elif not head.startswith(_ROUTE):
             transport.write(NOT_FOUND_RESPONSE)
         elif _STREAM_FLAG.search(body):
             # Separate writes, so the head and each event leave as their own segments like a real stream.

@@ -36,3 +36,11 @@ def raw_request(host: str, port: int, body: bytes, api_key: str) -> bytes:
         "\r\n"
     )
     return head.encode("ascii") + body
+
+
+EMBEDDINGS_PATH = "/v1/embeddings"
+
+
+def embeddings_body() -> bytes:
+    """A small embeddings request (the soak's third kind of traffic)."""
+    return orjson.dumps({"model": MODEL, "input": "What is the weather like today in Lisbon?"})

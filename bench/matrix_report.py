@@ -1,0 +1,195 @@
+"""The matrix's printed report: one side-by-side table, the reference rows, workers, Redis and targets."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+import aiohttp
+from report import NOISY_CORES, TARGET_RSS_MB, align_rows
+from target_run import LoadedRun
+from workload import chat_body
+
+if TYPE_CHECKING:
+    from matrix import MatrixResult
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    return align_rows(rows, " | ")
+
+
+def _rps(run: LoadedRun, floor: LoadedRun | None = None) -> str:
+    text = f"{run.load.rps:,.0f}"
+    if floor is not None and floor.load.rps:
+        text += f" ({run.load.rps / floor.load.rps:.2f}x)"
+    return text
+
+
+def _added(run: LoadedRun, direct: LoadedRun) -> str:
+    """Latency under this load minus the upstream's own at the same load: p50/p99 in ms."""
+    mine, base = run.load, direct.load
+    if None in (mine.p50_ms, mine.p99_ms, base.p50_ms, base.p99_ms):
+        return "-"
+    return f"{mine.p50_ms - base.p50_ms:+.3f}/{mine.p99_ms - base.p99_ms:+.3f}"  # type: ignore[operator]
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _main_table(result: MatrixResult) -> str:
+    rows = [
+        (
+            "case",
+            "floor rps",
+            "embedded rps (x)",
+            "production rps (x)",
+            "added p50/p99 ms emb",
+            "prod",
+            "CPU s/1k emb",
+            "prod",
+            "RSS MB emb",
+            "prod",
+        )
+    ]
+    for case in result.cases:
+        direct, floor = result.runs["direct"][case.name], result.runs["floor"][case.name]
+        emb, prod = result.runs["embedded"][case.name], result.runs["production"][case.name]
+        rows.append(
+            (
+                case.name,
+                _rps(floor),
+                _rps(emb, floor),
+                _rps(prod, floor),
+                _added(emb, direct),
+                _added(prod, direct),
+                _num(emb.cpu_s_per_1k, 3),
+                _num(prod.cpu_s_per_1k, 3),
+                _num(emb.rss_mb, 1),
+                _num(prod.rss_mb, 1),
+            )
+        )
+    return _table(rows)
+
+
+def _reference_table(result: MatrixResult) -> str:
+    rows = [
+        (
+            "case",
+            "direct rps",
+            "direct p50/p99 ms",
+            "floor added p50/p99 ms",
+            "floor CPU s/1k",
+            "floor RSS MB",
+        )
+    ]
+    for case in result.cases:
+        direct, floor = result.runs["direct"][case.name], result.runs["floor"][case.name]
+        base = direct.load
+        latency = "-" if base.p50_ms is None else f"{base.p50_ms:.3f}/{base.p99_ms:.3f}"
+        rows.append(
+            (
+                case.name,
+                _rps(direct),
+                latency,
+                _added(floor, direct),
+                _num(floor.cpu_s_per_1k, 3),
+                _num(floor.rss_mb, 1),
+            )
+        )
+    return _table(rows)
+
+
+def _workers_table(result: MatrixResult, name: str) -> str:
+    rows = [("case", "rps", "rps per worker", "rps per gateway core", "CPU s/1k", "largest process MB")]
+    for case_name, run in result.runs[name].items():
+        per_core = 1000 / run.cpu_s_per_1k if run.cpu_s_per_1k else None
+        rows.append(
+            (
+                case_name,
+                _rps(run),
+                f"{run.load.rps / result.workers:,.0f}",
+                _num(per_core, 0),
+                _num(run.cpu_s_per_1k, 3),
+                _num(run.rss_mb, 1),
+            )
+        )
+    return _table(rows)
+
+
+def _redis_line(result: MatrixResult) -> str:
+    tally = result.redis
+    if not tally.requests:
+        return "Redis commands per request (production): no requests measured"
+    total = sum(tally.calls.values()) / tally.requests
+    top = sorted(tally.calls.items(), key=lambda item: -item[1])[:6]
+    detail = ", ".join(f"{name} {calls / tally.requests:.2f}" for name, calls in top) or "none"
+    return (
+        f"Redis commands per request (production, INFO commandstats over {tally.requests:,} requests of its "
+        f"measured runs; server-wide, so other Redis clients add to it): {total:.2f}  ({detail})"
+    )
+
+
+def _targets(result: MatrixResult) -> list[str]:
+    rss = {
+        name: max((run.rss_mb or 0.0) for run in runs.values())
+        for name, runs in result.runs.items()
+        if name not in ("direct", "floor")
+    }
+    worst = max(rss.values())
+    verdict = "ok" if worst <= TARGET_RSS_MB else "MISSED"
+    detail = ", ".join(f"{name} {value:.1f}" for name, value in rss.items())
+    lines = [f"  RSS <= {TARGET_RSS_MB:g} MB per worker: largest {worst:.1f} MB  [{verdict}]  ({detail})"]
+    for name, total in result.rss_total.items():
+        lines.append(f"  ({name}: all workers + supervisor together {total:.1f} MB)")
+    return lines
+
+
+def _warnings(result: MatrixResult) -> list[str]:
+    lines = []
+    for name, runs in result.runs.items():
+        errors = sum(run.load.errors for run in runs.values())
+        noisy = [case for case, run in runs.items() if run.other_cores > NOISY_CORES]
+        if errors:
+            lines.append(f"WARNING: {name}: {errors} failed requests (non-2xx or socket errors)")
+        if noisy:
+            lines.append(
+                f"WARNING: {name}: other processes used CPU during {', '.join(noisy)}; numbers disturbed"
+            )
+    return lines
+
+
+def render_matrix(result: MatrixResult, args: argparse.Namespace, load_name: str) -> str:
+    """The whole matrix report as text."""
+    workers_name = f"production x{result.workers}"
+    parts = [
+        f"\nmodelgate matrix: {args.duration:g}s per run, {len(chat_body())} B chat body, stream = 11 SSE "
+        f"events, load: {load_name}; python {sys.version.split()[0]}, aiohttp {aiohttp.__version__}",
+        "floor = bare aiohttp passthrough; embedded = SQLite, no Redis; production = PostgreSQL + Redis; "
+        "one process each, alone on the first core",
+        "added p50/p99 = latency under the same load minus the upstream's own (direct); "
+        "(x) = ratio to the floor",
+        "",
+        _main_table(result),
+        "",
+        "reference rows (same runs):",
+        _reference_table(result),
+        "",
+        f"production, --workers {result.workers} (the workers share every core with the load generator; "
+        "rps per gateway core = requests per CPU-second of all gateway processes):",
+        _workers_table(result, workers_name),
+        "",
+        _redis_line(result),
+        "",
+        "targets:",
+        *_targets(result),
+    ]
+    parts += _warnings(result)
+    if result.problems:
+        parts += [
+            "",
+            "gateway log warnings/errors (first few per phase):",
+            *(f"  {p}" for p in result.problems),
+        ]
+    return "\n".join(parts)
