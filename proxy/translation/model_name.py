@@ -62,24 +62,23 @@ class ModelNameStream:
         return self._rewrite(tail)
 
     def _rewrite(self, data: bytes) -> bytes:
-        named = data.count(_MODEL_KEY)  # data starts at a line's start
-        if not named:
-            return data
-        head = self._head
-        if head and data.count(self._line_head) + data.startswith(head) == named:
-            renamed = self._renamed_head
-            return data if renamed is head else data.replace(head, renamed)
-        return self._rewrite_lines(data)
-
-    def _rewrite_lines(self, data: bytes) -> bytes:
-        """The model renamed where every `"model"` is a string-valued key met on a `data:` line before any
-        container opens (the first such key is its answer's own); else walked event by event by the rules."""
+        """`data` (whole lines) with each line's model renamed: lines that start with the remembered head
+        by one replace, the others one by one, each teaching the head; any other shape by the full walk."""
         find = data.find
         name = self._name
         pieces: list[bytes] = []
-        done = 0  # data[:done] is in pieces already
+        done = start = 0  # data[:done] is in pieces already; lines from `start` on are still to look at
         position = find(_MODEL_KEY)
         while position >= 0:
+            head = self._head
+            if head and data.count(self._line_head, start) + data.startswith(head, start) == data.count(
+                _MODEL_KEY, start
+            ):
+                if self._renamed_head is not head:
+                    pieces.append(data[done:start])
+                    pieces.append(data[start:].replace(head, self._renamed_head))
+                    done = len(data)
+                break
             line_start = data.rfind(b"\n", 0, position) + 1
             json_start = line_start + 5
             if data[json_start] == _SPACE:
@@ -92,20 +91,21 @@ class ModelNameStream:
                 or data.count(b"{", json_start, position) != 1
                 or find(b"[", json_start, position) >= 0
             ):
-                return self._rewrite_each(data)
+                return self._rewrite_each(data)  # not the usual shape: every event by the rules
             value = match.group(1)
             if value != name:
                 pieces.append(data[done : match.start(1)])
                 pieces.append(name)
                 done = match.end(1)
             self._learn(data[line_start : match.end(1)], value)
-            line_end = find(b"\n", match.end())
-            if line_end < 0:
+            start = find(b"\n", match.end()) + 1
+            if not start:
                 break
-            position = find(_MODEL_KEY, line_end)
+            position = find(_MODEL_KEY, start)
         if not pieces:
             return data
-        pieces.append(data[done:])
+        if done < len(data):
+            pieces.append(data[done:])
         return b"".join(pieces)
 
     def _learn(self, head: bytes, value: bytes) -> None:
