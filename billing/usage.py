@@ -146,20 +146,28 @@ class StreamUsageScanner:
             self._carry = data[end:] if len(data) - end <= _MAX_CARRY else b""
         elif carry:
             self._carry = b""
-        if end and _USAGE_OBJECT.search(data, 0, end) is not None:
-            self._scan(data[:end] if end < len(data) else data)
+        if end:
+            self._scan(data, end)
 
-    def _scan(self, events: bytes) -> None:
-        for line in events.split(b"\n"):
-            if line.startswith(b"data:") and _USAGE_OBJECT.search(line) is not None:
-                try:
-                    document = orjson.loads(line[5:])  # a CR a line may end with is JSON whitespace
-                except orjson.JSONDecodeError:
-                    continue
-                for item in usage_objects(document):
-                    if self.usage is None:
-                        self.usage = Usage()
-                    merge_usage(self.usage, item)
+    def _scan(self, data: bytes, end: int) -> None:
+        """Merge the usage of each `data:` line in data[:end] that holds a usage object."""
+        done = 0  # lines before this are read
+        for match in _USAGE_OBJECT.finditer(data, 0, end):
+            position = match.start()
+            if position < done:
+                continue  # a second usage object in a line already read
+            line_start = data.rfind(b"\n", 0, position) + 1
+            done = data.find(b"\n", position, end)  # complete events end with a newline
+            if not data.startswith(b"data:", line_start):
+                continue
+            try:
+                document = orjson.loads(data[line_start + 5 : done])  # a CR ending the line is whitespace
+            except orjson.JSONDecodeError:
+                continue
+            for item in usage_objects(document):
+                if self.usage is None:
+                    self.usage = Usage()
+                merge_usage(self.usage, item)
 
 
 def complete_events_end(data: bytes) -> int:

@@ -85,18 +85,23 @@ class UsageChunkFilter(ProviderPriceFilter):
                 return b""
             complete, self._carry = data[:end], data[end:]
         withheld = _WITHHELD if self._strip_usage else _PRICE
-        if withheld.search(complete) is None:
+        match = withheld.search(complete)
+        if match is None:
             return complete
-        pieces = _EVENT_END.split(complete)  # event, its blank line, event, ..., b""
+        # Only the events holding a match are rebuilt; the bytes between them pass as they came.
         out: list[bytes] = []
-        for index in range(0, len(pieces) - 1, 2):
-            event = pieces[index]
-            if withheld.search(event) is not None:
-                event = self._event(event, withheld)
-                if not event:
-                    continue  # nothing left: the blank line goes too
-            out.append(event)
-            out.append(pieces[index + 1])
+        done = 0  # complete[:done] is decided
+        while match is not None:
+            start = _event_start(complete, done, match.start())
+            blank = _EVENT_END.search(complete, match.end())  # complete ends with a blank line
+            event = self._event(complete[start : blank.start()], withheld)
+            out.append(complete[done:start])
+            if event:  # else nothing is left: the blank line goes too
+                out.append(event)
+                out.append(blank.group())
+            done = blank.end()
+            match = withheld.search(complete, done)
+        out.append(complete[done:])
         return b"".join(out)
 
     def finish(self) -> bytes:
@@ -134,6 +139,12 @@ _PRICE_KEYS = ("cost", "cost_details")
 # Keys of a chunk's choice that say which choice it is, not what it carries.
 _CHOICE_PLACE = frozenset({"index"})
 WHOLE_ANSWER_FILTER = ProviderPriceFilter()
+
+
+def _event_start(data: bytes, start: int, position: int) -> int:
+    """Where the event holding `position` starts: after the last blank line in data[start:position]."""
+    lf, crlf = data.rfind(b"\n\n", start, position), data.rfind(b"\n\r\n", start, position)
+    return max(start, lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
 
 
 def _unpriced(document: dict) -> bool:

@@ -50,3 +50,17 @@ def test_a_client_that_asked_for_usage_gets_it_without_the_price() -> None:
     stream = UsageChunkFilter(strip_usage=False)
     out = stream.feed(_event({"choices": [], "usage": USAGE, "cost": 0.01}, b"\n"))
     assert orjson.loads(out[6:]) == {"choices": [], "usage": {k: v for k, v in USAGE.items() if k != "cost"}}
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_only_the_events_carrying_a_price_or_usage_change_in_a_chunk_of_many(newline) -> None:
+    stream = UsageChunkFilter(strip_usage=True)
+    plain = [_event(_content(text, usage=None), newline) for text in ("a", "b", "c")]
+    priced = _event(_content("d", cost=0.5), newline)
+    usage_only = _event({"object": "chat.completion.chunk", "choices": [], "usage": USAGE}, newline)
+    done = b"data: [DONE]" + newline + newline
+
+    out = stream.feed(plain[0] + priced + plain[1] + usage_only + plain[2] + done)
+
+    unpriced = _event(_content("d"), newline)
+    assert out == plain[0] + unpriced + plain[1] + plain[2] + done
