@@ -23,7 +23,13 @@ from load_generators import LoadGenerator
 from matrix_report import render_matrix
 from measurements import check_answers
 from proc_stats import process_tree, rss_mb
-from production import REDIS_URL, command_delta, production_database, redis_command_calls
+from production import (
+    REDIS_URL,
+    command_delta,
+    foreign_redis_clients,
+    production_database,
+    redis_command_calls,
+)
 from run_control import core_layout, log_problems, timeout_alarm
 from services import Services, start_services
 from target_run import QUIET_WAIT_SECONDS, WARMUP_LOAD_SECONDS, LoadedRun, Plan, loaded_run, settle
@@ -48,6 +54,12 @@ class RedisTally:
 
     calls: dict[str, int] = field(default_factory=dict)
     requests: int = 0
+    foreign_clients: int = 0  # the most other Redis clients seen connected at a snapshot
+
+    def snapshot(self, gateway_pids: list[int]) -> dict[str, int]:
+        """Command calls so far, noting any Redis clients that are not the gateway's."""
+        self.foreign_clients = max(self.foreign_clients, foreign_redis_clients(gateway_pids))
+        return redis_command_calls()
 
     def add(self, before: dict[str, int], after: dict[str, int], requests: int) -> None:
         for name, calls in command_delta(before, after).items():
@@ -101,10 +113,11 @@ def _measure_target(
         body = bodies[case.stream]
         load.run(port, case.connections, min(WARMUP_LOAD_SECONDS, plan.duration), body)
         settle(name, case.name)
-        before = redis_command_calls() if redis else {}
-        run = loaded_run(pids_of(), port, plan, load, case.connections, body)
+        pids = pids_of()
+        before = redis.snapshot(pids) if redis else {}
+        run = loaded_run(pids, port, plan, load, case.connections, body)
         if redis:
-            redis.add(before, redis_command_calls(), run.load.requests)
+            redis.add(before, redis.snapshot(pids), run.load.requests)
         runs[case.name] = run
     return runs
 

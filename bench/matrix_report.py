@@ -125,10 +125,16 @@ def _redis_line(result: MatrixResult) -> str:
     total = sum(tally.calls.values()) / tally.requests
     top = sorted(tally.calls.items(), key=lambda item: -item[1])[:6]
     detail = ", ".join(f"{name} {calls / tally.requests:.2f}" for name, calls in top) or "none"
-    return (
-        f"Redis commands per request (production, INFO commandstats over {tally.requests:,} requests of its "
-        f"measured runs; server-wide, so other Redis clients add to it): {total:.2f}  ({detail})"
+    line = (
+        f"Redis commands per request (production, INFO commandstats over the {tally.requests:,} requests of "
+        f"its measured runs): {total:.2f}  ({detail})"
     )
+    if tally.foreign_clients:
+        line += (
+            f"\nWARNING: up to {tally.foreign_clients} other Redis clients were connected: the counts are "
+            "server-wide and include their commands (run on a quiet Redis, or set MODELGATE_BENCH_REDIS)"
+        )
+    return line
 
 
 def _targets(result: MatrixResult) -> list[str]:

@@ -16,11 +16,13 @@ wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_API_KEY")
 
 local mix = os.getenv("BENCH_MIX")
 if mix and mix ~= "" then
-  local requests = {}
-  for path, name in string.gmatch(mix, "([^=,]+)=([^,]+)") do
-    requests[#requests + 1] = wrk.format("POST", path, nil, read(name))
+  local requests, turn = {}, 0
+  -- Built in init, once wrk knows the host: wrk.format adds the Host header only then.
+  function init(args)
+    for path, name in string.gmatch(mix, "([^=,]+)=([^,]+)") do
+      requests[#requests + 1] = wrk.format("POST", path, nil, read(name))
+    end
   end
-  local turn = 0
   function request()
     turn = turn % #requests + 1
     return requests[turn]

@@ -49,3 +49,47 @@ def command_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, in
     """Calls per command between two `redis_command_calls` snapshots (commands with none left out)."""
     delta = {name: calls - before.get(name, 0) for name, calls in after.items()}
     return {name: calls for name, calls in delta.items() if calls > 0}
+
+
+def _socket_inodes(pids: list[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    return inodes
+
+
+def _local_ports(pids: list[int]) -> set[int]:
+    """Local TCP ports of the sockets these processes hold (from /proc/net/tcp, matched by inode)."""
+    inodes = _socket_inodes(pids)
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            next(rows)
+            for row in rows:
+                fields = row.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def foreign_redis_clients(gateway_pids: list[int]) -> int:
+    """Redis clients connected now that are neither the gateway's nor this query's: while there are any,
+    the server-wide command counts include their commands too."""
+    import redis
+
+    ours = _local_ports(gateway_pids)
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+    try:
+        clients = client.client_list()
+    finally:
+        client.close()
+    return sum(
+        1
+        for entry in clients
+        if entry.get("cmd") != "client|list" and int(entry["addr"].rsplit(":", 1)[1]) not in ours
+    )

@@ -23,13 +23,19 @@ from keepalive_client import KeepAliveClient
 from load_generators import parse_wrk, wrk_available, wrk_command
 from measurements import check_answers
 from proc_stats import process_tree, rss_mb
-from production import REDIS_URL, command_delta, production_database, redis_command_calls
+from production import (
+    REDIS_URL,
+    command_delta,
+    foreign_redis_clients,
+    production_database,
+    redis_command_calls,
+)
 from run_control import core_layout, log_problems, timeout_alarm
 from services import Services, start_services
 from workload import CHAT_PATH, EMBEDDINGS_PATH, chat_body, embeddings_body, raw_request
 
 SAMPLE_SECONDS = 10.0
-FLAT_MB_PER_MINUTE = 0.2  # under this slope (2 MB per 10 minutes) the curve counts as flat
+FLAT_GROWTH_MB = 2.0  # the fitted growth over the steady part under which the curve counts as flat
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +85,13 @@ def render_soak(samples: list[Sample], minutes: float, workers: int, summary: li
         "   t s | largest process MB | all processes MB",
     ]
     lines += [f"{s.seconds:6.0f} | {s.largest_mb:18.1f} | {s.total_mb:16.1f}" for s in samples]
-    verdict = "flat" if slope < FLAT_MB_PER_MINUTE else "GROWING"
+    steady_minutes = (steady[-1].seconds - steady[0].seconds) / 60 if steady else 0.0
+    verdict = "flat" if slope * steady_minutes < FLAT_GROWTH_MB else "GROWING"
     lines += [
         "",
-        f"slope after the first fifth: {slope:+.3f} MB/min (growth {growth:+.1f} MB over "
-        f"{(steady[-1].seconds - steady[0].seconds) / 60 if steady else 0:.1f} min)  [{verdict}: "
-        f"flat means under {FLAT_MB_PER_MINUTE} MB/min]",
+        f"after the first fifth: slope {slope:+.3f} MB/min, fitted growth {slope * steady_minutes:+.1f} MB "
+        f"over {steady_minutes:.1f} min (measured {growth:+.1f} MB)  [{verdict}: flat means a fitted "
+        f"growth under {FLAT_GROWTH_MB:g} MB]",
         f"largest process at the end: {samples[-1].largest_mb:.1f} MB" if samples else "no samples",
     ]
     return "\n".join(lines)
@@ -124,7 +131,7 @@ def run_soak(args: argparse.Namespace) -> int:
         files["stream"].write_bytes(chat_body(stream=True))
         files["embeddings"].write_bytes(embeddings_body())
         check_answers(
-            "soak", port, *(raw_request("127.0.0.1", port, chat_body(s), key) for s in (False, True))
+            "soak", port, *(raw_request("127.0.0.1", port, chat_body(stream=s), key) for s in (False, True))
         )
         _check_embeddings(port, embeddings_body(), key)
         mix = ",".join(
@@ -161,7 +168,11 @@ def run_soak(args: argparse.Namespace) -> int:
         if args.production and load.requests:
             calls = command_delta(redis_before, redis_command_calls())
             calls.pop("info", None)
-            summary.append(f"Redis commands per request: {sum(calls.values()) / load.requests:.2f}")
+            others = foreign_redis_clients(process_tree(gateway.pid))
+            summary.append(
+                f"Redis commands per request: {sum(calls.values()) / load.requests:.2f}"
+                + (f" (disturbed: {others} other Redis clients connected at the end)" if others else "")
+            )
         summary += [f"gateway log: {line}" for line in log_problems(gateway.log_path)]
     signal.alarm(0)
     print(render_soak(samples, args.soak, args.workers, summary))
