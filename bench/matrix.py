@@ -24,14 +24,13 @@ from matrix_report import render_matrix
 from measurements import check_answers
 from proc_stats import process_tree, rss_mb
 from production import (
-    REDIS_URL,
     command_delta,
     foreign_redis_clients,
     production_database,
     redis_command_calls,
 )
-from run_control import core_layout, log_problems, timeout_alarm
-from services import Services, start_services
+from run_control import core_layout, log_problems, started_services, timeout_alarm
+from services import Services
 from target_run import QUIET_WAIT_SECONDS, WARMUP_LOAD_SECONDS, LoadedRun, Plan, loaded_run, settle
 from workload import chat_body, raw_request
 
@@ -122,21 +121,6 @@ def _measure_target(
     return runs
 
 
-def _started(
-    stack: contextlib.ExitStack, log_dir: Path, lifetime: float, args: argparse.Namespace, **options: object
-) -> Services:
-    services = Services()
-    stack.callback(services.stop)
-    start_services(
-        services,
-        log_dir=log_dir,
-        lifetime=lifetime,
-        disabled_plugins=tuple(name for name in args.disable_plugins.split(",") if name),
-        **options,  # type: ignore[arg-type]
-    )
-    return services
-
-
 def _gateway_pids(services: Services) -> Callable[[], list[int]]:
     gateway = services.gateway
     assert gateway is not None
@@ -157,19 +141,30 @@ def run_matrix(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGALRM, timeout_alarm)
     signal.alarm(int(budget))
     proxy_cpus, load_cpus = core_layout(1)
-    plan = Plan(args.connections, args.duration, 0, 0, proxy_cpus, load_cpus)
+    all_cpus = proxy_cpus | load_cpus
     result = MatrixResult(cases, workers=workers)
     with tempfile.TemporaryDirectory(prefix="modelgate-bench-") as temp:
         root = Path(temp)
         bodies = {False: root / "chat-body.json", True: root / "stream-body.json"}
         bodies[False].write_bytes(chat_body())
         bodies[True].write_bytes(chat_body(stream=True))
-        lifetime = budget + 30
-        pinned = {"proxy_cpus": proxy_cpus, "load_cpus": load_cpus}
+
+        def phase(stack: contextlib.ExitStack, label: str, n: int, storage_url: str | None) -> Services:
+            (log_dir := root / label).mkdir()
+            return started_services(
+                stack,
+                args,
+                log_dir=log_dir,
+                lifetime=budget + 30,
+                workers=n,
+                proxy_cpus=proxy_cpus if n == 1 else all_cpus,
+                load_cpus=load_cpus,
+                storage_url=storage_url,
+                with_passthrough=storage_url is None,
+            )
 
         with contextlib.ExitStack() as stack:
-            (log_dir := root / "embedded").mkdir()
-            services = _started(stack, log_dir, lifetime, args, workers=1, **pinned)
+            services = phase(stack, "embedded", 1, None)
             load = LoadGenerator(args.load_generator, load_cpus, bodies[False], services.api_key)
             passthrough_pids = [p.pid for p in services.passthroughs]
             targets = [
@@ -177,51 +172,32 @@ def run_matrix(args: argparse.Namespace) -> int:
                 ("floor", services.passthrough_port, lambda: passthrough_pids),
                 ("embedded", services.gateway_port, _gateway_pids(services)),
             ]
+            plan = Plan(args.connections, args.duration, 0, 0, proxy_cpus, load_cpus)
             for name, port, pids_of in targets:
                 result.runs[name] = _measure_target(
                     name, port, pids_of, cases, plan, load, bodies, services.api_key
                 )
             _phase_log(result, services, "embedded")
 
-        with contextlib.ExitStack() as stack:
-            storage_url = stack.enter_context(production_database())  # outlives the gateways using it
-            production = {"storage_url": storage_url, "redis_url": REDIS_URL, "with_passthrough": False}
-            with contextlib.ExitStack() as phase:
-                (log_dir := root / "production").mkdir()
-                services = _started(phase, log_dir, lifetime, args, workers=1, **pinned, **production)
+        with contextlib.ExitStack() as database:
+            storage_url = database.enter_context(production_database())  # outlives the gateways using it
+            with contextlib.ExitStack() as stack:
+                services = phase(stack, "production", 1, storage_url)
                 load = LoadGenerator(args.load_generator, load_cpus, bodies[False], services.api_key)
+                port, pids_of = services.gateway_port, _gateway_pids(services)
                 result.runs["production"] = _measure_target(
-                    "production",
-                    services.gateway_port,
-                    _gateway_pids(services),
-                    cases,
-                    plan,
-                    load,
-                    bodies,
-                    services.api_key,
-                    result.redis,
+                    "production", port, pids_of, cases, plan, load, bodies, services.api_key, result.redis
                 )
                 _phase_log(result, services, "production")
 
-            with contextlib.ExitStack() as phase:
-                (log_dir := root / "workers").mkdir()
-                all_cpus = proxy_cpus | load_cpus
-                services = _started(
-                    phase,
-                    log_dir,
-                    lifetime,
-                    args,
-                    workers=workers,
-                    proxy_cpus=all_cpus,
-                    load_cpus=load_cpus,
-                    **production,
-                )
-                load = LoadGenerator(args.load_generator, load_cpus, bodies[False], services.api_key)
-                shared = Plan(args.connections, args.duration, 0, 0, all_cpus, load_cpus)
-                pids_of = _gateway_pids(services)
+            with contextlib.ExitStack() as stack:
                 name = f"production x{workers}"
+                services = phase(stack, "workers", workers, storage_url)
+                load = LoadGenerator(args.load_generator, load_cpus, bodies[False], services.api_key)
+                port, pids_of = services.gateway_port, _gateway_pids(services)
+                shared = Plan(args.connections, args.duration, 0, 0, all_cpus, load_cpus)
                 result.runs[name] = _measure_target(
-                    name, services.gateway_port, pids_of, cases[1:], shared, load, bodies, services.api_key
+                    name, port, pids_of, cases[1:], shared, load, bodies, services.api_key
                 )
                 result.rss_total[name] = sum(rss_mb(pid) for pid in pids_of())
                 _phase_log(result, services, name)

@@ -26,12 +26,11 @@ from pathlib import Path
 import aiohttp
 from load_generators import LoadGenerator
 from proc_stats import process_tree, rss_mb
-from production import REDIS_URL, production_database
+from production import production_database
 from profile_summary import read_profile, render
 from profiling import PY_SPY_HINT, find_py_spy, is_raw, start_profiler
 from report import TargetResult, render_diagnostics, render_table, render_targets
-from run_control import core_layout, log_problems, timeout_alarm
-from services import Services, start_services
+from run_control import core_layout, log_problems, started_services, timeout_alarm
 from target_run import QUIET_WAIT_SECONDS, WARMUP_LOAD_SECONDS, Plan, measure
 from workload import chat_body
 
@@ -172,22 +171,19 @@ def run(args: argparse.Namespace) -> int:
     signal.alarm(int(budget))
     proxy_cpus, load_cpus = core_layout(args.workers)
     plan = Plan(args.connections, args.duration, args.samples, args.stream_samples, proxy_cpus, load_cpus)
-    services = Services()
     with tempfile.TemporaryDirectory(prefix="modelgate-bench-") as temp, contextlib.ExitStack() as stack:
         # Entered first, left last: the database outlives the processes using it.
         storage_url = stack.enter_context(production_database()) if args.production else None
-        stack.callback(services.stop)
         log_dir = Path(temp)
-        start_services(
-            services,
+        services = started_services(
+            stack,
+            args,
+            log_dir=log_dir,
+            lifetime=budget + 30,
             workers=args.workers,
             proxy_cpus=proxy_cpus,
             load_cpus=load_cpus,
-            log_dir=log_dir,
-            lifetime=budget + 30,
-            disabled_plugins=tuple(name for name in args.disable_plugins.split(",") if name),
             storage_url=storage_url,
-            redis_url=REDIS_URL if args.production else None,
         )
         gateway = services.gateway
         assert gateway is not None

@@ -1,10 +1,16 @@
-"""What every benchmark run needs: the core layout, the time budget's alarm, the gateway log's problems."""
+"""What every benchmark run needs: the core layout, the services, the time budget's alarm, the gateway
+log's problems."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
+
+from production import REDIS_URL
+from services import Services, start_services
 
 
 def core_layout(workers: int) -> tuple[set[int], set[int]]:
@@ -25,3 +31,34 @@ def log_problems(log_path: Path, limit: int = 5) -> list[str]:
     """The first few warning/error lines of a gateway JSON log."""
     lines = log_path.read_text(errors="replace").splitlines()
     return [line for line in lines if '"level":"error"' in line or '"level":"warning"' in line][:limit]
+
+
+def started_services(
+    stack: contextlib.ExitStack,
+    args: argparse.Namespace,
+    *,
+    log_dir: Path,
+    lifetime: float,
+    workers: int,
+    proxy_cpus: set[int],
+    load_cpus: set[int],
+    storage_url: str | None = None,
+    with_passthrough: bool = True,
+) -> Services:
+    """Start one run's services, stopped by PID when `stack` closes. A `storage_url` (the throwaway
+    PostgreSQL database) means production mode: the gateway then uses Redis too."""
+    services = Services()
+    stack.callback(services.stop)
+    start_services(
+        services,
+        workers=workers,
+        proxy_cpus=proxy_cpus,
+        load_cpus=load_cpus,
+        log_dir=log_dir,
+        lifetime=lifetime,
+        disabled_plugins=tuple(name for name in args.disable_plugins.split(",") if name),
+        storage_url=storage_url,
+        redis_url=REDIS_URL if storage_url else None,
+        with_passthrough=with_passthrough,
+    )
+    return services

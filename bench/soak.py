@@ -24,14 +24,12 @@ from load_generators import parse_wrk, wrk_available, wrk_command
 from measurements import check_answers
 from proc_stats import process_tree, rss_mb
 from production import (
-    REDIS_URL,
     command_delta,
     foreign_redis_clients,
     production_database,
     redis_command_calls,
 )
-from run_control import core_layout, log_problems, timeout_alarm
-from services import Services, start_services
+from run_control import core_layout, log_problems, started_services, timeout_alarm
 from workload import CHAT_PATH, EMBEDDINGS_PATH, chat_body, embeddings_body, raw_request
 
 SAMPLE_SECONDS = 10.0
@@ -110,18 +108,15 @@ def run_soak(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="modelgate-soak-") as temp, contextlib.ExitStack() as stack:
         root = Path(temp)
         storage_url = stack.enter_context(production_database()) if args.production else None
-        services = Services()
-        stack.callback(services.stop)
-        start_services(
-            services,
+        services = started_services(
+            stack,
+            args,
+            log_dir=root,
+            lifetime=seconds + 330,
             workers=args.workers,
             proxy_cpus=proxy_cpus,
             load_cpus=load_cpus,
-            log_dir=root,
-            lifetime=seconds + 330,
-            disabled_plugins=tuple(name for name in args.disable_plugins.split(",") if name),
             storage_url=storage_url,
-            redis_url=REDIS_URL if args.production else None,
             with_passthrough=False,
         )
         gateway, port, key = services.gateway, services.gateway_port, services.api_key
