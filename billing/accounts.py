@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from billing.counters import Counters, MoneyState, Reserve
+from billing.counters import Counters, MoneyAsk, MoneyState, Reserve
 from billing.events import BalanceEvent
 from billing.ledger import LedgerWriter
 from billing.money import to_micros
@@ -46,6 +46,23 @@ def balance_key(organization_id: str) -> str:
 def budget_key(rule: PolicyRule, start: float) -> str:
     # An edited rule starts a fresh counter, initialised from its stored spend with the new limit.
     return f"bud:{rule.id}:{int(rule.updated_at * 1000)}:{int(start)}"
+
+
+def refusal(outcome: int, rule: PolicyRule | None = None) -> InsufficientBalance:
+    """The 402 for a refused reservation: on the balance (`rule` None) or on a policy rule's budget."""
+    if rule is not None:
+        return InsufficientBalance(
+            f"Insufficient balance: the {rule.budget_period}ly budget of policy rule {rule.id} is exhausted."
+        )
+    if outcome == Reserve.NOT_ACTIVATED:
+        return InsufficientBalance(
+            "Insufficient balance: the organization's first invoice is not paid yet, so model requests"
+            " are on hold until it is."
+        )
+    return InsufficientBalance(
+        "Insufficient balance: the balance (and the plan's credit limit) cannot cover this request's "
+        "maximum cost. Top up or lower max_tokens."
+    )
 
 
 class Accounts:
@@ -91,31 +108,23 @@ class Accounts:
         plan = self._config.plan(plan_code)
         return to_micros(plan.credit_limit) if plan is not None else 0
 
-    async def reserve_balance(self, organization_id: str, plan_code: str, amount: int, key: str) -> None:
-        """Hold `amount` of the organization's headroom in its counter `key` (`balance_key(organization_id)`,
-        which a cached API key carries), or raise 402."""
+    @property
+    def counters(self) -> Counters:
+        return self._counters
+
+    def balance_ask(self, organization_id: str, plan_code: str, amount: int, key: str) -> MoneyAsk:
+        """The reservation of `amount` on the organization's counter `key` (`balance_key(organization_id)`,
+        which a cached API key carries), as an admission asks it."""
         credit = self._credit_limit(plan_code)
-        require_activation = credit <= 0
 
         def init() -> Awaitable[MoneyState]:
             return self._balance_init(organization_id)
 
-        outcome = await self._counters.reserve(key, amount, require_activation, credit, init)
-        if outcome == Reserve.NOT_ACTIVATED:
-            raise InsufficientBalance(
-                "Insufficient balance: the organization's first invoice is not paid yet, so model requests"
-                " are on hold until it is."
-            )
-        if outcome != Reserve.OK:
-            raise InsufficientBalance(
-                "Insufficient balance: the balance (and the plan's credit limit) cannot cover this request's "
-                "maximum cost. Top up or lower max_tokens."
-            )
+        return MoneyAsk(key, amount, credit <= 0, credit, init)
 
-    async def reserve_budget(self, rule: PolicyRule, amount: int, now: float) -> tuple[str, float]:
-        """Hold `amount` of a rule's budget for this period, or raise 402; returns (counter, period)."""
+    def budget_ask(self, rule: PolicyRule, amount: int, now: float) -> tuple[MoneyAsk, float]:
+        """The reservation of `amount` on a rule's budget for this period; returns it and the period."""
         start = period_start(rule.budget_period or "month", now)
-        key = budget_key(rule, start)
 
         async def init() -> MoneyState:
             spent = await self._db.fetchval(
@@ -125,15 +134,37 @@ class Accounts:
             )
             return MoneyState((rule.budget_micros or 0) - int(spent or 0), True)
 
-        if await self._counters.reserve(key, amount, False, 0, init) != Reserve.OK:
-            raise InsufficientBalance(
-                f"Insufficient balance: the {rule.budget_period}ly budget of policy rule {rule.id}"
-                " is exhausted."
-            )
-        return key, start
+        return MoneyAsk(budget_key(rule, start), amount, False, 0, init), start
+
+    async def reserve_balance(self, organization_id: str, plan_code: str, amount: int, key: str) -> None:
+        """Hold `amount` of the organization's headroom in its counter `key`, or raise 402."""
+        ask = self.balance_ask(organization_id, plan_code, amount, key)
+        outcome = await self._counters.reserve(
+            key, amount, ask.require_activation, ask.credit_limit, ask.init
+        )
+        if outcome != Reserve.OK:
+            raise refusal(outcome)
+
+    async def reserve_budget(self, rule: PolicyRule, amount: int, now: float) -> tuple[str, float]:
+        """Hold `amount` of a rule's budget for this period, or raise 402; returns (counter, period)."""
+        ask, start = self.budget_ask(rule, amount, now)
+        outcome = await self._counters.reserve(ask.key, amount, False, 0, ask.init)
+        if outcome != Reserve.OK:
+            raise refusal(outcome, rule)
+        return ask.key, start
 
     async def settle(self, counter_key: str, reserved: int, actual: int) -> None:
+        """Release `reserved` on a counter and charge `actual`; returns once it is written (in Redis: with
+        this process's next batch, or kept for retry)."""
         await self._counters.settle(counter_key, reserved, actual)
+        await self._counters.written()
+
+    async def settle_all(self, reservations: list[tuple[str, int]], actual: int) -> None:
+        """`settle` for each (counter, reserved) of one request, written in one batch."""
+        counters = self._counters
+        for counter_key, reserved in reservations:
+            await counters.settle(counter_key, reserved, actual)
+        await counters.written()
 
     # -- the cabinet's billing sink and the broadcast channel ------------------------------------------
 

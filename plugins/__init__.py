@@ -10,6 +10,7 @@ from billing.ledger import LedgerWriter
 from billing.policy import PolicyDirectory
 from config import Config
 from plugins.access_log import AccessLog
+from plugins.admission import Admission
 from plugins.auth import Auth
 from plugins.base import Plugin, PluginChain
 from plugins.billing_gate import BillingGate
@@ -76,6 +77,7 @@ CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
     RateLimits,
     RealtimeCap,
     BillingGate,
+    Admission,
     UsageMetering,
     Metrics,
     AccessLog,
@@ -93,7 +95,9 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         RouteSupport(services.routes),  # 404 route not supported; picks envelope A or B
         Auth(services.keys),  # 401
         # 409 request_in_progress on a double submit; across processes when Redis is configured
-        SharedRequestId(services.in_flight) if services.in_flight.redis else RequestId(services.in_flight),
+        SharedRequestId(services.in_flight, services.counters)
+        if services.in_flight.redis
+        else RequestId(services.in_flight),
         BodyLimits(),  # 413 while reading; JSON parsed once; multipart heads only (the rest streams)
         RealtimeCredentials(services.realtime_secrets),  # 404 invalid_realtime_credential, 409 race
         RequestValidation(),  # 400 on the gateway's own parameter rules
@@ -105,7 +109,8 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         OutputCaps(),  # 400 on max_tokens & co. above the model's context; fills in the cap it lacks
         RateLimits(services.config, services.counters),  # 429 RPM/TPM per key and organization
         RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
-        BillingGate(services.accounts),  # 402 unpaid invoice, balance or budget
+        BillingGate(services.accounts),  # 402 unpaid invoice, balance or budget (recorded for admission)
+        Admission(services.counters),  # takes claim, windows and reservations at once: 409, 429, 402
         UsageMetering(services.ledger),  # usage from answers; a ledger row per request
         Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
         AccessLog(services.config.logging.log_prompts),  # one structured line per request, last

@@ -3,8 +3,9 @@ balance (plus the plan's credit limit) and in every budget of the policy rules t
 
 Until the first invoice is paid only a plan with a credit limit may spend. The worst case is a hard bound:
 the output cap it assumes is the one sent upstream (`billing.caps`), and the charge never exceeds it.
-Reservations are settled to the real cost when the request ends however it ends, so concurrent requests
-never overspend. Calls that generate nothing reserve 0 and cost nothing.
+The reservations are taken by the admission step right after this one (`plugins.admission`) and settled to
+the real cost when the request ends however it ends, so concurrent requests never overspend. Calls that
+generate nothing reserve 0 and cost nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from billing.caps import ensure_estimate
 from billing.media import media_worst_case
 from billing.prices import FREE_ROUTES
 from billing.usage import delivered_usage
+from plugins.admission import admit, pending
 from plugins.base import Plugin
 from proxy.context import RequestContext
 from proxy.realtime_billing import check_one_response
@@ -59,6 +61,7 @@ class BillingGate(Plugin):
 
     async def on_request(self, ctx: RequestContext) -> None:
         if ctx.route.name == "realtime":  # reserved per response by the relay; here: can it afford one?
+            await admit(self._accounts.counters, ctx)  # its windows first: 429 before 402
             return await check_one_response(self._accounts, ctx)
         if ctx.model is None:
             return
@@ -70,20 +73,23 @@ class BillingGate(Plugin):
             worst = media_worst_case(ctx.route.name, ctx.payload, prices)
             if worst is None:
                 worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
+        # Recorded for the admission step, which reserves on the balance and every budget at once, or on none.
         key = ctx.key
-        await self._accounts.reserve_balance(key.organization_id, key.plan_code, worst, key.balance_counter)
-        ctx.reserved_micros = worst
-        ctx.reservations.append((key.balance_counter, worst))
+        accounts = self._accounts
+        admission = pending(ctx)
+        admission.money.append(
+            accounts.balance_ask(key.organization_id, key.plan_code, worst, key.balance_counter)
+        )
         if ctx.decision is not None and ctx.decision.budget_rules:
             now = time.time()
             for rule in ctx.decision.budget_rules:
-                counter, start = await self._accounts.reserve_budget(rule, worst, now)
-                ctx.reservations.append((counter, worst))
-                ctx.budgets.append((rule.id, start))
+                ask, start = accounts.budget_ask(rule, worst, now)
+                admission.money.append(ask)
+                admission.budgets.append((rule, start))
 
     async def on_complete(self, ctx: RequestContext) -> None:
         if not ctx.reservations:
             return
         cost = final_cost(ctx)
-        for counter, reserved in ctx.reservations:
-            await self._accounts.settle(counter, reserved, cost)
+        # Batched with other requests' (and this one's TPM corrections), in Redis before its ledger row.
+        await self._accounts.settle_all(ctx.reservations, cost)

@@ -3,17 +3,19 @@ when the counters live in Redis.
 
 The organization's windows use the plan's limits; the key's windows use the most specific policy rule's
 override, else the plan's. TPM reserves the request's estimated tokens up front and is corrected to the
-real usage when the answer is complete. Refusals are 429 `rate_limit_exceeded` with `retry-after`;
-answers carry `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the key's windows. A request whose
-reservation alone exceeds a TPM limit can never be admitted: its 429 says so, carries no retry hints and
+real usage when the answer is complete (batched with the settlements, off the request path). The admission
+step (`plugins.admission`) takes the windows. Refusals are 429 `rate_limit_exceeded` with `retry-after`;
+answers carry `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the key's windows. A request
+whose reservation alone exceeds a TPM limit can never be admitted: its 429 says so, carries no retry hints and
 `x-should-retry: false`, so SDKs do not retry it.
 """
 
 from __future__ import annotations
 
 from billing.caps import ensure_estimate
-from billing.counters import Counters, WindowAsk
+from billing.counters import Counters
 from config import Config
+from plugins.admission import pending
 from plugins.base import Plugin
 from proxy.context import RequestContext
 from proxy.errors import RateLimited
@@ -28,7 +30,7 @@ class RateLimits(Plugin):
         self._plans = {plan.code: plan for plan in config.plans}
         self._counters = counters
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
         key, decision = ctx.key, ctx.decision
@@ -39,50 +41,22 @@ class RateLimits(Plugin):
         ensure_estimate(ctx)
         tokens = ctx.estimated_input_tokens + ctx.max_output_tokens
         _refuse_if_it_never_fits(tokens, key_tpm, plan_tpm)
+        if not (key_rpm or plan_rpm or key_tpm or plan_tpm):
+            return
         # The windows this request counts in (a limit of 0 is none): the key's, then its organization's.
-        asks: list[WindowAsk] = []
+        # The admission step takes them all at once, or none (plugins.admission).
+        admission = pending(ctx)
+        asks = admission.windows
         if key_rpm:
             asks.append((key.rpm_window, 1, key_rpm))
         if plan_rpm:
             asks.append((key.org_rpm_window, 1, plan_rpm))
-        first_tpm = len(asks)  # the token windows follow the request windows
+        admission.first_tpm = len(asks)  # the token windows follow the request windows
         if key_tpm:
             asks.append((key.tpm_window, tokens, key_tpm))
         if plan_tpm:
             asks.append((key.org_tpm_window, tokens, plan_tpm))
-        if not asks:
-            return
-        # All windows at once, or none: a request refused by one window does not count in the others.
-        results = await self._counters.admit(asks)
-        last = results[-1]
-        if not last.allowed:
-            refused = len(results) - 1
-            _window, _amount, limit = asks[refused]
-            unit = "tokens" if refused >= first_tpm else "requests"
-            retry = max(last.reset_seconds, 1)
-            raise RateLimited(
-                f"Rate limit reached: {limit} {unit} per minute. Retry in {retry}s.",
-                headers={
-                    "retry-after": str(retry),
-                    f"x-ratelimit-limit-{unit}": str(limit),
-                    f"x-ratelimit-remaining-{unit}": str(max(limit - last.used, 0)),
-                    f"x-ratelimit-reset-{unit}": f"{retry}s",
-                },
-            )
-        headers = ctx.response_headers
-        if key_rpm:  # answers report the key's own windows
-            result = results[0]
-            headers["x-ratelimit-limit-requests"] = str(key_rpm)
-            headers["x-ratelimit-remaining-requests"] = str(max(key_rpm - result.used, 0))
-            headers["x-ratelimit-reset-requests"] = f"{result.reset_seconds}s"
-        if key_tpm or plan_tpm:
-            for (window, amount, _limit), result in zip(asks[first_tpm:], results[first_tpm:], strict=True):
-                ctx.token_windows.append((window, result.second, amount))
-            if key_tpm:
-                result = results[first_tpm]
-                headers["x-ratelimit-limit-tokens"] = str(key_tpm)
-                headers["x-ratelimit-remaining-tokens"] = str(max(key_tpm - result.used, 0))
-                headers["x-ratelimit-reset-tokens"] = f"{result.reset_seconds}s"
+        admission.key_rpm, admission.key_tpm = key_rpm, key_tpm
 
     async def on_complete(self, ctx: RequestContext) -> None:
         if not ctx.token_windows:

@@ -2,33 +2,32 @@
 
 A second request that claims the same id (per organization) while the first is still running gets 409
 `request_in_progress` — the spec's double submit. Ids the gateway generates are unique and skip the claim.
-With Redis configured the claim holds across every gateway process (SET NX, expiring after
-`SHARED_CLAIM_SECONDS` in case a process dies holding it); if Redis cannot be reached, the claim falls
-back to this process alone, logged.
+With Redis configured the claim holds across every gateway process: the admission step takes it with the
+request's windows and reservations (`plugins.admission`; it expires after `billing.redis_counters.
+CLAIM_SECONDS` in case a process dies holding it). If Redis cannot be reached, the claim falls back to this
+process alone, logged, or the request gets 503 when it also needs limits or reservations checked.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from billing.counters import Counters
+from plugins.admission import pending
 from plugins.base import Plugin
 from proxy.context import RequestContext
 from proxy.errors import RequestInProgress
 
-log = logging.getLogger("modelgate.request_id")
-
-SHARED_CLAIM_SECONDS = 600
-
 
 class InFlightIds:
-    """The claimed (organization, request id) pairs of this process, and of all processes via Redis."""
+    """The claimed (organization, request id) pairs of this process."""
 
     __slots__ = ("_claimed", "redis")
 
     def __init__(self, redis: Any = None) -> None:
         self._claimed: set[tuple[str, str]] = set()
-        self.redis = redis  # a redis.asyncio client when ids are shared across processes
+        # The Redis client when claims also hold across processes (the admission step takes them there).
+        self.redis = redis
 
     def claim(self, organization_id: str, request_id: str) -> bool:
         pair = (organization_id, request_id)
@@ -40,27 +39,10 @@ class InFlightIds:
     def release(self, organization_id: str, request_id: str) -> None:
         self._claimed.discard((organization_id, request_id))
 
-    async def claim_shared(self, organization_id: str, request_id: str) -> bool:
-        """Claim across processes; True also when Redis is unreachable (the local claim still holds)."""
-        try:
-            return bool(
-                await self.redis.set(
-                    _shared_key(organization_id, request_id), 1, nx=True, ex=SHARED_CLAIM_SECONDS
-                )
-            )
-        except Exception as exc:
-            log.error("request id claim in Redis failed (%r); enforcing it in this process only", exc)
-            return True
 
-    async def release_shared(self, organization_id: str, request_id: str) -> None:
-        try:
-            await self.redis.delete(_shared_key(organization_id, request_id))
-        except Exception as exc:
-            log.error("request id release in Redis failed (%r); it expires by itself", exc)
-
-
-def _shared_key(organization_id: str, request_id: str) -> str:
-    return f"mg:rid:{organization_id}:{request_id}"
+def shared_claim_key(organization_id: str, request_id: str) -> str:
+    """The counter key of a request id claim shared by every process."""
+    return f"rid:{organization_id}:{request_id}"
 
 
 class RequestId(Plugin):
@@ -85,20 +67,26 @@ class RequestId(Plugin):
 
 
 class SharedRequestId(RequestId):
-    """RequestId whose claims hold across every gateway process (Redis configured)."""
+    """RequestId whose claims hold across every gateway process (Redis configured): this process's claim
+    here, the shared one recorded for the admission step, which takes it with the rest of the request's
+    counters in one round trip (409 there if another process holds it)."""
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def __init__(self, in_flight: InFlightIds, counters: Counters) -> None:
+        super().__init__(in_flight)
+        self._counters = counters
+
+    def on_request(self, ctx: RequestContext) -> None:
         if "x-request-id" not in ctx.request.headers or ctx.key is None:
             return
         organization_id = ctx.key.organization_id
         if not self._in_flight.claim(organization_id, ctx.request_id):
             raise RequestInProgress(f"a request with id {ctx.request_id} is already in progress")
-        if not await self._in_flight.claim_shared(organization_id, ctx.request_id):
-            self._in_flight.release(organization_id, ctx.request_id)
-            raise RequestInProgress(f"a request with id {ctx.request_id} is already in progress")
         ctx.claimed_request_id = True
+        pending(ctx).claim = shared_claim_key(organization_id, ctx.request_id)
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> None:
         if ctx.claimed_request_id:
             self._in_flight.release(ctx.key.organization_id, ctx.request_id)
-            await self._in_flight.release_shared(ctx.key.organization_id, ctx.request_id)
+            admission = ctx.admission
+            if admission.taken:  # released with the next batch of this process's counter writes
+                self._counters.release_claim(admission.claim)

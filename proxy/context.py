@@ -63,6 +63,7 @@ class RequestContext:
     reservations: list[tuple[str, int]] = field(default_factory=list)
     budgets: list[tuple[str, float]] = field(default_factory=list)
     token_windows: list[tuple[str, int, int]] = field(default_factory=list)
+    admission: Any = None  # what it asks of the shared counters, taken at once (plugins.admission)
     cost_micros: int | None = None
     reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
     ledger_row_id: str | None = None  # the id its ledger row takes, given when its admission was journaled

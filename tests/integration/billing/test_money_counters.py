@@ -162,6 +162,7 @@ async def test_a_settlement_after_its_reservation_was_reclaimed_releases_nothing
             await asyncio.sleep(0.02)
         await other.reclaim_dead()  # the slow process was taken for dead, but its request still ends
         await slow.settle("bal", 6, 5)
+        await slow.flush()  # settlements are written in batches after the request
         assert await other.money("bal") == (5, 3)  # its spend counts; the other's reservation is intact
     finally:
         await other.close()

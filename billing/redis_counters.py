@@ -1,0 +1,345 @@
+"""The counters in Redis (`billing.counters` has their meaning): every gateway process sees and changes the
+same numbers atomically, with Redis server time.
+
+A request costs one round trip on its way in: `admit_request` runs one script that claims its request id,
+counts it in every rate window and reserves on every money counter, all or nothing. What follows the
+request (TPM corrections, settlements, the claim's release) leaves the request path: it is queued and
+written by one script call per batch, a batch being whatever this process queued in the same event-loop
+tick or while the previous batch was in flight. A queued settlement keeps its reservation held in Redis
+until it is written, so no other process can spend it meanwhile.
+
+Each process keeps its own share of every reservation (`p:<process>` in the counter, the counters it
+reserved on in `held:<process>`); the reservations of a process that died (its `live:<process>` key
+expired) are released by the others. Settlements Redis did not take are kept and retried until it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from redis.exceptions import RedisError
+
+from billing import redis_scripts as scripts
+from billing.counters import (
+    SLOT_TTL_SECONDS,
+    WINDOW_SECONDS,
+    Admitted,
+    MoneyAsk,
+    MoneyInit,
+    Refusal,
+    Reserve,
+    WindowAsk,
+    WindowResult,
+)
+from proxy.errors import ServiceUnavailable
+
+log = logging.getLogger("modelgate.counters")
+
+# How long a request id claim lives if its release never comes (the process died).
+CLAIM_SECONDS = 600
+_MAX_BUILDS = 3  # admission retries after building missing money counters (a bound, not a budget)
+
+
+class RedisCounters:
+    """Counters in Redis: every gateway process sees and changes the same numbers atomically.
+
+    If Redis cannot be reached, `fail_open` decides: admit requests without limits or reservations (logged
+    loudly, at most once per 10 s), or refuse them with 503 until Redis is back.
+    """
+
+    def __init__(self, client, prefix: str = "mg:", *, fail_open: bool = False) -> None:
+        self._redis = client
+        self._prefix = prefix
+        self._fail_open = fail_open
+        self._last_alarm = 0.0
+        self.process = secrets.token_hex(8)  # this process's share of reservations is kept under this id
+        self._held = f"{prefix}held:{self.process}"
+        self._live = f"{prefix}live:{self.process}"
+        self._processes = f"{prefix}processes"
+        # Settlements Redis did not take (it was unreachable): retried until it does, so spend is never lost
+        # and the reservation stays held meanwhile.
+        self._unsettled: deque[tuple[str, int, int]] = deque()
+        # What follows requests, queued for the next batch: (operation, key, argument, argument).
+        self._queue: list[tuple[str, str, int | str, int | str]] = []
+        self._queued_written: asyncio.Future | None = None  # resolved once the queued batch is written
+        self._writer: asyncio.Task | None = None
+        self._keeper: asyncio.Task | None = None
+        self._reclaim = client.register_script(scripts.RECLAIM)
+        self._reserve = client.register_script(scripts.RESERVE)
+        self._init = client.register_script(scripts.INIT)
+        self._settle = client.register_script(scripts.SETTLE)
+        self._apply = client.register_script(scripts.APPLY)
+        self._admit = client.register_script(scripts.ADMIT)
+        self._admit_request = client.register_script(scripts.ADMIT_REQUEST)
+        self._complete = client.register_script(scripts.COMPLETE)
+        self._acquire = client.register_script(scripts.ACQUIRE)
+        self._release = client.register_script(scripts.RELEASE)
+
+    def _unavailable(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last_alarm > 10:
+            self._last_alarm = now
+            log.error(
+                "REDIS UNAVAILABLE (%r): shared limits and balances are %s",
+                exc,
+                "NOT ENFORCED (fail_open = true)" if self._fail_open else "refusing requests (503)",
+            )
+        if not self._fail_open:
+            raise ServiceUnavailable(
+                "The model service is temporarily unavailable: shared limits cannot be "
+                "checked. Retry shortly."
+            ) from exc
+
+    # -- the request path: one script ----------------------------------------------------------------
+
+    async def admit_request(
+        self, claim: str | None, windows: Sequence[WindowAsk], money: Sequence[MoneyAsk]
+    ) -> Admitted:
+        """Claim, count and reserve in one round trip, all or nothing (see `redis_scripts.ADMIT_REQUEST`)."""
+        prefix = self._prefix
+        keys = [self._held]
+        args: list[int | str] = [self.process, WINDOW_SECONDS, CLAIM_SECONDS if claim else 0, len(windows)]
+        if claim:
+            keys.append(prefix + claim)
+        for key, amount, limit in windows:
+            keys.append(prefix + key)
+            args += (amount, limit)
+        for ask in money:
+            keys.append(prefix + ask.key)
+            args += (ask.amount, "1" if ask.require_activation else "0", ask.credit_limit)
+        try:
+            answer = await self._admit_request(keys=keys, args=args)
+            for _ in range(_MAX_BUILDS):
+                if answer[0] != -4:
+                    break
+                for index in answer[1:]:  # rare: counters not built yet (first request, new period)
+                    await self._build(money[int(index) - 1].key, money[int(index) - 1].init)
+                answer = await self._admit_request(keys=keys, args=args)
+        except RedisError as exc:
+            if windows or money:
+                self._unavailable(exc)  # 503, or admitted without limits (fail_open)
+            else:
+                log.error("request id claim in Redis failed (%r); enforcing it in this process only", exc)
+            now = int(time.time())
+            return Admitted(Refusal.NONE, [WindowResult(True, 0, 0, now) for _ in windows])
+        return _admitted(answer)
+
+    def release_claim(self, claim: str) -> None:
+        """Release a request id claim taken by `admit_request` (with the next batch)."""
+        self._enqueue("d", claim, "", "")
+
+    async def _build(self, key: str, init: MoneyInit) -> None:
+        state = await init()
+        name = self._prefix + key
+        await self._init(
+            keys=[name, name + ":early"], args=[state.balance, 1 if state.activated else 0, state.credit_seq]
+        )
+
+    # -- after the request: queued, one script call per batch -----------------------------------------
+
+    async def settle(self, key: str, reserved: int, actual: int) -> None:
+        """Release `reserved` and charge `actual`, with the next batch (the reservation is held till then)."""
+        self._enqueue("s", key, reserved, -actual)
+
+    async def adjust(self, key: str, second: int, delta: int) -> None:
+        """Correct a window's bucket by `delta` (a TPM reservation against the real usage), batched."""
+        self._enqueue("w", key, second, delta)
+
+    async def written(self) -> None:
+        """Wait until what this process queued so far is in Redis (or kept for retry): a request's ledger
+        row follows its settlement, as when settling was one call per request."""
+        if self._queued_written is not None:
+            await asyncio.shield(self._queued_written)
+
+    def _enqueue(self, operation: str, key: str, first: int | str, second: int | str) -> None:
+        self._queue.append((operation, key, first, second))
+        if self._queued_written is None:
+            self._queued_written = asyncio.get_running_loop().create_future()
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write(), name="counters-batch")
+
+    async def _write(self) -> None:
+        """Write queued batches until none is left: each one script call (a task starts on the next loop
+        tick, so everything queued in this one joins the first batch)."""
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                done, self._queued_written = self._queued_written, None
+                try:
+                    await self._write_batch(batch)
+                finally:
+                    if done is not None and not done.done():
+                        done.set_result(None)
+        finally:
+            self._writer = None
+
+    async def _write_batch(self, batch: list[tuple[str, str, int | str, int | str]]) -> None:
+        prefix = self._prefix
+        keys = []
+        args: list[int | str] = [self.process]
+        for operation, key, first, second in batch:
+            keys.append(prefix + key)
+            args += (operation, first, second)
+        try:
+            await self._complete(keys=keys, args=args)
+        except RedisError as exc:
+            failed = [(key, first, -second) for operation, key, first, second in batch if operation == "s"]
+            if failed and not self._unsettled:
+                log.error(
+                    "redis: settling failed (%r); settlements are kept and retried until it is back", exc
+                )
+            elif not failed:
+                log.error("redis: %d window corrections or claim releases were lost: %r", len(batch), exc)
+            self._unsettled.extend(failed)  # type: ignore[arg-type]
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is written (or kept for retry)."""
+        while self._writer is not None:
+            await asyncio.shield(self._writer)
+
+    # -- the rest: reservations outside requests, events, liveness --------------------------------------
+
+    async def reserve(
+        self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
+    ) -> int:
+        try:
+            return await self._reserve_checked(key, amount, require_activation, credit_limit, init)
+        except RedisError as exc:
+            self._unavailable(exc)
+            return Reserve.OK
+
+    async def _reserve_checked(
+        self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
+    ) -> int:
+        keys = [self._prefix + key, self._held]
+        args = [amount, "1" if require_activation else "0", credit_limit, self.process]
+        result = await self._reserve(keys=keys, args=args)
+        if result == -2:
+            await self._build(key, init)
+            result = await self._reserve(keys=keys, args=args)
+        return int(result)
+
+    async def start(self, heartbeat_seconds: float = 5.0) -> None:
+        """Announce this process and keep it alive; release reservations of dead ones; retry settlements."""
+        self._keeper = asyncio.get_running_loop().create_task(self._keep(heartbeat_seconds), name="counters")
+
+    async def _keep(self, every: float) -> None:
+        while True:
+            try:
+                await self.heartbeat(ttl_seconds=every * 4)
+                await self.retry_settlements()
+                await self.reclaim_dead()
+            except RedisError as exc:
+                log.debug("redis: keeping counters failed: %r", exc)
+            await asyncio.sleep(every)
+
+    async def heartbeat(self, ttl_seconds: float) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.set(self._live, 1, px=int(ttl_seconds * 1000))
+        pipe.sadd(self._processes, self.process)
+        await pipe.execute()
+
+    async def retry_settlements(self) -> None:
+        while self._unsettled:
+            key, reserved, actual = self._unsettled[0]
+            await self._settle(keys=[self._prefix + key], args=[reserved, -actual, self.process])
+            self._unsettled.popleft()
+            if not self._unsettled:
+                log.warning("redis: every kept settlement is written again")
+
+    async def reclaim_dead(self) -> int:
+        """Release the reservations of processes whose liveness key expired; returns how many were dead."""
+        dead = 0
+        for member in await self._redis.smembers(self._processes):
+            process = member.decode() if isinstance(member, bytes) else member
+            if process == self.process or await self._redis.exists(f"{self._prefix}live:{process}"):
+                continue
+            await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
+            await self._redis.srem(self._processes, process)
+            dead += 1
+        if dead:
+            log.warning("redis: released the reservations of %d gateway process(es) that stopped", dead)
+        return dead
+
+    async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool:
+        """Fold a committed balance event into the shared counter once (any process may announce it)."""
+        name = self._prefix + key
+        return bool(
+            await self._apply(keys=[name, name + ":early"], args=[seq, amount, 1 if activates else 0])
+        )
+
+    async def money(self, key: str) -> tuple[int, int] | None:
+        """(balance, reserved) once this process's queued settlements are written (observability, tests)."""
+        await self.flush()
+        values = await self._redis.hmget(self._prefix + key, "b", "r")
+        return None if values[0] is None else (int(values[0]), int(values[1] or 0))
+
+    async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]:
+        """Take from every window, or from none, in one atomic script (one round trip)."""
+        args: list[int] = [WINDOW_SECONDS]
+        for _key, amount, limit in asks:
+            args += (amount, limit)
+        try:
+            flat = await self._admit(keys=[self._prefix + key for key, _, _ in asks], args=args)
+        except RedisError as exc:
+            self._unavailable(exc)
+            now = int(time.time())
+            return [WindowResult(True, 0, 0, now) for _ in asks]
+        return [
+            WindowResult(bool(flat[i]), int(flat[i + 1]), int(flat[i + 2]), int(flat[i + 3]))
+            for i in range(0, len(flat), 4)
+        ]
+
+    async def acquire(self, key: str, limit: int) -> bool:
+        try:
+            return bool(await self._acquire(keys=[self._prefix + key], args=[limit, SLOT_TTL_SECONDS]))
+        except RedisError as exc:
+            self._unavailable(exc)
+            return True
+
+    async def release(self, key: str) -> None:
+        try:
+            await self._release(keys=[self._prefix + key])
+        except RedisError as exc:
+            log.error("redis: releasing a slot of %s failed: %r", key, exc)
+
+    async def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+        try:
+            await self.flush()
+            await self.retry_settlements()
+            # A clean stop holds nothing: its share is released now rather than when its key expires.
+            await self._reclaim(keys=[self._held], args=[self.process])
+            await self._redis.delete(self._live)
+            await self._redis.srem(self._processes, self.process)
+        except RedisError as exc:
+            log.error("redis: could not hand back this process's reservations at stop: %r", exc)
+
+
+def _admitted(answer: list) -> Admitted:
+    """An `Admitted` from the script's answer (see `redis_scripts.ADMIT_REQUEST`)."""
+    verdict = answer[0]
+    if verdict == 1:
+        now = answer[1]
+        return Admitted(
+            Refusal.NONE,
+            [WindowResult(True, answer[i], answer[i + 1], now) for i in range(2, len(answer), 2)],
+        )
+    if verdict == -1:
+        return Admitted(Refusal.CLAIM, [])
+    if verdict == -2:
+        # Only the refused window's numbers are known (none was taken): the earlier ones are placeholders.
+        refused = WindowResult(False, answer[2], answer[3], answer[4])
+        return Admitted(Refusal.WINDOW, [refused] * int(answer[1]))
+    # -3: that counter's outcome; -4 (still missing after rebuilding it): nothing to reserve on.
+    outcome = int(answer[2]) if verdict == -3 else Reserve.INSUFFICIENT
+    return Admitted(Refusal.MONEY, [], int(answer[1]) - 1, outcome)

@@ -1,0 +1,224 @@
+"""The Lua scripts of the Redis counters (`billing.redis_counters`): each runs atomically in Redis.
+
+On the request path one script, `ADMIT_REQUEST`, claims the request id, counts every rate window and reserves
+every money counter, all or nothing. After the request, `COMPLETE` applies a whole batch of TPM corrections,
+settlements and claim releases of this process in one call. The others serve the rare paths (a counter
+built from the database, balance events, dead-process reclaim, realtime slots, settlement retries).
+"""
+
+# Money hashes: b = balance, r = reserved, a = activated, cs = last balance event folded in, e<seq> = an
+# event above cs already applied. Amounts reach Redis as the decimal strings Python sent (HINCRBY with
+# ARGV), never as Lua numbers, so no "-0" and no exponent notation.
+# Each process also keeps its own share of `r` in p:<process>, and names the hashes it reserved in
+# `held:<process>`, so the reservations of a process that died (its `live:<process>` key expired) are
+# released by the others (`_RECLAIM`) instead of being held forever.
+RESERVE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
+if ARGV[2] == '1' and redis.call('HGET', KEYS[1], 'a') ~= '1' then return -1 end
+local b = tonumber(redis.call('HGET', KEYS[1], 'b'))
+local r = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
+if b + tonumber(ARGV[3]) - r < tonumber(ARGV[1]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'r', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'p:' .. ARGV[4], ARGV[1])
+redis.call('SADD', KEYS[2], KEYS[1])
+return 1
+"""
+# KEYS[2] holds events announced while no counter existed (it may have been being built): fold them in.
+INIT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'b', ARGV[1], 'r', 0, 'a', ARGV[2], 'cs', ARGV[3])
+  local early = redis.call('HGETALL', KEYS[2])
+  for i = 1, #early, 2 do
+    local seq = tonumber(early[i])
+    if seq > tonumber(ARGV[3]) and redis.call('HSETNX', KEYS[1], 'e' .. early[i], 1) == 1 then
+      local amount, activates = string.match(early[i + 1], '^(-?%d+)|(%d)$')
+      redis.call('HINCRBY', KEYS[1], 'b', amount)
+      if activates == '1' then redis.call('HSET', KEYS[1], 'a', 1) end
+    end
+  end
+end
+return 1
+"""
+# A reservation already released by `_RECLAIM` (this process was taken for dead) is not released twice.
+SETTLE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local mine = 'p:' .. ARGV[3]
+  local held = tonumber(redis.call('HGET', KEYS[1], mine) or '0')
+  local release = math.min(held, tonumber(ARGV[1]))
+  if release > 0 then
+    local text = string.format('%d', -release)
+    redis.call('HINCRBY', KEYS[1], 'r', text)
+    if redis.call('HINCRBY', KEYS[1], mine, text) == 0 then redis.call('HDEL', KEYS[1], mine) end
+  end
+  redis.call('HINCRBY', KEYS[1], 'b', ARGV[2])
+end
+return 1
+"""
+# KEYS[1] = held:<dead process>; ARGV[1] = the dead process. Releases what it still held, everywhere.
+RECLAIM = """
+local mine = 'p:' .. ARGV[1]
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local held = tonumber(redis.call('HGET', name, mine) or '0')
+  if held ~= 0 then redis.call('HINCRBY', name, 'r', string.format('%d', -held)) end
+  redis.call('HDEL', name, mine)
+end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+APPLY = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. '|' .. ARGV[3])
+  redis.call('EXPIRE', KEYS[2], 600)
+  return 0
+end
+if tonumber(ARGV[1]) <= tonumber(redis.call('HGET', KEYS[1], 'cs') or '0') then return 0 end
+if redis.call('HSETNX', KEYS[1], 'e' .. ARGV[1], 1) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'b', ARGV[2])
+if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'a', 1) end
+return 1
+"""
+ADMIT = """
+local now = tonumber(redis.call('TIME')[1])
+local window = tonumber(ARGV[1])
+local out = {}
+for k = 1, #KEYS do
+  local fields = redis.call('HGETALL', KEYS[k])
+  local used = 0
+  local oldest = now
+  for i = 1, #fields, 2 do
+    local second = tonumber(fields[i])
+    if second <= now - window then
+      redis.call('HDEL', KEYS[k], fields[i])
+    else
+      used = used + tonumber(fields[i + 1])
+      if second < oldest then oldest = second end
+    end
+  end
+  local amount = tonumber(ARGV[2 * k])
+  if used + amount > tonumber(ARGV[2 * k + 1]) then
+    table.insert(out, 0) table.insert(out, used) table.insert(out, oldest + window - now)
+    table.insert(out, now)
+    return out
+  end
+  table.insert(out, 1) table.insert(out, used + amount) table.insert(out, oldest + window - now)
+  table.insert(out, now)
+end
+for k = 1, #KEYS do
+  local amount = tonumber(ARGV[2 * k])
+  if amount > 0 then
+    redis.call('HINCRBY', KEYS[k], tostring(now), amount)
+    redis.call('EXPIRE', KEYS[k], window + 1)
+  end
+end
+return out
+"""
+ACQUIRE = """
+local held = tonumber(redis.call('GET', KEYS[1]) or '0')
+if held >= tonumber(ARGV[1]) then return 0 end
+redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+RELEASE = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+return 1
+"""
+
+# The request path, one round trip. KEYS: held:<process>, [the request id claim], the windows, the money
+# counters. ARGV: process, window seconds, claim TTL (0: no claim), number of windows, (amount, limit) per
+# window, (amount, activation required, credit limit) per money counter. Answers, nothing taken unless 1:
+#   {1, now, used, reset, ...}      admitted; (used after it, seconds until it frees up) per window
+#   {-1}                            the request id is claimed by a request in flight
+#   {-2, window, used, reset, now}  that window (1-based) is full
+#   {-3, counter, outcome}          that money counter (1-based) refused: 0 insufficient, -1 not activated
+#   {-4, counter, ...}              these money counters do not exist yet: build them and ask again
+ADMIT_REQUEST = """
+local process, window, claim_ttl, nw = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local k = 2
+if claim_ttl > 0 then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {-1} end
+  k = 3
+end
+local first_window = k
+local now = tonumber(redis.call('TIME')[1])
+local out = {1, now}
+local a = 5
+for w = 1, nw do
+  local key = KEYS[k]
+  local fields = redis.call('HGETALL', key)
+  local used, oldest = 0, now
+  for i = 1, #fields, 2 do
+    local second = tonumber(fields[i])
+    if second <= now - window then
+      redis.call('HDEL', key, fields[i])
+    else
+      used = used + tonumber(fields[i + 1])
+      if second < oldest then oldest = second end
+    end
+  end
+  local amount = tonumber(ARGV[a])
+  if used + amount > tonumber(ARGV[a + 1]) then return {-2, w, used, oldest + window - now, now} end
+  out[#out + 1] = used + amount
+  out[#out + 1] = oldest + window - now
+  k = k + 1
+  a = a + 2
+end
+local first_money = k
+local missing = {-4}
+for m = first_money, #KEYS do
+  if redis.call('EXISTS', KEYS[m]) == 0 then missing[#missing + 1] = m - first_money + 1 end
+end
+if #missing > 1 then return missing end
+for m = first_money, #KEYS do
+  if ARGV[a + 1] == '1' and redis.call('HGET', KEYS[m], 'a') ~= '1' then
+    return {-3, m - first_money + 1, -1}
+  end
+  local b = tonumber(redis.call('HGET', KEYS[m], 'b'))
+  local r = tonumber(redis.call('HGET', KEYS[m], 'r') or '0')
+  if b + tonumber(ARGV[a + 2]) - r < tonumber(ARGV[a]) then return {-3, m - first_money + 1, 0} end
+  a = a + 3
+end
+if claim_ttl > 0 then redis.call('SET', KEYS[2], 1, 'EX', claim_ttl) end
+a = 5
+for w = first_window, first_money - 1 do
+  if tonumber(ARGV[a]) > 0 then
+    redis.call('HINCRBY', KEYS[w], tostring(now), ARGV[a])
+    redis.call('EXPIRE', KEYS[w], window + 1)
+  end
+  a = a + 2
+end
+local mine = 'p:' .. process
+for m = first_money, #KEYS do
+  redis.call('HINCRBY', KEYS[m], 'r', ARGV[a])
+  redis.call('HINCRBY', KEYS[m], mine, ARGV[a])
+  redis.call('SADD', KEYS[1], KEYS[m])
+  a = a + 3
+end
+return out
+"""
+# After requests, one round trip for a batch. ARGV[1] = process; then per key three values: an operation
+# and its two arguments. 's' settles (reserved, -cost) like SETTLE; 'w' corrects a window's bucket (second,
+# delta) if it still exists; 'd' deletes the key (a released request id claim; arguments unused).
+COMPLETE = """
+local mine = 'p:' .. ARGV[1]
+for k = 1, #KEYS do
+  local op, x, y, key = ARGV[3 * k - 1], ARGV[3 * k], ARGV[3 * k + 1], KEYS[k]
+  if op == 's' then
+    if redis.call('EXISTS', key) == 1 then
+      local held = tonumber(redis.call('HGET', key, mine) or '0')
+      local release = math.min(held, tonumber(x))
+      if release > 0 then
+        local text = string.format('%d', -release)
+        redis.call('HINCRBY', key, 'r', text)
+        if redis.call('HINCRBY', key, mine, text) == 0 then redis.call('HDEL', key, mine) end
+      end
+      redis.call('HINCRBY', key, 'b', y)
+    end
+  elseif op == 'w' then
+    if redis.call('HEXISTS', key, x) == 1 then redis.call('HINCRBY', key, x, y) end
+  else
+    redis.call('DEL', key)
+  end
+end
+return #KEYS
+"""

@@ -1,0 +1,118 @@
+"""Admission: the one step where a request takes what it needs from the shared counters, all or nothing.
+
+The request id claim (`plugins.request_id`), the rate windows (`plugins.rate_limits`) and the reservations
+on the balance and budgets (`plugins.billing_gate`) are recorded on the context by their plugins as a
+`PendingAdmission`; this step, right after the billing gate, asks the counters for all of them at once (in
+Redis: one script, one round trip). A refusal is the error of the first plugin in chain order that would
+have refused: 409 `request_in_progress`, then 429 with the window's headers, then 402; nothing is taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from billing.accounts import refusal
+from billing.counters import Admitted, Counters, MoneyAsk, Refusal, WindowAsk
+from billing.policy import PolicyRule
+from plugins.base import Plugin
+from proxy.context import RequestContext
+from proxy.errors import RateLimited, RequestInProgress
+
+
+@dataclass(slots=True)
+class PendingAdmission:
+    """What a request asks of the counters, recorded by the plugins before the admission step."""
+
+    claim: str | None = None  # the shared request id claim
+    windows: list[WindowAsk] = field(default_factory=list)  # the key's and organization's RPM, then TPM
+    first_tpm: int = 0  # index of the first token window in `windows`
+    key_rpm: int = 0  # the key's own limits, reported on the answer (0: none)
+    key_tpm: int = 0
+    money: list[MoneyAsk] = field(default_factory=list)  # the balance, then one per budget
+    budgets: list[tuple[PolicyRule, float]] = field(default_factory=list)  # (rule, period) per budget
+    taken: bool = False  # admitted: everything above is held until the request completes
+
+
+def pending(ctx: RequestContext) -> PendingAdmission:
+    """The request's admission record, made by the first plugin that records something."""
+    admission = ctx.admission
+    if admission is None:
+        admission = ctx.admission = PendingAdmission()
+    return admission
+
+
+async def admit(counters: Counters, ctx: RequestContext) -> None:
+    """Take everything the request recorded, or raise the refusal; once per request."""
+    admission = ctx.admission
+    if admission is None or admission.taken:
+        return
+    windows = admission.windows
+    result = await counters.admit_request(admission.claim, windows, admission.money)
+    if result.refusal != Refusal.NONE:
+        raise _refusal(ctx, admission, result)
+    admission.taken = True
+    if windows:
+        _report_windows(ctx, admission, result)
+    money = admission.money
+    if money:
+        ctx.reserved_micros = money[0].amount
+        ctx.reservations.extend((ask.key, ask.amount) for ask in money)
+        ctx.budgets.extend((rule.id, start) for rule, start in admission.budgets)
+
+
+class Admission(Plugin):
+    """Takes the request's claim, window places and reservations in one step (see the module)."""
+
+    name = "admission"
+    essential = True
+
+    def __init__(self, counters: Counters) -> None:
+        self._counters = counters
+
+    async def on_request(self, ctx: RequestContext) -> None:
+        if ctx.admission is not None:
+            await admit(self._counters, ctx)
+
+
+def _refusal(ctx: RequestContext, admission: PendingAdmission, result: Admitted) -> Exception:
+    if result.refusal == Refusal.CLAIM:
+        return RequestInProgress(f"a request with id {ctx.request_id} is already in progress")
+    if result.refusal == Refusal.WINDOW:
+        refused = len(result.windows) - 1
+        last = result.windows[refused]
+        _window, _amount, limit = admission.windows[refused]
+        unit = "tokens" if refused >= admission.first_tpm else "requests"
+        retry = max(last.reset_seconds, 1)
+        return RateLimited(
+            f"Rate limit reached: {limit} {unit} per minute. Retry in {retry}s.",
+            headers={
+                "retry-after": str(retry),
+                f"x-ratelimit-limit-{unit}": str(limit),
+                f"x-ratelimit-remaining-{unit}": str(max(limit - last.used, 0)),
+                f"x-ratelimit-reset-{unit}": f"{retry}s",
+            },
+        )
+    index = result.money_index
+    return refusal(result.money_outcome, admission.budgets[index - 1][0] if index > 0 else None)
+
+
+def _report_windows(ctx: RequestContext, admission: PendingAdmission, result: Admitted) -> None:
+    """Answers carry the key's own windows; the token windows are kept to correct them to the real usage."""
+    headers = ctx.response_headers
+    results = result.windows
+    key_rpm, key_tpm, first_tpm = admission.key_rpm, admission.key_tpm, admission.first_tpm
+    if key_rpm:
+        window = results[0]
+        headers["x-ratelimit-limit-requests"] = str(key_rpm)
+        headers["x-ratelimit-remaining-requests"] = str(max(key_rpm - window.used, 0))
+        headers["x-ratelimit-reset-requests"] = f"{window.reset_seconds}s"
+    if first_tpm < len(results):
+        for (key, amount, _limit), window in zip(
+            admission.windows[first_tpm:], results[first_tpm:], strict=True
+        ):
+            ctx.token_windows.append((key, window.second, amount))
+        if key_tpm:
+            window = results[first_tpm]
+            headers["x-ratelimit-limit-tokens"] = str(key_tpm)
+            headers["x-ratelimit-remaining-tokens"] = str(max(key_tpm - window.used, 0))
+            headers["x-ratelimit-reset-tokens"] = f"{window.reset_seconds}s"
