@@ -111,7 +111,7 @@ class HostChannel:
             sequence = self._seen + 1
             offset = _HEADER + (sequence % _SLOTS) * _SLOT
             written, origin, length = _SLOT_HEAD.unpack_from(self._map, offset)
-            body = bytes(self._map[offset + _SLOT_HEAD.size : offset + _SLOT_HEAD.size + length])
+            body = self._map[offset + _SLOT_HEAD.size : offset + _SLOT_HEAD.size + length]
             if written != sequence or _SLOT_HEAD.unpack_from(self._map, offset)[0] != sequence:
                 self._seen = head  # rewritten by a publisher a ring ahead of us
                 self._lost()

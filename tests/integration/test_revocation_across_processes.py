@@ -80,6 +80,17 @@ def _one_process_behind_a_proxy(
             yield proxy, cut_off, other
 
 
+def _deny_every_model(base_url: str, tenant: Tenant) -> None:
+    """A policy rule of the tenant's organization, made through the cabinet of `base_url`."""
+    rule = httpx.post(
+        f"{base_url}/api/policy-rules",
+        json={"subjectType": "organization", "effect": "deny", "models": ["mock-*"]},
+        headers={"authorization": f"Bearer {tenant.session_token}"},
+        timeout=30,
+    )
+    assert rule.status_code == 201, rule.text
+
+
 def _status_once_its_listener_is_back(gateway: GatewayProcess, api_key: str) -> int:
     """The first answer other than 200, or 200 when none came within 20 s."""
     deadline = time.monotonic() + 20
@@ -112,13 +123,7 @@ def test_a_deny_rule_made_while_the_notification_connection_was_down_applies_aft
         assert _chat(cut_off.base_url, tenant.api_key) == 200  # its policy is compiled and cached
         assert proxy.accepted > 0
         proxy.cut()
-        rule = httpx.post(
-            f"{other.base_url}/api/policy-rules",
-            json={"subjectType": "organization", "effect": "deny", "models": ["mock-*"]},
-            headers={"authorization": f"Bearer {tenant.session_token}"},
-            timeout=30,
-        )
-        assert rule.status_code == 201, rule.text
+        _deny_every_model(other.base_url, tenant)
         assert _chat(cut_off.base_url, tenant.api_key) == 200  # still the cached policy: nothing told it
         proxy.restore()
         assert _status_once_its_listener_is_back(cut_off, tenant.api_key) == 403, cut_off.output()[-2000:]
@@ -186,13 +191,7 @@ def test_a_deny_rule_made_through_one_worker_applies_on_every_worker_on_sqlite(t
     with GatewayProcess(_workers_config(tmp_path), workers=2, cwd=tmp_path) as gateway:
         tenant = register_tenant(gateway.base_url)
         assert _round(gateway, tenant.api_key) == {200}  # both workers have compiled its policy
-        rule = httpx.post(
-            f"{gateway.base_url}/api/policy-rules",
-            json={"subjectType": "organization", "effect": "deny", "models": ["mock-*"]},
-            headers={"authorization": f"Bearer {tenant.session_token}"},
-            timeout=30,
-        )
-        assert rule.status_code == 201, rule.text
+        _deny_every_model(gateway.base_url, tenant)  # through one of them
         assert _round(gateway, tenant.api_key) == {403}
 
 
