@@ -247,9 +247,13 @@ class Forwarder:
             await response.prepare(ctx.request)
             # The opening chunk, then each read of the rest (everything that arrived meanwhile, as one chunk:
             # one write). The rest is awaited directly, not through a generator that chains the opening in.
+            # A piece read once the upstream's answer is complete is its last: held back (never waiting for
+            # anything) to go out with the end of the answer in one write.
             next_chunk = rest.__anext__
+            upstream_at_eof = getattr(upstream.content, "at_eof", _never)
             final_marks_completion = scanner is not None and translator is None
             chunk = opening
+            last = b""
             while True:
                 if chunk:  # the opening is empty when the stream ended before its first byte
                     for hook in chunk_hooks:
@@ -261,21 +265,29 @@ class Forwarder:
                 if chunk:
                     if ctx.first_byte_at is None:
                         ctx.first_byte_at = time.perf_counter()
-                    await response.write(chunk)
-                    ctx.bytes_sent += len(chunk)
-                    if final_marks_completion and scanner.final:
-                        ctx.outcome = "completed"  # the final event reached the client, whatever it does next
+                    if upstream_at_eof():
+                        last = chunk
+                    else:
+                        await response.write(chunk)
+                        ctx.bytes_sent += len(chunk)
+                        if final_marks_completion and scanner.final:
+                            ctx.outcome = "completed"  # the final event reached the client, whatever follows
                 try:
                     chunk = await next_chunk()
                 except StopAsyncIteration:
                     break
+                if last:  # not the last after all
+                    await response.write(last)
+                    ctx.bytes_sent += len(last)
+                    last = b""
             tail = stream_translator.finish() if stream_translator is not None else b""
             if getattr(stream_translator, "failure", None):
                 _log_failed_attempt(ctx, ctx.row, f"ended its stream with: {stream_translator.failure}")
             if chunk_filter is not None:
                 tail = chunk_filter.feed(tail) + chunk_filter.finish() if tail else chunk_filter.finish()
-            if tail:
-                await response.write(tail)
+            if last or tail:
+                await response.write_eof(last + tail if tail else last)
+                ctx.bytes_sent += len(last)
             ctx.outcome = "completed"
             completed = True
         except (
@@ -323,6 +335,10 @@ async def _opening(
         return await upstream.read(), None
     chunks = aiter(upstream.content.iter_any())
     return await anext(chunks, b""), chunks
+
+
+def _never() -> bool:
+    return False
 
 
 def _is_event_stream(headers: Mapping[str, str]) -> bool:

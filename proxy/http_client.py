@@ -289,6 +289,10 @@ class UpstreamAnswer:
                 return
             await self._wait(self._read_timeout, "data")
 
+    def at_eof(self) -> bool:
+        """Whether the whole body is in and has been read (aiohttp's StreamReader.at_eof)."""
+        return self._done and not self._chunks and self._error is None
+
     def _resume(self) -> None:
         if self._paused and self._conn is not None and not self._conn.closed:
             self._paused = False

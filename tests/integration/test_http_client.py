@@ -196,6 +196,29 @@ async def test_a_chunked_body_is_yielded_as_it_arrives_and_the_connection_kept()
 
 
 @bounded
+async def test_at_eof_is_true_only_once_the_whole_body_is_in_and_taken() -> None:
+    client_saw_first = asyncio.Event()
+
+    async def two_chunks(conn: ServerConnection, request: ReceivedRequest) -> None:
+        conn.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunk(b"first"))
+        await client_saw_first.wait()
+        conn.send(chunk(b"second") + chunk(b""))
+
+    async with LoopbackServer(two_chunks) as server:
+        with contextlib.closing(_pool(server)) as pool:
+            reply = await HttpClient(pool, read_timeout=PATIENT).request(_get(), None, PATIENT)
+            at_eof_after = []
+            async for _piece in reply.iter_any():
+                at_eof_after.append(reply.at_eof())
+                client_saw_first.set()
+            ended = reply.at_eof()
+            reply.release()
+
+    assert at_eof_after[0] is False  # the rest had not been sent yet
+    assert ended is True
+
+
+@bounded
 async def test_a_body_delimited_by_the_end_of_the_connection_is_read_whole() -> None:
     async def until_close(conn: ServerConnection, request: ReceivedRequest) -> None:
         conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nread to the ")
