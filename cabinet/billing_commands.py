@@ -160,7 +160,7 @@ async def _announce(config: Config, db: Database, events: list[BalanceEvent | No
             Note(
                 False,
                 "running gateways apply it within a second: they read new balance events from the"
-                " database every second (SQLite without Redis has no channel to tell them sooner)",
+                " database every second (no channel reached them sooner)",
             )
         )
     return notes
@@ -174,8 +174,8 @@ async def _announce_plan(config: Config, db: Database, organization_id: str) -> 
         notes.append(
             Note(
                 True,
-                "note: running gateways were not notified (SQLite without Redis has no cross-process"
-                " channel): API keys they have cached keep the old plan until restarted; use --url with the"
+                "note: running gateways were not notified (no channel reached them): API keys they have"
+                " cached keep the old plan until restarted; use --url with the"
                 " operator token to change the plan through the running gateway",
             )
         )

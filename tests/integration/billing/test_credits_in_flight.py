@@ -145,7 +145,7 @@ def test_a_cli_top_up_reaches_the_gateway_while_a_request_is_in_flight(
             assert _chat(gateway.base_url, tenant) == 402  # the one dollar is reserved by the stream
 
             _cli_top_up(config, organization_id, "5", tmp_path)
-            # SQLite has no channel from the CLI: the gateway reads new balance events every second.
+            # The CLI tells the gateway through the host channel (and it reads balance events every second).
             deadline = time.monotonic() + 10
             while (status := _chat(gateway.base_url, tenant)) == 402 and time.monotonic() < deadline:
                 time.sleep(0.05)  # polling a refused request costs nothing; bounded by the deadline

@@ -193,11 +193,11 @@ def test_a_plan_change_takes_effect_at_once_in_the_gateway_that_made_it(start_ga
     assert (unpaid, on_credit, back) == (402, 200, 402)
 
 
-@pytest.mark.parametrize("setup", ["postgres", "postgres+redis", "sqlite+redis"])
+@pytest.mark.parametrize("setup", ["postgres", "postgres+redis", "sqlite", "sqlite+redis"])
 def test_a_plan_change_reaches_every_other_gateway_process(
     setup: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    # SQLite without Redis has no channel between processes: keys are then not cached at all.
+    # SQLite without Redis: the two gateways share the host channel file beside the database.
     backend, _, redis = setup.partition("+")
     storage = (
         request.getfixturevalue("fresh_pg_url") if backend == "postgres" else f"sqlite:///{tmp_path}/x.db"
