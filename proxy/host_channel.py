@@ -76,9 +76,10 @@ class HostChannel:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 if os.fstat(fd).st_size != _SIZE or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
-                    os.ftruncate(fd, 0)  # new, or of another layout: start empty
+                    # New, or of another layout: start empty (zeroed in place, never cut to nothing under a
+                    # process that has it mapped; one that had read further sees the head go back: missed).
                     os.ftruncate(fd, _SIZE)
-                    os.pwrite(fd, _MAGIC, 0)
+                    os.pwrite(fd, _MAGIC + bytes(_SIZE - len(_MAGIC)), 0)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             mapped = mmap.mmap(fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)

@@ -119,3 +119,22 @@ async def test_a_file_of_another_layout_is_started_afresh(url: str, tmp_path: Pa
     listener.close()
     assert heard.messages == [("revoked", "h")]
     assert (tmp_path / "gateway.db-channel").stat().st_size == 64 + 1024 * 256
+
+
+async def test_a_listener_whose_file_is_started_afresh_drops_everything(url: str, tmp_path: Path) -> None:
+    listener = HostChannel.open(url)
+    assert listener is not None
+    heard = Heard(listener)
+    first = HostChannel.open(url)
+    assert first is not None
+    await first.publish("revoked", "h")
+    listener.poll()
+    first.close()
+    with (tmp_path / "gateway.db-channel").open("r+b") as file:
+        file.write(b"XX")  # no longer this layout's magic: the next opener starts it afresh
+    restarted = HostChannel.open(url)
+    assert restarted is not None
+    listener.poll()
+    restarted.close()
+    listener.close()
+    assert (heard.messages, heard.missed) == ([("revoked", "h")], 1)
