@@ -22,6 +22,8 @@ _USAGE = b'"usage"'
 # match are decoded.
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 _MAX_CARRY = 256 * 1024
+# Chunks kept by reference, unmeasured, at most this many bytes of them.
+_MEASURE_ABOVE = 16 * 1024
 # Generated text in every wire format relayed: chat `content`, completions and Anthropic `text`, Responses
 # `delta`, tool-call `arguments` / `partial_json`, `refusal`, `thinking`. An object-valued key (chat's
 # `"delta": {...}`) does not match. Escapes count as their bytes: an estimate errs high, and is capped.
@@ -110,29 +112,50 @@ class StreamUsageScanner:
     """Finds usage in an SSE stream as it passes, across chunk boundaries, without holding the stream; also
     measures the generated text relayed and notices the stream's final event.
 
-    Per chunk: one regex pass for generated text, a substring search for the route's final event, and one
-    for a usage object; only events carrying a usage object (about one a stream) are decoded. A chunk that
-    ends its last event is never copied.
+    Per chunk: a substring search for the route's final event and a search for a usage object; only events
+    carrying one (about one a stream) are decoded, and a chunk that ends its last event is never copied.
+    The generated text is measured only when asked for (a stream that ended without usage) or once 16 KiB
+    of chunks are waiting: the chunks are kept by reference until then, so a complete stream never pays
+    for the regex.
     """
 
-    __slots__ = ("_carry", "_markers", "final", "pieces", "size", "usage")
+    __slots__ = (
+        "_carry",
+        "_markers",
+        "_pieces",
+        "_size",
+        "_unmeasured",
+        "_unmeasured_size",
+        "final",
+        "usage",
+    )
 
     def __init__(self, route: str = "") -> None:
         self.usage: Usage | None = None
         self._carry = b""
         self._markers = _FINAL_MARKERS.get(route, _ANY_FINAL_MARKER)
-        self.pieces = 0
-        self.size = 0
+        self._unmeasured: list[bytes] = []
+        self._unmeasured_size = 0
+        self._pieces = 0
+        self._size = 0
         self.final = False
 
     @property
+    def generated(self) -> tuple[int, int]:
+        """(pieces, bytes) of generated text in the chunks fed so far."""
+        if self._unmeasured:
+            self._measure()
+        return self._pieces, self._size
+
+    @property
     def content_tokens(self) -> int:
-        return tokens_of(self.pieces, self.size)
+        return tokens_of(*self.generated)
 
     def feed(self, chunk: bytes) -> None:
-        for match in _GENERATED.finditer(chunk):
-            self.pieces += 1
-            self.size += match.end(1) - match.start(1)
+        self._unmeasured.append(chunk)
+        self._unmeasured_size += len(chunk)
+        if self._unmeasured_size > _MEASURE_ABOVE:
+            self._measure()
         carry = self._carry
         data = carry + chunk if carry else chunk  # an event begun in an earlier chunk, completed here
         if not self.final:
@@ -148,6 +171,14 @@ class StreamUsageScanner:
             self._carry = b""
         if end:
             self._scan(data, end)
+
+    def _measure(self) -> None:
+        for chunk in self._unmeasured:
+            for match in _GENERATED.finditer(chunk):
+                self._pieces += 1
+                self._size += match.end(1) - match.start(1)
+        self._unmeasured.clear()
+        self._unmeasured_size = 0
 
     def _scan(self, data: bytes, end: int) -> None:
         """Merge the usage of each `data:` line in data[:end] that holds a usage object."""

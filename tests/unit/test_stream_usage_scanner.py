@@ -56,7 +56,7 @@ def test_usage_null_in_every_chunk_is_no_usage() -> None:
 def test_generated_text_is_measured_in_whole_chunks() -> None:
     scanner = _scan(_chat_stream(b"\n"), 10_000)
 
-    assert (scanner.pieces, scanner.size) == (1, len("Hello there"))
+    assert scanner.generated == (1, len("Hello there"))
     assert scanner.content_tokens == 3
 
 
@@ -88,3 +88,14 @@ def test_the_final_event_is_the_one_of_the_routes_wire_format(
 def test_a_route_of_another_format_knows_every_final_event() -> None:
     assert _scan(b"data: [DONE]\n\n", 10_000, "audio_speech").final
     assert _scan(b'data: {"type":"message_stop"}\n\n', 10_000, "audio_speech").final
+
+
+def test_generated_text_of_a_long_stream_is_measured_as_it_passes_and_when_asked() -> None:
+    scanner = StreamUsageScanner("chat_completions")
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 100 + b'"}}]}\n\n'
+    for _ in range(400):  # about 40 KiB: measured in batches on the way, the rest when asked
+        scanner.feed(event)
+
+    assert len(scanner._unmeasured) < 400
+    assert scanner.generated == (400, 40_000)
+    assert scanner.content_tokens == 10_000
