@@ -147,6 +147,17 @@ def _workers_config(tmp_path: Path) -> Path:
     return path
 
 
+@contextmanager
+def _two_workers(config: Path) -> Iterator[GatewayProcess]:
+    """`modelgate serve --workers 2`, once both workers listen (the first to answer /readyz may be alone)."""
+    with GatewayProcess(config, workers=2, cwd=config.parent) as gateway:
+        deadline = time.monotonic() + 30
+        while gateway.output().count("modelgate listening on") < 2:
+            assert time.monotonic() < deadline, gateway.output()[-2000:]
+            time.sleep(0.05)  # polling the log of a starting worker, bounded by the deadline
+        yield gateway
+
+
 def _round(gateway: GatewayProcess, api_key: str) -> set[int]:
     """The statuses of a round of chat requests spread over the workers."""
     return {_chat(gateway.base_url, api_key) for _ in range(_ROUND)}
@@ -178,7 +189,7 @@ def _assert_keys_are_served_from_the_cache(tmp_path: Path, gateway: GatewayProce
 def test_a_key_revoked_through_one_worker_is_refused_by_every_worker_on_sqlite_with_the_cache_on(
     tmp_path: Path,
 ) -> None:
-    with GatewayProcess(_workers_config(tmp_path), workers=2, cwd=tmp_path) as gateway:
+    with _two_workers(_workers_config(tmp_path)) as gateway:
         for _ in range(3):
             tenant = register_tenant(gateway.base_url)
             assert _round(gateway, tenant.api_key) == {200}  # both workers have cached it
@@ -188,7 +199,7 @@ def test_a_key_revoked_through_one_worker_is_refused_by_every_worker_on_sqlite_w
 
 
 def test_a_deny_rule_made_through_one_worker_applies_on_every_worker_on_sqlite(tmp_path: Path) -> None:
-    with GatewayProcess(_workers_config(tmp_path), workers=2, cwd=tmp_path) as gateway:
+    with _two_workers(_workers_config(tmp_path)) as gateway:
         tenant = register_tenant(gateway.base_url)
         assert _round(gateway, tenant.api_key) == {200}  # both workers have compiled its policy
         _deny_every_model(gateway.base_url, tenant)  # through one of them
@@ -227,7 +238,7 @@ def test_a_plan_change_applies_on_every_worker_on_sqlite_at_once(
     tmp_path: Path, set_plan: Callable[[GatewayProcess, Path, str, str], None]
 ) -> None:
     config = _workers_config(tmp_path)
-    with GatewayProcess(config, workers=2, cwd=tmp_path) as gateway:
+    with _two_workers(config) as gateway:
         # Unpaid, on a plan without credit: refused until the plan gives it credit.
         tenant = register_tenant(gateway.base_url, fund_usd=None)
         assert _round(gateway, tenant.api_key) == {402}  # both workers have cached the key with its plan
