@@ -1,0 +1,69 @@
+"""The counters' lean Redis connection (billing.redis_wire) against the real Redis: pipelined calls get
+their own replies, unknown scripts are sent once, and an unreachable or silent Redis fails calls with
+redis-py's ConnectionError (what the counters' fail_open handling expects)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from billing.redis_wire import RedisWire, Script
+from tests.support.gateway import free_port
+
+
+async def test_pipelined_calls_each_get_their_own_reply(redis_url: str) -> None:
+    wire = RedisWire("127.0.0.1", 6379)
+    try:
+        replies = await asyncio.gather(*(wire.call("ECHO", f"call-{n}") for n in range(50)))
+        assert replies == [f"call-{n}".encode() for n in range(50)]
+    finally:
+        wire.close()
+
+
+async def test_a_script_redis_does_not_know_is_sent_once_then_called_by_its_sha(redis_url: str) -> None:
+    wire = RedisWire("127.0.0.1", 6379)
+    script = Script(f"-- {os.urandom(8).hex()}\nreturn {{KEYS[1], ARGV[1]}}")
+    try:
+        assert await wire.call("SCRIPT", "EXISTS", script.sha) == [0]
+        assert await wire.script(script, ["k"], [7]) == [b"k", b"7"]
+        assert await wire.call("SCRIPT", "EXISTS", script.sha) == [1]
+        assert await wire.script(script, ["j"], [-3]) == [b"j", b"-3"]
+    finally:
+        wire.close()
+
+
+async def test_an_error_reply_raises_and_the_connection_keeps_serving(redis_url: str) -> None:
+    wire = RedisWire("127.0.0.1", 6379)
+    try:
+        with pytest.raises(ResponseError):
+            await wire.call("NOT-A-COMMAND")
+        assert await wire.call("PING") == b"PONG"
+    finally:
+        wire.close()
+
+
+async def test_a_redis_that_cannot_be_reached_fails_the_call_with_a_connection_error() -> None:
+    wire = RedisWire("127.0.0.1", free_port(), timeout=1.0)
+    with pytest.raises(RedisConnectionError):
+        await wire.call("PING")
+    wire.close()
+
+
+async def test_a_redis_that_does_not_answer_fails_the_call_after_the_timeout_and_reconnects() -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    wire = RedisWire("127.0.0.1", silent.getsockname()[1], timeout=0.2)
+    try:
+        with pytest.raises(RedisConnectionError):
+            await wire.call("PING")
+        with pytest.raises(RedisConnectionError):  # a new connection, silent again
+            await wire.call("PING")
+    finally:
+        wire.close()
+        silent.close()
