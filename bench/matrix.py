@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from load_generators import LoadGenerator
 from matrix_report import render_matrix
-from measurements import check_answers
+from measurements import Sequential, check_answers, sequential
 from proc_stats import process_tree, rss_mb
 from production import (
     command_delta,
@@ -45,6 +47,14 @@ class Case:
     name: str
     connections: int
     stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CaseRun:
+    """One case on one target: the measured load run, and the latencies a probe client saw at that load."""
+
+    run: LoadedRun
+    latency: Sequential
 
 
 @dataclass(slots=True)
@@ -72,7 +82,7 @@ class MatrixResult:
     """Every measured run, by target name then case name, and what the report needs besides."""
 
     cases: list[Case]
-    runs: dict[str, dict[str, LoadedRun]] = field(default_factory=dict)
+    runs: dict[str, dict[str, CaseRun]] = field(default_factory=dict)
     rss_total: dict[str, float] = field(default_factory=dict)  # all processes of a multi-worker gateway
     redis: RedisTally = field(default_factory=RedisTally)
     problems: list[str] = field(default_factory=list)
@@ -88,6 +98,21 @@ def matrix_cases(connections: int) -> list[Case]:
     ]
 
 
+def _latency_at(
+    port: int, case: Case, plan: Plan, load: LoadGenerator, body: Path, request: bytes
+) -> Sequential:
+    """Sequential requests on one connection for the run's duration while wrk keeps the case's other
+    connections busy: the latency one client sees at that load (wrk's own percentiles are corrected for
+    coordinated omission, which turns any stall into made-up samples)."""
+    if case.connections == 1:
+        return sequential(port, request, seconds=plan.duration)
+    with ThreadPoolExecutor(1) as pool:
+        others = pool.submit(load.run, port, case.connections - 1, plan.duration, body)
+        probe = sequential(port, request, seconds=plan.duration)
+        others.result()
+    return probe
+
+
 def _measure_target(
     name: str,
     port: int,
@@ -98,14 +123,13 @@ def _measure_target(
     bodies: dict[bool, Path],
     api_key: str,
     redis: RedisTally | None = None,
-) -> dict[str, LoadedRun]:
-    """Warm up, settle and measure every case on one target; tally Redis commands when asked."""
-    check_answers(
-        name,
-        port,
-        raw_request("127.0.0.1", port, chat_body(), api_key),
-        raw_request("127.0.0.1", port, chat_body(stream=True), api_key),
-    )
+) -> dict[str, CaseRun]:
+    """Warm up, settle and measure every case on one target (the load run, then the latency probe);
+    tally Redis commands over the load runs when asked."""
+    requests = {
+        stream: raw_request("127.0.0.1", port, chat_body(stream=stream), api_key) for stream in bodies
+    }
+    check_answers(name, port, requests[False], requests[True])
     runs = {}
     for case in cases:
         print(f"measuring {name}: {case.name} on port {port} ...", file=sys.stderr, flush=True)
@@ -117,7 +141,8 @@ def _measure_target(
         run = loaded_run(pids, port, plan, load, case.connections, body)
         if redis:
             redis.add(before, redis.snapshot(pids), run.load.requests)
-        runs[case.name] = run
+        latency = _latency_at(port, case, plan, load, body, requests[case.stream])
+        runs[case.name] = CaseRun(run, latency)
     return runs
 
 
@@ -136,12 +161,13 @@ def run_matrix(args: argparse.Namespace) -> int:
     """Measure the three phases and print the matrix."""
     cases = matrix_cases(args.connections)
     workers = max(2, args.workers)
-    per_run = args.duration + WARMUP_LOAD_SECONDS + QUIET_WAIT_SECONDS + 10
+    per_run = 2 * args.duration + WARMUP_LOAD_SECONDS + QUIET_WAIT_SECONDS + 10
     budget = per_run * (4 * len(cases) + 2) + 4 * 90
     signal.signal(signal.SIGALRM, timeout_alarm)
     signal.alarm(int(budget))
     proxy_cpus, load_cpus = core_layout(1)
     all_cpus = proxy_cpus | load_cpus
+    os.sched_setaffinity(0, load_cpus)  # the latency probe shares the load core
     result = MatrixResult(cases, workers=workers)
     with tempfile.TemporaryDirectory(prefix="modelgate-bench-") as temp:
         root = Path(temp)

@@ -8,30 +8,28 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 from report import NOISY_CORES, TARGET_RSS_MB, align_rows
-from target_run import LoadedRun
 from workload import chat_body
 
 if TYPE_CHECKING:
-    from matrix import MatrixResult
+    from matrix import CaseRun, MatrixResult
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
     return align_rows(rows, " | ")
 
 
-def _rps(run: LoadedRun, floor: LoadedRun | None = None) -> str:
-    text = f"{run.load.rps:,.0f}"
-    if floor is not None and floor.load.rps:
-        text += f" ({run.load.rps / floor.load.rps:.2f}x)"
+def _rps(case: CaseRun, floor: CaseRun | None = None) -> str:
+    rps = case.run.load.rps
+    text = f"{rps:,.0f}"
+    if floor is not None and floor.run.load.rps:
+        text += f" ({rps / floor.run.load.rps:.2f}x)"
     return text
 
 
-def _added(run: LoadedRun, direct: LoadedRun) -> str:
-    """Latency under this load minus the upstream's own at the same load: p50/p99 in ms."""
-    mine, base = run.load, direct.load
-    if None in (mine.p50_ms, mine.p99_ms, base.p50_ms, base.p99_ms):
-        return "-"
-    return f"{mine.p50_ms - base.p50_ms:+.3f}/{mine.p99_ms - base.p99_ms:+.3f}"  # type: ignore[operator]
+def _added(case: CaseRun, direct: CaseRun) -> str:
+    """The probe's latency minus the upstream's own at the same load: p50/p99 in ms."""
+    mine, base = case.latency, direct.latency
+    return f"{mine.p(50) - base.p(50):+.3f}/{mine.p(99) - base.p(99):+.3f}"
 
 
 def _num(value: float | None, digits: int) -> str:
@@ -64,10 +62,10 @@ def _main_table(result: MatrixResult) -> str:
                 _rps(prod, floor),
                 _added(emb, direct),
                 _added(prod, direct),
-                _num(emb.cpu_s_per_1k, 3),
-                _num(prod.cpu_s_per_1k, 3),
-                _num(emb.rss_mb, 1),
-                _num(prod.rss_mb, 1),
+                _num(emb.run.cpu_s_per_1k, 3),
+                _num(prod.run.cpu_s_per_1k, 3),
+                _num(emb.run.rss_mb, 1),
+                _num(prod.run.rss_mb, 1),
             )
         )
     return _table(rows)
@@ -86,16 +84,15 @@ def _reference_table(result: MatrixResult) -> str:
     ]
     for case in result.cases:
         direct, floor = result.runs["direct"][case.name], result.runs["floor"][case.name]
-        base = direct.load
-        latency = "-" if base.p50_ms is None else f"{base.p50_ms:.3f}/{base.p99_ms:.3f}"
+        latency = f"{direct.latency.p(50):.3f}/{direct.latency.p(99):.3f}"
         rows.append(
             (
                 case.name,
                 _rps(direct),
                 latency,
                 _added(floor, direct),
-                _num(floor.cpu_s_per_1k, 3),
-                _num(floor.rss_mb, 1),
+                _num(floor.run.cpu_s_per_1k, 3),
+                _num(floor.run.rss_mb, 1),
             )
         )
     return _table(rows)
@@ -103,12 +100,13 @@ def _reference_table(result: MatrixResult) -> str:
 
 def _workers_table(result: MatrixResult, name: str) -> str:
     rows = [("case", "rps", "rps per worker", "rps per gateway core", "CPU s/1k", "largest process MB")]
-    for case_name, run in result.runs[name].items():
+    for case_name, case in result.runs[name].items():
+        run = case.run
         per_core = 1000 / run.cpu_s_per_1k if run.cpu_s_per_1k else None
         rows.append(
             (
                 case_name,
-                _rps(run),
+                _rps(case),
                 f"{run.load.rps / result.workers:,.0f}",
                 _num(per_core, 0),
                 _num(run.cpu_s_per_1k, 3),
@@ -139,7 +137,7 @@ def _redis_line(result: MatrixResult) -> str:
 
 def _targets(result: MatrixResult) -> list[str]:
     rss = {
-        name: max((run.rss_mb or 0.0) for run in runs.values())
+        name: max((case.run.rss_mb or 0.0) for case in runs.values())
         for name, runs in result.runs.items()
         if name not in ("direct", "floor")
     }
@@ -155,8 +153,8 @@ def _targets(result: MatrixResult) -> list[str]:
 def _warnings(result: MatrixResult) -> list[str]:
     lines = []
     for name, runs in result.runs.items():
-        errors = sum(run.load.errors for run in runs.values())
-        noisy = [case for case, run in runs.items() if run.other_cores > NOISY_CORES]
+        errors = sum(case.run.load.errors + case.latency.errors for case in runs.values())
+        noisy = [case_name for case_name, case in runs.items() if case.run.other_cores > NOISY_CORES]
         if errors:
             lines.append(f"WARNING: {name}: {errors} failed requests (non-2xx or socket errors)")
         if noisy:
@@ -174,8 +172,8 @@ def render_matrix(result: MatrixResult, args: argparse.Namespace, load_name: str
         f"events, load: {load_name}; python {sys.version.split()[0]}, aiohttp {aiohttp.__version__}",
         "floor = bare aiohttp passthrough; embedded = SQLite, no Redis; production = PostgreSQL + Redis; "
         "one process each, alone on the first core",
-        "added p50/p99 = latency under the same load minus the upstream's own (direct); "
-        "(x) = ratio to the floor",
+        "added p50/p99 = latency of one client's sequential requests while wrk keeps the case's other "
+        "connections busy, minus the upstream's own (direct) measured the same way; (x) = ratio to the floor",
         "",
         _main_table(result),
         "",

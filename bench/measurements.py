@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from keepalive_client import Exchange, KeepAliveClient
@@ -29,11 +30,15 @@ class Sequential:
         return percentile(self.first_body_ms, pct)
 
 
-def sequential(port: int, request: bytes, count: int) -> Sequential:
-    """Send `request` `count` times, one after the other, over one connection."""
+def sequential(
+    port: int, request: bytes, count: int | None = None, *, seconds: float | None = None
+) -> Sequential:
+    """Send `request` one after the other over one connection: `count` times, or for `seconds` (at least
+    once)."""
     total, first, errors = [], [], 0
+    deadline = time.monotonic() + (seconds or 0.0)
     with KeepAliveClient(port) as client:
-        for _ in range(count):
+        while len(total) < count if count is not None else (not total or time.monotonic() < deadline):
             exchange = client.exchange(request)
             if exchange.status != 200:
                 errors += 1
