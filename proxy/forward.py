@@ -236,7 +236,7 @@ class Forwarder:
             ctx.first_byte_at = time.perf_counter()
             ctx.outcome = "completed"  # the whole answer is in hand and goes out in one piece
             return web.Response(status=upstream.status, body=body, headers=headers)
-        response = web.StreamResponse(status=upstream.status, headers=headers)
+        response = _RelayedStream(status=upstream.status, headers=headers)
         completed = False
         stream_translator = translator.stream(ctx.model.name, ctx.payload) if translator else None
         if stream_translator is None and ctx.model is not None and _is_event_stream(upstream_headers):
@@ -254,6 +254,7 @@ class Forwarder:
             final_marks_completion = scanner is not None and translator is None
             chunk = opening
             last = b""
+            head_sent = False  # the head goes with the first bytes of the body, or alone if there are none
             while True:
                 if chunk:  # the opening is empty when the stream ended before its first byte
                     for hook in chunk_hooks:
@@ -269,9 +270,13 @@ class Forwarder:
                         last = chunk
                     else:
                         await response.write(chunk)
+                        head_sent = True
                         ctx.bytes_sent += len(chunk)
                         if final_marks_completion and scanner.final:
                             ctx.outcome = "completed"  # the final event reached the client, whatever follows
+                elif not head_sent:  # the first bytes are not a whole line or event yet: the head goes now
+                    await response.write(b"")
+                    head_sent = True
                 try:
                     chunk = await next_chunk()
                 except StopAsyncIteration:
@@ -335,6 +340,14 @@ async def _opening(
         return await upstream.read(), None
     chunks = aiter(upstream.content.iter_any())
     return await anext(chunks, b""), chunks
+
+
+class _RelayedStream(web.StreamResponse):
+    """A streamed answer whose head goes out with the first piece of its body, in one write rather than two
+    (aiohttp's own switch, the one web.Response uses; aiohttp is pinned to 3.14.x). The relay prepares it only
+    once the upstream's first bytes are in hand, so the head is never held waiting for the provider."""
+
+    _send_headers_immediately = False
 
 
 def _never() -> bool:
