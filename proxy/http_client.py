@@ -347,6 +347,8 @@ class Deadlines:
     def watch(self, waiter: asyncio.Future, answer: UpstreamAnswer, seconds: float, what: str) -> None:
         loop = answer._loop
         self._waits[waiter] = (loop.time() + seconds, answer, seconds, what)
+        if self._timer is not None and seconds >= self._tick * 10:
+            return  # the usual wait: the running timer already ticks often enough for it
         tick = min(max(seconds / 10, 0.01), 1.0)
         if self._timer is None or tick < self._tick:
             if self._timer is not None:
