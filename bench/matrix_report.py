@@ -10,6 +10,8 @@ import aiohttp
 from report import NOISY_CORES, TARGET_RSS_MB, align_rows
 from workload import chat_body
 
+_SCRIPT_COMMANDS = frozenset({"eval", "evalsha", "fcall"})  # and their _ro variants
+
 if TYPE_CHECKING:
     from matrix import CaseRun, MatrixResult
 
@@ -123,9 +125,11 @@ def _redis_line(result: MatrixResult) -> str:
     total = sum(tally.calls.values()) / tally.requests
     top = sorted(tally.calls.items(), key=lambda item: -item[1])[:6]
     detail = ", ".join(f"{name} {calls / tally.requests:.2f}" for name, calls in top) or "none"
+    scripts = sum(calls for name, calls in tally.calls.items() if name.split("_")[0] in _SCRIPT_COMMANDS)
     line = (
         f"Redis commands per request (production, INFO commandstats over the {tally.requests:,} requests of "
-        f"its measured runs): {total:.2f}  ({detail})"
+        f"its measured runs): {total:.2f}  ({detail}); commands run inside Lua scripts count too, "
+        f"script calls: {scripts / tally.requests:.2f} per request"
     )
     if tally.foreign_clients:
         line += (
