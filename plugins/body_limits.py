@@ -13,6 +13,8 @@ compressed allowance. The upstream gets the decoded body.
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from aiohttp import web
 
@@ -38,7 +40,15 @@ async def read_limited(request: web.Request, limit: int) -> bytes:
     if declared is not None:
         if declared > limit:
             raise request_too_large(limit)
-        return await request.content.readexactly(declared) if declared else b""
+        if not declared:
+            return b""
+        stream = request.content  # a declared length is never a decoded body's
+        if stream.is_eof():  # the whole body came with its head (the usual case): no read to await
+            body = stream.read_nowait()
+            if len(body) != declared:
+                raise asyncio.IncompleteReadError(body, declared)
+            return body
+        return await stream.readexactly(declared)
     received = bytearray()
     while chunk := await content.readany():
         received += chunk
