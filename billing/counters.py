@@ -216,17 +216,22 @@ class InProcessCounters:
         for ask in money:
             if ask.key not in accounts:
                 await self._build(ask.key, ask.init)
-        now = int(time.time())  # no await from here on: checking and taking is one step
-        results = self._measure(windows, now)
-        if results and not results[-1].allowed:
-            return Admitted(Refusal.WINDOW, results)
+        # No await from here on: checking and taking is one step.
+        if windows:
+            now = int(time.time())
+            results = self._measure(windows, now)
+            if not results[-1].allowed:
+                return Admitted(Refusal.WINDOW, results)
+        else:
+            results = []
         for index, ask in enumerate(money):
             account = accounts[ask.key]
             if ask.require_activation and not account.activated:
                 return Admitted(Refusal.MONEY, results, index, Reserve.NOT_ACTIVATED)
             if account.balance + ask.credit_limit - account.reserved < ask.amount:
                 return Admitted(Refusal.MONEY, results, index, Reserve.INSUFFICIENT)
-        self._take(windows, now)
+        if windows:
+            self._take(windows, now)
         for ask in money:
             accounts[ask.key].reserved += ask.amount
         return Admitted(Refusal.NONE, results)

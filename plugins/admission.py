@@ -56,8 +56,11 @@ async def admit(counters: Counters, ctx: RequestContext) -> None:
     money = admission.money
     if money:
         ctx.reserved_micros = money[0].amount
-        ctx.reservations.extend((ask.key, ask.amount) for ask in money)
-        ctx.budgets.extend((rule.id, start) for rule, start in admission.budgets)
+        reservations = ctx.reservations
+        for ask in money:  # usually one (the balance): a loop, not a generator to extend by
+            reservations.append((ask.key, ask.amount))
+        if admission.budgets:
+            ctx.budgets.extend([(rule.id, start) for rule, start in admission.budgets])
 
 
 class Admission(Plugin):
