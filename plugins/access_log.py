@@ -21,10 +21,6 @@ _MAX_PATH = 512
 _UNSET = object()
 
 
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 2)
-
-
 class AccessLog(Plugin):
     """Writes the access line (info; warning for upstream failures; error for internal errors)."""
 
@@ -45,17 +41,20 @@ class AccessLog(Plugin):
             log.log(level, "%s", message, extra={"fields": fields, "request_id": request_id})
 
     def on_complete(self, ctx: RequestContext) -> None:
-        latency = time.perf_counter() - ctx.started
+        started = ctx.started
+        latency = time.perf_counter() - started
         status = ctx.status
         level = logging.ERROR if status == 500 else logging.WARNING if status > 500 else logging.INFO
         if not log.isEnabledFor(level):
             return
         request, key, row, usage, error = ctx.request, ctx.key, ctx.row, ctx.usage, ctx.error
+        first_byte_at, method = ctx.first_byte_at, request.method
+        # Never the query string: it may carry a realtime client secret.
+        path = request.path[:_MAX_PATH]
         fields = {
             "request_id": ctx.request_id,
-            "method": request.method,
-            # Never the query string: it may carry a realtime client secret.
-            "path": request.path[:_MAX_PATH],
+            "method": method,
+            "path": path,
             "route": ctx.route.name if ctx.route is not None else None,
             "organization_id": key.organization_id if key else None,
             "key_id": key.id if key else None,
@@ -64,8 +63,8 @@ class AccessLog(Plugin):
             "provider": row.provider if row else None,
             "status": status,
             "stream": ctx.stream,
-            "latency_ms": _ms(latency),
-            "ttfb_ms": _ms(ctx.first_byte_at - ctx.started) if ctx.first_byte_at is not None else None,
+            "latency_ms": round(latency * 1000, 2),
+            "ttfb_ms": round((first_byte_at - started) * 1000, 2) if first_byte_at is not None else None,
             "input_tokens": usage.input_tokens if usage else 0,
             "output_tokens": usage.output_tokens if usage else 0,
             "cost_micros": ctx.cost_micros or 0,
@@ -78,7 +77,7 @@ class AccessLog(Plugin):
             fields["error"] = "stream_broken" if status < 500 else "internal"
         if ctx.row_failures:
             fields["failed_rows"] = [f"{failed.key}: {reason}" for failed, reason in ctx.row_failures]
-        self._write(level, f"{request.method} {fields['path']} {status}", fields, ctx.request_id)
+        self._write(level, f"{method} {path} {status}", fields, ctx.request_id)
         if self._log_prompts and ctx.body and log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request body of %s",

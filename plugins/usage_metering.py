@@ -185,14 +185,15 @@ class UsageMetering(Plugin):
             return
         if ctx.reserved_micros is not None:  # admitted by the billing gate (the step before this one)
             ctx.ledger_row_id = self._ledger.admit(_crash_entry(ctx))
-        if ctx.route.name in MEDIA_ROUTES:
+        route = ctx.route.name
+        if route in MEDIA_ROUTES:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
-            ctx.usage_scanner = MediaUsageReader(ctx.route.name, ctx.payload)
+            ctx.usage_scanner = MediaUsageReader(route, ctx.payload)
             return
         if ctx.stream:
-            ctx.usage_scanner = StreamUsageScanner(ctx.route.name)
+            ctx.usage_scanner = StreamUsageScanner(route)
             payload = ctx.payload
-            if ctx.route.name in _USAGE_ROUTES:
+            if route in _USAGE_ROUTES:
                 options = payload.get("stream_options")
                 asked = isinstance(options, dict) and options.get("include_usage") is True
                 if not asked:
@@ -202,7 +203,7 @@ class UsageMetering(Plugin):
                     }
                     ctx.payload_changed = True
                 ctx.chunk_filter = UsageChunkFilter(strip_usage=not asked)
-        elif ctx.route.name in _PRICED_ROUTES:
+        elif route in _PRICED_ROUTES:
             ctx.chunk_filter = WHOLE_ANSWER_FILTER
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> None:
