@@ -315,11 +315,3 @@ class InProcessCounters:
 
     async def close(self) -> None:
         return None
-
-
-def __getattr__(name: str):  # the Redis counters live in billing.redis_counters; this name still finds them
-    if name == "RedisCounters":
-        from billing.redis_counters import RedisCounters
-
-        return RedisCounters
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

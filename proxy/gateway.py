@@ -10,9 +10,10 @@ from pathlib import Path
 
 from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts, balance_key
 from billing.allowance import AllowanceGrants
-from billing.counters import Counters, InProcessCounters, RedisCounters
+from billing.counters import Counters, InProcessCounters
 from billing.ledger import LedgerWriter
 from billing.policy import PolicyDirectory
+from billing.redis_counters import RedisCounters
 from billing.spool import Spool, database_identity, default_spool_dir
 from cabinet.billing import PLAN_CHANNEL
 from cabinet.storage import Database, apply_migrations, open_database

@@ -14,10 +14,10 @@ from billing.counters import (
     InProcessCounters,
     MoneyAsk,
     MoneyState,
-    RedisCounters,
     Refusal,
     Reserve,
 )
+from billing.redis_counters import RedisCounters
 
 
 @pytest.fixture(params=["in-process", "redis"])

@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from billing.counters import Counters, InProcessCounters, MoneyState, RedisCounters, Reserve
+from billing.counters import Counters, InProcessCounters, MoneyState, Reserve
+from billing.redis_counters import RedisCounters
 
 
 @pytest.fixture(params=["in-process", "redis"])
