@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from billing.counters import Counters, MoneyAsk, MoneyState, Reserve
 from billing.events import BalanceEvent
-from billing.ledger import LedgerWriter
+from billing.ledger import LedgerWriter, writer_of
 from billing.money import to_micros
 from billing.policy import PolicyDirectory, PolicyRule, period_start
 from cabinet.storage.database import Database
@@ -41,6 +41,46 @@ _FOLLOW_OVERLAP_SECONDS = 30.0
 
 def balance_key(organization_id: str) -> str:
     return f"bal:{organization_id}"
+
+
+def settled_key(writer: str) -> str:
+    """The hash of the settled costs of one ledger writer's requests (`CrashSettlements`)."""
+    return f"set:{writer}"
+
+
+class CrashSettlements:
+    """The ledger's view of a shared (Redis) counter (`billing.ledger.SettledCharges`).
+
+    Each admitted request's settlement records its cost under the request's ledger row id, in the same
+    script call; the record is dropped once the completed row is spooled. A process killed between the two
+    leaves the record, and the next start charges that crashed request exactly what the counter settled.
+    """
+
+    def __init__(self, counters: Counters) -> None:
+        self._counters = counters
+
+    async def settled(self, row_ids: list[str]) -> dict[str, int]:
+        by_writer: dict[str, list[str]] = {}
+        for row_id in row_ids:
+            by_writer.setdefault(writer_of(row_id), []).append(row_id)
+        found: dict[str, int] = {}
+        for writer, ids in by_writer.items():
+            found.update(await self._counters.settled(settled_key(writer), ids))
+        return found
+
+    async def charge(self, organization_id: str, cost: int, row_id: str) -> None:
+        if cost:
+            counters = self._counters
+            await counters.settle(balance_key(organization_id), 0, cost)
+            counters.mark_settled(settled_key(writer_of(row_id)), row_id, cost)
+            await counters.written()
+
+    async def forget(self, writers: set[str]) -> None:
+        await self._counters.delete([settled_key(writer) for writer in writers])
+
+    def spooled(self, row_id: str) -> None:
+        """The completed row of `row_id` is in the spool (`LedgerWriter.on_row_spooled`)."""
+        self._counters.forget_settled(settled_key(writer_of(row_id)), row_id)
 
 
 def budget_key(rule: PolicyRule, start: float) -> str:
@@ -159,11 +199,14 @@ class Accounts:
         await self._counters.settle(counter_key, reserved, actual)
         await self._counters.written()
 
-    async def settle_all(self, reservations: list[tuple[str, int]], actual: int) -> None:
-        """`settle` for each (counter, reserved) of one request, written in one batch."""
+    async def settle_all(self, reservations: list[tuple[str, int]], actual: int, row_id: str | None) -> None:
+        """`settle` for each (counter, reserved) of one request, written in one batch; in a shared counter,
+        with the cost recorded under the request's ledger row id (`CrashSettlements`)."""
         counters = self._counters
         for counter_key, reserved in reservations:
             await counters.settle(counter_key, reserved, actual)
+        if row_id is not None and self._shared:
+            counters.mark_settled(settled_key(writer_of(row_id)), row_id, actual)
         await counters.written()
 
     # -- the cabinet's billing sink and the broadcast channel ------------------------------------------

@@ -106,6 +106,10 @@ class Counters(Protocol):
         self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
     ) -> int: ...
     async def settle(self, key: str, reserved: int, actual: int) -> None: ...
+    def mark_settled(self, key: str, row_id: str, cost: int) -> None: ...
+    def forget_settled(self, key: str, row_id: str) -> None: ...
+    async def settled(self, key: str, row_ids: Sequence[str]) -> dict[str, int]: ...
+    async def delete(self, keys: Sequence[str]) -> None: ...
     async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool: ...
     async def money(self, key: str) -> tuple[int, int] | None: ...
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]: ...
@@ -240,6 +244,19 @@ class InProcessCounters:
         return None
 
     async def written(self) -> None:
+        return None
+
+    # A process's counters die with it: no settlement outlives it, so none needs a record.
+    def mark_settled(self, key: str, row_id: str, cost: int) -> None:
+        return None
+
+    def forget_settled(self, key: str, row_id: str) -> None:
+        return None
+
+    async def settled(self, key: str, row_ids: Sequence[str]) -> dict[str, int]:
+        return {}
+
+    async def delete(self, keys: Sequence[str]) -> None:
         return None
 
     async def admit(self, asks: Sequence[WindowAsk]) -> list[WindowResult]:

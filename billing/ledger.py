@@ -21,9 +21,9 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -61,6 +61,24 @@ class LedgerEntry:
 
 
 CRASHED = "crashed"
+
+
+def writer_of(row_id: str) -> str:
+    """The random prefix of the writer that gave this row id (see `LedgerWriter`)."""
+    return row_id[15:31]
+
+
+class SettledCharges(Protocol):
+    """A live money counter shared beyond this process (Redis), seen from the ledger's replay.
+
+    A request's settlement reaches the counter before its completed row reaches the spool, and records its
+    cost under the row id there, atomically: so a replay knows what a request that died in between was
+    charged, and charges the counter only for the admissions it never settled.
+    """
+
+    async def settled(self, row_ids: list[str]) -> dict[str, int]: ...
+    async def charge(self, organization_id: str, cost: int, row_id: str) -> None: ...
+    async def forget(self, writers: set[str]) -> None: ...
 
 
 def entry_for(
@@ -104,6 +122,8 @@ _COLUMNS = 15
 _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
 # An admission in the spool: this marker, then the row to charge should the request never complete.
 _ADMITTED = "admitted"
+# An admission that ended without a row (nothing to charge): this marker, then its row id.
+_WITHDRAWN = "withdrawn"
 
 _INSERT = (
     "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
@@ -174,11 +194,18 @@ class LedgerWriter:
         # Held by a flush's transaction, and by readers that must not see half of one.
         self.lock = asyncio.Lock()
         self.last_flush_at = time.time()  # of the last flush that succeeded, even an empty one (metrics)
-        self.crashed_charges: list[tuple[str, int]] = []  # (organization, cost) of the rows `open` charged
+        # Told each admitted request's row id once its completed row is in the spool: the shared counter's
+        # record of its settlement is needed no more (`SettledCharges`).
+        self.on_row_spooled: Callable[[str], None] | None = None
 
-    async def open(self) -> int:
+    async def open(self, shared: SettledCharges | None = None) -> int:
         """Start the spool and adopt the segments of dead processes: their rows are written like any other,
-        and each admission without its completed row becomes a "crashed" row; returns the rows adopted."""
+        and each admission without its completed row becomes a "crashed" row; returns the rows adopted.
+
+        With a `shared` live counter (Redis), which outlived the dead process: a crashed admission it
+        settled is charged what it settled, and one it never saw is charged there too, before its row is
+        written, so the counter and the stored balance agree whenever this start is cut short.
+        """
         if self._spool is None:
             return 0
         self._spool.start()
@@ -187,11 +214,16 @@ class LedgerWriter:
         # Read oldest first: an admission (and each copy of it) always precedes its completed row.
         crashed: dict[str, list] = {}
         spent: list[SpoolFile] = []  # files with no completed row: deleted once their admissions are replayed
+        writers: set[str] = set()
         for spool_file in self._spool.adopt_orphans():
             segment = _Segment(spool_file, rows=None, careful=True)
             for record in self._spool.rows(spool_file):
                 if record[0] == _ADMITTED:
                     crashed[record[1]] = record
+                    writers.add(writer_of(record[1]))
+                    continue
+                if record[0] == _WITHDRAWN:
+                    crashed.pop(record[1], None)
                     continue
                 crashed.pop(record[0], None)
                 segment.count += 1
@@ -204,20 +236,22 @@ class LedgerWriter:
             self._sealed.append(segment)
             self._backlog += segment.count
             adopted += segment.count
+        if shared is not None and crashed:
+            await self._settle_crashed(shared, crashed)
         # Into this process's own segment, written after the adopted ones. Careful: should this process die
         # before the adopted files are deleted, the next start replays these ids twice (from both files).
         for record in crashed.values():
             self._append((*record[1 : _COLUMNS + 1], tuple(tuple(budget) for budget in record[_BUDGETS + 1])))
-        # A shared live counter (Redis) outlived the dead process and never saw these charges: the gateway
-        # settles them there too (`crashed_charges`), so the counter and the stored balance agree.
-        self.crashed_charges = [
-            (record[_ORGANIZATION + 1], record[_COST + 1]) for record in crashed.values() if record[_COST + 1]
-        ]
         if crashed:
             self._current.careful = True
         if self._current.file is not None:  # else the crashed rows are in memory only: keep their source
             for spool_file in spent:
                 await self._spool.remove(spool_file)
+            if shared is not None and writers:
+                try:
+                    await shared.forget(writers)
+                except Exception as exc:  # they expire by themselves
+                    log.warning("ledger: the settlement records of stopped processes stay: %r", exc)
         if adopted or crashed:
             log.warning(
                 "ledger: %d usage rows, and %d requests in flight when their process died (charged as"
@@ -229,6 +263,26 @@ class LedgerWriter:
             )
             self._wake.set()
         return adopted + len(crashed)
+
+    async def _settle_crashed(self, shared: SettledCharges, crashed: dict[str, list]) -> None:
+        """Give each crashed admission the cost the shared counter settled for it, and settle the others'
+        crash cost there (each recorded under its row id, so a replay cut short repeats none)."""
+        try:
+            settled = await shared.settled(list(crashed))
+        except Exception as exc:
+            log.error(
+                "ledger: the live counter cannot say which of %d crashed requests it settled (%r); each is"
+                " charged its crash cost there, which counts twice any it had settled",
+                len(crashed),
+                exc,
+            )
+            settled = {}
+        for row_id, record in crashed.items():
+            cost = settled.get(row_id)
+            if cost is None:
+                await shared.charge(record[_ORGANIZATION + 1], record[_COST + 1], row_id)
+            else:
+                record[_COST + 1] = cost
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ledger-flush")
@@ -257,6 +311,20 @@ class LedgerWriter:
         self._append(_row(entry, row_id))
         if entry.row_id is not None:
             self._open.pop(row_id, None)  # after the append: the admission is superseded only once durable
+            if self.on_row_spooled is not None:
+                self.on_row_spooled(row_id)
+
+    def withdraw(self, row_id: str) -> None:
+        """An admitted request ended with nothing to charge and no row of its own (its reservation given
+        back whole): a replay does not charge it as crashed."""
+        if self._open.pop(row_id, None) is None:
+            return
+        spool_file = self._current.file
+        if spool_file is not None:
+            try:
+                spool_file.append(orjson.dumps((_WITHDRAWN, row_id), option=orjson.OPT_APPEND_NEWLINE))
+            except OSError as exc:
+                self._spool_write_failed(exc)
 
     def _new_id(self, created_at: float) -> str:
         return f"led_{int(created_at * 1000):011x}{self._id_prefix}{next(self._id_counter):08x}"
@@ -334,7 +402,7 @@ class LedgerWriter:
         chunk: list[LedgerRow] = []
         index = 0
         for row in self._spool.rows(segment.file):
-            if row[0] == _ADMITTED:
+            if row[0] in (_ADMITTED, _WITHDRAWN):
                 continue
             index += 1
             if index <= segment.written:

@@ -69,6 +69,7 @@ class RedisCounters:
         # What follows requests, queued for the next batch: (operation, key, argument, argument).
         self._queue: list[tuple[str, str, int | str, int | str]] = []
         self._queued_written: asyncio.Future | None = None  # resolved once the queued batch is written
+        self._forgotten: list[tuple[str, str]] = []  # (hash, row id) of settlement records no more needed
         self._writer: asyncio.Task | None = None
         self._keeper: asyncio.Task | None = None
         self._reclaim = client.register_script(scripts.RECLAIM)
@@ -162,6 +163,27 @@ class RedisCounters:
         """Release `reserved` and charge `actual`, with the next batch (the reservation is held till then)."""
         self._enqueue("s", key, reserved, -actual)
 
+    def mark_settled(self, key: str, row_id: str, cost: int) -> None:
+        """Record a request's settled cost under its row id in the hash `key`: queued right after its
+        settlements, so it is written in their batch, atomically with them."""
+        self._queue.append(("m", key, row_id, cost))
+
+    def forget_settled(self, key: str, row_id: str) -> None:
+        """A settlement record whose row is spooled: dropped with the next batch (never one of its own)."""
+        self._forgotten.append((key, row_id))
+
+    async def settled(self, key: str, row_ids: Sequence[str]) -> dict[str, int]:
+        """The settled costs recorded in the hash `key` for these row ids (those it holds)."""
+        if not row_ids:
+            return {}
+        values = await self._redis.hmget(self._prefix + key, list(row_ids))
+        found = zip(row_ids, values, strict=True)
+        return {row_id: int(value) for row_id, value in found if value is not None}
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        if keys:
+            await self._redis.delete(*(self._prefix + key for key in keys))
+
     async def adjust(self, key: str, second: int, delta: int) -> None:
         """Correct a window's bucket by `delta` (a TPM reservation against the real usage), batched."""
         self._enqueue("w", key, second, delta)
@@ -201,6 +223,11 @@ class RedisCounters:
         for operation, key, first, second in batch:
             keys.append(prefix + key)
             args += (operation, first, second)
+        if self._forgotten:
+            for key, row_id in self._forgotten:
+                keys.append(prefix + key)
+                args += ("f", row_id, 0)
+            self._forgotten = []  # lost with a failed batch: a record left over only waits for its expiry
         try:
             await self._complete(keys=keys, args=args)
         except RedisError as exc:

@@ -198,9 +198,12 @@ return out
 """
 # After requests, one round trip for a batch. ARGV[1] = process; then per key three values: an operation
 # and its two arguments. 's' settles (reserved, -cost) like SETTLE; 'w' corrects a window's bucket (second,
-# delta) if it still exists; 'd' deletes the key (a released request id claim; arguments unused).
+# delta) if it still exists; 'm' records a request's settled cost (row id, cost) in a writer's hash, which
+# lives a week past its last record; 'f' forgets one (row id); 'd' deletes the key (a released request id
+# claim; arguments unused).
 COMPLETE = """
 local mine = 'p:' .. ARGV[1]
+local kept = {}
 for k = 1, #KEYS do
   local op, x, y, key = ARGV[3 * k - 1], ARGV[3 * k], ARGV[3 * k + 1], KEYS[k]
   if op == 's' then
@@ -216,6 +219,14 @@ for k = 1, #KEYS do
     end
   elseif op == 'w' then
     if redis.call('HEXISTS', key, x) == 1 then redis.call('HINCRBY', key, x, y) end
+  elseif op == 'm' then
+    redis.call('HSET', key, x, y)
+    if not kept[key] then
+      redis.call('EXPIRE', key, 604800)
+      kept[key] = true
+    end
+  elseif op == 'f' then
+    redis.call('HDEL', key, x)
   else
     redis.call('DEL', key)
   end

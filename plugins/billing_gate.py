@@ -92,4 +92,4 @@ class BillingGate(Plugin):
             return
         cost = final_cost(ctx)
         # Batched with other requests' (and this one's TPM corrections), in Redis before its ledger row.
-        await self._accounts.settle_all(ctx.reservations, cost)
+        await self._accounts.settle_all(ctx.reservations, cost, ctx.ledger_row_id)

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts, balance_key
+from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts, CrashSettlements
 from billing.allowance import AllowanceGrants
 from billing.counters import Counters, InProcessCounters
 from billing.ledger import LedgerWriter
@@ -117,7 +117,11 @@ class Gateway:
                 max_queue=config.billing.ledger_max_queue,
                 spool=_spool(config),
             )
-            await ledger.open()  # adopts what dead processes left in the spool, before serving
+            if bus is not None:  # the counters outlive this process: settlements are recorded by row id
+                settlements = CrashSettlements(counters)
+                ledger.on_row_spooled = settlements.spooled
+            # Adopts what dead processes left in the spool, before serving.
+            await ledger.open(settlements if bus is not None else None)
             policies = PolicyDirectory(db)
             accounts = Accounts(
                 db,
@@ -152,8 +156,6 @@ class Gateway:
             gateway.follow_config(accounts.use_config)
             ledger.start()
             await counters.start()
-            for organization_id, cost in ledger.crashed_charges:  # the shared counter never saw these
-                await counters.settle(balance_key(organization_id), 0, cost)
             # Also where channels exist: NOTIFY and pub/sub drop what is sent while a listener reconnects.
             accounts.follow_stored_events()
             gateway.allowances = AllowanceGrants(db, config, accounts.balance_changed)

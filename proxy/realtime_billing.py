@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import orjson
 
 from billing.accounts import Accounts
-from billing.ledger import LedgerWriter, entry_for
+from billing.ledger import CRASHED, LedgerWriter, entry_for
 from billing.prices import ModelPrices
 from billing.usage import merge_usage
 from proxy.context import RequestContext, Usage
@@ -93,6 +93,7 @@ class ResponseHold:
     counters: tuple[str, ...]  # the balance counter, then one per budget
     budgets: tuple[tuple[str, float], ...]  # (rule id, period start) charged with the response's cost
     event_id: str | None = None  # of the client's response.create (upstream errors name it)
+    row_id: str | None = None  # its admission in the ledger (see `SessionBilling._hold`)
 
 
 async def hold_response(accounts: Accounts, ctx: RequestContext, amount: int) -> ResponseHold:
@@ -115,8 +116,8 @@ async def hold_response(accounts: Accounts, ctx: RequestContext, amount: int) ->
 
 
 async def settle_response(accounts: Accounts, hold: ResponseHold, cost: int) -> None:
-    for counter in hold.counters:
-        await accounts.settle(counter, hold.amount, cost)
+    amount = hold.amount
+    await accounts.settle_all([(counter, amount) for counter in hold.counters], cost, hold.row_id)
 
 
 def response_worst_case(prices: ModelPrices, cap: int | None, context_tokens: int, text_bytes: int) -> int:
@@ -147,6 +148,7 @@ class SessionBilling:
         self._running: dict[str, ResponseHold] = {}  # by response id
         self._refused: set[str] = set()  # server-started responses cancelled for want of balance
         self._numbers = itertools.count(1)
+        self._holds = itertools.count(1)
         self._session_cap: int | None = None
         self._context_tokens = 0  # the conversation so far, as the last response reported it
         self._text_bytes = 0  # client text since the last response (audio appends excluded)
@@ -199,7 +201,7 @@ class SessionBilling:
     async def _reserve_asked(self, event: dict) -> dict | None:
         client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         try:
-            hold = await hold_response(self._accounts, self._ctx, self._worst_case(event.get("response")))
+            hold = await self._hold(self._worst_case(event.get("response")))
         except GatewayError as refusal:
             self._record_refusal(str(next(self._numbers)), refusal)
             return error_event(refusal, client_event_id)
@@ -222,6 +224,19 @@ class SessionBilling:
             await self._guarded(self._upstream_refused(event.get("error")))
         return None
 
+    async def _hold(self, amount: int) -> ResponseHold:
+        """Reserve one response, then journal it in the ledger: should the process die before the response
+        is done, its row is charged what the live counter settled for it (nothing when it settled none)."""
+        ctx = self._ctx
+        hold = await hold_response(self._accounts, ctx, amount)
+        row_key = ctx.row.key if ctx.row else None
+        request_id = f"{ctx.request_id}:held-{next(self._holds)}"
+        crash = entry_for(
+            ctx, None, 0, 0, CRASHED, request_id=request_id, budgets=hold.budgets, row_key=row_key
+        )
+        hold.row_id = self._ledger.admit(crash)
+        return hold
+
     def _guarded(self, operation: Coroutine[Any, Any, T]) -> Awaitable[T]:
         """Run a reservation or settlement to its end even if the relay is cancelled meanwhile (the session
         ending), so nothing is left held or settled without its ledger row; `end` waits for it."""
@@ -238,7 +253,7 @@ class SessionBilling:
             self._running[response_id] = self._pending.popleft()
             return None
         try:  # started by the server itself (server VAD)
-            hold = await hold_response(self._accounts, self._ctx, self._worst_case(response))
+            hold = await self._hold(self._worst_case(response))
         except GatewayError as refusal:
             self._refused.add(response_id)
             self._record_refusal(response_id, refusal)
@@ -269,7 +284,7 @@ class SessionBilling:
         if cost == 0:
             return ResponseHold(0, (), ())
         try:
-            return await hold_response(self._accounts, self._ctx, cost)
+            return await self._hold(cost)
         except GatewayError:
             log.warning(
                 "realtime session %s: response %s was never announced and its cost %d is over the balance;"
@@ -289,6 +304,8 @@ class SessionBilling:
             if hold.event_id == event_id:
                 self._pending.remove(hold)
                 await settle_response(self._accounts, hold, 0)
+                if hold.row_id is not None:
+                    self._ledger.withdraw(hold.row_id)
                 return
 
     # -- the end ------------------------------------------------------------------------------------------
@@ -320,7 +337,7 @@ class SessionBilling:
             )
             cost = hold.amount
         await settle_response(self._accounts, hold, cost)
-        self._write(response_id, usage, cost, status, outcome, hold.budgets)
+        self._write(response_id, usage, cost, status, outcome, hold.budgets, hold.row_id)
         if usage is not None:
             total = ctx.usage
             total.input_tokens += usage.input_tokens
@@ -339,13 +356,22 @@ class SessionBilling:
         status: int,
         outcome: str,
         budgets: tuple[tuple[str, float], ...],
+        row_id: str | None = None,
     ) -> None:
         ctx = self._ctx
         request_id = f"{ctx.request_id}:{response_id}"
         row_key = ctx.row.key if ctx.row else None
         self._ledger.add(
             entry_for(
-                ctx, usage, cost, status, outcome, request_id=request_id, budgets=budgets, row_key=row_key
+                ctx,
+                usage,
+                cost,
+                status,
+                outcome,
+                request_id=request_id,
+                budgets=budgets,
+                row_key=row_key,
+                row_id=row_id,
             )
         )
 

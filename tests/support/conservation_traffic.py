@@ -39,6 +39,7 @@ ADMITTED = (COMPLETED, CLIENT_CUT, SERVER_CUT)
 OPERATION_TIMEOUT = 60.0
 HTTP_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 REALTIME_EVENT_TIMEOUT = 15.0
+GOING_AWAY = 1001  # the close code of a gateway that stops (a client's own close is answered with 1000)
 RESTART_BUSY_WAIT = 3.0
 
 
@@ -350,6 +351,10 @@ class Traffic:
             finally:
                 with contextlib.suppress(Exception):
                     await ws.close()
+            if record.result == CLIENT_CUT and ws.close_code == GOING_AWAY:
+                # The gateway's own close (it was stopping) crossed the client's last response.create: a
+                # frame that follows a close is never read (RFC 6455 5.5.1), so that one was not forwarded.
+                record.result = SERVER_CUT
 
     async def _responses(self, record: CallRecord, ws: aiohttp.ClientWebSocketResponse) -> bool:
         """Ask for each response and await its end; False when the gateway closed the session first."""

@@ -1,0 +1,238 @@
+"""A process killed between a request's settlement in Redis and its completed row in the spool: the next start
+charges that request exactly what Redis settled, in the stored balance too, and nothing twice.
+
+Real parts: the ledger writer and its spool on each storage backend, the Redis counters on the machine's
+Redis, and the cabinet's organizations table. A "death" is a writer whose spool is closed without a stop
+(its files stay for the next start to adopt) and whose counters are simply dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from billing.accounts import Accounts, CrashSettlements, balance_key, settled_key
+from billing.counters import MoneyState, Reserve
+from billing.ledger import LedgerEntry, LedgerWriter, writer_of
+from billing.policy import PolicyDirectory
+from billing.redis_counters import RedisCounters
+from billing.spool import Spool, database_identity
+from cabinet.storage.database import Database
+from config import load_config
+
+OPENING = 10_000
+RESERVED = 1_000
+CRASH_COST = 300  # what the admission charges should the request never complete
+SETTLED = 120  # what the request really cost, settled in Redis
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[tuple[Redis, str]]:
+    client = Redis.from_url(redis_url)
+    prefix = f"mgtest:{secrets.token_hex(4)}:"
+    try:
+        yield client, prefix
+    finally:
+        keys = [key async for key in client.scan_iter(match=prefix + "*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+
+class Process:
+    """One gateway process's billing parts: its Redis counters, accounts and ledger writer."""
+
+    def __init__(self, db: Database, redis: tuple[Redis, str], directory: Path, storage_url: str) -> None:
+        client, prefix = redis
+        self.counters = RedisCounters(client, prefix=prefix)
+        self.spool = Spool(directory, database_identity(storage_url), fsync="never", fsync_interval=1.0)
+        self.ledger = LedgerWriter(db, interval=600.0, batch_size=100, spool=self.spool)
+        self.settlements = CrashSettlements(self.counters)
+        self.ledger.on_row_spooled = self.settlements.spooled
+        self.accounts = Accounts(
+            db, load_config(None), self.counters, self.ledger, PolicyDirectory(db), shared=True
+        )
+
+    async def start(self) -> int:
+        return await self.ledger.open(self.settlements)
+
+    async def die(self) -> None:
+        """SIGKILL as seen by the next start: the spool files stay unlocked, nothing is flushed."""
+        await self.spool.close()
+
+
+async def _organization(db: Database) -> str:
+    org_id = f"org_crash_{os.urandom(4).hex()}"
+    await db.execute(
+        "INSERT INTO organizations (id, legal_name, plan_code, balance_micros, created_at)"
+        " VALUES ($1, $2, $3, $4, $5)",
+        org_id,
+        "Crash Test",
+        "free",
+        OPENING,
+        time.time(),
+    )
+    return org_id
+
+
+def _entry(org_id: str, cost: int, outcome: str = "completed", row_id: str | None = None) -> LedgerEntry:
+    return LedgerEntry(
+        organization_id=org_id,
+        key_id="key_crash",
+        system_id=None,
+        model="m",
+        row_key="mock/m@mock",
+        request_id=f"req_{os.urandom(4).hex()}",
+        status=200 if outcome == "completed" else 0,
+        input_tokens=1,
+        cached_input_tokens=0,
+        output_tokens=1,
+        cost_micros=cost,
+        created_at=time.time(),
+        outcome=outcome,
+        row_id=row_id,
+    )
+
+
+async def _admitted(process: Process, org_id: str) -> str:
+    """A request admitted as the chain admits one: its reservation in Redis, its admission in the spool."""
+
+    async def init() -> MoneyState:
+        return MoneyState(OPENING, True)
+
+    assert await process.counters.reserve(balance_key(org_id), RESERVED, False, 0, init) == Reserve.OK
+    return process.ledger.admit(_entry(org_id, CRASH_COST, "crashed"))
+
+
+async def _books(db: Database, process: Process, org_id: str) -> tuple[list[tuple[str, int]], int, int]:
+    """(outcome, cost) of every stored row, the stored balance and Redis's balance, all written."""
+    await process.ledger.flush()
+    rows = await db.fetch(
+        "SELECT outcome, cost_micros FROM usage_ledger WHERE organization_id = $1 ORDER BY id", org_id
+    )
+    stored = await db.fetchval("SELECT balance_micros FROM organizations WHERE id = $1", org_id)
+    live = await process.counters.money(balance_key(org_id))
+    assert live is not None
+    return [(row["outcome"], int(row["cost_micros"])) for row in rows], int(stored), live[0]
+
+
+async def _restarted(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str, org_id: str, adopted: int
+) -> tuple[list[tuple[str, int]], int, int]:
+    """The next start on the dead process's spool: the books once it has replayed and flushed it."""
+    restarted = Process(db, redis, tmp_path / "spool", storage_url)
+    assert await restarted.start() == adopted
+    try:
+        return await _books(db, restarted, org_id)
+    finally:
+        await restarted.ledger.stop(5.0)
+
+
+async def test_a_request_killed_after_its_settlement_is_charged_what_redis_settled(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> None:
+    org_id = await _organization(db)
+    dead = Process(db, redis, tmp_path / "spool", storage_url)
+    await dead.start()
+    row_id = await _admitted(dead, org_id)
+    await dead.accounts.settle_all([(balance_key(org_id), RESERVED)], SETTLED, row_id)
+    await dead.die()  # before its completed row reached the spool
+
+    rows, stored, live = await _restarted(db, redis, tmp_path, storage_url, org_id, 1)
+    assert rows == [("crashed", SETTLED)]
+    assert stored == live == OPENING - SETTLED
+
+
+async def test_a_request_killed_before_its_settlement_is_charged_its_crash_cost_in_redis_too(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> None:
+    org_id = await _organization(db)
+    dead = Process(db, redis, tmp_path / "spool", storage_url)
+    await dead.start()
+    await _admitted(dead, org_id)
+    await dead.die()
+
+    rows, stored, live = await _restarted(db, redis, tmp_path, storage_url, org_id, 1)
+    assert rows == [("crashed", CRASH_COST)]
+    assert stored == live == OPENING - CRASH_COST
+
+
+async def test_a_start_cut_short_after_charging_a_crashed_request_does_not_charge_it_again(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> None:
+    org_id = await _organization(db)
+    dead = Process(db, redis, tmp_path / "spool", storage_url)
+    await dead.start()
+    row_id = await _admitted(dead, org_id)
+    await dead.die()
+    # A first restart charged the crash cost in Redis and died before writing the row or deleting the file.
+    cut_short = Process(db, redis, tmp_path / "other-spool", storage_url)
+    await cut_short.settlements.charge(org_id, CRASH_COST, row_id)
+
+    rows, stored, live = await _restarted(db, redis, tmp_path, storage_url, org_id, 1)
+    assert rows == [("crashed", CRASH_COST)]
+    assert stored == live == OPENING - CRASH_COST
+
+
+async def test_completed_requests_leave_no_settlement_record_behind(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> None:
+    client, prefix = redis
+    org_id = await _organization(db)
+    process = Process(db, redis, tmp_path / "spool", storage_url)
+    await process.start()
+    row_ids = [await _admitted(process, org_id) for _ in range(3)]
+    for row_id in row_ids:
+        await process.accounts.settle_all([(balance_key(org_id), RESERVED)], SETTLED, row_id)
+        process.ledger.add(_entry(org_id, SETTLED, row_id=row_id))
+    hash_key = prefix + settled_key(writer_of(row_ids[0]))
+    # Each record is dropped with the next request's batch, never in a call of its own.
+    assert await client.hkeys(hash_key) == [row_ids[-1].encode()]
+    later = await _admitted(process, org_id)
+    await process.accounts.settle_all([(balance_key(org_id), RESERVED)], SETTLED, later)
+    assert await client.hkeys(hash_key) == [later.encode()]
+    assert 0 < await client.ttl(hash_key) <= 7 * 24 * 3600
+    process.ledger.add(_entry(org_id, SETTLED, row_id=later))
+    rows, stored, live = await _books(db, process, org_id)
+    assert rows == [("completed", SETTLED)] * 4
+    assert stored == live == OPENING - 4 * SETTLED
+    await process.ledger.stop(5.0)
+
+
+async def test_the_records_of_a_dead_writer_are_dropped_once_its_spool_is_replayed(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> None:
+    client, prefix = redis
+    org_id = await _organization(db)
+    dead = Process(db, redis, tmp_path / "spool", storage_url)
+    await dead.start()
+    row_id = await _admitted(dead, org_id)
+    await dead.accounts.settle_all([(balance_key(org_id), RESERVED)], SETTLED, row_id)
+    await dead.die()
+
+    restarted = Process(db, redis, tmp_path / "spool", storage_url)
+    await restarted.start()
+    assert not await client.exists(prefix + settled_key(writer_of(row_id)))
+    await restarted.ledger.stop(5.0)
+
+
+async def test_a_withdrawn_admission_is_not_charged_as_crashed(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> None:
+    org_id = await _organization(db)
+    dead = Process(db, redis, tmp_path / "spool", storage_url)
+    await dead.start()
+    withdrawn = await _admitted(dead, org_id)
+    await dead.accounts.settle_all([(balance_key(org_id), RESERVED)], 0, withdrawn)
+    dead.ledger.withdraw(withdrawn)  # a realtime response.create the provider rejected: no row of its own
+    await dead.die()
+
+    rows, stored, live = await _restarted(db, redis, tmp_path, storage_url, org_id, 0)
+    assert rows == []
+    assert stored == live == OPENING
