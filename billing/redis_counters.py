@@ -61,6 +61,9 @@ class RedisCounters:
         self._last_alarm = 0.0
         self.process = secrets.token_hex(8)  # this process's share of reservations is kept under this id
         self._held = f"{prefix}held:{self.process}"
+        # Rate windows keep running totals (`redis_scripts._WINDOWS`) under their own names, apart from the
+        # total-less hashes of earlier releases, which a process of this one must not count from.
+        self._windows = prefix + "w:"
         self._live = f"{prefix}live:{self.process}"
         self._processes = f"{prefix}processes"
         # Settlements Redis did not take (it was unreachable): retried until it does, so spend is never lost
@@ -123,8 +126,9 @@ class RedisCounters:
         args: list[int | str] = [self.process, WINDOW_SECONDS, CLAIM_SECONDS if claim else 0, len(windows)]
         if claim:
             keys.append(prefix + claim)
+        windows_prefix = self._windows
         for key, amount, limit in windows:
-            keys.append(prefix + key)
+            keys.append(windows_prefix + key)
             args += (amount, limit)
         for ask in money:
             keys.append(prefix + ask.key)
@@ -186,7 +190,7 @@ class RedisCounters:
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
         """Correct a window's bucket by `delta` (a TPM reservation against the real usage), batched."""
-        self._enqueue("w", key, second, delta)
+        self._enqueue("w", "w:" + key, second, delta)
 
     async def written(self) -> None:
         """Wait until what this process queued so far is in Redis (or kept for retry): a request's ledger
@@ -328,7 +332,7 @@ class RedisCounters:
         for _key, amount, limit in asks:
             args += (amount, limit)
         try:
-            flat = await self._admit(keys=[self._prefix + key for key, _, _ in asks], args=args)
+            flat = await self._admit(keys=[self._windows + key for key, _, _ in asks], args=args)
         except RedisError as exc:
             self._unavailable(exc)
             now = int(time.time())

@@ -77,41 +77,71 @@ redis.call('HINCRBY', KEYS[1], 'b', ARGV[2])
 if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'a', 1) end
 return 1
 """
-ADMIT = """
+# Rate windows (hashes under `w:`): one field per second taken in, plus 't', the total of the live ones, and
+# 'o', the oldest live second. A request reads the two; the buckets are scanned (and the expired ones
+# dropped) only once 'o' has left the window: about once a second per window under load, not per request.
+# A bucket's first take in its second renews the hash's expiry, so an idle window vanishes by itself.
+_WINDOWS = """
+local function window_use(key, now, window)
+  local state = redis.call('HMGET', key, 't', 'o')
+  local total, oldest = tonumber(state[1]), tonumber(state[2])
+  if total ~= nil and (oldest == nil or oldest > now - window) then return total, oldest end
+  local fields = redis.call('HGETALL', key)
+  if #fields == 0 then return 0, nil end
+  total, oldest = 0, nil
+  for i = 1, #fields, 2 do
+    local name = fields[i]
+    if name ~= 't' and name ~= 'o' then
+      local second = tonumber(name)
+      if second <= now - window then
+        redis.call('HDEL', key, name)
+      else
+        total = total + tonumber(fields[i + 1])
+        if oldest == nil or second < oldest then oldest = second end
+      end
+    end
+  end
+  if oldest == nil then
+    redis.call('HDEL', key, 'o')
+    redis.call('HSET', key, 't', 0)
+  else
+    redis.call('HSET', key, 't', total, 'o', oldest)
+  end
+  return total, oldest
+end
+local function window_take(key, now, window, amount, oldest)
+  if redis.call('HINCRBY', key, now, amount) == amount then redis.call('EXPIRE', key, window + 1) end
+  redis.call('HINCRBY', key, 't', amount)
+  if oldest == nil then redis.call('HSET', key, 'o', now) end
+end
+"""
+ADMIT = (
+    _WINDOWS
+    + """
 local now = tonumber(redis.call('TIME')[1])
 local window = tonumber(ARGV[1])
 local out = {}
+local oldest_of = {}
 for k = 1, #KEYS do
-  local fields = redis.call('HGETALL', KEYS[k])
-  local used = 0
-  local oldest = now
-  for i = 1, #fields, 2 do
-    local second = tonumber(fields[i])
-    if second <= now - window then
-      redis.call('HDEL', KEYS[k], fields[i])
-    else
-      used = used + tonumber(fields[i + 1])
-      if second < oldest then oldest = second end
-    end
-  end
+  local used, oldest = window_use(KEYS[k], now, window)
+  oldest_of[k] = oldest or false
   local amount = tonumber(ARGV[2 * k])
+  local reset = (oldest or now) + window - now
   if used + amount > tonumber(ARGV[2 * k + 1]) then
-    table.insert(out, 0) table.insert(out, used) table.insert(out, oldest + window - now)
+    table.insert(out, 0) table.insert(out, used) table.insert(out, reset)
     table.insert(out, now)
     return out
   end
-  table.insert(out, 1) table.insert(out, used + amount) table.insert(out, oldest + window - now)
+  table.insert(out, 1) table.insert(out, used + amount) table.insert(out, reset)
   table.insert(out, now)
 end
 for k = 1, #KEYS do
   local amount = tonumber(ARGV[2 * k])
-  if amount > 0 then
-    redis.call('HINCRBY', KEYS[k], tostring(now), amount)
-    redis.call('EXPIRE', KEYS[k], window + 1)
-  end
+  if amount > 0 then window_take(KEYS[k], now, window, amount, oldest_of[k] or nil) end
 end
 return out
 """
+)
 ACQUIRE = """
 local held = tonumber(redis.call('GET', KEYS[1]) or '0')
 if held >= tonumber(ARGV[1]) then return 0 end
@@ -132,7 +162,9 @@ return 1
 #   {-2, window, used, reset, now}  that window (1-based) is full
 #   {-3, counter, outcome}          that money counter (1-based) refused: 0 insufficient, -1 not activated
 #   {-4, counter, ...}              these money counters do not exist yet: build them and ask again
-ADMIT_REQUEST = """
+ADMIT_REQUEST = (
+    _WINDOWS
+    + """
 local process, window, claim_ttl, nw = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local k = 2
 if claim_ttl > 0 then
@@ -143,48 +175,37 @@ local first_window = k
 local now = tonumber(redis.call('TIME')[1])
 local out = {1, now}
 local a = 5
+local oldest_of = {}
 for w = 1, nw do
-  local key = KEYS[k]
-  local fields = redis.call('HGETALL', key)
-  local used, oldest = 0, now
-  for i = 1, #fields, 2 do
-    local second = tonumber(fields[i])
-    if second <= now - window then
-      redis.call('HDEL', key, fields[i])
-    else
-      used = used + tonumber(fields[i + 1])
-      if second < oldest then oldest = second end
-    end
-  end
+  local used, oldest = window_use(KEYS[k], now, window)
+  oldest_of[w] = oldest or false
   local amount = tonumber(ARGV[a])
-  if used + amount > tonumber(ARGV[a + 1]) then return {-2, w, used, oldest + window - now, now} end
+  local reset = (oldest or now) + window - now
+  if used + amount > tonumber(ARGV[a + 1]) then return {-2, w, used, reset, now} end
   out[#out + 1] = used + amount
-  out[#out + 1] = oldest + window - now
+  out[#out + 1] = reset
   k = k + 1
   a = a + 2
 end
 local first_money = k
 local missing = {-4}
+local state = {}
 for m = first_money, #KEYS do
-  if redis.call('EXISTS', KEYS[m]) == 0 then missing[#missing + 1] = m - first_money + 1 end
+  state[m] = redis.call('HMGET', KEYS[m], 'b', 'r', 'a')  -- an existing counter always has its 'b'
+  if not state[m][1] then missing[#missing + 1] = m - first_money + 1 end
 end
 if #missing > 1 then return missing end
 for m = first_money, #KEYS do
-  if ARGV[a + 1] == '1' and redis.call('HGET', KEYS[m], 'a') ~= '1' then
-    return {-3, m - first_money + 1, -1}
-  end
-  local b = tonumber(redis.call('HGET', KEYS[m], 'b'))
-  local r = tonumber(redis.call('HGET', KEYS[m], 'r') or '0')
+  local b, r, activated = tonumber(state[m][1]), tonumber(state[m][2] or '0'), state[m][3]
+  if ARGV[a + 1] == '1' and activated ~= '1' then return {-3, m - first_money + 1, -1} end
   if b + tonumber(ARGV[a + 2]) - r < tonumber(ARGV[a]) then return {-3, m - first_money + 1, 0} end
   a = a + 3
 end
 if claim_ttl > 0 then redis.call('SET', KEYS[2], 1, 'EX', claim_ttl) end
 a = 5
 for w = first_window, first_money - 1 do
-  if tonumber(ARGV[a]) > 0 then
-    redis.call('HINCRBY', KEYS[w], tostring(now), ARGV[a])
-    redis.call('EXPIRE', KEYS[w], window + 1)
-  end
+  local amount = tonumber(ARGV[a])
+  if amount > 0 then window_take(KEYS[w], now, window, amount, oldest_of[w - first_window + 1] or nil) end
   a = a + 2
 end
 local mine = 'p:' .. process
@@ -196,11 +217,12 @@ for m = first_money, #KEYS do
 end
 return out
 """
+)
 # After requests, one round trip for a batch. ARGV[1] = process; then per key three values: an operation
 # and its two arguments. 's' settles (reserved, -cost) like SETTLE; 'w' corrects a window's bucket (second,
-# delta) if it still exists; 'm' records a request's settled cost (row id, cost) in a writer's hash, which
-# lives a week past its last record; 'f' forgets one (row id); 'd' deletes the key (a released request id
-# claim; arguments unused).
+# delta), and its total, if the bucket still counts; 'm' records a request's settled cost (row id, cost) in
+# a writer's hash, which lives a week past its last record; 'f' forgets one (row id); 'd' deletes the key
+# (a released request id claim; arguments unused).
 COMPLETE = """
 local mine = 'p:' .. ARGV[1]
 local kept = {}
@@ -218,7 +240,10 @@ for k = 1, #KEYS do
       redis.call('HINCRBY', key, 'b', y)
     end
   elseif op == 'w' then
-    if redis.call('HEXISTS', key, x) == 1 then redis.call('HINCRBY', key, x, y) end
+    if redis.call('HEXISTS', key, x) == 1 then
+      redis.call('HINCRBY', key, x, y)
+      redis.call('HINCRBY', key, 't', y)
+    end
   elseif op == 'm' then
     redis.call('HSET', key, x, y)
     if not kept[key] then
