@@ -200,14 +200,21 @@ class Accounts:
         await self._counters.written()
 
     async def settle_all(self, reservations: list[tuple[str, int]], actual: int, row_id: str | None) -> None:
-        """`settle` for each (counter, reserved) of one request, written in one batch; in a shared counter,
-        with the cost recorded under the request's ledger row id (`CrashSettlements`)."""
+        """`queue_settlement`, and return once it is written (in Redis: or kept for retry)."""
+        await self.queue_settlement(reservations, actual, row_id)
+        await self._counters.written()
+
+    async def queue_settlement(
+        self, reservations: list[tuple[str, int]], actual: int, row_id: str | None
+    ) -> None:
+        """`settle` for each (counter, reserved) of one request, in one batch; in a shared counter, with the
+        cost recorded under the request's ledger row id (`CrashSettlements`). Never waits on Redis: the
+        request's row follows with `Counters.after_written`."""
         counters = self._counters
         for counter_key, reserved in reservations:
             await counters.settle(counter_key, reserved, actual)
         if row_id is not None and self._shared:
             counters.mark_settled(settled_key(writer_of(row_id)), row_id, actual)
-        await counters.written()
 
     # -- the cabinet's billing sink and the broadcast channel ------------------------------------------
 

@@ -102,6 +102,8 @@ class Counters(Protocol):
     ) -> Admitted: ...
     def release_claim(self, claim: str) -> None: ...
     async def written(self) -> None: ...
+    def after_written(self, callback: Callable[[], object]) -> None: ...
+    async def flush(self) -> None: ...
     async def reserve(
         self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
     ) -> int: ...
@@ -244,6 +246,12 @@ class InProcessCounters:
         return None
 
     async def written(self) -> None:
+        return None
+
+    def after_written(self, callback: Callable[[], object]) -> None:
+        callback()  # settlements here are done the moment they are made
+
+    async def flush(self) -> None:
         return None
 
     # A process's counters die with it: no settlement outlives it, so none needs a record.

@@ -21,7 +21,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from redis.exceptions import RedisError
 
@@ -197,6 +197,16 @@ class RedisCounters:
         row follows its settlement, as when settling was one call per request."""
         if self._queued_written is not None:
             await asyncio.shield(self._queued_written)
+
+    def after_written(self, callback: Callable[[], object]) -> None:
+        """Run `callback` once everything this process queued so far is written (or kept for retry): at once
+        when nothing is queued. A request's ledger row follows its settlement this way, without its
+        handler waiting for Redis."""
+        pending = self._queued_written
+        if pending is None:
+            callback()
+        else:
+            pending.add_done_callback(lambda _: callback())
 
     def _enqueue(self, operation: str, key: str, first: int | str, second: int | str) -> None:
         self._queue.append((operation, key, first, second))

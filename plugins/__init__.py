@@ -111,7 +111,7 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
         BillingGate(services.accounts),  # 402 unpaid invoice, balance or budget (recorded for admission)
         Admission(services.counters),  # takes claim, windows and reservations at once: 409, 429, 402
-        UsageMetering(services.ledger),  # usage from answers; a ledger row per request
+        UsageMetering(services.ledger, services.counters),  # usage from answers; a ledger row per request
         Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
         AccessLog(services.config.logging.log_prompts),  # one structured line per request, last
     ]

@@ -91,5 +91,6 @@ class BillingGate(Plugin):
         if not ctx.reservations:
             return
         cost = final_cost(ctx)
-        # Batched with other requests' (and this one's TPM corrections), in Redis before its ledger row.
-        await self._accounts.settle_all(ctx.reservations, cost, ctx.ledger_row_id)
+        # Batched with other requests' (and this one's TPM corrections); its ledger row follows once the batch
+        # is written (UsageMetering), so the handler never waits on Redis here.
+        await self._accounts.queue_settlement(ctx.reservations, cost, ctx.ledger_row_id)

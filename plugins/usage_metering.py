@@ -9,9 +9,11 @@ like; a provider's own price (`cost`) never reaches a client.
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import orjson
 
+from billing.counters import Counters
 from billing.ledger import CRASHED, LedgerEntry, LedgerWriter, entry_for
 from billing.media import MEDIA_ROUTES, MediaUsageReader
 from billing.usage import (
@@ -177,8 +179,9 @@ class UsageMetering(Plugin):
 
     name = "usage_metering"
 
-    def __init__(self, ledger: LedgerWriter) -> None:
+    def __init__(self, ledger: LedgerWriter, counters: Counters) -> None:
         self._ledger = ledger
+        self._counters = counters
 
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
@@ -225,9 +228,14 @@ class UsageMetering(Plugin):
         cost = final_cost(ctx)
         status = ctx.answered_status or ctx.status
         row_key = ctx.row.key if ctx.row else None
-        self._ledger.add(
-            entry_for(ctx, ctx.usage, cost, status, _outcome(ctx), row_key=row_key, row_id=ctx.ledger_row_id)
+        entry = entry_for(
+            ctx, ctx.usage, cost, status, _outcome(ctx), row_key=row_key, row_id=ctx.ledger_row_id
         )
+        if ctx.reservations:
+            # Spooled once its settlement is in the live counter (a crash in between is recovered by row id).
+            self._counters.after_written(partial(self._ledger.add, entry))
+        else:
+            self._ledger.add(entry)
 
 
 def _crash_entry(ctx: RequestContext) -> LedgerEntry:

@@ -199,6 +199,7 @@ class Gateway:
             await self.allowances.stop()
         # Their ledger rows and settlements come first (realtime sessions still closing among them).
         await self.completions.drain(self.config.server.shutdown_grace_seconds)
+        await self.counters.flush()  # the rows that follow their settlements' batch (UsageMetering)
         # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.
         await self.ledger.stop(self.config.server.shutdown_grace_seconds)
         await self.objects.drain()
