@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 
 from config import Config, ConfigError, load_config
 
@@ -171,8 +172,17 @@ def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
     billing.set_defaults(func=cmd_billing)
 
 
+def _installed_version() -> str:
+    """The version of the installed distribution ("unknown" when run from a tree that is not installed)."""
+    try:
+        return metadata.version("modelgate")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelgate", description="modelgate LLM gateway")
+    parser.add_argument("--version", action="version", version=f"modelgate {_installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the gateway (embedded defaults when no --config)")

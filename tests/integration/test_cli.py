@@ -160,3 +160,11 @@ def test_serve_refuses_port_0_with_several_workers(tmp_path: Path) -> None:
     result = run_cli("serve", "--config", config, "--port", "0", "--workers", "2", timeout=20)
     assert result.returncode == 2
     assert "--port 0" in result.stderr and "--workers 1" in result.stderr
+
+
+def test_version_prints_the_installed_distribution_version() -> None:
+    from importlib import metadata
+
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"modelgate {metadata.version('modelgate')}"
