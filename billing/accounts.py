@@ -70,10 +70,8 @@ class CrashSettlements:
 
     async def charge(self, organization_id: str, cost: int, row_id: str) -> None:
         if cost:
-            counters = self._counters
-            await counters.settle(balance_key(organization_id), 0, cost)
-            counters.mark_settled(settled_key(writer_of(row_id)), row_id, cost)
-            await counters.written()
+            await queue_settlement(self._counters, [(balance_key(organization_id), 0)], cost, row_id)
+            await self._counters.written()
 
     async def forget(self, writers: set[str]) -> None:
         await self._counters.delete([settled_key(writer) for writer in writers])
@@ -81,6 +79,17 @@ class CrashSettlements:
     def spooled(self, row_id: str) -> None:
         """The completed row of `row_id` is in the spool (`LedgerWriter.on_row_spooled`)."""
         self._counters.forget_settled(settled_key(writer_of(row_id)), row_id)
+
+
+async def queue_settlement(
+    counters: Counters, reservations: list[tuple[str, int]], actual: int, row_id: str | None
+) -> None:
+    """Settle each (counter, reserved) of one request to `actual`, in one batch, recording the cost under
+    its ledger row id (`CrashSettlements`) when there is one. Never waits on Redis."""
+    for counter_key, reserved in reservations:
+        await counters.settle(counter_key, reserved, actual)
+    if row_id is not None:
+        counters.mark_settled(settled_key(writer_of(row_id)), row_id, actual)
 
 
 def budget_key(rule: PolicyRule, start: float) -> str:
@@ -207,14 +216,9 @@ class Accounts:
     async def queue_settlement(
         self, reservations: list[tuple[str, int]], actual: int, row_id: str | None
     ) -> None:
-        """`settle` for each (counter, reserved) of one request, in one batch; in a shared counter, with the
-        cost recorded under the request's ledger row id (`CrashSettlements`). Never waits on Redis: the
-        request's row follows with `Counters.after_written`."""
-        counters = self._counters
-        for counter_key, reserved in reservations:
-            await counters.settle(counter_key, reserved, actual)
-        if row_id is not None and self._shared:
-            counters.mark_settled(settled_key(writer_of(row_id)), row_id, actual)
+        """`queue_settlement` on this gateway's counters (the cost recorded by row id only where they are
+        shared); the request's row follows with `Counters.after_written`."""
+        await queue_settlement(self._counters, reservations, actual, row_id if self._shared else None)
 
     # -- the cabinet's billing sink and the broadcast channel ------------------------------------------
 

@@ -295,12 +295,7 @@ class LedgerWriter:
         row_id = self._new_id(crash.created_at)
         line = orjson.dumps((_ADMITTED, *_row(crash, row_id)), option=orjson.OPT_APPEND_NEWLINE)
         self._open[row_id] = line
-        spool_file = self._current.file
-        if spool_file is not None:
-            try:
-                spool_file.append(line)
-            except OSError as exc:
-                self._spool_write_failed(exc)
+        self._journal(line)
         return row_id
 
     def add(self, entry: LedgerEntry) -> None:
@@ -317,12 +312,15 @@ class LedgerWriter:
     def withdraw(self, row_id: str) -> None:
         """An admitted request ended with nothing to charge and no row of its own (its reservation given
         back whole): a replay does not charge it as crashed."""
-        if self._open.pop(row_id, None) is None:
-            return
+        if self._open.pop(row_id, None) is not None:
+            self._journal(orjson.dumps((_WITHDRAWN, row_id), option=orjson.OPT_APPEND_NEWLINE))
+
+    def _journal(self, line: bytes) -> None:
+        """Append an admission or a withdrawal to the current spool segment (not a row: nothing counts it)."""
         spool_file = self._current.file
         if spool_file is not None:
             try:
-                spool_file.append(orjson.dumps((_WITHDRAWN, row_id), option=orjson.OPT_APPEND_NEWLINE))
+                spool_file.append(line)
             except OSError as exc:
                 self._spool_write_failed(exc)
 
