@@ -124,7 +124,6 @@ class UpstreamAnswer:
         "_paused",
         "_read_timeout",
         "_waiter",
-        "content",
         "headers",
         "raw_headers",
         "received",
@@ -136,7 +135,6 @@ class UpstreamAnswer:
     ) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
-        self.content = self
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.received = False  # any byte of an answer arrived on the connection for this request
         self._conn: _Connection | None = conn
@@ -152,6 +150,12 @@ class UpstreamAnswer:
         self._keep_alive = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future | None = None
+
+    @property
+    def content(self) -> UpstreamAnswer:
+        """The body reader (aiohttp's name for it): the answer itself. A property, not an attribute: a
+        reference to itself would make every answer a reference cycle, left for the garbage collector."""
+        return self
 
     # fed by the connection
 
