@@ -61,14 +61,6 @@ class _Wire(asyncio.Protocol):
                 future.set_exception(RedisConnectionError(f"connection to Redis lost: {exc!r}"))
 
 
-def _encode(parts: tuple[Any, ...]) -> bytes:
-    out = [b"*%d\r\n" % len(parts)]
-    for part in parts:
-        data = part if isinstance(part, bytes) else str(part).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
 class RedisWire:
     """Pipelined calls on one connection to the Redis at `host:port` (database `db`, optional AUTH)."""
 
@@ -109,7 +101,7 @@ class RedisWire:
             wire = await self._connect()
         future = asyncio.get_running_loop().create_future()
         wire.waiting.append((future, time.monotonic()))
-        wire.transport.write(_encode(parts))
+        wire.transport.write(hiredis.pack_command(parts))  # RESP, encoded in C
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().call_later(self._timeout, self._watch)
         reply = await future
