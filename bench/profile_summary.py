@@ -20,9 +20,9 @@ _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^():]+)(?::\d+)?\)$")
 # Start-up frames under which the event loop runs: every sample has them, so they explain nothing.
 _ENTRY_POINTS = frozenset(
     {
-        "<module> (proxy/cli.py)",
-        "main (proxy/cli.py)",
-        "cmd_serve (proxy/cli.py)",
+        "<module> (modelgate/cli.py)",
+        "main (modelgate/cli.py)",
+        "cmd_serve (modelgate/cli.py)",
         "run (proxy/server.py)",
         "_run_loop (proxy/server.py)",
         "_worker_main (proxy/server.py)",

@@ -72,7 +72,7 @@ def start_services(
     serve = ["serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(services.gateway_port)]
     services.gateway = start(
         "modelgate",
-        [python, "-m", "proxy.cli", *serve, "--workers", str(workers)],
+        [python, "-m", "modelgate", *serve, "--workers", str(workers)],
         cpus=proxy_cpus,
         log_dir=log_dir,
         cwd=REPO,

@@ -19,14 +19,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from billing.counters import Counters, MoneyAsk, MoneyState, Reserve
-from billing.events import BalanceEvent
-from billing.ledger import LedgerWriter, writer_of
-from billing.money import to_micros
-from billing.policy import PolicyDirectory, PolicyRule, period_start
-from cabinet.storage.database import Database
-from config import Config
-from proxy.errors import InsufficientBalance
+from modelgate.billing.counters import Counters, MoneyAsk, MoneyState, Reserve
+from modelgate.billing.events import BalanceEvent
+from modelgate.billing.ledger import LedgerWriter, writer_of
+from modelgate.billing.money import to_micros
+from modelgate.billing.policy import PolicyDirectory, PolicyRule, period_start
+from modelgate.cabinet.storage.database import Database
+from modelgate.config import Config
+from modelgate.proxy.errors import InsufficientBalance
 
 log = logging.getLogger("modelgate.accounts")
 
@@ -300,7 +300,7 @@ class Accounts:
     async def plan_changed(self, organization_id: str) -> None:
         """The organization moved to another plan: every process drops the API keys it cached with the old
         plan (this one before returning); the credit limit of the new plan applies per reservation."""
-        from cabinet.billing import PLAN_CHANNEL  # here: only this method of the class needs it
+        from modelgate.cabinet.billing import PLAN_CHANNEL  # here: only this method of the class needs it
 
         for broadcast in self._broadcasts:
             await broadcast(PLAN_CHANNEL, organization_id)

@@ -15,10 +15,10 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from billing.events import ALLOWANCE, BalanceEvent, apply_balance_event
-from billing.money import to_micros
-from cabinet.storage.database import Database, Executor, IntegrityViolation
-from config import Config
+from modelgate.billing.events import ALLOWANCE, BalanceEvent, apply_balance_event
+from modelgate.billing.money import to_micros
+from modelgate.cabinet.storage.database import Database, Executor, IntegrityViolation
+from modelgate.config import Config
 
 log = logging.getLogger("modelgate.allowance")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.context import RequestContext
-from proxy.errors import InvalidRequest
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidRequest
 
 MAX_CHOICES = 128  # the most `n` the OpenAI API accepts
 LEGACY_COMPLETIONS_DEFAULT = 16

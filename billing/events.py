@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from billing.money import Micros
-from cabinet.storage.database import Executor
-from cabinet.tokens import new_id
+from modelgate.billing.money import Micros
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import new_id
 
 # Kinds of balance events.
 INVOICE_PAID = "invoice_paid"

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
-from billing.spool import Spool, SpoolError, SpoolFile
-from cabinet.storage.database import Database, Executor
+from modelgate.billing.spool import Spool, SpoolError, SpoolFile
+from modelgate.cabinet.storage.database import Database, Executor
 
 if TYPE_CHECKING:
-    from proxy.context import RequestContext, Usage
+    from modelgate.proxy.context import RequestContext, Usage
 
 log = logging.getLogger("modelgate.ledger")
 

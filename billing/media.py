@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from billing.prices import ModelPrices
-from billing.usage import merge_usage
-from proxy.context import Usage
+from modelgate.billing.prices import ModelPrices
+from modelgate.billing.usage import merge_usage
+from modelgate.proxy.context import Usage
 
 IMAGE_ROUTES = frozenset({"images_generations", "images_edits", "images_variations"})
 AUDIO_ROUTES = frozenset({"audio_transcriptions", "audio_translations"})

@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from redis.exceptions import RedisError
 
-from billing import redis_scripts as scripts
-from billing.counters import (
+from modelgate.billing import redis_scripts as scripts
+from modelgate.billing.counters import (
     SLOT_TTL_SECONDS,
     WINDOW_SECONDS,
     Admitted,
@@ -37,8 +37,8 @@ from billing.counters import (
     WindowAsk,
     WindowResult,
 )
-from billing.redis_wire import Script, wire_for
-from proxy.errors import ServiceUnavailable
+from modelgate.billing.redis_wire import Script, wire_for
+from modelgate.proxy.errors import ServiceUnavailable
 
 log = logging.getLogger("modelgate.counters")
 

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from config.schema import SPOOL_FSYNC_POLICIES
+from modelgate.config.schema import SPOOL_FSYNC_POLICIES
 
 log = logging.getLogger("modelgate.spool")
 

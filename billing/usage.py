@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from proxy.context import Usage
+from modelgate.proxy.context import Usage
 
 if TYPE_CHECKING:
-    from proxy.context import RequestContext
+    from modelgate.proxy.context import RequestContext
 
 _USAGE = b'"usage"'
 # A usage object, not `"usage": null` (which OpenAI-style streams repeat in every chunk): only events that

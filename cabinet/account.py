@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cabinet.audit import Actor, record
-from cabinet.auth import authenticate, require_session
-from cabinet.clock import isoformat, now
-from cabinet.organizations import require_organization
-from cabinet.passwords import hash_password, needs_rehash, password_policy_violation, verify_password
-from cabinet.requests import (
+from modelgate.cabinet.audit import Actor, record
+from modelgate.cabinet.auth import authenticate, require_session
+from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.passwords import (
+    hash_password,
+    needs_rehash,
+    password_policy_violation,
+    verify_password,
+)
+from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
     json_response,
@@ -17,10 +22,10 @@ from cabinet.requests import (
     required_email,
     required_secret,
 )
-from cabinet.services import CabinetServices, services_of
-from cabinet.sessions import end_other_sessions, end_session
-from cabinet.throttle import LoginThrottle
-from cabinet.users import set_password_hash, user_by_email, user_in_organization
+from modelgate.cabinet.services import CabinetServices, services_of
+from modelgate.cabinet.sessions import end_other_sessions, end_session
+from modelgate.cabinet.throttle import LoginThrottle
+from modelgate.cabinet.users import set_password_hash, user_by_email, user_in_organization
 
 # One message for an unknown e-mail and a wrong password, so the answer does not reveal which it was.
 BAD_CREDENTIALS = "invalid e-mail or password"

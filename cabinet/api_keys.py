@@ -12,11 +12,11 @@ from typing import Any
 
 from aiohttp import web
 
-from cabinet.audit import actor_of, record
-from cabinet.auth import authenticate
-from cabinet.clock import now
-from cabinet.organizations import require_organization
-from cabinet.requests import (
+from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
     json_response,
@@ -25,12 +25,12 @@ from cabinet.requests import (
     read_json_object,
     required_text,
 )
-from cabinet.services import services_of
-from cabinet.storage import IntegrityViolation
-from cabinet.storage.database import Executor
-from cabinet.systems import system_in_organization
-from cabinet.tokens import hash_token, new_api_key_secret, new_id, secret_hint
-from cabinet.users import ADMIN_ROLES, first_owner_email
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage import IntegrityViolation
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.systems import system_in_organization
+from modelgate.cabinet.tokens import hash_token, new_api_key_secret, new_id, secret_hint
+from modelgate.cabinet.users import ADMIN_ROLES, first_owner_email
 
 log = logging.getLogger("modelgate.cabinet.api_keys")
 

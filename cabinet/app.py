@@ -11,7 +11,7 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from cabinet import (
+from modelgate.cabinet import (
     account,
     api_keys,
     audit,
@@ -26,15 +26,15 @@ from cabinet import (
     systems,
     usage,
 )
-from cabinet.invitation_delivery import InvitationDelivery
-from cabinet.oidc import callback as oidc_callback
-from cabinet.oidc import exchange as oidc_exchange
-from cabinet.oidc import login as oidc_login
-from cabinet.oidc import provider_routes as oidc_providers
-from cabinet.oidc.runtime import install_sso
-from cabinet.openapi import openapi_handler
-from cabinet.requests import CabinetError, json_response
-from cabinet.services import SERVICES, CabinetServices
+from modelgate.cabinet.invitation_delivery import InvitationDelivery
+from modelgate.cabinet.oidc import callback as oidc_callback
+from modelgate.cabinet.oidc import exchange as oidc_exchange
+from modelgate.cabinet.oidc import login as oidc_login
+from modelgate.cabinet.oidc import provider_routes as oidc_providers
+from modelgate.cabinet.oidc.runtime import install_sso
+from modelgate.cabinet.openapi import openapi_handler
+from modelgate.cabinet.requests import CabinetError, json_response
+from modelgate.cabinet.services import SERVICES, CabinetServices
 
 log = logging.getLogger("modelgate.cabinet")
 

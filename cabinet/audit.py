@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from cabinet.auth import Principal, authenticate
-from cabinet.clock import isoformat
-from cabinet.requests import bad_request, json_response, refuse_unstorable_query
-from cabinet.services import services_of
-from cabinet.storage.database import Executor, Row
-from cabinet.tokens import new_id
-from cabinet.users import ADMIN_ROLES
+from modelgate.cabinet.auth import Principal, authenticate
+from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.requests import bad_request, json_response, refuse_unstorable_query
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage.database import Executor, Row
+from modelgate.cabinet.tokens import new_id
+from modelgate.cabinet.users import ADMIN_ROLES
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200

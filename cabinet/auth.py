@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from cabinet.clock import now
-from cabinet.requests import CabinetError
-from cabinet.services import services_of
-from cabinet.sessions import live_session
-from cabinet.storage.database import Executor
-from cabinet.tokens import API_KEY_PREFIX, MANAGEMENT_KEY_PREFIX, hash_token
-from cabinet.users import ROLES, first_owner_email
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.requests import CabinetError
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.sessions import live_session
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import API_KEY_PREFIX, MANAGEMENT_KEY_PREFIX, hash_token
+from modelgate.cabinet.users import ROLES, first_owner_email
 
 SESSION = "session"
 MANAGEMENT_KEY = "management_key"

@@ -15,24 +15,32 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from billing.events import CREDIT, DEBIT, INVOICE_PAID, SET, TOP_UP, BalanceEvent, apply_balance_event
-from billing.money import MAX_CREDIT_MICROS, to_micros
-from cabinet.audit import Actor, record
-from cabinet.clock import isoformat
-from cabinet.invoices import (
+from modelgate.billing.events import (
+    CREDIT,
+    DEBIT,
+    INVOICE_PAID,
+    SET,
+    TOP_UP,
+    BalanceEvent,
+    apply_balance_event,
+)
+from modelgate.billing.money import MAX_CREDIT_MICROS, to_micros
+from modelgate.cabinet.audit import Actor, record
+from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.invoices import (
     TOP_UP_INVOICE,
     Invoice,
     insert_invoice,
     invoice_by_id,
     open_invoices,
 )
-from cabinet.organizations import Organization
-from cabinet.requests import CabinetError
-from cabinet.services import CabinetServices
-from cabinet.storage.database import Executor
-from cabinet.tokens import new_id
-from cabinet.usage import day_start, usage_totals
-from config import Config, PlanConfig
+from modelgate.cabinet.organizations import Organization
+from modelgate.cabinet.requests import CabinetError
+from modelgate.cabinet.services import CabinetServices
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import new_id
+from modelgate.cabinet.usage import day_start, usage_totals
+from modelgate.config import Config, PlanConfig
 
 log = logging.getLogger("modelgate.cabinet.billing")
 

@@ -21,10 +21,10 @@ import aiohttp
 import asyncpg
 import orjson
 
-from billing.allowance import grant_allowance
-from billing.events import SET, BalanceEvent
-from billing.money import format_money, parse_money
-from cabinet.billing import (
+from modelgate.billing.allowance import grant_allowance
+from modelgate.billing.events import SET, BalanceEvent
+from modelgate.billing.money import format_money, parse_money
+from modelgate.cabinet.billing import (
     ADJUSTMENT_KINDS,
     BILLING_CHANNEL,
     PLAN_CHANNEL,
@@ -34,13 +34,13 @@ from cabinet.billing import (
     mark_invoice_paid,
     top_up,
 )
-from cabinet.clock import now
-from cabinet.operator import organization_invoices_json, payment_json
-from cabinet.registration_invitations import invite_organization
-from cabinet.requests import CabinetError
-from cabinet.storage import MIGRATIONS, Database, StorageError, open_database
-from config import Config
-from proxy.host_channel import HostChannel
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.operator import organization_invoices_json, payment_json
+from modelgate.cabinet.registration_invitations import invite_organization
+from modelgate.cabinet.requests import CabinetError
+from modelgate.cabinet.storage import MIGRATIONS, Database, StorageError, open_database
+from modelgate.config import Config
+from modelgate.proxy.host_channel import HostChannel
 
 EXIT_OK = 0
 EXIT_ERROR = 2

@@ -8,14 +8,14 @@ from typing import Any
 
 from aiohttp import web
 
-from cabinet.account import BAD_CREDENTIALS, throttled_password_check
-from cabinet.audit import Actor, actor_of, record
-from cabinet.auth import authenticate
-from cabinet.clock import isoformat, now
-from cabinet.invitation_delivery import InvitationDelivery
-from cabinet.organizations import require_organization
-from cabinet.passwords import hash_password, password_policy_violation
-from cabinet.requests import (
+from modelgate.cabinet.account import BAD_CREDENTIALS, throttled_password_check
+from modelgate.cabinet.audit import Actor, actor_of, record
+from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.invitation_delivery import InvitationDelivery
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.passwords import hash_password, password_policy_violation
+from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
     json_response,
@@ -25,11 +25,11 @@ from cabinet.requests import (
     required_email,
     required_secret,
 )
-from cabinet.services import services_of
-from cabinet.storage import IntegrityViolation
-from cabinet.storage.database import Executor, Row
-from cabinet.tokens import hash_token, new_id, new_opaque_token
-from cabinet.users import ADMIN_ROLES, ROLES, User, insert_user, user_by_email
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage import IntegrityViolation
+from modelgate.cabinet.storage.database import Executor, Row
+from modelgate.cabinet.tokens import hash_token, new_id, new_opaque_token
+from modelgate.cabinet.users import ADMIN_ROLES, ROLES, User, insert_user, user_by_email
 
 DELIVERY = web.AppKey("cabinet_invitation_delivery", InvitationDelivery)
 _COLUMNS = (

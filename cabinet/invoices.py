@@ -10,14 +10,14 @@ from typing import Any
 
 from aiohttp import web
 
-from billing.money import to_micros
-from cabinet.auth import authenticate
-from cabinet.clock import isoformat
-from cabinet.requests import json_response
-from cabinet.services import services_of
-from cabinet.storage.database import Executor
-from cabinet.tokens import new_id
-from config import PlanConfig
+from modelgate.billing.money import to_micros
+from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.requests import json_response
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import new_id
+from modelgate.config import PlanConfig
 
 PLAN_INVOICE = "plan"
 TOP_UP_INVOICE = "top_up"

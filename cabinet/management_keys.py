@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from cabinet.audit import actor_of, record
-from cabinet.auth import authenticate
-from cabinet.clock import isoformat, now
-from cabinet.organizations import require_organization
-from cabinet.requests import (
+from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
     json_response,
@@ -22,8 +22,8 @@ from cabinet.requests import (
     read_json_object,
     required_text,
 )
-from cabinet.services import services_of
-from cabinet.tokens import hash_token, new_id, new_management_key_secret, secret_hint
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.tokens import hash_token, new_id, new_management_key_secret, secret_hint
 
 OWNER_ONLY = ("owner",)
 _COLUMNS = "id, organization_id, name, status, secret_hint, created_at, revoked_at"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cabinet.audit import actor_of, record
-from cabinet.auth import Principal, authenticate
-from cabinet.clock import now
-from cabinet.organizations import require_organization
-from cabinet.requests import CabinetError, json_response, path_id, read_json_object, required_choice
-from cabinet.services import services_of
-from cabinet.storage.database import Executor
-from cabinet.users import (
+from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.auth import Principal, authenticate
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.requests import CabinetError, json_response, path_id, read_json_object, required_choice
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.users import (
     ADMIN_ROLES,
     ROLES,
     User,

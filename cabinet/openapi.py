@@ -9,8 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from cabinet.requests import json_response
-from cabinet.services import services_of
+from modelgate.cabinet.requests import json_response
+from modelgate.cabinet.services import services_of
 
 PREFIX = "/api"
 
@@ -536,7 +536,7 @@ SCHEMAS: dict[str, Any] = {
 def openapi_document(public_url: str = "") -> dict[str, Any]:
     """The document, with the server URL of the deployment when one is configured."""
     # The billing part builds on the helpers above, so it is imported here rather than at the top.
-    from cabinet.openapi_billing import BILLING_PATHS, BILLING_SCHEMAS, OPERATOR_SECURITY_SCHEMES
+    from modelgate.cabinet.openapi_billing import BILLING_PATHS, BILLING_SCHEMAS, OPERATOR_SECURITY_SCHEMES
 
     return {
         "openapi": "3.1.0",

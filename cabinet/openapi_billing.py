@@ -8,10 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from billing.money import MAX_CREDIT_MICROS
-from cabinet.billing import ADJUSTMENT_KINDS, MAX_REASON_LENGTH
-from cabinet.openapi import _ADMIN, _AUTH_ERRORS, _STR, _TIME, _obj, _op, _path_param, _query_param, _ref
-from cabinet.policy_rule_input import (
+from modelgate.billing.money import MAX_CREDIT_MICROS
+from modelgate.cabinet.billing import ADJUSTMENT_KINDS, MAX_REASON_LENGTH
+from modelgate.cabinet.openapi import (
+    _ADMIN,
+    _AUTH_ERRORS,
+    _STR,
+    _TIME,
+    _obj,
+    _op,
+    _path_param,
+    _query_param,
+    _ref,
+)
+from modelgate.cabinet.policy_rule_input import (
     BUDGET_PERIODS,
     EFFECTS,
     MAX_BUDGET_MICROS,
@@ -19,7 +29,7 @@ from cabinet.policy_rule_input import (
     MAX_RATE,
     SUBJECT_TYPES,
 )
-from cabinet.usage import GROUPINGS, MAX_DAYS
+from modelgate.cabinet.usage import GROUPINGS, MAX_DAYS
 
 _INT = {"type": "integer"}
 _MICROS = {"type": "integer", "description": "Micro-units of the configured currency"}

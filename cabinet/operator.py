@@ -14,9 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
-from billing.allowance import grant_allowance
-from cabinet.auth import bearer_token
-from cabinet.billing import (
+from modelgate.billing.allowance import grant_allowance
+from modelgate.cabinet.auth import bearer_token
+from modelgate.cabinet.billing import (
     adjust_balance,
     announce_balance_event,
     announce_plan_change,
@@ -26,11 +26,11 @@ from cabinet.billing import (
     organization_not_found,
     top_up,
 )
-from cabinet.clock import isoformat, now
-from cabinet.invoices import Invoice, invoices_of
-from cabinet.organizations import organization_by_id
-from cabinet.registration_invitations import invite_organization
-from cabinet.requests import (
+from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.invoices import Invoice, invoices_of
+from modelgate.cabinet.organizations import organization_by_id
+from modelgate.cabinet.registration_invitations import invite_organization
+from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
     json_response,
@@ -38,9 +38,9 @@ from cabinet.requests import (
     read_json_object,
     required_email,
 )
-from cabinet.services import services_of
-from cabinet.storage.database import Executor
-from config import Config
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage.database import Executor
+from modelgate.config import Config
 
 
 def _digest(token: str) -> bytes:

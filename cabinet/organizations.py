@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cabinet.clock import isoformat
-from cabinet.requests import bad_request
-from cabinet.storage.database import Executor
-from cabinet.tokens import new_id
+from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.requests import bad_request
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import new_id
 
 _COLUMNS = "id, legal_name, plan_code, balance_micros, created_at"
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cabinet.api_keys import api_keys_of
-from cabinet.auth import authenticate
-from cabinet.billing import billing_overview
-from cabinet.clock import now
-from cabinet.organizations import require_organization
-from cabinet.requests import json_response
-from cabinet.services import services_of
-from cabinet.systems import systems_of
-from cabinet.users import users_of
+from modelgate.cabinet.api_keys import api_keys_of
+from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.billing import billing_overview
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.requests import json_response
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.systems import systems_of
+from modelgate.cabinet.users import users_of
 
 
 async def overview(request: web.Request) -> web.Response:

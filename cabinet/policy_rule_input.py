@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cabinet.requests import bad_request, optional_text
+from modelgate.cabinet.requests import bad_request, optional_text
 
 SUBJECT_TYPES = ("organization", "key", "system")
 EFFECTS = ("allow", "deny")

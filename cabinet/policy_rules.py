@@ -31,16 +31,16 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from cabinet.audit import actor_of, record
-from cabinet.auth import Principal, authenticate
-from cabinet.clock import isoformat, now
-from cabinet.organizations import require_organization
-from cabinet.policy_rule_input import FIELDS, REQUIRED_FIELDS, check_consistent, parse_rule_fields
-from cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
-from cabinet.services import CabinetServices, services_of
-from cabinet.storage.database import Executor, Row
-from cabinet.tokens import new_id
-from cabinet.users import ADMIN_ROLES
+from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.auth import Principal, authenticate
+from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.policy_rule_input import FIELDS, REQUIRED_FIELDS, check_consistent, parse_rule_fields
+from modelgate.cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
+from modelgate.cabinet.services import CabinetServices, services_of
+from modelgate.cabinet.storage.database import Executor, Row
+from modelgate.cabinet.tokens import new_id
+from modelgate.cabinet.users import ADMIN_ROLES
 
 log = logging.getLogger("modelgate.cabinet.policy_rules")
 

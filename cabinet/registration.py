@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cabinet.audit import Actor, record
-from cabinet.clock import now
-from cabinet.invoices import open_plan_invoice
-from cabinet.organizations import insert_organization
-from cabinet.passwords import hash_password, password_policy_violation
-from cabinet.registration_invitations import (
+from modelgate.cabinet.audit import Actor, record
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.invoices import open_plan_invoice
+from modelgate.cabinet.organizations import insert_organization
+from modelgate.cabinet.passwords import hash_password, password_policy_violation
+from modelgate.cabinet.registration_invitations import (
     RegistrationInvitation,
     usable_registration_invitation,
     use_registration_invitation,
 )
-from cabinet.requests import (
+from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
     json_response,
@@ -28,10 +28,10 @@ from cabinet.requests import (
     required_secret,
     required_text,
 )
-from cabinet.services import CabinetServices, services_of
-from cabinet.storage import IntegrityViolation
-from cabinet.users import insert_user, user_by_email
-from config import PlanConfig
+from modelgate.cabinet.services import CabinetServices, services_of
+from modelgate.cabinet.storage import IntegrityViolation
+from modelgate.cabinet.users import insert_user, user_by_email
+from modelgate.config import PlanConfig
 
 
 def _email_taken() -> CabinetError:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cabinet.clock import isoformat
-from cabinet.requests import CabinetError, bad_request
-from cabinet.storage.database import Database, Executor, Row
-from cabinet.tokens import hash_token, new_id, new_opaque_token
-from cabinet.users import user_by_email
-from config import Config
+from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.requests import CabinetError, bad_request
+from modelgate.cabinet.storage.database import Database, Executor, Row
+from modelgate.cabinet.tokens import hash_token, new_id, new_opaque_token
+from modelgate.cabinet.users import user_by_email
+from modelgate.config import Config
 
 _COLUMNS = "id, email, plan_code, status, created_at, expires_at, used_at, organization_id"
 

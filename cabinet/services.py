@@ -7,10 +7,10 @@ from typing import Protocol
 
 from aiohttp import web
 
-from billing.events import BalanceEvent
-from cabinet.sessions import create_session
-from cabinet.storage.database import Database, Executor
-from config import Config
+from modelgate.billing.events import BalanceEvent
+from modelgate.cabinet.sessions import create_session
+from modelgate.cabinet.storage.database import Database, Executor
+from modelgate.config import Config
 
 
 class KeyRevocationSink(Protocol):

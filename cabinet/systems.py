@@ -7,11 +7,11 @@ from typing import Any
 
 from aiohttp import web
 
-from cabinet.audit import actor_of, record
-from cabinet.auth import authenticate
-from cabinet.clock import isoformat, now
-from cabinet.organizations import require_organization
-from cabinet.requests import (
+from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
     json_response,
@@ -20,11 +20,11 @@ from cabinet.requests import (
     read_json_object,
     required_text,
 )
-from cabinet.services import services_of
-from cabinet.storage import IntegrityViolation
-from cabinet.storage.database import Executor
-from cabinet.tokens import new_id
-from cabinet.users import ADMIN_ROLES
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage import IntegrityViolation
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import new_id
+from modelgate.cabinet.users import ADMIN_ROLES
 
 MAX_DESCRIPTION_LENGTH = 2000
 _COLUMNS = "id, organization_id, name, description, created_at"

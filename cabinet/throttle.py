@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cabinet.requests import CabinetError
-from cabinet.storage.database import Database, Executor, Row
+from modelgate.cabinet.requests import CabinetError
+from modelgate.cabinet.storage.database import Database, Executor, Row
 
 # Many users can share one address (offices, NAT), and an account can be tried from many addresses.
 ADDRESS_FAILURE_FACTOR = 4

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cabinet.clock import isoformat
-from cabinet.storage.database import Executor, Row
-from cabinet.tokens import new_id
+from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.storage.database import Executor, Row
+from modelgate.cabinet.tokens import new_id
 
 ROLES = ("owner", "admin", "member")
 ADMIN_ROLES = ("owner", "admin")

@@ -27,7 +27,7 @@ def chain_plugins() -> tuple[tuple[str, bool], ...]:
     """(name, essential) of every plugin of the model API's chain, in order, read from the plugin classes:
     `plugins.disabled` may name the others; the essential ones keep the model API correct, safe and
     visible and are always on."""
-    from plugins import CHAIN_PLUGINS  # late: the plugins import the config
+    from modelgate.plugins import CHAIN_PLUGINS  # late: the plugins import the config
 
     return tuple((plugin.name, plugin.essential) for plugin in CHAIN_PLUGINS)
 

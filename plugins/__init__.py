@@ -4,39 +4,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from billing.accounts import Accounts
-from billing.counters import Counters
-from billing.ledger import LedgerWriter
-from billing.policy import PolicyDirectory
-from config import Config
-from plugins.access_log import AccessLog
-from plugins.admission import Admission
-from plugins.auth import Auth
-from plugins.base import Plugin, PluginChain
-from plugins.billing_gate import BillingGate
-from plugins.body_limits import BodyLimits
-from plugins.metrics import Metrics
-from plugins.model_routing import ModelRouting
-from plugins.native_features import NativeFeatures
-from plugins.object_binding import ObjectBindingPlugin
-from plugins.output_caps import OutputCaps
-from plugins.policy import Policy
-from plugins.provider_filter import ProviderFilter
-from plugins.rate_limits import RateLimits
-from plugins.realtime_cap import RealtimeCap
-from plugins.realtime_credentials import RealtimeCredentials
-from plugins.request_id import InFlightIds, RequestId, SharedRequestId
-from plugins.request_validation import RequestValidation
-from plugins.route_support import RouteSupport
-from plugins.tracing import RequestTracing
-from plugins.usage_metering import UsageMetering
-from proxy.keys import KeyDirectory
-from proxy.metrics import GatewayMetrics
-from proxy.objects import ObjectStore
-from proxy.realtime_secrets import InProcessSecrets, RealtimeSecrets
-from proxy.routes import RouteTable
-from proxy.routing import ModelCatalog
-from proxy.tracing import Tracer
+from modelgate.billing.accounts import Accounts
+from modelgate.billing.counters import Counters
+from modelgate.billing.ledger import LedgerWriter
+from modelgate.billing.policy import PolicyDirectory
+from modelgate.config import Config
+from modelgate.plugins.access_log import AccessLog
+from modelgate.plugins.admission import Admission
+from modelgate.plugins.auth import Auth
+from modelgate.plugins.base import Plugin, PluginChain
+from modelgate.plugins.billing_gate import BillingGate
+from modelgate.plugins.body_limits import BodyLimits
+from modelgate.plugins.metrics import Metrics
+from modelgate.plugins.model_routing import ModelRouting
+from modelgate.plugins.native_features import NativeFeatures
+from modelgate.plugins.object_binding import ObjectBindingPlugin
+from modelgate.plugins.output_caps import OutputCaps
+from modelgate.plugins.policy import Policy
+from modelgate.plugins.provider_filter import ProviderFilter
+from modelgate.plugins.rate_limits import RateLimits
+from modelgate.plugins.realtime_cap import RealtimeCap
+from modelgate.plugins.realtime_credentials import RealtimeCredentials
+from modelgate.plugins.request_id import InFlightIds, RequestId, SharedRequestId
+from modelgate.plugins.request_validation import RequestValidation
+from modelgate.plugins.route_support import RouteSupport
+from modelgate.plugins.tracing import RequestTracing
+from modelgate.plugins.usage_metering import UsageMetering
+from modelgate.proxy.keys import KeyDirectory
+from modelgate.proxy.metrics import GatewayMetrics
+from modelgate.proxy.objects import ObjectStore
+from modelgate.proxy.realtime_secrets import InProcessSecrets, RealtimeSecrets
+from modelgate.proxy.routes import RouteTable
+from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.tracing import Tracer
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import time
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import GatewayError
-from proxy.logs import FieldsWriter, json_line_writer
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import GatewayError
+from modelgate.proxy.logs import FieldsWriter, json_line_writer
 
 log = logging.getLogger("modelgate.access")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from billing.accounts import refusal
-from billing.counters import Admitted, Counters, MoneyAsk, Refusal, WindowAsk
-from billing.policy import PolicyRule
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import RateLimited, RequestInProgress
+from modelgate.billing.accounts import refusal
+from modelgate.billing.counters import Admitted, Counters, MoneyAsk, Refusal, WindowAsk
+from modelgate.billing.policy import PolicyRule
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import RateLimited, RequestInProgress
 
 
 @dataclass(slots=True)

@@ -6,10 +6,10 @@ unknown, revoked or missing key: 401.
 
 from __future__ import annotations
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import AuthenticationFailed, AuthenticationFailedEnvelopeA
-from proxy.keys import KeyDirectory
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import AuthenticationFailed, AuthenticationFailedEnvelopeA
+from modelgate.proxy.keys import KeyDirectory
 
 _MISSING = "You didn't provide an API key. Provide it as `Authorization: Bearer sk-…` or `x-api-key: sk-…`."
 _WRONG = "Incorrect API key provided."

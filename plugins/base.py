@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, ClassVar
 
-from proxy.context import RequestContext
+from modelgate.proxy.context import RequestContext
 
 
 class Plugin:

@@ -13,15 +13,15 @@ from __future__ import annotations
 import logging
 import time
 
-from billing.accounts import Accounts
-from billing.caps import ensure_estimate
-from billing.media import media_worst_case
-from billing.prices import FREE_ROUTES
-from billing.usage import delivered_usage
-from plugins.admission import admit, pending
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.realtime_billing import check_one_response
+from modelgate.billing.accounts import Accounts
+from modelgate.billing.caps import ensure_estimate
+from modelgate.billing.media import media_worst_case
+from modelgate.billing.prices import FREE_ROUTES
+from modelgate.billing.usage import delivered_usage
+from modelgate.plugins.admission import admit, pending
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.realtime_billing import check_one_response
 
 log = logging.getLogger("modelgate.billing")
 

@@ -18,12 +18,12 @@ import asyncio
 import orjson
 from aiohttp import web
 
-from plugins.base import Plugin
-from proxy.body_decoding import BodyDecodingError, request_body
-from proxy.context import RequestContext
-from proxy.errors import GatewayError, InvalidRequest, RequestTooLarge, UnsupportedMediaType
-from proxy.multipart import MultipartLimits, StreamedMultipart, request_too_large
-from proxy.routes import BodyFormat
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.body_decoding import BodyDecodingError, request_body
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import GatewayError, InvalidRequest, RequestTooLarge, UnsupportedMediaType
+from modelgate.proxy.multipart import MultipartLimits, StreamedMultipart, request_too_large
+from modelgate.proxy.routes import BodyFormat
 
 
 def _gateway_error(error: BodyDecodingError) -> GatewayError:

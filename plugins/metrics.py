@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import GatewayError, UpstreamClientError
-from proxy.metrics import GatewayMetrics
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import GatewayError, UpstreamClientError
+from modelgate.proxy.metrics import GatewayMetrics
 
 # Why the gateway refused a request, by status (the metric label; bounded).
 _REJECTION_REASONS = {

@@ -6,10 +6,10 @@ left on the context for the provider filter and the forwarder.
 
 from __future__ import annotations
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import InvalidRequest, ModelNotFound
-from proxy.routing import ModelCatalog
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidRequest, ModelNotFound
+from modelgate.proxy.routing import ModelCatalog
 
 
 def model_not_found(name: str) -> ModelNotFound:

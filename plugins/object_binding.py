@@ -13,12 +13,12 @@ import logging
 
 import orjson
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import InvalidRequest, UnknownTask
-from proxy.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
-from proxy.routing import ModelCatalog
-from proxy.translation.answer_fields import answer_field, event_documents, string_field
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidRequest, UnknownTask
+from modelgate.proxy.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
+from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.translation.answer_fields import answer_field, event_documents, string_field
 
 log = logging.getLogger("modelgate.objects")
 

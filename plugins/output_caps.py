@@ -8,9 +8,9 @@ switched off.
 
 from __future__ import annotations
 
-from billing.caps import ensure_estimate
-from plugins.base import Plugin
-from proxy.context import RequestContext
+from modelgate.billing.caps import ensure_estimate
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
 
 
 class OutputCaps(Plugin):

@@ -7,11 +7,11 @@ rpm/tpm overrides for the billing and rate-limit plugins.
 
 from __future__ import annotations
 
-from billing.policy import PolicyDirectory
-from plugins.base import Plugin
-from plugins.model_routing import model_not_found
-from proxy.context import RequestContext
-from proxy.errors import PolicyBlocked
+from modelgate.billing.policy import PolicyDirectory
+from modelgate.plugins.base import Plugin
+from modelgate.plugins.model_routing import model_not_found
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import PolicyBlocked
 
 
 class Policy(Plugin):

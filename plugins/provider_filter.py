@@ -6,10 +6,10 @@ says). The object is removed before the request is forwarded.
 
 from __future__ import annotations
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import InvalidProviderObject
-from proxy.routing import ModelCatalog
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidProviderObject
+from modelgate.proxy.routing import ModelCatalog
 
 _KNOWN_FIELDS = frozenset({"only", "host"})
 

@@ -5,11 +5,11 @@
 
 from __future__ import annotations
 
-from billing.counters import Counters
-from config import Config
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import RateLimited
+from modelgate.billing.counters import Counters
+from modelgate.config import Config
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import RateLimited
 
 
 class RealtimeCap(Plugin):

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import InvalidRealtimeCredential, RequestInProgress
-from proxy.realtime_secrets import Claim, ClientSecret, RealtimeSecrets
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidRealtimeCredential, RequestInProgress
+from modelgate.proxy.realtime_secrets import Claim, ClientSecret, RealtimeSecrets
 
 
 @dataclass(slots=True)

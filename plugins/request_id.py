@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from billing.counters import Counters
-from plugins.admission import pending
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import RequestInProgress
+from modelgate.billing.counters import Counters
+from modelgate.plugins.admission import pending
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import RequestInProgress
 
 
 class InFlightIds:

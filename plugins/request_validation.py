@@ -6,10 +6,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.errors import InvalidRequest
-from proxy.objects import is_object_id
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidRequest
+from modelgate.proxy.objects import is_object_id
 
 _CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9_-]{1,128}$")
 DECISION_QUESTION_TYPES = frozenset({"boolean", "choice", "number", "text", "predicate", "score"})

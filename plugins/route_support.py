@@ -6,12 +6,12 @@ NUL or invalid UTF-8 (400 in that envelope; proxy/url_text.py).
 
 from __future__ import annotations
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.envelopes import Envelope
-from proxy.errors import InvalidRequest, RouteNotSupported
-from proxy.routes import RouteTable
-from proxy.url_text import url_text_problem
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.envelopes import Envelope
+from modelgate.proxy.errors import InvalidRequest, RouteNotSupported
+from modelgate.proxy.routes import RouteTable
+from modelgate.proxy.url_text import url_text_problem
 
 VENDOR_VERSION_HEADER = "anthropic-version"
 

@@ -5,9 +5,9 @@ A no-op unless `[tracing] enabled = true`; the upstream and storage spans nest u
 
 from __future__ import annotations
 
-from plugins.base import Plugin
-from proxy.context import RequestContext
-from proxy.tracing import RequestSpan, Tracer
+from modelgate.plugins.base import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.tracing import RequestSpan, Tracer
 
 
 class RequestTracing(Plugin):

@@ -13,19 +13,19 @@ from functools import partial
 
 import orjson
 
-from billing.counters import Counters
-from billing.ledger import CRASHED, LedgerEntry, LedgerWriter, entry_for
-from billing.media import MEDIA_ROUTES, MediaUsageReader
-from billing.usage import (
+from modelgate.billing.counters import Counters
+from modelgate.billing.ledger import CRASHED, LedgerEntry, LedgerWriter, entry_for
+from modelgate.billing.media import MEDIA_ROUTES, MediaUsageReader
+from modelgate.billing.usage import (
     StreamUsageScanner,
     complete_events_end,
     generated_tokens,
     tokens_of,
     usage_of_body,
 )
-from plugins.base import Plugin
-from plugins.billing_gate import final_cost
-from proxy.context import RequestContext, Usage
+from modelgate.plugins.base import Plugin
+from modelgate.plugins.billing_gate import final_cost
+from modelgate.proxy.context import RequestContext, Usage
 
 _USAGE_ROUTES = frozenset({"chat_completions", "completions"})
 # Routes whose OpenAI-style answers some providers price (`cost`); the price is theirs, never relayed.

@@ -28,8 +28,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
-from config import ServerConfig
-from proxy.bad_http import MissingHttpVersion, answer_bad_request, raw_bad_request
+from modelgate.config import ServerConfig
+from modelgate.proxy.bad_http import MissingHttpVersion, answer_bad_request, raw_bad_request
 
 log = logging.getLogger("modelgate.http")
 

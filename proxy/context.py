@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from proxy.envelopes import Envelope
+from modelgate.proxy.envelopes import Envelope
 
 if TYPE_CHECKING:
-    from proxy.keys import KeyRecord
-    from proxy.routes import Route
-    from proxy.routing import ModelEntry, RoutingRow
+    from modelgate.proxy.keys import KeyRecord
+    from modelgate.proxy.routes import Route
+    from modelgate.proxy.routing import ModelEntry, RoutingRow
 
 
 @dataclass(slots=True)

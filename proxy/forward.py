@@ -17,16 +17,21 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from billing.usage import StreamUsageScanner
-from plugins.base import PluginChain
-from proxy.context import RequestContext
-from proxy.envelopes import Envelope, envelope_a_body, envelope_b_body, stamp_request_id
-from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamClientError, UpstreamUnavailable
-from proxy.http_client import UpstreamBrokeOff
-from proxy.routing import ModelEntry, RoutingRow, RowSelector
-from proxy.translation import Translator, translator_for
-from proxy.translation.model_name import ModelNameStream, with_model_name
-from proxy.upstream import StreamedBody, UpstreamFailure, UpstreamResponse
+from modelgate.billing.usage import StreamUsageScanner
+from modelgate.plugins.base import PluginChain
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.envelopes import Envelope, envelope_a_body, envelope_b_body, stamp_request_id
+from modelgate.proxy.errors import (
+    InvalidRequest,
+    ServiceUnavailable,
+    UpstreamClientError,
+    UpstreamUnavailable,
+)
+from modelgate.proxy.http_client import UpstreamBrokeOff
+from modelgate.proxy.routing import ModelEntry, RoutingRow, RowSelector
+from modelgate.proxy.translation import Translator, translator_for
+from modelgate.proxy.translation.model_name import ModelNameStream, with_model_name
+from modelgate.proxy.upstream import StreamedBody, UpstreamFailure, UpstreamResponse
 
 log = logging.getLogger("modelgate.forward")
 

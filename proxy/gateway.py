@@ -8,30 +8,30 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts, CrashSettlements
-from billing.allowance import AllowanceGrants
-from billing.counters import Counters, InProcessCounters
-from billing.ledger import LedgerWriter
-from billing.policy import PolicyDirectory
-from billing.redis_counters import RedisCounters
-from billing.spool import Spool, database_identity, default_spool_dir
-from cabinet.billing import PLAN_CHANNEL
-from cabinet.storage import Database, apply_migrations, open_database
-from config import Config
-from plugins import PluginChain
-from plugins.request_id import InFlightIds
-from proxy.host_channel import HostChannel
-from proxy.keys import REVOCATION_CHANNEL, KeyDirectory
-from proxy.metrics import GatewayMetrics
-from proxy.model_api import Completions, ModelApi
-from proxy.objects import ObjectStore
-from proxy.realtime import RealtimeSessions, RealtimeState
-from proxy.realtime_secrets import InProcessSecrets, RedisSecrets
-from proxy.routing import ModelCatalog
-from proxy.runtime import ModelRuntime, build_runtime
-from proxy.shared_state import RedisBus
-from proxy.tracing import Tracer
-from proxy.upstream import Upstream
+from modelgate.billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts, CrashSettlements
+from modelgate.billing.allowance import AllowanceGrants
+from modelgate.billing.counters import Counters, InProcessCounters
+from modelgate.billing.ledger import LedgerWriter
+from modelgate.billing.policy import PolicyDirectory
+from modelgate.billing.redis_counters import RedisCounters
+from modelgate.billing.spool import Spool, database_identity, default_spool_dir
+from modelgate.cabinet.billing import PLAN_CHANNEL
+from modelgate.cabinet.storage import Database, apply_migrations, open_database
+from modelgate.config import Config
+from modelgate.plugins import PluginChain
+from modelgate.plugins.request_id import InFlightIds
+from modelgate.proxy.host_channel import HostChannel
+from modelgate.proxy.keys import REVOCATION_CHANNEL, KeyDirectory
+from modelgate.proxy.metrics import GatewayMetrics
+from modelgate.proxy.model_api import Completions, ModelApi
+from modelgate.proxy.objects import ObjectStore
+from modelgate.proxy.realtime import RealtimeSessions, RealtimeState
+from modelgate.proxy.realtime_secrets import InProcessSecrets, RedisSecrets
+from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.runtime import ModelRuntime, build_runtime
+from modelgate.proxy.shared_state import RedisBus
+from modelgate.proxy.tracing import Tracer
+from modelgate.proxy.upstream import Upstream
 
 log = logging.getLogger("modelgate.gateway")
 

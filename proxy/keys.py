@@ -16,10 +16,10 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from billing.accounts import balance_key
-from cabinet.billing import PLAN_CHANNEL
-from cabinet.storage.database import Database, Executor
-from cabinet.tokens import hash_token
+from modelgate.billing.accounts import balance_key
+from modelgate.cabinet.billing import PLAN_CHANNEL
+from modelgate.cabinet.storage.database import Database, Executor
+from modelgate.cabinet.tokens import hash_token
 
 log = logging.getLogger("modelgate.keys")
 

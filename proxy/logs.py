@@ -11,7 +11,7 @@ from functools import partial
 
 import orjson
 
-from config import LoggingConfig
+from modelgate.config import LoggingConfig
 
 _STANDARD = frozenset(vars(logging.makeLogRecord({})))
 # Libraries whose debug lines carry what they handle: SQL parameters (aiosqlite logs every operation with

@@ -29,11 +29,11 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from proxy.context import Usage
+from modelgate.proxy.context import Usage
 
 if TYPE_CHECKING:
-    from billing.ledger import LedgerWriter
-    from proxy.gateway import Gateway
+    from modelgate.billing.ledger import LedgerWriter
+    from modelgate.proxy.gateway import Gateway
 
 # Model calls range from a cached embedding (milliseconds) to a long reasoning stream (minutes).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

@@ -17,13 +17,13 @@ from typing import Any
 
 from aiohttp import web
 
-from plugins.base import PluginChain
-from proxy.context import RequestContext
-from proxy.envelopes import render_error
-from proxy.errors import GatewayError, InternalError
-from proxy.forward import Forwarder
-from proxy.model_list import get_model, list_models
-from proxy.routing import ModelCatalog
+from modelgate.plugins.base import PluginChain
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.envelopes import render_error
+from modelgate.proxy.errors import GatewayError, InternalError
+from modelgate.proxy.forward import Forwarder
+from modelgate.proxy.model_list import get_model, list_models
+from modelgate.proxy.routing import ModelCatalog
 
 log = logging.getLogger("modelgate.model_api")
 

@@ -24,17 +24,17 @@ import aiohttp
 import orjson
 from aiohttp import WSMsgType, web
 
-from billing.accounts import Accounts
-from billing.ledger import LedgerWriter
-from proxy.context import RequestContext
-from proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
-from proxy.realtime_billing import SessionBilling
-from proxy.realtime_secrets import RealtimeSecrets
-from proxy.routing import RoutingRow, RowSelector
-from proxy.upstream import UpstreamFailure
+from modelgate.billing.accounts import Accounts
+from modelgate.billing.ledger import LedgerWriter
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
+from modelgate.proxy.realtime_billing import SessionBilling
+from modelgate.proxy.realtime_secrets import RealtimeSecrets
+from modelgate.proxy.routing import RoutingRow, RowSelector
+from modelgate.proxy.upstream import UpstreamFailure
 
 if TYPE_CHECKING:
-    from proxy.model_api import Completions
+    from modelgate.proxy.model_api import Completions
 
 log = logging.getLogger("modelgate.realtime")
 

@@ -28,12 +28,12 @@ from typing import Any, TypeVar
 
 import orjson
 
-from billing.accounts import Accounts
-from billing.ledger import CRASHED, LedgerWriter, entry_for
-from billing.prices import ModelPrices
-from billing.usage import merge_usage
-from proxy.context import RequestContext, Usage
-from proxy.errors import GatewayError
+from modelgate.billing.accounts import Accounts
+from modelgate.billing.ledger import CRASHED, LedgerWriter, entry_for
+from modelgate.billing.prices import ModelPrices
+from modelgate.billing.usage import merge_usage
+from modelgate.proxy.context import RequestContext, Usage
+from modelgate.proxy.errors import GatewayError
 
 log = logging.getLogger("modelgate.realtime")
 

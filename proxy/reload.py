@@ -15,13 +15,13 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from config import Config, ConfigError, load_config
-from config.loader import EMBEDDED_SOURCE
-from proxy.logs import set_log_level
-from proxy.runtime import build_runtime
+from modelgate.config import Config, ConfigError, load_config
+from modelgate.config.loader import EMBEDDED_SOURCE
+from modelgate.proxy.logs import set_log_level
+from modelgate.proxy.runtime import build_runtime
 
 if TYPE_CHECKING:
-    from proxy.gateway import Gateway
+    from modelgate.proxy.gateway import Gateway
 
 log = logging.getLogger("modelgate.reload")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from proxy.envelopes import Envelope
+from modelgate.proxy.envelopes import Envelope
 
 MiB = 1024 * 1024
 

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from billing.prices import ModelPrices
-from config import Config, ModelConfig
+from modelgate.billing.prices import ModelPrices
+from modelgate.config import Config, ModelConfig
 
 if TYPE_CHECKING:
-    from proxy.upstream import Upstream
+    from modelgate.proxy.upstream import Upstream
 
 
 @dataclass(slots=True, eq=False)

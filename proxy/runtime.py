@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from config import Config
-from plugins import ChainServices, PluginChain, default_chain
-from proxy.forward import Forwarder
-from proxy.model_api import Completions, LocalHandler, ModelApi
-from proxy.realtime import RealtimeRelay
-from proxy.realtime_secrets import ClientSecretIssuer
-from proxy.routes import RouteTable
-from proxy.routing import ModelCatalog, RowSelector
-from proxy.upstream import Upstream, build_upstream
-from proxy.videos import VideoList
+from modelgate.config import Config
+from modelgate.plugins import ChainServices, PluginChain, default_chain
+from modelgate.proxy.forward import Forwarder
+from modelgate.proxy.model_api import Completions, LocalHandler, ModelApi
+from modelgate.proxy.realtime import RealtimeRelay
+from modelgate.proxy.realtime_secrets import ClientSecretIssuer
+from modelgate.proxy.routes import RouteTable
+from modelgate.proxy.routing import ModelCatalog, RowSelector
+from modelgate.proxy.upstream import Upstream, build_upstream
+from modelgate.proxy.videos import VideoList
 
 if TYPE_CHECKING:
-    from proxy.gateway import Gateway
+    from modelgate.proxy.gateway import Gateway
 
 log = logging.getLogger("modelgate.runtime")
 

@@ -19,18 +19,18 @@ import sys
 import orjson
 from aiohttp import web
 
-from cabinet.app import build_cabinet_app
-from cabinet.services import CabinetServices
-from config import Config
-from proxy.client_address import forwarded_client_middleware
-from proxy.connection_guard import EdgeLimits, GuardedServer, name_the_server
-from proxy.gateway import Gateway
-from proxy.listen import ListenError, address_text, bind_listeners, bound_port
-from proxy.logs import configure_logging, flush_logs, flush_logs_periodically
-from proxy.metrics import metrics_handler
-from proxy.reload import Reloader
-from proxy.routes import ROUTES
-from proxy.runtime import ModelApiDispatcher
+from modelgate.cabinet.app import build_cabinet_app
+from modelgate.cabinet.services import CabinetServices
+from modelgate.config import Config
+from modelgate.proxy.client_address import forwarded_client_middleware
+from modelgate.proxy.connection_guard import EdgeLimits, GuardedServer, name_the_server
+from modelgate.proxy.gateway import Gateway
+from modelgate.proxy.listen import ListenError, address_text, bind_listeners, bound_port
+from modelgate.proxy.logs import configure_logging, flush_logs, flush_logs_periodically
+from modelgate.proxy.metrics import metrics_handler
+from modelgate.proxy.reload import Reloader
+from modelgate.proxy.routes import ROUTES
+from modelgate.proxy.runtime import ModelApiDispatcher
 
 log = logging.getLogger("modelgate.server")
 

@@ -16,12 +16,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from config import TracingConfig
+from modelgate.config import TracingConfig
 
 if TYPE_CHECKING:
-    from cabinet.storage.database import Database, Executor
-    from proxy.context import RequestContext
-    from proxy.upstream import Upstream, UpstreamResponse
+    from modelgate.cabinet.storage.database import Database, Executor
+    from modelgate.proxy.context import RequestContext
+    from modelgate.proxy.upstream import Upstream, UpstreamResponse
 
 log = logging.getLogger("modelgate.tracing")
 

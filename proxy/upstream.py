@@ -16,8 +16,8 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 from yarl import URL
 
-from config import ProviderConfig
-from proxy.http_client import ConnectionPool, HttpClient, UpstreamBrokeOff, UpstreamTimeout
+from modelgate.config import ProviderConfig
+from modelgate.proxy.http_client import ConnectionPool, HttpClient, UpstreamBrokeOff, UpstreamTimeout
 
 
 class UpstreamFailure(Exception):
@@ -261,7 +261,7 @@ class HttpUpstream:
 def build_upstream(config: ProviderConfig) -> Upstream:
     """The client for one configured provider."""
     if config.kind == "mock":
-        from proxy.mock_provider import MockUpstream
+        from modelgate.proxy.mock_provider import MockUpstream
 
         return MockUpstream(config.name)
     return HttpUpstream(config)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from proxy.context import RequestContext
-from proxy.errors import InvalidRequest
-from proxy.objects import ObjectStore
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidRequest
+from modelgate.proxy.objects import ObjectStore
 
 _MAX_LIMIT = 100
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cabinet.oidc.failures import SsoFailure
-from cabinet.oidc.providers import OidcProvider
-from cabinet.requests import normalize_email
-from cabinet.storage.database import Executor
-from cabinet.users import User, insert_user, user_by_email
+from modelgate.cabinet.oidc.failures import SsoFailure
+from modelgate.cabinet.oidc.providers import OidcProvider
+from modelgate.cabinet.requests import normalize_email
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.users import User, insert_user, user_by_email
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,26 +13,26 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from cabinet.audit import Actor, record
-from cabinet.clock import now
-from cabinet.oidc.accounts import account_for, has_email, verified_email
-from cabinet.oidc.code_exchange import fetch_userinfo, oauth_error_code, redeem_code
-from cabinet.oidc.exchange import LOGIN_CODE_TTL_SECONDS, issue_login_code
-from cabinet.oidc.failures import SsoFailure
-from cabinet.oidc.id_token import validate_id_token
-from cabinet.oidc.login import (
+from modelgate.cabinet.audit import Actor, record
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.oidc.accounts import account_for, has_email, verified_email
+from modelgate.cabinet.oidc.code_exchange import fetch_userinfo, oauth_error_code, redeem_code
+from modelgate.cabinet.oidc.exchange import LOGIN_CODE_TTL_SECONDS, issue_login_code
+from modelgate.cabinet.oidc.failures import SsoFailure
+from modelgate.cabinet.oidc.id_token import validate_id_token
+from modelgate.cabinet.oidc.login import (
     STATE_COOKIE,
     LoginState,
     consume_login_state,
     no_store,
     started_in_this_browser,
 )
-from cabinet.oidc.providers import OidcProvider, provider_by_id
-from cabinet.oidc.runtime import SsoRuntime, sso_of
-from cabinet.oidc.urls import CALLBACK_PATH, callback_url, with_query
-from cabinet.requests import json_response
-from cabinet.services import CabinetServices, services_of
-from cabinet.storage import IntegrityViolation
+from modelgate.cabinet.oidc.providers import OidcProvider, provider_by_id
+from modelgate.cabinet.oidc.runtime import SsoRuntime, sso_of
+from modelgate.cabinet.oidc.urls import CALLBACK_PATH, callback_url, with_query
+from modelgate.cabinet.requests import json_response
+from modelgate.cabinet.services import CabinetServices, services_of
+from modelgate.cabinet.storage import IntegrityViolation
 
 log = logging.getLogger("modelgate.cabinet.oidc")
 ANONYMOUS = Actor("anonymous", None, None)

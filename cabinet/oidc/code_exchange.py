@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from cabinet.oidc.failures import SsoFailure
-from cabinet.oidc.idp_client import IdpClient, IdpRequestFailed
-from cabinet.oidc.providers import OidcProvider
+from modelgate.cabinet.oidc.failures import SsoFailure
+from modelgate.cabinet.oidc.idp_client import IdpClient, IdpRequestFailed
+from modelgate.cabinet.oidc.providers import OidcProvider
 
 # An OAuth error code is a short token; anything else from the provider is not repeated.
 _ERROR_CODE = re.compile(r"^[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}$")

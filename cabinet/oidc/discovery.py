@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cabinet.oidc.idp_client import IdpClient, IdpRequestFailed
-from cabinet.oidc.urls import idp_url_problem
+from modelgate.cabinet.oidc.idp_client import IdpClient, IdpRequestFailed
+from modelgate.cabinet.oidc.urls import idp_url_problem
 
 if TYPE_CHECKING:
-    from cabinet.oidc.providers import ProviderSettings
+    from modelgate.cabinet.oidc.providers import ProviderSettings
 
 # Asymmetric algorithms only: an HS256 ID token would be "signed" with the client secret we also store.
 SUPPORTED_SIGNING_ALGS = (

@@ -16,11 +16,11 @@ from aiohttp import web
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from cabinet.clock import now
-from cabinet.requests import CabinetError, json_response, read_json_object, required_secret
-from cabinet.services import services_of
-from cabinet.storage.database import Executor
-from cabinet.tokens import hash_token, new_opaque_token
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.requests import CabinetError, json_response, read_json_object, required_secret
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import hash_token, new_opaque_token
 
 LOGIN_CODE_TTL_SECONDS = 60
 _KEY_CONTEXT = b"modelgate oidc login code v1\x00"

@@ -15,9 +15,9 @@ import orjson
 from joserfc import jwt
 from joserfc.errors import ExpiredTokenError, JoseError, MissingClaimError
 
-from cabinet.oidc.failures import SsoFailure
-from cabinet.oidc.jwks import JwksCache, JwksError
-from cabinet.oidc.providers import OidcProvider
+from modelgate.cabinet.oidc.failures import SsoFailure
+from modelgate.cabinet.oidc.jwks import JwksCache, JwksError
+from modelgate.cabinet.oidc.providers import OidcProvider
 
 # Clocks of the gateway and the provider may disagree a little.
 CLOCK_LEEWAY_SECONDS = 60

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from joserfc.errors import JoseError
 from joserfc.jwk import Key, KeySet
 
-from cabinet.oidc.idp_client import IdpClient, IdpRequestFailed
+from modelgate.cabinet.oidc.idp_client import IdpClient, IdpRequestFailed
 
 JWKS_MAX_AGE_SECONDS = 3600.0
 # Which JWK key type can verify which JWS algorithm family.

@@ -10,13 +10,13 @@ from aiohttp import web
 from authlib.common.security import generate_token
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
-from cabinet.clock import now
-from cabinet.oidc.providers import provider_by_id
-from cabinet.oidc.urls import CALLBACK_PATH, callback_url, with_query
-from cabinet.requests import CabinetError, path_id
-from cabinet.services import services_of
-from cabinet.storage.database import Executor
-from cabinet.tokens import hash_token
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.oidc.providers import provider_by_id
+from modelgate.cabinet.oidc.urls import CALLBACK_PATH, callback_url, with_query
+from modelgate.cabinet.requests import CabinetError, path_id
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import hash_token
 
 LOGIN_STATE_TTL_SECONDS = 600
 # Anyone may start a login, and each start stores a row: the bound keeps a flood from filling the table.

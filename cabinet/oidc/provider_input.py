@@ -8,9 +8,9 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from cabinet.oidc.providers import PROVISIONED_ROLES, TOKEN_AUTH_METHODS, ProviderSettings
-from cabinet.oidc.urls import idp_url_problem
-from cabinet.requests import bad_request, required_choice, required_secret, required_text
+from modelgate.cabinet.oidc.providers import PROVISIONED_ROLES, TOKEN_AUTH_METHODS, ProviderSettings
+from modelgate.cabinet.oidc.urls import idp_url_problem
+from modelgate.cabinet.requests import bad_request, required_choice, required_secret, required_text
 
 DEFAULT_SCOPES = ("openid", "email", "profile")
 MAX_URL_LENGTH = 500

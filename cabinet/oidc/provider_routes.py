@@ -6,13 +6,13 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from cabinet.audit import actor_of, record
-from cabinet.auth import Principal, authenticate
-from cabinet.clock import isoformat, now
-from cabinet.oidc.discovery import DiscoveryError, discover
-from cabinet.oidc.jwks import JwksError
-from cabinet.oidc.provider_input import changed_settings, new_provider_settings
-from cabinet.oidc.providers import (
+from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.auth import Principal, authenticate
+from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.oidc.discovery import DiscoveryError, discover
+from modelgate.cabinet.oidc.jwks import JwksError
+from modelgate.cabinet.oidc.provider_input import changed_settings, new_provider_settings
+from modelgate.cabinet.oidc.providers import (
     OidcProvider,
     delete_provider,
     insert_provider,
@@ -20,15 +20,15 @@ from cabinet.oidc.providers import (
     providers_of,
     save_provider,
 )
-from cabinet.oidc.runtime import sso_of
-from cabinet.oidc.urls import CALLBACK_PATH, plain_http_allowed
-from cabinet.organizations import require_organization
-from cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
-from cabinet.services import services_of
-from cabinet.storage import IntegrityViolation
-from cabinet.storage.database import Executor
-from cabinet.tokens import new_id
-from cabinet.users import ADMIN_ROLES
+from modelgate.cabinet.oidc.runtime import sso_of
+from modelgate.cabinet.oidc.urls import CALLBACK_PATH, plain_http_allowed
+from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.storage import IntegrityViolation
+from modelgate.cabinet.storage.database import Executor
+from modelgate.cabinet.tokens import new_id
+from modelgate.cabinet.users import ADMIN_ROLES
 
 
 def _not_found() -> CabinetError:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cabinet.clock import isoformat
-from cabinet.oidc.discovery import ProviderEndpoints
-from cabinet.oidc.urls import login_url
-from cabinet.storage.database import Executor, Row
-from config import Config
+from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.oidc.discovery import ProviderEndpoints
+from modelgate.cabinet.oidc.urls import login_url
+from modelgate.cabinet.storage.database import Executor, Row
+from modelgate.config import Config
 
 TOKEN_AUTH_METHODS = ("client_secret_basic", "client_secret_post")
 PROVISIONED_ROLES = ("member", "admin")

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from cabinet.oidc.idp_client import IdpClient
-from cabinet.oidc.jwks import JwksCache
+from modelgate.cabinet.oidc.idp_client import IdpClient
+from modelgate.cabinet.oidc.jwks import JwksCache
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 
 from yarl import URL
 
-from cabinet.requests import CabinetError
-from config import Config
+from modelgate.cabinet.requests import CabinetError
+from modelgate.config import Config
 
 # The cabinet is mounted under /api by the host (see cabinet.app).
 CALLBACK_PATH = "/api/auth/oidc/callback"

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 
-from cabinet.storage.database import Database
+from modelgate.cabinet.storage.database import Database
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+?)(?:\.(postgres|sqlite))?\.sql$")
 # An arbitrary constant: serialises concurrent migrators across processes on PostgreSQL.
@@ -41,7 +41,7 @@ def discover_migrations() -> tuple[Migration, ...]:
     """Read the packaged migration files, ordered by version."""
     found: dict[int, dict[str, str]] = {}
     names: dict[int, str] = {}
-    for entry in resources.files("cabinet").joinpath("migrations").iterdir():
+    for entry in resources.files("modelgate.cabinet").joinpath("migrations").iterdir():
         match = _NAME.match(entry.name)
         if not match:
             continue

@@ -9,9 +9,9 @@ format natively. Importing this package registers every translator:
 
 from __future__ import annotations
 
-from proxy.translation import chat_on_anthropic, messages_on_openai
-from proxy.translation.base import StreamTranslator, Translator
-from proxy.translation.registry import register, translator_for
+from modelgate.proxy.translation import chat_on_anthropic, messages_on_openai
+from modelgate.proxy.translation.base import StreamTranslator, Translator
+from modelgate.proxy.translation.registry import register, translator_for
 
 __all__ = [
     "StreamTranslator",

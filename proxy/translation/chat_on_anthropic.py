@@ -6,10 +6,10 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import UpstreamUnavailable
-from proxy.translation.chat_to_messages import completion_of, messages_request_of
-from proxy.translation.messages_stream_to_chat import ChatChunkStream
-from proxy.translation.registry import register
+from modelgate.proxy.errors import UpstreamUnavailable
+from modelgate.proxy.translation.chat_to_messages import completion_of, messages_request_of
+from modelgate.proxy.translation.messages_stream_to_chat import ChatChunkStream
+from modelgate.proxy.translation.registry import register
 
 
 class ChatOnMessages:

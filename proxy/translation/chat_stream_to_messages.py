@@ -12,10 +12,15 @@ from typing import Any
 
 import orjson
 
-from proxy.envelopes import envelope_b_body
-from proxy.errors import UpstreamUnavailable
-from proxy.translation.messages_to_chat import matched_stop_of, new_message_id, stop_reason_of, usage_of
-from proxy.translation.sse import EventStreamTranslator, SseEvent, named_frame
+from modelgate.proxy.envelopes import envelope_b_body
+from modelgate.proxy.errors import UpstreamUnavailable
+from modelgate.proxy.translation.messages_to_chat import (
+    matched_stop_of,
+    new_message_id,
+    stop_reason_of,
+    usage_of,
+)
+from modelgate.proxy.translation.sse import EventStreamTranslator, SseEvent, named_frame
 
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 _MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'

@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import InvalidRequest
-from proxy.translation.images import image_block_of
-from proxy.translation.messages_to_chat import tool_input_of
+from modelgate.proxy.errors import InvalidRequest
+from modelgate.proxy.translation.images import image_block_of
+from modelgate.proxy.translation.messages_to_chat import tool_input_of
 
 # Messages `stop_reason` → chat `finish_reason`; the rest (end_turn, stop_sequence, pause_turn) is "stop".
 FINISH_REASONS = {

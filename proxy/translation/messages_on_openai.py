@@ -6,10 +6,10 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import UpstreamUnavailable
-from proxy.translation.chat_stream_to_messages import MessagesEventStream
-from proxy.translation.messages_to_chat import chat_request_of, message_of
-from proxy.translation.registry import register
+from modelgate.proxy.errors import UpstreamUnavailable
+from modelgate.proxy.translation.chat_stream_to_messages import MessagesEventStream
+from modelgate.proxy.translation.messages_to_chat import chat_request_of, message_of
+from modelgate.proxy.translation.registry import register
 
 
 class MessagesOnChatCompletions:

@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
-from proxy.envelopes import envelope_a_body
-from proxy.errors import UpstreamUnavailable
-from proxy.translation.chat_to_messages import FINISH_REASONS, chat_usage_of, new_completion_id
-from proxy.translation.sse import DONE_FRAME, EventStreamTranslator, SseEvent, data_frame
+from modelgate.proxy.envelopes import envelope_a_body
+from modelgate.proxy.errors import UpstreamUnavailable
+from modelgate.proxy.translation.chat_to_messages import FINISH_REASONS, chat_usage_of, new_completion_id
+from modelgate.proxy.translation.sse import DONE_FRAME, EventStreamTranslator, SseEvent, data_frame
 
 _CHOICE_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 _ROLE_DELTA = b'{"role":"assistant","content":""}'

@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import InvalidRequest
-from proxy.translation.images import image_part_of
+from modelgate.proxy.errors import InvalidRequest
+from modelgate.proxy.translation.images import image_part_of
 
 # Chat `finish_reason` → Messages `stop_reason`; "stop" needs more care (see stop_reason_of).
 _STOP_REASONS = {

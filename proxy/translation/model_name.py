@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.translation.answer_fields import answer_field, event_documents, string_field
+from modelgate.proxy.translation.answer_fields import answer_field, event_documents, string_field
 
 _MODEL = string_field("model")
 _MODEL_KEY = b'"model"'

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.translation.base import Translator
+from modelgate.proxy.translation.base import Translator
 
 _REGISTRY: dict[tuple[str, str], Translator] = {}
 # A provider flagged `native_messages` serves these routes itself, whatever its wire kind.

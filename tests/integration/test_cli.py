@@ -37,7 +37,7 @@ code = "free"
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "proxy.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+        [sys.executable, "-m", "modelgate", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
     )
 
 
@@ -67,7 +67,7 @@ def test_check_config_accepts_the_shipped_example_when_its_variables_are_set(tmp
     example = Path(__file__).parents[2] / "config" / "modelgate.example.toml"
     env = {name: "x" for name in re.findall(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)\}", example.read_text())}
     result = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "check-config", str(example)],
+        [sys.executable, "-m", "modelgate", "check-config", str(example)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -130,7 +130,7 @@ def test_serve_on_port_0_logs_the_port_it_got_and_serves_there(tmp_path: Path) -
             [
                 sys.executable,
                 "-m",
-                "proxy.cli",
+                "modelgate",
                 "serve",
                 "--config",
                 str(_serve_config(tmp_path)),
@@ -167,4 +167,14 @@ def test_version_prints_the_installed_distribution_version() -> None:
 
     result = run_cli("--version")
     assert result.returncode == 0
+    assert result.stdout.strip() == f"modelgate {metadata.version('modelgate')}"
+
+
+def test_the_installed_modelgate_command_runs_the_cli() -> None:
+    from importlib import metadata
+
+    command = Path(sys.executable).with_name("modelgate")
+    result = subprocess.run([str(command), "--version"], capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"modelgate {metadata.version('modelgate')}"

@@ -22,7 +22,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from proxy.http_client import ConnectionPool, HttpClient, UpstreamAnswer, UpstreamBrokeOff, UpstreamTimeout
+from modelgate.proxy.http_client import (
+    ConnectionPool,
+    HttpClient,
+    UpstreamAnswer,
+    UpstreamBrokeOff,
+    UpstreamTimeout,
+)
 from tests.fakes.loopback_http import (
     MIB,
     PATIENT,

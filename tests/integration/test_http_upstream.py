@@ -14,8 +14,8 @@ from urllib.parse import quote
 import pytest
 from multidict import CIMultiDict
 
-from config import ProviderConfig
-from proxy.upstream import HttpUpstream, UpstreamFailure
+from modelgate.config import ProviderConfig
+from modelgate.proxy.upstream import HttpUpstream, UpstreamFailure
 from tests.fakes.loopback_http import (
     PATIENT,
     SHORT,

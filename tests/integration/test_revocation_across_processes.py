@@ -224,7 +224,7 @@ def _set_plan_through_the_cli(
     """`modelgate billing set-plan` on the storage: a separate process on the same SQLite file."""
     command = ["billing", "set-plan", organization_id, plan, "--config", str(config_path)]
     done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", *command],
+        [sys.executable, "-m", "modelgate", *command],
         capture_output=True,
         text=True,
         timeout=60,

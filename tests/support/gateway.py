@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from config import Config, load_config
-from proxy.server import serve
+from modelgate.config import Config, load_config
+from modelgate.proxy.server import serve
 
 # Where each running test gateway keeps its data, so tenants can be funded like an operator would.
 _STORAGE_BY_BASE_URL: dict[str, str] = {}
@@ -119,7 +119,7 @@ class GatewayProcess:
         self._args = [
             sys.executable,
             "-m",
-            "proxy.cli",
+            "modelgate",
             "serve",
             "--config",
             str(config_path),
@@ -233,7 +233,7 @@ async def fund_organization(storage_url: str, owner_email: str, usd: float) -> N
 
     Used before the organization's first model request, so no gateway holds a counter for it yet.
     """
-    from cabinet.storage import open_database
+    from modelgate.cabinet.storage import open_database
 
     db = await open_database(storage_url)
     try:

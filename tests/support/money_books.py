@@ -8,8 +8,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from billing.accounts import balance_key
-from cabinet.storage import Database, open_database
+from modelgate.billing.accounts import balance_key
+from modelgate.cabinet.storage import Database, open_database
 
 # The live money counter in Redis: the gateway's key prefix + billing.accounts.balance_key. Its fields, as
 # billing/counters.py defines them: the balance less spend the ledger has not written yet, and the amount

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import orjson
 
-from billing.ledger import CRASHED, LedgerEntry, LedgerWriter
-from billing.spool import Spool, database_identity
-from cabinet.storage import Database
+from modelgate.billing.ledger import CRASHED, LedgerEntry, LedgerWriter
+from modelgate.billing.spool import Spool, database_identity
+from modelgate.cabinet.storage import Database
 
 CRASH_COST = 40
 COST = 100

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from billing.caps import ensure_estimate
-from config import ModelConfig, RowConfig
-from proxy.context import RequestContext
-from proxy.errors import InvalidRequest
-from proxy.routes import ROUTES
+from modelgate.billing.caps import ensure_estimate
+from modelgate.config import ModelConfig, RowConfig
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.errors import InvalidRequest
+from modelgate.proxy.routes import ROUTES
 
 _ROUTES = {route.name: route for route in ROUTES}
 MODEL = ModelConfig("m", ("chat",), (RowConfig("p", "m"),), default_max_tokens=100, max_context_tokens=1000)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from config import (
+from modelgate.config import (
     DEFAULT_CONFIG_PATH,
     REQUEST_KINDS,
     BillingConfig,

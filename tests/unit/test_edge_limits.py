@@ -16,10 +16,10 @@ from aiohttp.http_exceptions import (
     LineTooLong,
 )
 
-from config import ConfigError, load_config
-from config.loader import DEFAULT_CONFIG_PATH
-from proxy.bad_http import MissingHttpVersion, fault_reason, fault_status
-from proxy.connection_guard import DESCRIPTOR_RESERVE, connection_cap
+from modelgate.config import ConfigError, load_config
+from modelgate.config.loader import DEFAULT_CONFIG_PATH
+from modelgate.proxy.bad_http import MissingHttpVersion, fault_reason, fault_status
+from modelgate.proxy.connection_guard import DESCRIPTOR_RESERVE, connection_cap
 
 SECRET = "sk-secret-0123456789"
 

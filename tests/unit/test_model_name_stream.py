@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from proxy.translation.model_name import ModelNameStream
+from modelgate.proxy.translation.model_name import ModelNameStream
 
 
 def _chunk(**fields: object) -> bytes:

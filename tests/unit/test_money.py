@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from billing.accounts import Accounts, balance_key
-from billing.counters import InProcessCounters
-from billing.ledger import LedgerWriter
-from billing.money import format_money, parse_money, to_micros
-from billing.policy import PolicyDirectory
-from cabinet.billing import billing_overview
-from cabinet.organizations import insert_organization
-from cabinet.storage import apply_migrations, open_database
-from config import load_config
-from proxy.errors import InsufficientBalance
+from modelgate.billing.accounts import Accounts, balance_key
+from modelgate.billing.counters import InProcessCounters
+from modelgate.billing.ledger import LedgerWriter
+from modelgate.billing.money import format_money, parse_money, to_micros
+from modelgate.billing.policy import PolicyDirectory
+from modelgate.cabinet.billing import billing_overview
+from modelgate.cabinet.organizations import insert_organization
+from modelgate.cabinet.storage import apply_migrations, open_database
+from modelgate.config import load_config
+from modelgate.proxy.errors import InsufficientBalance
 
 
 @pytest.mark.parametrize(

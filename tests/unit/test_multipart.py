@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import InvalidRequest, RequestTooLarge
-from proxy.multipart import MultipartLimits, MultipartScanner, boundary_of
+from modelgate.proxy.errors import InvalidRequest, RequestTooLarge
+from modelgate.proxy.multipart import MultipartLimits, MultipartScanner, boundary_of
 
 BOUNDARY = b"XyZ-boundary"
 LIMITS = MultipartLimits(total=10_000, part=1_000)

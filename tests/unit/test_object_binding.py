@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from plugins.object_binding import ObjectBindingPlugin
-from proxy.context import RequestContext
+from modelgate.plugins.object_binding import ObjectBindingPlugin
+from modelgate.proxy.context import RequestContext
 
 
 class _RecordingStore:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, load_config
+from modelgate.config import ConfigError, load_config
 
 _BASE = """
 [[providers]]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.context import Usage
-from proxy.metrics import LATENCY_BUCKETS, GatewayMetrics
+from modelgate.proxy.context import Usage
+from modelgate.proxy.metrics import LATENCY_BUCKETS, GatewayMetrics
 
 
 def _samples(metrics: GatewayMetrics) -> dict[tuple[str, frozenset], float]:

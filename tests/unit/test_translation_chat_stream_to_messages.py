@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
-from proxy.translation.chat_stream_to_messages import MessagesEventStream
-from proxy.translation.sse import SseParser
+from modelgate.proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
+from modelgate.proxy.translation.chat_stream_to_messages import MessagesEventStream
+from modelgate.proxy.translation.sse import SseParser
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-upstream"}
 USAGE = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import InvalidRequest
-from proxy.translation.chat_to_messages import completion_of, messages_request_of
+from modelgate.proxy.errors import InvalidRequest
+from modelgate.proxy.translation.chat_to_messages import completion_of, messages_request_of
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 WEATHER_FUNCTION = {

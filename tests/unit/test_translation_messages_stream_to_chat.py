@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
-from proxy.translation.messages_stream_to_chat import ChatChunkStream
-from proxy.translation.sse import SseParser
+from modelgate.proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
+from modelgate.proxy.translation.messages_stream_to_chat import ChatChunkStream
+from modelgate.proxy.translation.sse import SseParser
 
 
 def event(name: str, payload: dict) -> bytes:

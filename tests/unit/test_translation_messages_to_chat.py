@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import InvalidRequest
-from proxy.translation.messages_to_chat import chat_request_of, message_of
+from modelgate.proxy.errors import InvalidRequest
+from modelgate.proxy.translation.messages_to_chat import chat_request_of, message_of
 
 WEATHER_TOOL = {
     "name": "get_weather",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from plugins.native_features import native_feature_of
-from proxy.translation import translator_for
-from proxy.translation.chat_on_anthropic import ChatOnMessages
-from proxy.translation.messages_on_openai import MessagesOnChatCompletions
+from modelgate.plugins.native_features import native_feature_of
+from modelgate.proxy.translation import translator_for
+from modelgate.proxy.translation.chat_on_anthropic import ChatOnMessages
+from modelgate.proxy.translation.messages_on_openai import MessagesOnChatCompletions
 
 
 def test_messages_on_an_openai_row_is_translated_to_chat_completions() -> None:

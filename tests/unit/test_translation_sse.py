@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.translation.sse import SseEvent, SseParser
+from modelgate.proxy.translation.sse import SseEvent, SseParser
 
 STREAM = (
     b'event: message_start\ndata: {"type":"message_start"}\n\n'

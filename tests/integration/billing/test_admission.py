@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from billing.counters import (
+from modelgate.billing.counters import (
     Counters,
     InProcessCounters,
     MoneyAsk,
@@ -17,7 +17,7 @@ from billing.counters import (
     Refusal,
     Reserve,
 )
-from billing.redis_counters import RedisCounters
+from modelgate.billing.redis_counters import RedisCounters
 
 
 @pytest.fixture(params=["in-process", "redis"])

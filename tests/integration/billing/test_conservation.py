@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from cabinet.storage import Database, open_database
+from modelgate.cabinet.storage import Database, open_database
 from tests.fakes import FakeUpstream, Fault
 from tests.fakes.faults import FOREVER
 from tests.support.conservation_audit import (

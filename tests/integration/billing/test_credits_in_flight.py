@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cabinet.storage import open_database
+from modelgate.cabinet.storage import open_database
 from tests.fakes import FakeUpstream, Fault
 from tests.support.gateway import GatewayProcess, Tenant, register_tenant
 
@@ -104,7 +104,7 @@ def _cli_top_up(config: Path, organization_id: str, usd: str, cwd: Path) -> None
         [
             sys.executable,
             "-m",
-            "proxy.cli",
+            "modelgate",
             "billing",
             "top-up",
             organization_id,

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from billing.counters import Counters, InProcessCounters, MoneyState, Reserve
-from billing.redis_counters import RedisCounters
+from modelgate.billing.counters import Counters, InProcessCounters, MoneyState, Reserve
+from modelgate.billing.redis_counters import RedisCounters
 
 
 @pytest.fixture(params=["in-process", "redis"])

@@ -90,7 +90,7 @@ def test_a_messages_max_tokens_out_of_range_is_a_400_in_envelope_b(gateway, tena
 
 
 def test_the_config_cannot_switch_the_cap_check_off(tmp_path: Path) -> None:
-    from config import ConfigError
+    from modelgate.config import ConfigError
 
     toml = billing_toml(
         f"sqlite:///{tmp_path / 'x.db'}", None, extra='[plugins]\ndisabled = ["output_caps"]\n'

@@ -172,7 +172,7 @@ def test_the_billing_cli_unblocks_a_running_gateway_through_postgres(tmp_path, p
             [
                 sys.executable,
                 "-m",
-                "proxy.cli",
+                "modelgate",
                 "billing",
                 "mark-paid",
                 invoice["id"],
@@ -205,7 +205,7 @@ def test_a_cli_top_up_on_sqlite_reaches_a_gateway_that_refused_the_organization(
             [
                 sys.executable,
                 "-m",
-                "proxy.cli",
+                "modelgate",
                 "billing",
                 "top-up",
                 org_id,

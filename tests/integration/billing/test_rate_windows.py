@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from billing.counters import WINDOW_SECONDS
-from billing.redis_counters import RedisCounters
+from modelgate.billing.counters import WINDOW_SECONDS
+from modelgate.billing.redis_counters import RedisCounters
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from billing.redis_wire import RedisWire, Script
+from modelgate.billing.redis_wire import RedisWire, Script
 from tests.support.gateway import free_port
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from billing.events import BalanceEvent
-from cabinet.storage import Database
-from cabinet.tokens import new_id
-from config import Config, load_config
+from modelgate.billing.events import BalanceEvent
+from modelgate.cabinet.storage import Database
+from modelgate.cabinet.tokens import new_id
+from modelgate.config import Config, load_config
 from tests.integration.cabinet.cabinet_client import (
     PASSWORD,
     Account,

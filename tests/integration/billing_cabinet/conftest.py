@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from cabinet.app import build_cabinet_app
-from cabinet.services import CabinetServices
-from cabinet.storage import Database
-from config import Config
+from modelgate.cabinet.app import build_cabinet_app
+from modelgate.cabinet.services import CabinetServices
+from modelgate.cabinet.storage import Database
+from modelgate.config import Config
 from tests.integration.billing_cabinet.billing_client import (
     BillingCabinet,
     BillingCabinetFactory,

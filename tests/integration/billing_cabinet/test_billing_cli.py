@@ -10,7 +10,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from cabinet.storage import Database
+from modelgate.cabinet.storage import Database
 from tests.integration.billing_cabinet.billing_client import (
     OPERATOR_TOKEN,
     BillingCabinet,
@@ -27,14 +27,14 @@ _MODELS = (
 
 
 async def run_billing(*args: str, token: str | None = None) -> tuple[int, str, str]:
-    """Run `python -m proxy.cli billing …` without blocking the loop the test server runs on."""
+    """Run `python -m modelgate billing …` without blocking the loop the test server runs on."""
     env = {k: v for k, v in os.environ.items() if k != "MODELGATE_OPERATOR_TOKEN"}
     if token is not None:
         env["MODELGATE_OPERATOR_TOKEN"] = token
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "proxy.cli",
+        "modelgate",
         "billing",
         *args,
         cwd=REPOSITORY,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from cabinet.billing import mark_invoice_paid, top_up
-from cabinet.requests import CabinetError
+from modelgate.cabinet.billing import mark_invoice_paid, top_up
+from modelgate.cabinet.requests import CabinetError
 from tests.integration.billing_cabinet.billing_client import (
     OPERATOR_TOKEN,
     BillingCabinet,

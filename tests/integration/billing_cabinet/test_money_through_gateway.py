@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from billing.allowance import allowance_event_id
-from cabinet.storage import open_database
+from modelgate.billing.allowance import allowance_event_id
+from modelgate.cabinet.storage import open_database
 from tests.support.gateway import ThreadedGateway, write_config
 
 OPERATOR_TOKEN = "operator-token-for-money-tests-0123456789"
@@ -231,7 +231,7 @@ def test_a_cli_top_up_on_sqlite_takes_effect_in_a_running_gateway_and_says_so(tm
             [
                 sys.executable,
                 "-m",
-                "proxy.cli",
+                "modelgate",
                 "billing",
                 "top-up",
                 tenant.organization_id,
@@ -248,7 +248,7 @@ def test_a_cli_top_up_on_sqlite_takes_effect_in_a_running_gateway_and_says_so(tm
     finally:
         gateway.stop()
     helped = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "billing", "--help"],
+        [sys.executable, "-m", "modelgate", "billing", "--help"],
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
@@ -337,5 +337,5 @@ def test_adjustments_reach_the_running_gateway_through_the_api_and_the_cli(
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "proxy.cli", *args], cwd=REPOSITORY, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "modelgate", *args], cwd=REPOSITORY, capture_output=True, text=True, timeout=60
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cabinet.openapi import openapi_document
+from modelgate.cabinet.openapi import openapi_document
 from tests.integration.billing_cabinet.billing_client import BillingCabinet
 
 SCHEMAS = openapi_document()["components"]["schemas"]

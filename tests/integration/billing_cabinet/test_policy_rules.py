@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from cabinet.policy_rules import rules_for_key
+from modelgate.cabinet.policy_rules import rules_for_key
 from tests.integration.billing_cabinet.billing_client import BillingCabinet
 
 

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
-from cabinet.app import build_cabinet_app
-from cabinet.services import CabinetServices
-from cabinet.storage import Database
-from config import Config, load_config
+from modelgate.cabinet.app import build_cabinet_app
+from modelgate.cabinet.services import CabinetServices
+from modelgate.cabinet.storage import Database
+from modelgate.config import Config, load_config
 from tests.integration.cabinet.cabinet_client import Cabinet, RecordingSink
 
 CabinetFactory = Callable[..., Awaitable[Cabinet]]

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cabinet.app import ROUTES
+from modelgate.cabinet.app import ROUTES
 from tests.integration.cabinet.cabinet_client import Account, Cabinet
 
 # (method, path) of every endpoint that reads a JSON body; ids are filled in per test.

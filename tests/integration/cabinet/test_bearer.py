@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cabinet.app import ROUTES
+from modelgate.cabinet.app import ROUTES
 from tests.integration.cabinet.cabinet_client import Cabinet
 
 PUBLIC = {

@@ -14,9 +14,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from cabinet.app import build_cabinet_app
-from cabinet.services import CabinetServices
-from cabinet.storage import apply_migrations, open_database
+from modelgate.cabinet.app import build_cabinet_app
+from modelgate.cabinet.services import CabinetServices
+from modelgate.cabinet.storage import apply_migrations, open_database
 from tests.integration.cabinet.cabinet_client import PASSWORD, Cabinet, RecordingSink, Reply, unique_email
 from tests.integration.cabinet.conftest import CabinetFactory, cabinet_config
 

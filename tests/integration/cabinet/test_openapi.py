@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cabinet.app import build_cabinet_app
-from cabinet.openapi import openapi_document
-from cabinet.services import CabinetServices, NullKeySink
-from cabinet.storage import Database
-from config import load_config
+from modelgate.cabinet.app import build_cabinet_app
+from modelgate.cabinet.openapi import openapi_document
+from modelgate.cabinet.services import CabinetServices, NullKeySink
+from modelgate.cabinet.storage import Database
+from modelgate.config import load_config
 from tests.integration.cabinet.cabinet_client import Cabinet
 
 HTTP_METHODS = {"get", "post", "put", "patch", "delete", "head", "options"}

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
 
-from cabinet.oidc.urls import CALLBACK_PATH
+from modelgate.cabinet.oidc.urls import CALLBACK_PATH
 
 _FORM_ACTION = re.compile(r'<form[^>]*\baction="([^"]+)"', re.IGNORECASE)
 _PROMPT = re.compile(r'name="prompt" value="([a-z]+)"')

@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 from aiohttp import web
 
-from cabinet.app import build_cabinet_app
-from cabinet.oidc.urls import CALLBACK_PATH
-from cabinet.services import CabinetServices
-from cabinet.storage import Database
-from config import Config, load_config
+from modelgate.cabinet.app import build_cabinet_app
+from modelgate.cabinet.oidc.urls import CALLBACK_PATH
+from modelgate.cabinet.services import CabinetServices
+from modelgate.cabinet.storage import Database
+from modelgate.config import Config, load_config
 from tests.integration.cabinet.cabinet_client import Cabinet, RecordingSink
 from tests.integration.oidc.browser import Browser
 from tests.integration.oidc.fake_idp import FakeIdp

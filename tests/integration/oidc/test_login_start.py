@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from cabinet.oidc import login
+from modelgate.cabinet.oidc import login
 from tests.integration.oidc.browser import Browser
 from tests.integration.oidc.conftest import GatewayFactory
 from tests.integration.oidc.fake_idp import FakeIdp

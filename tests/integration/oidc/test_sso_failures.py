@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cabinet.oidc.urls import CALLBACK_PATH
+from modelgate.cabinet.oidc.urls import CALLBACK_PATH
 from tests.integration.cabinet.cabinet_client import Account
 from tests.integration.oidc.browser import Browser, query_of
 from tests.integration.oidc.conftest import GatewayFactory

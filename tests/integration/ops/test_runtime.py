@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from config import Config
-from plugins import PluginChain
-from proxy.routing import ModelCatalog
-from proxy.runtime import ModelRuntime
+from modelgate.config import Config
+from modelgate.plugins import PluginChain
+from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.runtime import ModelRuntime
 
 
 class RecordingUpstream:

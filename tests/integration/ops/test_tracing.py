@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import config.loader
-from config import ConfigError, TracingConfig, load_config
-from proxy.gateway import Gateway
+from modelgate.config import ConfigError, TracingConfig, load_config
+from modelgate.config import loader as config_loader
+from modelgate.proxy.gateway import Gateway
 from tests.fakes import FakeUpstream
 from tests.integration.ops.conftest import chat, ops_toml
 from tests.support.gateway import ThreadedGateway, register_tenant, write_config
@@ -38,7 +38,7 @@ async def test_a_gateway_on_the_defaults_builds_no_tracer(tmp_path: Path, sqlite
 def test_enabled_tracing_without_opentelemetry_is_a_config_error(
     tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(config.loader, "_opentelemetry_installed", lambda: False)
+    monkeypatch.setattr(config_loader, "_opentelemetry_installed", lambda: False)
     path = tmp_path / "otel.toml"
     path.write_text(ops_toml(sqlite_url) + '\n[tracing]\nenabled = true\nservice_name = "gw"\n')
 
@@ -53,7 +53,7 @@ def test_enabled_tracing_without_opentelemetry_is_a_config_error(
 # The real CLI in a process where the OpenTelemetry packages cannot be imported, installed here or not.
 _WITHOUT_OPENTELEMETRY = (
     "import sys; sys.modules['opentelemetry'] = None; "
-    "from proxy.cli import main; sys.exit(main(sys.argv[1:]))"
+    "from modelgate.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 

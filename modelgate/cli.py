@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
-from config import Config, ConfigError, load_config
+from modelgate.config import Config, ConfigError, load_config
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 1
@@ -29,9 +29,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config is None:
         print("modelgate: refusing to start on an invalid config", file=sys.stderr)
         return EXIT_CONFIG
-    from proxy.listen import ListenError
-    from proxy.logs import configure_logging
-    from proxy.server import run
+    from modelgate.proxy.listen import ListenError
+    from modelgate.proxy.logs import configure_logging
+    from modelgate.proxy.server import run
 
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
@@ -86,8 +86,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return EXIT_CONFIG
-    from cabinet.storage import apply_migrations, open_database
-    from cabinet.storage.migrations import current_version
+    from modelgate.cabinet.storage import apply_migrations, open_database
+    from modelgate.cabinet.storage.migrations import current_version
 
     async def migrate() -> tuple[list[int], int]:
         db = await open_database(config.storage.url)
@@ -103,7 +103,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_billing(args: argparse.Namespace) -> int:
-    from cabinet.billing_commands import run_billing_command
+    from modelgate.cabinet.billing_commands import run_billing_command
 
     config = None
     if args.url is None:

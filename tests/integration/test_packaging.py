@@ -1,0 +1,83 @@
+"""The distribution: one import namespace (`modelgate`), every module and data file of the repository's
+layer folders inside it, and the `modelgate` command and `python -m modelgate` as entry points."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+LAYER_FOLDERS = ("billing", "cabinet", "config", "plugins", "proxy")
+
+
+def _setuptools() -> dict:
+    return tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+
+
+def _packages_on_disk() -> set[str]:
+    packages = {"modelgate"}
+    for folder in LAYER_FOLDERS:
+        for init in (REPOSITORY / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(REPOSITORY)
+            packages.add("modelgate." + ".".join(relative.parts))
+    return packages
+
+
+def test_every_package_folder_is_listed_for_installation() -> None:
+    assert set(_setuptools()["packages"]) == _packages_on_disk()
+
+
+def test_each_layer_folder_maps_under_the_modelgate_namespace() -> None:
+    assert _setuptools()["package-dir"] == {f"modelgate.{folder}": folder for folder in LAYER_FOLDERS}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """The wheel `pip install .` would install, built from a copy of what the checkout ships (setuptools
+    writes its build/ folder beside the sources) with the installed setuptools."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPOSITORY / name, source / name)
+    for folder in ("modelgate", *LAYER_FOLDERS):
+        shutil.copytree(REPOSITORY / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("wheel")
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run(
+        [*pip_wheel, "-w", str(out), "."],
+        cwd=source,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("modelgate-*.whl")
+    with zipfile.ZipFile(built) as archive:
+        yield archive
+
+
+def test_the_wheel_installs_only_the_modelgate_namespace(wheel: zipfile.ZipFile) -> None:
+    top_level = {name.split("/")[0] for name in wheel.namelist()}
+    dist_info = {name for name in top_level if name.endswith(".dist-info")}
+    assert top_level - dist_info == {"modelgate"}
+    assert len(dist_info) == 1
+
+
+def test_the_wheel_holds_every_module_migration_and_config_file(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    expected = {"modelgate/__init__.py", "modelgate/__main__.py", "modelgate/cli.py"}
+    for folder in LAYER_FOLDERS:
+        for path in (REPOSITORY / folder).rglob("*"):
+            if path.suffix in (".py", ".sql", ".toml") and "__pycache__" not in path.parts:
+                expected.add("modelgate/" + path.relative_to(REPOSITORY).as_posix())
+    assert expected - names == set()
+
+
+def test_the_modelgate_command_is_the_cli_main(wheel: zipfile.ZipFile) -> None:
+    (entry_points,) = [name for name in wheel.namelist() if name.endswith(".dist-info/entry_points.txt")]
+    text = wheel.read(entry_points).decode()
+    assert "[console_scripts]\nmodelgate = modelgate.cli:main" in text
