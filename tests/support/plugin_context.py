@@ -323,7 +323,7 @@ async def context_before(
     done = set(_CHAIN_ORDER[: _CHAIN_ORDER.index(plugin)])
     ctx = request_context(method, path, headers=headers, body=payload if payload is not None else body)
     if "route_support" in done:
-        ctx.route, ctx.object_id = services.routes.match(method, path)
+        ctx.route, ctx.object_id = services.routes.match(method, ctx.request.path)
         assert ctx.route is not None, f"{method} {path} is not a model API route"
         if ctx.route.envelope is Envelope.B or (
             ctx.route.envelope_b_with_version_header and "anthropic-version" in ctx.request.headers
