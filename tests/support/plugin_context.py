@@ -183,35 +183,37 @@ async def add_key(
     balance_usd: float = 0.0,
     activated: bool = True,
     system: bool = False,
+    organization_id: str | None = None,
 ) -> StoredKey:
-    """A new organization on `plan` with `balance_usd` (its first invoice paid when `activated`) and one
-    active API key, in a system of its own when `system`."""
+    """An active API key of a new organization on `plan` with `balance_usd` (its first invoice paid when
+    `activated`), or of the existing `organization_id`; in a new system of the organization when `system`."""
     at = time.time()
     secret = new_api_key_secret()
     async with services.db.transaction() as tx:
-        org = await insert_organization(tx, "Test Org", plan, at)
-        await tx.execute(
-            "UPDATE organizations SET balance_micros = $1, activated_at = $2 WHERE id = $3",
-            to_micros(balance_usd),
-            at if activated else None,
-            org.id,
-        )
+        if organization_id is None:
+            organization_id = (await insert_organization(tx, "Test Org", plan, at)).id
+            await tx.execute(
+                "UPDATE organizations SET balance_micros = $1, activated_at = $2 WHERE id = $3",
+                to_micros(balance_usd),
+                at if activated else None,
+                organization_id,
+            )
         system_id = None
         if system:
             system_id = new_id("sys")
             await tx.execute(
                 "INSERT INTO systems (id, organization_id, name, created_at) VALUES ($1, $2, $3, $4)",
                 system_id,
-                org.id,
-                "backend",
+                organization_id,
+                f"system {system_id}",
                 at,
             )
         await tx.execute(
             "INSERT INTO api_keys (id, organization_id, alias, owner_email, system_id, status, secret_hash,"
             " secret_hint, created_at) VALUES ($1, $2, $3, $4, $5, 'active', $6, $7, $8)",
             new_id("key"),
-            org.id,
-            "test key",
+            organization_id,
+            f"key {secret_hint(secret)}",
             "owner@example.com",
             system_id,
             hash_token(secret),
