@@ -1,0 +1,147 @@
+"""Usage metering: usage is read from the answer as it passes, and every request with a model and a key
+writes one ledger row; streams get their usage asked for, and kept from a client that did not ask."""
+
+from __future__ import annotations
+
+import orjson
+
+from modelgate.plugins.admission import Admission
+from modelgate.plugins.billing_gate import BillingGate
+from modelgate.plugins.usage_metering import UsageMetering
+from modelgate.proxy.context import Usage
+from tests.support.plugin_context import PluginServices, StoredKey, answered, context_before
+
+CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
+ANSWER = orjson.dumps(
+    {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+    }
+)
+
+
+async def _ledger(services: PluginServices) -> list[dict]:
+    await services.ledger.flush()
+    return await services.db.fetch(
+        "SELECT id, organization_id, key_id, model, row_key, request_id, status, input_tokens, output_tokens,"
+        " cost_micros, outcome FROM usage_ledger"
+    )
+
+
+async def test_an_answer_writes_one_ledger_row_with_its_usage_and_cost(
+    services: PluginServices, key: StoredKey
+) -> None:
+    plugin = UsageMetering(services.ledger, services.counters)
+    ctx = await context_before("usage_metering", services, payload=CHAT, key=key.record)
+    plugin.on_request(ctx)
+    answered(ctx, body=ANSWER)
+
+    plugin.on_chunk(ctx, ANSWER)
+    plugin.on_complete(ctx)
+
+    assert ctx.usage == Usage(input_tokens=12, output_tokens=5)
+    (row,) = await _ledger(services)
+    assert {
+        name: row[name] for name in ("key_id", "model", "row_key", "request_id", "status", "outcome")
+    } == {
+        "key_id": key.record.id,
+        "model": "gpt-test",
+        "row_key": "openai/gpt-test-2025@openai.test",
+        "request_id": ctx.request_id,
+        "status": 200,
+        "outcome": "completed",
+    }
+    assert (row["input_tokens"], row["output_tokens"], row["cost_micros"]) == (12, 5, 12 * 2 + 5 * 10)
+
+
+async def test_a_stream_whose_client_did_not_ask_for_usage_asks_for_it_and_hides_it(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await context_before("usage_metering", services, payload={**CHAT, "stream": True}, key=key.record)
+
+    UsageMetering(services.ledger, services.counters).on_request(ctx)
+
+    assert orjson.loads(ctx.upstream_body())["stream_options"] == {"include_usage": True}
+    usage_event = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    assert ctx.chunk_filter.feed(usage_event) == b""  # the client never sees the usage it did not ask for
+
+
+async def test_a_stream_whose_client_asked_for_usage_is_left_as_sent(
+    services: PluginServices, key: StoredKey
+) -> None:
+    payload = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    ctx = await context_before("usage_metering", services, payload=payload, key=key.record)
+
+    UsageMetering(services.ledger, services.counters).on_request(ctx)
+
+    assert not ctx.payload_changed
+    usage_event = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    assert ctx.chunk_filter.feed(usage_event) == usage_event
+
+
+async def test_a_providers_own_price_is_kept_from_a_whole_answer(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await context_before("usage_metering", services, payload=CHAT, key=key.record)
+
+    UsageMetering(services.ledger, services.counters).on_request(ctx)
+
+    priced = orjson.dumps(
+        {"id": "c", "choices": [], "usage": {"prompt_tokens": 1, "cost": 0.02}, "cost": 0.02}
+    )
+    assert orjson.loads(ctx.chunk_filter.whole(priced)) == {
+        "id": "c",
+        "choices": [],
+        "usage": {"prompt_tokens": 1},
+    }
+
+
+async def test_an_admitted_request_is_journaled_and_its_row_takes_that_id(
+    services: PluginServices, key: StoredKey
+) -> None:
+    plugin = UsageMetering(services.ledger, services.counters)
+    ctx = await context_before("billing_gate", services, payload=CHAT, key=key.record)
+    await BillingGate(services.accounts).on_request(ctx)
+    await Admission(services.counters).on_request(ctx)
+
+    plugin.on_request(ctx)
+    assert ctx.ledger_row_id is not None and services.ledger.admitted == 1
+    answered(ctx, body=ANSWER)
+    plugin.on_chunk(ctx, ANSWER)
+    plugin.on_complete(ctx)
+
+    assert services.ledger.admitted == 0
+    assert [row["id"] for row in await _ledger(services)] == [ctx.ledger_row_id]
+
+
+async def test_a_request_refused_before_any_answer_is_recorded_free(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await context_before("usage_metering", services, payload=CHAT, key=key.record)
+    plugin = UsageMetering(services.ledger, services.counters)
+    plugin.on_request(ctx)
+    ctx.status = 429  # a later step refused it
+
+    plugin.on_complete(ctx)
+
+    ((status, outcome, cost),) = [
+        (r["status"], r["outcome"], r["cost_micros"]) for r in await _ledger(services)
+    ]
+    assert (status, outcome, cost) == (429, "refused", 0)
+
+
+async def test_a_request_that_never_named_a_model_writes_no_row(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await context_before("usage_metering", services, method="GET", path="/v1/models", key=key.record)
+    plugin = UsageMetering(services.ledger, services.counters)
+    plugin.on_request(ctx)
+    ctx.status = 200
+
+    plugin.on_complete(ctx)
+
+    assert await _ledger(services) == []
