@@ -113,6 +113,11 @@ tpm = 5000
 """
 
 
+# The body most tests send: a chat completion on gpt-test with a 100-token cap (never mutated: the context
+# parses its own copy).
+CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
+
+
 @dataclass(slots=True)
 class PluginServices:
     """The collaborators the chain's plugins are built from (plugins.ChainServices), for real."""

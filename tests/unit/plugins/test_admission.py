@@ -9,9 +9,14 @@ from modelgate.domain.errors import InsufficientBalance, RateLimited
 from modelgate.plugins.admission import Admission
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.rate_limits import RateLimits
-from tests.support.plugin_context import PluginServices, StoredKey, add_key, add_policy_rule, context_before
-
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
+from tests.support.plugin_context import (
+    CHAT,
+    PluginServices,
+    StoredKey,
+    add_key,
+    add_policy_rule,
+    context_before,
+)
 
 
 async def _recorded(services: PluginServices, key: StoredKey):

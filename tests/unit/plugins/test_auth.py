@@ -7,9 +7,7 @@ import pytest
 from modelgate.domain.errors import AuthenticationFailed, AuthenticationFailedEnvelopeA
 from modelgate.domain.tokens import hash_token, new_management_key_secret
 from modelgate.plugins.auth import Auth
-from tests.support.plugin_context import PluginServices, StoredKey, context_before
-
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+from tests.support.plugin_context import CHAT, PluginServices, StoredKey, context_before
 
 
 async def test_a_bearer_key_records_its_key_on_the_context(services: PluginServices, key: StoredKey) -> None:

@@ -15,9 +15,10 @@ from modelgate.plugins.admission import Admission, pending
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.realtime_credentials import RealtimeCredentials
-from modelgate.proxy.context import Usage
+from modelgate.proxy.context import RequestContext, Usage
 from modelgate.proxy.realtime_secrets import ClientSecret, InProcessSecrets
 from tests.support.plugin_context import (
+    CHAT,
     PluginServices,
     StoredKey,
     add_key,
@@ -26,8 +27,6 @@ from tests.support.plugin_context import (
     context_before,
 )
 
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
-
 
 async def _gated(
     services: PluginServices, key: StoredKey, path: str = "/v1/chat/completions", payload: dict = CHAT
@@ -35,6 +34,19 @@ async def _gated(
     ctx = await context_before("billing_gate", services, path=path, payload=payload, key=key.record)
     await BillingGate(services.accounts).on_request(ctx)
     return ctx
+
+
+async def _answered(
+    services: PluginServices, key: StoredKey, usage: Usage
+) -> tuple[BillingGate, RequestContext]:
+    """A request admitted with its reservation taken, then answered whole with `usage`."""
+    plugin = BillingGate(services.accounts)
+    ctx = await context_before("billing_gate", services, payload=CHAT, key=key.record)
+    await plugin.on_request(ctx)
+    await Admission(services.counters).on_request(ctx)
+    answered(ctx, body=b"{}")
+    ctx.usage = usage
+    return plugin, ctx
 
 
 async def test_the_worst_case_cost_is_asked_of_the_organizations_balance(
@@ -83,12 +95,7 @@ async def test_a_free_route_asks_nothing_but_is_still_asked(services: PluginServ
 async def test_completion_settles_the_reservation_to_the_real_cost(
     services: PluginServices, key: StoredKey
 ) -> None:
-    plugin = BillingGate(services.accounts)
-    ctx = await context_before("billing_gate", services, payload=CHAT, key=key.record)
-    await plugin.on_request(ctx)
-    await Admission(services.counters).on_request(ctx)
-    answered(ctx, body=b"{}")
-    ctx.usage = Usage(input_tokens=20, output_tokens=50)
+    plugin, ctx = await _answered(services, key, Usage(input_tokens=20, output_tokens=50))
 
     await plugin.on_complete(ctx)
 
@@ -99,12 +106,8 @@ async def test_completion_settles_the_reservation_to_the_real_cost(
 async def test_a_cost_over_the_reservation_is_charged_the_reservation(
     services: PluginServices, key: StoredKey
 ) -> None:
-    plugin = BillingGate(services.accounts)
-    ctx = await context_before("billing_gate", services, payload=CHAT, key=key.record)
-    await plugin.on_request(ctx)
-    await Admission(services.counters).on_request(ctx)
-    answered(ctx, body=b"{}")
-    ctx.usage = Usage(input_tokens=100_000, output_tokens=100)  # a provider reporting more than was possible
+    # a provider reporting more than the request could have used
+    plugin, ctx = await _answered(services, key, Usage(input_tokens=100_000, output_tokens=100))
 
     await plugin.on_complete(ctx)
 

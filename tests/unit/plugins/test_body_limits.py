@@ -10,9 +10,8 @@ import pytest
 from modelgate.domain.errors import InvalidRequest, RequestTooLarge
 from modelgate.plugins.body_limits import BodyLimits
 from modelgate.proxy.routes import MiB
-from tests.support.plugin_context import PluginServices, context_before
+from tests.support.plugin_context import CHAT, PluginServices, context_before
 
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
 SECRETS = "/v1/realtime/client_secrets"  # the 1 MiB JSON group
 
 

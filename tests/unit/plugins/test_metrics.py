@@ -7,9 +7,15 @@ from modelgate.domain.errors import RateLimited, UpstreamClientError
 from modelgate.plugins.metrics import Metrics
 from modelgate.proxy.context import Usage
 from modelgate.proxy.metrics import GatewayMetrics
-from tests.support.plugin_context import PluginServices, StoredKey, answered, context_before, request_context
+from tests.support.plugin_context import (
+    CHAT,
+    PluginServices,
+    StoredKey,
+    answered,
+    context_before,
+    request_context,
+)
 
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
 OPENAI_ROW = "openai/gpt-test-2025@openai.test"
 
 

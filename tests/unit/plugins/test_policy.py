@@ -7,9 +7,14 @@ import pytest
 
 from modelgate.domain.errors import ModelNotFound, PolicyBlocked
 from modelgate.plugins.policy import Policy
-from tests.support.plugin_context import PluginServices, StoredKey, add_key, add_policy_rule, context_before
-
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+from tests.support.plugin_context import (
+    CHAT,
+    PluginServices,
+    StoredKey,
+    add_key,
+    add_policy_rule,
+    context_before,
+)
 
 
 async def _decided(services: PluginServices, key: StoredKey, payload: dict = CHAT):

@@ -10,6 +10,7 @@ from modelgate.plugins.admission import Admission, pending
 from modelgate.plugins.rate_limits import RateLimits
 from modelgate.proxy.context import Usage
 from tests.support.plugin_context import (
+    CHAT,
     PluginServices,
     StoredKey,
     add_key,
@@ -17,8 +18,6 @@ from tests.support.plugin_context import (
     answered,
     context_before,
 )
-
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
 
 
 async def _limited(services: PluginServices, key: StoredKey, payload: dict = CHAT):

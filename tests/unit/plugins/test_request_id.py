@@ -8,9 +8,7 @@ from modelgate.domain.counters import InProcessCounters
 from modelgate.domain.errors import RequestInProgress
 from modelgate.plugins.admission import pending
 from modelgate.plugins.request_id import InFlightIds, RequestId, SharedRequestId, shared_claim_key
-from tests.support.plugin_context import PluginServices, StoredKey, add_key, context_before
-
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+from tests.support.plugin_context import CHAT, PluginServices, StoredKey, add_key, context_before
 
 
 async def _with_id(services: PluginServices, key: StoredKey, request_id: str | None):

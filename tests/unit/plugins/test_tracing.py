@@ -14,9 +14,7 @@ import pytest
 from modelgate.plugins.tracing import RequestTracing
 from modelgate.proxy.context import Usage
 from modelgate.proxy.tracing import Tracer
-from tests.support.plugin_context import PluginServices, StoredKey, answered, context_before
-
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
+from tests.support.plugin_context import CHAT, PluginServices, StoredKey, answered, context_before
 
 
 @pytest.fixture(scope="module")

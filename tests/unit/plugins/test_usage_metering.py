@@ -9,9 +9,8 @@ from modelgate.plugins.admission import Admission
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.usage_metering import UsageMetering
 from modelgate.proxy.context import Usage
-from tests.support.plugin_context import PluginServices, StoredKey, answered, context_before
+from tests.support.plugin_context import CHAT, PluginServices, StoredKey, answered, context_before
 
-CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100}
 ANSWER = orjson.dumps(
     {
         "id": "chatcmpl-1",
