@@ -42,8 +42,8 @@ from modelgate.proxy.routing import ModelCatalog
 from modelgate.proxy.upstream import Upstream, build_upstream
 from modelgate.storage import Database, apply_migrations, open_database
 
-# Two providers (one speaks Messages natively), a model on both, a native-only one, media models, and
-# three plans: limited and prepaid, post-paid without limits, and one a minute.
+# Two providers (one speaks Messages natively), a model on both, one on the non-native provider only, media
+# models, and three plans: limited and prepaid, post-paid without limits, and one request a minute.
 GATEWAY_TOML = """
 [[providers]]
 name = "openai"
