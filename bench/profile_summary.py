@@ -23,9 +23,9 @@ _ENTRY_POINTS = frozenset(
         "<module> (modelgate/cli.py)",
         "main (modelgate/cli.py)",
         "cmd_serve (modelgate/cli.py)",
-        "run (proxy/server.py)",
-        "_run_loop (proxy/server.py)",
-        "_worker_main (proxy/server.py)",
+        "run (modelgate/server.py)",
+        "_run_loop (modelgate/server.py)",
+        "_worker_main (modelgate/server.py)",
     }
 )
 

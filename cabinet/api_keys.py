@@ -26,11 +26,11 @@ from modelgate.cabinet.requests import (
     required_text,
 )
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage import IntegrityViolation
-from modelgate.cabinet.storage.database import Executor
 from modelgate.cabinet.systems import system_in_organization
-from modelgate.cabinet.tokens import hash_token, new_api_key_secret, new_id, secret_hint
 from modelgate.cabinet.users import ADMIN_ROLES, first_owner_email
+from modelgate.domain.tokens import hash_token, new_api_key_secret, new_id, secret_hint
+from modelgate.storage import IntegrityViolation
+from modelgate.storage.database import Executor
 
 log = logging.getLogger("modelgate.cabinet.api_keys")
 

@@ -14,9 +14,9 @@ from modelgate.cabinet.auth import Principal, authenticate
 from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.requests import bad_request, json_response, refuse_unstorable_query
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage.database import Executor, Row
-from modelgate.cabinet.tokens import new_id
 from modelgate.cabinet.users import ADMIN_ROLES
+from modelgate.domain.tokens import new_id
+from modelgate.storage.database import Executor, Row
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200

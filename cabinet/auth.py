@@ -11,9 +11,9 @@ from modelgate.cabinet.clock import now
 from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.sessions import live_session
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import API_KEY_PREFIX, MANAGEMENT_KEY_PREFIX, hash_token
 from modelgate.cabinet.users import ROLES, first_owner_email
+from modelgate.domain.tokens import API_KEY_PREFIX, MANAGEMENT_KEY_PREFIX, hash_token
+from modelgate.storage.database import Executor
 
 SESSION = "session"
 MANAGEMENT_KEY = "management_key"

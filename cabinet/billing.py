@@ -2,7 +2,7 @@
 plan, and the billing overview.
 
 These are operator actions (the operator API and `modelgate billing`). Money moves as balance events
-(`billing.events`) written in the same transaction as the change they describe; the caller announces each
+(`domain.events`) written in the same transaction as the change they describe; the caller announces each
 event after commit (`announce_balance_event` in-process, the CLI on the billing channel), and every gateway
 applies it to its live counter once. A plan change is announced likewise (`announce_plan_change`), so
 gateways drop the API keys they cached with the old plan.
@@ -15,16 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from modelgate.billing.events import (
-    CREDIT,
-    DEBIT,
-    INVOICE_PAID,
-    SET,
-    TOP_UP,
-    BalanceEvent,
-    apply_balance_event,
-)
-from modelgate.billing.money import MAX_CREDIT_MICROS, to_micros
 from modelgate.cabinet.audit import Actor, record
 from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.invoices import (
@@ -37,17 +27,23 @@ from modelgate.cabinet.invoices import (
 from modelgate.cabinet.organizations import Organization
 from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import CabinetServices
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import new_id
 from modelgate.cabinet.usage import day_start, usage_totals
 from modelgate.config import Config, PlanConfig
+from modelgate.domain.events import (
+    CREDIT,
+    DEBIT,
+    INVOICE_PAID,
+    SET,
+    TOP_UP,
+    BalanceEvent,
+    apply_balance_event,
+)
+from modelgate.domain.money import MAX_CREDIT_MICROS, to_micros
+from modelgate.domain.tokens import new_id
+from modelgate.storage.database import Executor
 
 log = logging.getLogger("modelgate.cabinet.billing")
 
-# Gateways listen here (PostgreSQL NOTIFY, Redis pub/sub) for balance events (`BalanceEvent.payload`).
-BILLING_CHANNEL = "modelgate_billing"
-# ... and here for plan changes (payload: the organization id): API keys are cached with their plan.
-PLAN_CHANNEL = "modelgate_plan_changed"
 MAX_TOP_UP_MICROS = MAX_CREDIT_MICROS
 OPERATOR = Actor("operator", None, None)
 ADJUSTMENT_KINDS = (CREDIT, DEBIT, SET)

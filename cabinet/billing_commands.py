@@ -21,13 +21,8 @@ import aiohttp
 import asyncpg
 import orjson
 
-from modelgate.billing.allowance import grant_allowance
-from modelgate.billing.events import SET, BalanceEvent
-from modelgate.billing.money import format_money, parse_money
 from modelgate.cabinet.billing import (
     ADJUSTMENT_KINDS,
-    BILLING_CHANNEL,
-    PLAN_CHANNEL,
     adjust_balance,
     billing_state,
     change_plan,
@@ -38,9 +33,13 @@ from modelgate.cabinet.clock import now
 from modelgate.cabinet.operator import organization_invoices_json, payment_json
 from modelgate.cabinet.registration_invitations import invite_organization
 from modelgate.cabinet.requests import CabinetError
-from modelgate.cabinet.storage import MIGRATIONS, Database, StorageError, open_database
 from modelgate.config import Config
+from modelgate.domain.accounts import BILLING_CHANNEL, PLAN_CHANNEL
+from modelgate.domain.allowance import grant_allowance
+from modelgate.domain.events import SET, BalanceEvent
+from modelgate.domain.money import format_money, parse_money
 from modelgate.proxy.host_channel import HostChannel
+from modelgate.storage import MIGRATIONS, Database, StorageError, open_database
 
 EXIT_OK = 0
 EXIT_ERROR = 2

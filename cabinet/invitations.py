@@ -26,10 +26,10 @@ from modelgate.cabinet.requests import (
     required_secret,
 )
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage import IntegrityViolation
-from modelgate.cabinet.storage.database import Executor, Row
-from modelgate.cabinet.tokens import hash_token, new_id, new_opaque_token
 from modelgate.cabinet.users import ADMIN_ROLES, ROLES, User, insert_user, user_by_email
+from modelgate.domain.tokens import hash_token, new_id, new_opaque_token
+from modelgate.storage import IntegrityViolation
+from modelgate.storage.database import Executor, Row
 
 DELIVERY = web.AppKey("cabinet_invitation_delivery", InvitationDelivery)
 _COLUMNS = (

@@ -10,14 +10,14 @@ from typing import Any
 
 from aiohttp import web
 
-from modelgate.billing.money import to_micros
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.requests import json_response
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import new_id
 from modelgate.config import PlanConfig
+from modelgate.domain.money import to_micros
+from modelgate.domain.tokens import new_id
+from modelgate.storage.database import Executor
 
 PLAN_INVOICE = "plan"
 TOP_UP_INVOICE = "top_up"

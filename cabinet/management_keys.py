@@ -23,7 +23,7 @@ from modelgate.cabinet.requests import (
     required_text,
 )
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.tokens import hash_token, new_id, new_management_key_secret, secret_hint
+from modelgate.domain.tokens import hash_token, new_id, new_management_key_secret, secret_hint
 
 OWNER_ONLY = ("owner",)
 _COLUMNS = "id, organization_id, name, status, secret_hint, created_at, revoked_at"

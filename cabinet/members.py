@@ -10,7 +10,6 @@ from modelgate.cabinet.clock import now
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.requests import CabinetError, json_response, path_id, read_json_object, required_choice
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage.database import Executor
 from modelgate.cabinet.users import (
     ADMIN_ROLES,
     ROLES,
@@ -21,6 +20,7 @@ from modelgate.cabinet.users import (
     user_in_organization,
     users_of,
 )
+from modelgate.storage.database import Executor
 
 
 def _member_not_found() -> CabinetError:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelgate.billing.money import MAX_CREDIT_MICROS
 from modelgate.cabinet.billing import ADJUSTMENT_KINDS, MAX_REASON_LENGTH
 from modelgate.cabinet.openapi import (
     _ADMIN,
@@ -30,6 +29,7 @@ from modelgate.cabinet.policy_rule_input import (
     SUBJECT_TYPES,
 )
 from modelgate.cabinet.usage import GROUPINGS, MAX_DAYS
+from modelgate.domain.money import MAX_CREDIT_MICROS
 
 _INT = {"type": "integer"}
 _MICROS = {"type": "integer", "description": "Micro-units of the configured currency"}

@@ -14,7 +14,6 @@ from typing import Any
 
 from aiohttp import web
 
-from modelgate.billing.allowance import grant_allowance
 from modelgate.cabinet.auth import bearer_token
 from modelgate.cabinet.billing import (
     adjust_balance,
@@ -39,8 +38,9 @@ from modelgate.cabinet.requests import (
     required_email,
 )
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage.database import Executor
 from modelgate.config import Config
+from modelgate.domain.allowance import grant_allowance
+from modelgate.storage.database import Executor
 
 
 def _digest(token: str) -> bytes:

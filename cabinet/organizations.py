@@ -7,8 +7,8 @@ from typing import Any
 
 from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.requests import bad_request
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import new_id
+from modelgate.domain.tokens import new_id
+from modelgate.storage.database import Executor
 
 _COLUMNS = "id, legal_name, plan_code, balance_micros, created_at"
 

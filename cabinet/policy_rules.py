@@ -38,9 +38,9 @@ from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.policy_rule_input import FIELDS, REQUIRED_FIELDS, check_consistent, parse_rule_fields
 from modelgate.cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
 from modelgate.cabinet.services import CabinetServices, services_of
-from modelgate.cabinet.storage.database import Executor, Row
-from modelgate.cabinet.tokens import new_id
 from modelgate.cabinet.users import ADMIN_ROLES
+from modelgate.domain.tokens import new_id
+from modelgate.storage.database import Executor, Row
 
 log = logging.getLogger("modelgate.cabinet.policy_rules")
 

@@ -29,9 +29,9 @@ from modelgate.cabinet.requests import (
     required_text,
 )
 from modelgate.cabinet.services import CabinetServices, services_of
-from modelgate.cabinet.storage import IntegrityViolation
 from modelgate.cabinet.users import insert_user, user_by_email
 from modelgate.config import PlanConfig
+from modelgate.storage import IntegrityViolation
 
 
 def _email_taken() -> CabinetError:

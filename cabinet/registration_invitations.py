@@ -12,10 +12,10 @@ from typing import Any
 
 from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.requests import CabinetError, bad_request
-from modelgate.cabinet.storage.database import Database, Executor, Row
-from modelgate.cabinet.tokens import hash_token, new_id, new_opaque_token
 from modelgate.cabinet.users import user_by_email
 from modelgate.config import Config
+from modelgate.domain.tokens import hash_token, new_id, new_opaque_token
+from modelgate.storage.database import Database, Executor, Row
 
 _COLUMNS = "id, email, plan_code, status, created_at, expires_at, used_at, organization_id"
 

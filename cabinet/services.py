@@ -7,10 +7,10 @@ from typing import Protocol
 
 from aiohttp import web
 
-from modelgate.billing.events import BalanceEvent
 from modelgate.cabinet.sessions import create_session
-from modelgate.cabinet.storage.database import Database, Executor
 from modelgate.config import Config
+from modelgate.domain.events import BalanceEvent
+from modelgate.storage.database import Database, Executor
 
 
 class KeyRevocationSink(Protocol):

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from modelgate.cabinet.clock import now
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import hash_token, new_id, new_opaque_token
+from modelgate.domain.tokens import hash_token, new_id, new_opaque_token
+from modelgate.storage.database import Executor
 
 # The config default (`[cabinet] session_ttl_seconds`); callers with a config pass theirs.
 DEFAULT_SESSION_TTL_SECONDS = 43200

@@ -21,10 +21,10 @@ from modelgate.cabinet.requests import (
     required_text,
 )
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage import IntegrityViolation
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import new_id
 from modelgate.cabinet.users import ADMIN_ROLES
+from modelgate.domain.tokens import new_id
+from modelgate.storage import IntegrityViolation
+from modelgate.storage.database import Executor
 
 MAX_DESCRIPTION_LENGTH = 2000
 _COLUMNS = "id, organization_id, name, description, created_at"

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from modelgate.cabinet.requests import CabinetError
-from modelgate.cabinet.storage.database import Database, Executor, Row
+from modelgate.storage.database import Database, Executor, Row
 
 # Many users can share one address (offices, NAT), and an account can be tried from many addresses.
 ADDRESS_FAILURE_FACTOR = 4

@@ -15,7 +15,7 @@ from aiohttp import web
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.requests import bad_request, json_response, refuse_unstorable_query
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage.database import Database, Executor, Row
+from modelgate.storage.database import Database, Executor, Row
 
 GROUPINGS = ("day", "model", "key", "system")
 QUERY_PARAMETERS = ("from", "to", "groupBy")

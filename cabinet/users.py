@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelgate.cabinet.clock import isoformat
-from modelgate.cabinet.storage.database import Executor, Row
-from modelgate.cabinet.tokens import new_id
+from modelgate.domain.tokens import new_id
+from modelgate.storage.database import Executor, Row
 
 ROLES = ("owner", "admin", "member")
 ADMIN_ROLES = ("owner", "admin")

@@ -20,7 +20,6 @@ from .schema import (
     ServerConfig,
     StorageConfig,
     TracingConfig,
-    chain_plugins,
 )
 
 __all__ = [
@@ -44,6 +43,5 @@ __all__ = [
     "ServerConfig",
     "StorageConfig",
     "TracingConfig",
-    "chain_plugins",
     "load_config",
 ]

@@ -12,6 +12,7 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -37,7 +38,6 @@ from .schema import (
     ServerConfig,
     StorageConfig,
     TracingConfig,
-    chain_plugins,
 )
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("defaults.toml")
@@ -62,14 +62,24 @@ class ConfigError(Exception):
         super().__init__("\n".join(self.problems))
 
 
-def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Config:
-    """Load and validate path (the embedded defaults when None); raise ConfigError listing every problem."""
+def load_config(
+    path: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None = None,
+    *,
+    chain: Sequence[tuple[str, bool]] = (),
+) -> Config:
+    """Load and validate path (the embedded defaults when None); raise ConfigError listing every problem.
+
+    `chain` is (name, essential) of every plugin of the model API's chain (`modelgate.plugins.chain_plugins`,
+    read from the plugin classes, which sit above this layer): `plugins.disabled` is checked against it.
+    Without it that check is left to the chain's build, which refuses the same names at start.
+    """
     if path is None:
         source, file = EMBEDDED_SOURCE, DEFAULT_CONFIG_PATH
     else:
         source, file = os.fspath(path), Path(path)
     data = _read_toml(file, source)
-    context = _Context(source, os.environ if env is None else env)
+    context = _Context(source, os.environ if env is None else env, tuple(chain))
     config = _build(_Table(context, "", data))
     if context.problems:
         raise ConfigError(context.problems)
@@ -104,6 +114,7 @@ class _Context:
 
     source: str
     env: Mapping[str, str]
+    chain: tuple[tuple[str, bool], ...] = ()  # the plugins of the model API's chain: (name, essential)
     problems: list[str] = field(default_factory=list)
 
     def report(self, path: str, reason: str) -> None:
@@ -453,7 +464,10 @@ def _tracing(t: _Table) -> TracingConfig:
 
 
 def _plugins(t: _Table) -> PluginsConfig:
-    values = _given(disabled=t.strings("disabled", check=_disableable_plugin))
+    chain = t.context.chain
+    values = _given(
+        disabled=t.strings("disabled", check=partial(disableable_plugin, chain) if chain else None)
+    )
     t.finish()
     return PluginsConfig(**values)
 
@@ -592,8 +606,8 @@ def _unknown_key(key: str, known: Sequence[str]) -> str:
     return f"unknown key; expected one of: {', '.join(known)}" if known else "unknown key"
 
 
-def _disableable_plugin(value: str) -> str | None:
-    plugins = chain_plugins()
+def disableable_plugin(plugins: Sequence[tuple[str, bool]], value: str) -> str | None:
+    """The problem with naming `value` in `plugins.disabled`, given the chain's (name, essential) pairs."""
     optional = [name for name, essential in plugins if not essential]
     if (value, True) in plugins:
         return f"plugin {value!r} cannot be disabled; only these can: {', '.join(optional)}"

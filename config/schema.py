@@ -23,15 +23,6 @@ REQUEST_KINDS = (
 PROVIDER_KINDS = ("openai", "anthropic", "mock")
 
 
-def chain_plugins() -> tuple[tuple[str, bool], ...]:
-    """(name, essential) of every plugin of the model API's chain, in order, read from the plugin classes:
-    `plugins.disabled` may name the others; the essential ones keep the model API correct, safe and
-    visible and are always on."""
-    from modelgate.plugins import CHAIN_PLUGINS  # late: the plugins import the config
-
-    return tuple((plugin.name, plugin.essential) for plugin in CHAIN_PLUGINS)
-
-
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # When the ledger spool fsyncs: after every row, every `spool_fsync_interval_seconds`, or never.
 SPOOL_FSYNC_POLICIES = ("always", "interval", "never")

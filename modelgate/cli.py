@@ -17,7 +17,9 @@ EXIT_LISTEN = 1
 
 def _load(path: str | None) -> Config | None:
     try:
-        return load_config(path)
+        from modelgate.plugins import chain_plugins  # late: `--version` and `--help` need none of the gateway
+
+        return load_config(path, chain=chain_plugins())
     except ConfigError as error:
         for problem in error.problems:
             print(problem, file=sys.stderr)
@@ -31,7 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     from modelgate.proxy.listen import ListenError
     from modelgate.proxy.logs import configure_logging
-    from modelgate.proxy.server import run
+    from modelgate.server import run
 
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
@@ -86,8 +88,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return EXIT_CONFIG
-    from modelgate.cabinet.storage import apply_migrations, open_database
-    from modelgate.cabinet.storage.migrations import current_version
+    from modelgate.storage import apply_migrations, open_database
+    from modelgate.storage.migrations import current_version
 
     async def migrate() -> tuple[list[int], int]:
         db = await open_database(config.storage.url)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from modelgate.billing.accounts import Accounts
-from modelgate.billing.counters import Counters
-from modelgate.billing.ledger import LedgerWriter
-from modelgate.billing.policy import PolicyDirectory
 from modelgate.config import Config
+from modelgate.config.loader import disableable_plugin
+from modelgate.domain.accounts import Accounts
+from modelgate.domain.counters import Counters
+from modelgate.domain.ledger import LedgerWriter
+from modelgate.domain.policy import PolicyDirectory
 from modelgate.plugins.access_log import AccessLog
 from modelgate.plugins.admission import Admission
 from modelgate.plugins.auth import Auth
-from modelgate.plugins.base import Plugin, PluginChain
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.body_limits import BodyLimits
 from modelgate.plugins.metrics import Metrics
@@ -30,6 +30,7 @@ from modelgate.plugins.request_validation import RequestValidation
 from modelgate.plugins.route_support import RouteSupport
 from modelgate.plugins.tracing import RequestTracing
 from modelgate.plugins.usage_metering import UsageMetering
+from modelgate.proxy.chain import Plugin, PluginChain
 from modelgate.proxy.keys import KeyDirectory
 from modelgate.proxy.metrics import GatewayMetrics
 from modelgate.proxy.objects import ObjectStore
@@ -59,7 +60,7 @@ class ChainServices:
 
 
 # Every plugin class of the chain, in the order default_chain runs them: their `name` and `essential` are
-# what the config's plugins.disabled may name and may not switch off (config.schema.chain_plugins).
+# what the config's plugins.disabled may name and may not switch off (`chain_plugins`).
 CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
     RequestTracing,
     RouteSupport,
@@ -84,8 +85,15 @@ CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
 )
 
 
+def chain_plugins() -> tuple[tuple[str, bool], ...]:
+    """(name, essential) of every plugin of the chain, in order, read from the plugin classes: what
+    `load_config(..., chain=...)` checks `plugins.disabled` against. The essential ones keep the model API
+    correct, safe and visible and are always on."""
+    return tuple((plugin.name, plugin.essential) for plugin in CHAIN_PLUGINS)
+
+
 class PluginConfigError(ValueError):
-    """The config disables a plugin that cannot be switched off."""
+    """The config disables a plugin that is not in the chain or cannot be switched off."""
 
 
 def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> PluginChain:
@@ -117,10 +125,18 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
     ]
     if [p.name for p in plugins] != [p.name for p in CHAIN_PLUGINS]:  # a step added to one list only
         raise RuntimeError("plugins.CHAIN_PLUGINS must list the chain's plugins in the chain's order")
-    essential = [p.name for p in plugins if p.essential and p.name in disabled]
-    if essential:
-        raise PluginConfigError(f"plugins.disabled: these plugins cannot be disabled: {', '.join(essential)}")
+    problems = [problem for name in disabled if (problem := disableable_plugin(chain_plugins(), name))]
+    if problems:
+        raise PluginConfigError("plugins.disabled: " + "; ".join(problems))
     return PluginChain([p for p in plugins if p.name not in disabled])
 
 
-__all__ = ["CHAIN_PLUGINS", "ChainServices", "Plugin", "PluginChain", "PluginConfigError", "default_chain"]
+__all__ = [
+    "CHAIN_PLUGINS",
+    "ChainServices",
+    "Plugin",
+    "PluginChain",
+    "PluginConfigError",
+    "chain_plugins",
+    "default_chain",
+]

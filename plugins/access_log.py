@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import time
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import GatewayError
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import GatewayError
 from modelgate.proxy.logs import FieldsWriter, json_line_writer
 
 log = logging.getLogger("modelgate.access")

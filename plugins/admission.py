@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from modelgate.billing.accounts import refusal
-from modelgate.billing.counters import Admitted, Counters, MoneyAsk, Refusal, WindowAsk
-from modelgate.billing.policy import PolicyRule
-from modelgate.plugins.base import Plugin
+from modelgate.domain.accounts import refusal
+from modelgate.domain.counters import Admitted, Counters, MoneyAsk, Refusal, WindowAsk
+from modelgate.domain.errors import RateLimited, RequestInProgress
+from modelgate.domain.policy import PolicyRule
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import RateLimited, RequestInProgress
 
 
 @dataclass(slots=True)

@@ -6,9 +6,9 @@ unknown, revoked or missing key: 401.
 
 from __future__ import annotations
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import AuthenticationFailed, AuthenticationFailedEnvelopeA
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import AuthenticationFailed, AuthenticationFailedEnvelopeA
 from modelgate.proxy.keys import KeyDirectory
 
 _MISSING = "You didn't provide an API key. Provide it as `Authorization: Bearer sk-…` or `x-api-key: sk-…`."

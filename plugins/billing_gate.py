@@ -2,7 +2,7 @@
 balance (plus the plan's credit limit) and in every budget of the policy rules that apply — 402 otherwise.
 
 Until the first invoice is paid only a plan with a credit limit may spend. The worst case is a hard bound:
-the output cap it assumes is the one sent upstream (`billing.caps`), and the charge never exceeds it.
+the output cap it assumes is the one sent upstream (`plugins.output_caps`), and the charge never exceeds it.
 The reservations are taken by the admission step right after this one (`plugins.admission`) and settled to
 the real cost when the request ends however it ends, so concurrent requests never overspend. Calls that
 generate nothing reserve 0 and cost nothing.
@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import time
 
-from modelgate.billing.accounts import Accounts
-from modelgate.billing.caps import ensure_estimate
-from modelgate.billing.media import media_worst_case
-from modelgate.billing.prices import FREE_ROUTES
-from modelgate.billing.usage import delivered_usage
+from modelgate.domain.accounts import Accounts
+from modelgate.domain.media import media_worst_case
+from modelgate.domain.prices import FREE_ROUTES
+from modelgate.domain.usage import BYTES_PER_TOKEN, StreamUsageScanner, Usage
 from modelgate.plugins.admission import admit, pending
-from modelgate.plugins.base import Plugin
+from modelgate.plugins.output_caps import ensure_estimate
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
 from modelgate.proxy.realtime_billing import check_one_response
 
@@ -94,3 +94,21 @@ class BillingGate(Plugin):
         # Batched with other requests' (and this one's TPM corrections); its ledger row follows once the batch
         # is written (UsageMetering), so the handler never waits on Redis here.
         await self._accounts.queue_settlement(ctx.reservations, cost, ctx.ledger_row_id)
+
+
+def delivered_usage(ctx: RequestContext) -> Usage:
+    """The usage to charge for an answered request: the upstream's for a complete answer; for one cut short,
+    at least the generated text that was relayed (the prompt, when unreported, from the body size)."""
+    usage = ctx.usage
+    if ctx.outcome == "completed" and usage is not None:
+        return usage
+    scanner = ctx.usage_scanner
+    relayed = scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.content_tokens
+    if ctx.max_output_tokens:  # an estimate never passes the output allowance the provider was held to
+        relayed = min(relayed, ctx.max_output_tokens)
+    if usage is None:
+        return Usage(input_tokens=len(ctx.body) // BYTES_PER_TOKEN, output_tokens=relayed)
+    if not usage.input_tokens:
+        usage.input_tokens = len(ctx.body) // BYTES_PER_TOKEN
+    usage.output_tokens = max(usage.output_tokens, relayed)
+    return usage

@@ -18,10 +18,10 @@ import asyncio
 import orjson
 from aiohttp import web
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import GatewayError, InvalidRequest, RequestTooLarge, UnsupportedMediaType
 from modelgate.proxy.body_decoding import BodyDecodingError, request_body
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import GatewayError, InvalidRequest, RequestTooLarge, UnsupportedMediaType
 from modelgate.proxy.multipart import MultipartLimits, StreamedMultipart, request_too_large
 from modelgate.proxy.routes import BodyFormat
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import GatewayError, UpstreamClientError
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import GatewayError, UpstreamClientError
 from modelgate.proxy.metrics import GatewayMetrics
 
 # Why the gateway refused a request, by status (the metric label; bounded).

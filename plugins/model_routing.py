@@ -6,9 +6,9 @@ left on the context for the provider filter and the forwarder.
 
 from __future__ import annotations
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import InvalidRequest, ModelNotFound
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRequest, ModelNotFound
 from modelgate.proxy.routing import ModelCatalog
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRequest
 
 _CACHE_CONTROL = "cache_control"
 _CACHE_CONTROL_BYTES = b'"cache_control"'

@@ -13,9 +13,9 @@ import logging
 
 import orjson
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import InvalidRequest, UnknownTask
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRequest, UnknownTask
 from modelgate.proxy.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
 from modelgate.proxy.routing import ModelCatalog
 from modelgate.proxy.translation.answer_fields import answer_field, event_documents, string_field

@@ -1,16 +1,99 @@
-"""Output caps: a request's `max_tokens` (and the route's other cap fields) checked against its model.
+"""Output caps: what a request may generate, sent upstream and reserved for, so the reservation bounds it.
 
-A cap that is not a positive integer, or exceeds the model's `max_context_tokens`, is refused with 400;
-a request that names none gets the model's default, sent upstream (billing/caps.py). This step is
-essential: the check holds also where the rate-limit and billing plugins, which reserve by the cap, are
-switched off.
+A request that names no cap gets one: the model's `default_max_tokens` (16 on legacy completions, the
+OpenAI default), written into the body the provider receives, so the provider can never generate more than
+the gateway reserved. `n` (and `best_of` on completions) multiplies the allowance. A cap that is not a
+positive integer, or exceeds the model's `max_context_tokens`, is refused with 400 before anything is
+reserved or sent. This step is essential: the check holds also where the rate-limit and billing plugins,
+which reserve by the cap (`ensure_estimate`), are switched off.
 """
 
 from __future__ import annotations
 
-from modelgate.billing.caps import ensure_estimate
-from modelgate.plugins.base import Plugin
+from dataclasses import dataclass
+
+from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
+
+MAX_CHOICES = 128  # the most `n` the OpenAI API accepts
+LEGACY_COMPLETIONS_DEFAULT = 16
+
+
+@dataclass(frozen=True, slots=True)
+class CapRule:
+    """Where a route's body carries its output cap and how many answers it asks for."""
+
+    fields: tuple[str, ...]  # every cap field the route accepts; the first is the one the gateway fills in
+    choices: tuple[str, ...] = ()  # fields that multiply the allowance (n, best_of)
+    default: int | None = None  # None: the model's default_max_tokens
+
+
+CAP_RULES: dict[str, CapRule] = {
+    "chat_completions": CapRule(("max_completion_tokens", "max_tokens"), ("n",)),
+    "completions": CapRule(("max_tokens",), ("n", "best_of"), LEGACY_COMPLETIONS_DEFAULT),
+    "responses": CapRule(("max_output_tokens",)),
+    "messages": CapRule(("max_tokens",)),
+}
+
+# Request kinds whose answer is not generated text: no output-token allowance is reserved for them.
+_NO_TOKEN_OUTPUT = frozenset(
+    {
+        "embeddings",
+        "images",
+        "image_edits",
+        "audio_transcriptions",
+        "audio_translations",
+        "audio_speech",
+        "videos",
+    }
+)
+
+
+def estimate_input_tokens(body_size: int) -> int:
+    """A safe upper estimate of prompt tokens from the body size (a token is at least ~2 bytes of JSON)."""
+    return body_size // 2 + 1
+
+
+def _positive_int(payload: dict, name: str, most: int) -> int | None:
+    value = payload.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequest(f"Invalid '{name}': expected an integer of at least 1.")
+    if value > most:
+        raise InvalidRequest(f"Invalid '{name}': at most {most} is allowed here, got {value}.")
+    return value
+
+
+def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
+    """The request's output cap times its number of answers; fills in the cap it did not name."""
+    payload, model = ctx.payload, ctx.model.config
+    caps = [c for c in (_positive_int(payload, name, model.max_context_tokens) for name in rule.fields) if c]
+    if caps:
+        cap = max(caps)  # a provider honours one of them; reserve for the larger
+    else:
+        cap = rule.default or model.default_max_tokens
+        payload[rule.fields[0]] = cap
+        ctx.payload_changed = True
+    answers = 1
+    for name in rule.choices:
+        answers = max(answers, _positive_int(payload, name, MAX_CHOICES) or 1)
+    return cap * answers
+
+
+def ensure_estimate(ctx: RequestContext) -> None:
+    """Fill the request's token estimate once: input from the body size, output from its bounded cap."""
+    if ctx.max_output_tokens or ctx.model is None:
+        return
+    ctx.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
+    rule = CAP_RULES.get(ctx.route.name)
+    if rule is not None and ctx.payload is not None and ctx.body_stream is None:
+        ctx.max_output_tokens = _bounded_output(ctx, rule)
+    elif ctx.route.kind in _NO_TOKEN_OUTPUT:
+        ctx.max_output_tokens = 1
+    else:
+        ctx.max_output_tokens = ctx.model.config.default_max_tokens
 
 
 class OutputCaps(Plugin):

@@ -6,9 +6,9 @@ says). The object is removed before the request is forwarded.
 
 from __future__ import annotations
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import InvalidProviderObject
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidProviderObject
 from modelgate.proxy.routing import ModelCatalog
 
 _KNOWN_FIELDS = frozenset({"only", "host"})

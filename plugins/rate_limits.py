@@ -12,13 +12,13 @@ whose reservation alone exceeds a TPM limit can never be admitted: its 429 says 
 
 from __future__ import annotations
 
-from modelgate.billing.caps import ensure_estimate
-from modelgate.billing.counters import Counters
 from modelgate.config import Config
+from modelgate.domain.counters import Counters
+from modelgate.domain.errors import RateLimited
 from modelgate.plugins.admission import pending
-from modelgate.plugins.base import Plugin
+from modelgate.plugins.output_caps import ensure_estimate
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import RateLimited
 
 
 class RateLimits(Plugin):

@@ -5,11 +5,11 @@
 
 from __future__ import annotations
 
-from modelgate.billing.counters import Counters
 from modelgate.config import Config
-from modelgate.plugins.base import Plugin
+from modelgate.domain.counters import Counters
+from modelgate.domain.errors import RateLimited
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import RateLimited
 
 
 class RealtimeCap(Plugin):

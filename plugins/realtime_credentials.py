@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import InvalidRealtimeCredential, RequestInProgress
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRealtimeCredential, RequestInProgress
 from modelgate.proxy.realtime_secrets import Claim, ClientSecret, RealtimeSecrets
 
 

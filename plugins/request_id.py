@@ -3,7 +3,7 @@
 A second request that claims the same id (per organization) while the first is still running gets 409
 `request_in_progress` — the spec's double submit. Ids the gateway generates are unique and skip the claim.
 With Redis configured the claim holds across every gateway process: the admission step takes it with the
-request's windows and reservations (`plugins.admission`; it expires after `billing.redis_counters.
+request's windows and reservations (`plugins.admission`; it expires after `domain.redis_counters.
 CLAIM_SECONDS` in case a process dies holding it). If Redis cannot be reached, the claim falls back to this
 process alone, logged, or the request gets 503 when it also needs limits or reservations checked.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelgate.billing.counters import Counters
+from modelgate.domain.counters import Counters
+from modelgate.domain.errors import RequestInProgress
 from modelgate.plugins.admission import pending
-from modelgate.plugins.base import Plugin
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import RequestInProgress
 
 
 class InFlightIds:

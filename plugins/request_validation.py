@@ -6,9 +6,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRequest
 from modelgate.proxy.objects import is_object_id
 
 _CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9_-]{1,128}$")

@@ -6,10 +6,10 @@ NUL or invalid UTF-8 (400 in that envelope; proxy/url_text.py).
 
 from __future__ import annotations
 
-from modelgate.plugins.base import Plugin
+from modelgate.domain.errors import InvalidRequest, RouteNotSupported
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
 from modelgate.proxy.envelopes import Envelope
-from modelgate.proxy.errors import InvalidRequest, RouteNotSupported
 from modelgate.proxy.routes import RouteTable
 from modelgate.proxy.url_text import url_text_problem
 

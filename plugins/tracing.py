@@ -5,7 +5,7 @@ A no-op unless `[tracing] enabled = true`; the upstream and storage spans nest u
 
 from __future__ import annotations
 
-from modelgate.plugins.base import Plugin
+from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
 from modelgate.proxy.tracing import RequestSpan, Tracer
 

@@ -13,19 +13,20 @@ from functools import partial
 
 import orjson
 
-from modelgate.billing.counters import Counters
-from modelgate.billing.ledger import CRASHED, LedgerEntry, LedgerWriter, entry_for
-from modelgate.billing.media import MEDIA_ROUTES, MediaUsageReader
-from modelgate.billing.usage import (
+from modelgate.domain.counters import Counters
+from modelgate.domain.ledger import CRASHED, LedgerEntry, LedgerWriter
+from modelgate.domain.media import MEDIA_ROUTES, MediaUsageReader
+from modelgate.domain.usage import (
     StreamUsageScanner,
+    Usage,
     complete_events_end,
     generated_tokens,
     tokens_of,
     usage_of_body,
 )
-from modelgate.plugins.base import Plugin
 from modelgate.plugins.billing_gate import final_cost
-from modelgate.proxy.context import RequestContext, Usage
+from modelgate.proxy.chain import Plugin
+from modelgate.proxy.context import RequestContext, entry_for
 
 _USAGE_ROUTES = frozenset({"chat_completions", "completions"})
 # Routes whose OpenAI-style answers some providers price (`cost`); the price is theirs, never relayed.

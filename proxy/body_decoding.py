@@ -1,6 +1,6 @@
 """Request bodies sent with a `Content-Encoding` (gzip, deflate, br, zstd), decoded as they are read.
 
-aiohttp's own request decompression is off (proxy/server.py): it hands over decoded bytes while
+aiohttp's own request decompression is off (modelgate/server.py): it hands over decoded bytes while
 `Content-Length` still counts the compressed ones, and its failures surface outside any envelope. Here a
 body is decoded step by step, each step giving at most about `STEP` bytes, so a small body that expands to
 gigabytes (a zip bomb) is stopped by the reader's limit as soon as the decoded bytes pass it, never held.

@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
+from modelgate.domain.ledger import LedgerEntry
+from modelgate.domain.usage import Usage
 from modelgate.proxy.envelopes import Envelope
 
 if TYPE_CHECKING:
     from modelgate.proxy.keys import KeyRecord
     from modelgate.proxy.routes import Route
     from modelgate.proxy.routing import ModelEntry, RoutingRow
-
-
-@dataclass(slots=True)
-class Usage:
-    """Token usage read from an upstream answer."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    # Media units of image, audio and video answers (priced per image / audio second / video second).
-    images: int = 0
-    audio_seconds: float = 0.0
-    video_seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -90,3 +80,37 @@ class RequestContext:
         if self.payload_changed and self.payload is not None:
             return orjson.dumps(self.payload)
         return self.body
+
+
+def entry_for(
+    ctx: RequestContext,
+    usage: Usage | None,
+    cost: int,
+    status: int,
+    outcome: str,
+    *,
+    request_id: str | None = None,
+    budgets: tuple[tuple[str, float], ...] | None = None,
+    row_key: str | None = None,
+    row_id: str | None = None,
+) -> LedgerEntry:
+    """The ledger row of a request (or of one response of a realtime session: `request_id`, `budgets`)."""
+    key = ctx.key
+    return LedgerEntry(
+        organization_id=key.organization_id,
+        key_id=key.id,
+        system_id=key.system_id,
+        model=ctx.model.name,
+        row_key=row_key,
+        request_id=request_id or ctx.request_id,
+        status=status,
+        input_tokens=usage.input_tokens if usage else 0,
+        cached_input_tokens=usage.cached_input_tokens if usage else 0,
+        output_tokens=usage.output_tokens if usage else 0,
+        cost_micros=cost,
+        created_at=time.time(),
+        budgets=tuple(ctx.budgets) if budgets is None else budgets,
+        units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
+        outcome=outcome,
+        row_id=row_id,
+    )

@@ -11,7 +11,7 @@ from enum import Enum
 import orjson
 from aiohttp import web
 
-from modelgate.proxy.errors import GatewayError
+from modelgate.domain.errors import GatewayError
 
 
 class Envelope(Enum):

@@ -17,16 +17,16 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from modelgate.billing.usage import StreamUsageScanner
-from modelgate.plugins.base import PluginChain
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.envelopes import Envelope, envelope_a_body, envelope_b_body, stamp_request_id
-from modelgate.proxy.errors import (
+from modelgate.domain.errors import (
     InvalidRequest,
     ServiceUnavailable,
     UpstreamClientError,
     UpstreamUnavailable,
 )
+from modelgate.domain.usage import StreamUsageScanner
+from modelgate.proxy.chain import PluginChain
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.envelopes import Envelope, envelope_a_body, envelope_b_body, stamp_request_id
 from modelgate.proxy.http_client import UpstreamBrokeOff
 from modelgate.proxy.routing import ModelEntry, RoutingRow, RowSelector
 from modelgate.proxy.translation import Translator, translator_for

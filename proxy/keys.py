@@ -16,10 +16,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from modelgate.billing.accounts import balance_key
-from modelgate.cabinet.billing import PLAN_CHANNEL
-from modelgate.cabinet.storage.database import Database, Executor
-from modelgate.cabinet.tokens import hash_token
+from modelgate.domain.accounts import PLAN_CHANNEL, balance_key
+from modelgate.domain.tokens import hash_token
+from modelgate.storage.database import Database, Executor
 
 log = logging.getLogger("modelgate.keys")
 

@@ -13,7 +13,7 @@ import os
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator, Sized
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 from aiohttp import web
@@ -29,11 +29,11 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from modelgate.proxy.context import Usage
+from modelgate.domain.usage import Usage
 
 if TYPE_CHECKING:
-    from modelgate.billing.ledger import LedgerWriter
-    from modelgate.proxy.gateway import Gateway
+    from modelgate.config import Config
+    from modelgate.domain.ledger import LedgerWriter
 
 # Model calls range from a cached embedding (milliseconds) to a long reasoning stream (minutes).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -204,7 +204,16 @@ def _authorized(request: web.Request, token: str) -> bool:
     return hmac.compare_digest(presented.strip().encode(), token.encode())
 
 
-def metrics_handler(gateway: Gateway) -> Callable[[web.Request], Awaitable[web.Response]]:
+class MetricsSource(Protocol):
+    """What the /metrics endpoint reads of the running gateway (modelgate.gateway.Gateway)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def metrics(self) -> GatewayMetrics: ...
+
+
+def metrics_handler(gateway: MetricsSource) -> Callable[[web.Request], Awaitable[web.Response]]:
     """GET /metrics: open when `server.metrics_token` is unset, else `Authorization: Bearer <token>`."""
 
     async def metrics(request: web.Request) -> web.Response:

@@ -17,10 +17,10 @@ from typing import Any
 
 from aiohttp import web
 
-from modelgate.plugins.base import PluginChain
+from modelgate.domain.errors import GatewayError, InternalError
+from modelgate.proxy.chain import PluginChain
 from modelgate.proxy.context import RequestContext
 from modelgate.proxy.envelopes import render_error
-from modelgate.proxy.errors import GatewayError, InternalError
 from modelgate.proxy.forward import Forwarder
 from modelgate.proxy.model_list import get_model, list_models
 from modelgate.proxy.routing import ModelCatalog

@@ -9,9 +9,9 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from modelgate.domain.errors import InvalidRequest, ModelNotFound
 from modelgate.proxy.context import RequestContext
 from modelgate.proxy.envelopes import Envelope, stamp_request_id
-from modelgate.proxy.errors import InvalidRequest, ModelNotFound
 from modelgate.proxy.routing import ModelCatalog
 
 _CREATED = 1_700_000_000  # models have no creation date in the config; a fixed epoch keeps answers stable

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from modelgate.cabinet.storage.database import Database, IntegrityViolation
+from modelgate.storage.database import Database, IntegrityViolation
 
 log = logging.getLogger("modelgate.objects")
 

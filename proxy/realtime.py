@@ -24,10 +24,10 @@ import aiohttp
 import orjson
 from aiohttp import WSMsgType, web
 
-from modelgate.billing.accounts import Accounts
-from modelgate.billing.ledger import LedgerWriter
+from modelgate.domain.accounts import Accounts
+from modelgate.domain.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
+from modelgate.domain.ledger import LedgerWriter
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
 from modelgate.proxy.realtime_billing import SessionBilling
 from modelgate.proxy.realtime_secrets import RealtimeSecrets
 from modelgate.proxy.routing import RoutingRow, RowSelector

@@ -28,12 +28,12 @@ from typing import Any, TypeVar
 
 import orjson
 
-from modelgate.billing.accounts import Accounts
-from modelgate.billing.ledger import CRASHED, LedgerWriter, entry_for
-from modelgate.billing.prices import ModelPrices
-from modelgate.billing.usage import merge_usage
-from modelgate.proxy.context import RequestContext, Usage
-from modelgate.proxy.errors import GatewayError
+from modelgate.domain.accounts import Accounts
+from modelgate.domain.errors import GatewayError
+from modelgate.domain.ledger import CRASHED, LedgerWriter
+from modelgate.domain.prices import ModelPrices
+from modelgate.domain.usage import Usage, merge_usage
+from modelgate.proxy.context import RequestContext, entry_for
 
 log = logging.getLogger("modelgate.realtime")
 

@@ -20,8 +20,8 @@ import orjson
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from modelgate.domain.errors import InvalidRequest, ServiceUnavailable
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRequest, ServiceUnavailable
 
 MAX_TTL_SECONDS = 60
 

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from modelgate.billing.prices import ModelPrices
 from modelgate.config import Config, ModelConfig
+from modelgate.domain.prices import ModelPrices
 
 if TYPE_CHECKING:
     from modelgate.proxy.upstream import Upstream

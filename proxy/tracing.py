@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from modelgate.config import TracingConfig
 
 if TYPE_CHECKING:
-    from modelgate.cabinet.storage.database import Database, Executor
     from modelgate.proxy.context import RequestContext
     from modelgate.proxy.upstream import Upstream, UpstreamResponse
+    from modelgate.storage.database import Database, Executor
 
 log = logging.getLogger("modelgate.tracing")
 

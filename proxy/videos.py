@@ -12,8 +12,8 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRequest
 from modelgate.proxy.objects import ObjectStore
 
 _MAX_LIMIT = 100

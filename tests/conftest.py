@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from modelgate.cabinet.storage import Database, apply_migrations, open_database
+from modelgate.storage import Database, apply_migrations, open_database
 from tests.support.services import (
     REDIS_URL,
     create_pg_database,

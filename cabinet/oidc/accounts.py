@@ -9,8 +9,8 @@ from typing import Any
 from modelgate.cabinet.oidc.failures import SsoFailure
 from modelgate.cabinet.oidc.providers import OidcProvider
 from modelgate.cabinet.requests import normalize_email
-from modelgate.cabinet.storage.database import Executor
 from modelgate.cabinet.users import User, insert_user, user_by_email
+from modelgate.storage.database import Executor
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from modelgate.cabinet.oidc.runtime import SsoRuntime, sso_of
 from modelgate.cabinet.oidc.urls import CALLBACK_PATH, callback_url, with_query
 from modelgate.cabinet.requests import json_response
 from modelgate.cabinet.services import CabinetServices, services_of
-from modelgate.cabinet.storage import IntegrityViolation
+from modelgate.storage import IntegrityViolation
 
 log = logging.getLogger("modelgate.cabinet.oidc")
 ANONYMOUS = Actor("anonymous", None, None)

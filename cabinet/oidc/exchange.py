@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.requests import CabinetError, json_response, read_json_object, required_secret
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import hash_token, new_opaque_token
+from modelgate.domain.tokens import hash_token, new_opaque_token
+from modelgate.storage.database import Executor
 
 LOGIN_CODE_TTL_SECONDS = 60
 _KEY_CONTEXT = b"modelgate oidc login code v1\x00"

@@ -15,8 +15,8 @@ from modelgate.cabinet.oidc.providers import provider_by_id
 from modelgate.cabinet.oidc.urls import CALLBACK_PATH, callback_url, with_query
 from modelgate.cabinet.requests import CabinetError, path_id
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import hash_token
+from modelgate.domain.tokens import hash_token
+from modelgate.storage.database import Executor
 
 LOGIN_STATE_TTL_SECONDS = 600
 # Anyone may start a login, and each start stores a row: the bound keeps a flood from filling the table.

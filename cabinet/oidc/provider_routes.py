@@ -25,10 +25,10 @@ from modelgate.cabinet.oidc.urls import CALLBACK_PATH, plain_http_allowed
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.storage import IntegrityViolation
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import new_id
 from modelgate.cabinet.users import ADMIN_ROLES
+from modelgate.domain.tokens import new_id
+from modelgate.storage import IntegrityViolation
+from modelgate.storage.database import Executor
 
 
 def _not_found() -> CabinetError:

@@ -11,8 +11,8 @@ from typing import Any
 from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.oidc.discovery import ProviderEndpoints
 from modelgate.cabinet.oidc.urls import login_url
-from modelgate.cabinet.storage.database import Executor, Row
 from modelgate.config import Config
+from modelgate.storage.database import Executor, Row
 
 TOKEN_AUTH_METHODS = ("client_secret_basic", "client_secret_post")
 PROVISIONED_ROLES = ("member", "admin")

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from modelgate.proxy.errors import UpstreamUnavailable
+from modelgate.domain.errors import UpstreamUnavailable
 from modelgate.proxy.translation.chat_to_messages import completion_of, messages_request_of
 from modelgate.proxy.translation.messages_stream_to_chat import ChatChunkStream
 from modelgate.proxy.translation.registry import register

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
+from modelgate.domain.errors import UpstreamUnavailable
 from modelgate.proxy.envelopes import envelope_b_body
-from modelgate.proxy.errors import UpstreamUnavailable
 from modelgate.proxy.translation.messages_to_chat import (
     matched_stop_of,
     new_message_id,

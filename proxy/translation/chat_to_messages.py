@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from modelgate.proxy.errors import InvalidRequest
+from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.translation.images import image_block_of
 from modelgate.proxy.translation.messages_to_chat import tool_input_of
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelgate.proxy.errors import InvalidRequest
+from modelgate.domain.errors import InvalidRequest
 
 
 def image_part_of(block: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from modelgate.proxy.errors import UpstreamUnavailable
+from modelgate.domain.errors import UpstreamUnavailable
 from modelgate.proxy.translation.chat_stream_to_messages import MessagesEventStream
 from modelgate.proxy.translation.messages_to_chat import chat_request_of, message_of
 from modelgate.proxy.translation.registry import register

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
+from modelgate.domain.errors import UpstreamUnavailable
 from modelgate.proxy.envelopes import envelope_a_body
-from modelgate.proxy.errors import UpstreamUnavailable
 from modelgate.proxy.translation.chat_to_messages import FINISH_REASONS, chat_usage_of, new_completion_id
 from modelgate.proxy.translation.sse import DONE_FRAME, EventStreamTranslator, SseEvent, data_frame
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from modelgate.proxy.errors import InvalidRequest
+from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.translation.images import image_part_of
 
 # Chat `finish_reason` → Messages `stop_reason`; "stop" needs more care (see stop_reason_of).

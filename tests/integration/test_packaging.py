@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-LAYER_FOLDERS = ("billing", "cabinet", "config", "plugins", "proxy")
+LAYER_FOLDERS = ("cabinet", "config", "domain", "plugins", "proxy", "storage")
 
 
 def _setuptools() -> dict:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from modelgate.cabinet.storage import (
+from modelgate.storage import (
     MIGRATIONS,
     IntegrityViolation,
     Migration,
@@ -15,7 +15,7 @@ from modelgate.cabinet.storage import (
     apply_migrations,
     open_database,
 )
-from modelgate.cabinet.storage.migrations import current_version
+from modelgate.storage.migrations import current_version
 
 
 async def test_migrations_bring_an_empty_database_to_the_latest_version(storage_url: str) -> None:

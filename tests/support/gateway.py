@@ -18,16 +18,18 @@ from pathlib import Path
 import httpx
 
 from modelgate.config import Config, load_config
-from modelgate.proxy.server import serve
+from modelgate.plugins import chain_plugins
+from modelgate.server import serve
 
 # Where each running test gateway keeps its data, so tenants can be funded like an operator would.
 _STORAGE_BY_BASE_URL: dict[str, str] = {}
 
 
 def write_config(path: Path, toml: str, env: dict[str, str] | None = None) -> Config:
-    """Write a TOML config and load it through the real loader."""
+    """Write a TOML config and load it through the real loader, as `modelgate serve` does (with the chain's
+    plugins, which `plugins.disabled` is checked against)."""
     path.write_text(toml, encoding="utf-8")
-    return load_config(path, env=env or {})
+    return load_config(path, env=env or {}, chain=chain_plugins())
 
 
 class ThreadedGateway:
@@ -233,7 +235,7 @@ async def fund_organization(storage_url: str, owner_email: str, usd: float) -> N
 
     Used before the organization's first model request, so no gateway holds a counter for it yet.
     """
-    from modelgate.cabinet.storage import open_database
+    from modelgate.storage import open_database
 
     db = await open_database(storage_url)
     try:

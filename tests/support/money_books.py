@@ -8,11 +8,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from modelgate.billing.accounts import balance_key
-from modelgate.cabinet.storage import Database, open_database
+from modelgate.domain.accounts import balance_key
+from modelgate.storage import Database, open_database
 
-# The live money counter in Redis: the gateway's key prefix + billing.accounts.balance_key. Its fields, as
-# billing/counters.py defines them: the balance less spend the ledger has not written yet, and the amount
+# The live money counter in Redis: the gateway's key prefix + domain.accounts.balance_key. Its fields, as
+# domain/counters.py defines them: the balance less spend the ledger has not written yet, and the amount
 # reserved by requests in flight.
 REDIS_PREFIX = "mg:"
 BALANCE_FIELD = "b"

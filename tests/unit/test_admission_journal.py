@@ -14,9 +14,9 @@ from pathlib import Path
 
 import orjson
 
-from modelgate.billing.ledger import CRASHED, LedgerEntry, LedgerWriter
-from modelgate.billing.spool import Spool, database_identity
-from modelgate.cabinet.storage import Database
+from modelgate.domain.ledger import CRASHED, LedgerEntry, LedgerWriter
+from modelgate.domain.spool import Spool, database_identity
+from modelgate.storage import Database
 
 CRASH_COST = 40
 COST = 100

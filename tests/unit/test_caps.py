@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from modelgate.billing.caps import ensure_estimate
 from modelgate.config import ModelConfig, RowConfig
+from modelgate.domain.errors import InvalidRequest
+from modelgate.plugins.output_caps import ensure_estimate
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.errors import InvalidRequest
 from modelgate.proxy.routes import ROUTES
 
 _ROUTES = {route.name: route for route in ROUTES}

@@ -25,9 +25,9 @@ from modelgate.config import (
     ServerConfig,
     StorageConfig,
     TracingConfig,
-    chain_plugins,
     load_config,
 )
+from modelgate.plugins import chain_plugins
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "modelgate.example.toml"
 EXAMPLE_ENV = {
@@ -76,7 +76,7 @@ def write(tmp_path, monkeypatch):
 
 def problems(path: str, env: dict[str, str] | None = None) -> list[str]:
     with pytest.raises(ConfigError) as caught:
-        load_config(path, env=ENV if env is None else env)
+        load_config(path, env=ENV if env is None else env, chain=chain_plugins())
     return caught.value.problems
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from modelgate.billing import counters
-from modelgate.billing.counters import InProcessCounters, MoneyState, Reserve, WindowResult
+from modelgate.domain import counters
+from modelgate.domain.counters import InProcessCounters, MoneyState, Reserve, WindowResult
 
 
 async def _take(counters: InProcessCounters, key: str, amount: int, limit: int) -> WindowResult:

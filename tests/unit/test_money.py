@@ -1,4 +1,4 @@
-"""The one rounding rule of money (`billing.money.to_micros`): ties half away from zero on the decimal text,
+"""The one rounding rule of money (`domain.money.to_micros`): ties half away from zero on the decimal text,
 and the cabinet and the gateway turning the same config amounts into the same micro-units."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from modelgate.billing.accounts import Accounts, balance_key
-from modelgate.billing.counters import InProcessCounters
-from modelgate.billing.ledger import LedgerWriter
-from modelgate.billing.money import format_money, parse_money, to_micros
-from modelgate.billing.policy import PolicyDirectory
 from modelgate.cabinet.billing import billing_overview
 from modelgate.cabinet.organizations import insert_organization
-from modelgate.cabinet.storage import apply_migrations, open_database
 from modelgate.config import load_config
-from modelgate.proxy.errors import InsufficientBalance
+from modelgate.domain.accounts import Accounts, balance_key
+from modelgate.domain.counters import InProcessCounters
+from modelgate.domain.errors import InsufficientBalance
+from modelgate.domain.ledger import LedgerWriter
+from modelgate.domain.money import format_money, parse_money, to_micros
+from modelgate.domain.policy import PolicyDirectory
+from modelgate.storage import apply_migrations, open_database
 
 
 @pytest.mark.parametrize(

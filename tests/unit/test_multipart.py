@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelgate.proxy.errors import InvalidRequest, RequestTooLarge
+from modelgate.domain.errors import InvalidRequest, RequestTooLarge
 from modelgate.proxy.multipart import MultipartLimits, MultipartScanner, boundary_of
 
 BOUNDARY = b"XyZ-boundary"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelgate.billing.prices import ModelPrices
+from modelgate.domain.prices import ModelPrices
 from modelgate.proxy.realtime_billing import output_cap, realtime_usage, response_worst_case
 
 # 1 µ per input token, 10 µ per output token, 100 µ per request; a model default of 1000 output tokens.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelgate.proxy.context import Usage
+from modelgate.domain.usage import Usage
 from modelgate.proxy.metrics import LATENCY_BUCKETS, GatewayMetrics
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from modelgate.billing.usage import StreamUsageScanner
+from modelgate.domain.usage import StreamUsageScanner
 
 
 def _chat_stream(newline: bytes) -> bytes:

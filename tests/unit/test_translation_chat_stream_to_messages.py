@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from modelgate.proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
+from modelgate.domain.errors import UPSTREAM_UNAVAILABLE_MESSAGE
 from modelgate.proxy.translation.chat_stream_to_messages import MessagesEventStream
 from modelgate.proxy.translation.sse import SseParser
 

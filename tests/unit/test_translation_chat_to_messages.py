@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelgate.proxy.errors import InvalidRequest
+from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.translation.chat_to_messages import completion_of, messages_request_of
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelgate.proxy.errors import InvalidRequest
+from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.translation.messages_to_chat import chat_request_of, message_of
 
 WEATHER_TOOL = {

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from modelgate.billing.counters import (
+from modelgate.domain.counters import (
     Counters,
     InProcessCounters,
     MoneyAsk,
@@ -17,7 +17,7 @@ from modelgate.billing.counters import (
     Refusal,
     Reserve,
 )
-from modelgate.billing.redis_counters import RedisCounters
+from modelgate.domain.redis_counters import RedisCounters
 
 
 @pytest.fixture(params=["in-process", "redis"])

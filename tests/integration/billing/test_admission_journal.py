@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.fakes import FakeUpstream, Fault
 from tests.support.gateway import GatewayProcess, register_tenant
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.support.gateway import register_tenant
 
 CHAT = {"model": "metered", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}

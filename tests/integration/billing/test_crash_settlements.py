@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from modelgate.billing.accounts import Accounts, CrashSettlements, balance_key, settled_key
-from modelgate.billing.counters import MoneyState, Reserve
-from modelgate.billing.ledger import LedgerEntry, LedgerWriter, writer_of
-from modelgate.billing.policy import PolicyDirectory
-from modelgate.billing.redis_counters import RedisCounters
-from modelgate.billing.spool import Spool, database_identity
-from modelgate.cabinet.storage.database import Database
 from modelgate.config import load_config
+from modelgate.domain.accounts import Accounts, CrashSettlements, balance_key, settled_key
+from modelgate.domain.counters import MoneyState, Reserve
+from modelgate.domain.ledger import LedgerEntry, LedgerWriter, writer_of
+from modelgate.domain.policy import PolicyDirectory
+from modelgate.domain.redis_counters import RedisCounters
+from modelgate.domain.spool import Spool, database_identity
+from modelgate.storage.database import Database
 
 OPENING = 10_000
 RESERVED = 1_000

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.fakes import FakeUpstream, Fault
 from tests.support.gateway import GatewayProcess, Tenant, register_tenant
 

@@ -24,7 +24,7 @@ import openai
 import orjson
 import pytest
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.fakes import FakeUpstream, Fault
 from tests.support.gateway import GatewayProcess, Tenant, register_tenant
 

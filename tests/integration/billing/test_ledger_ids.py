@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelgate.billing.ledger import LedgerEntry, LedgerWriter
+from modelgate.domain.ledger import LedgerEntry, LedgerWriter
 
 
 def _entry(request_id: str, created_at: float) -> LedgerEntry:

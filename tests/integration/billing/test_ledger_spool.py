@@ -16,9 +16,9 @@ from pathlib import Path
 
 import httpx
 
-from modelgate.billing.ledger import LedgerEntry, LedgerWriter
-from modelgate.billing.spool import Spool, database_identity
-from modelgate.cabinet.storage import Database, open_database
+from modelgate.domain.ledger import LedgerEntry, LedgerWriter
+from modelgate.domain.spool import Spool, database_identity
+from modelgate.storage import Database, open_database
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.support.gateway import GatewayProcess, register_tenant
 

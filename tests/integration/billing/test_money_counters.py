@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from modelgate.billing.counters import Counters, InProcessCounters, MoneyState, Reserve
-from modelgate.billing.redis_counters import RedisCounters
+from modelgate.domain.counters import Counters, InProcessCounters, MoneyState, Reserve
+from modelgate.domain.redis_counters import RedisCounters
 
 
 @pytest.fixture(params=["in-process", "redis"])

@@ -12,7 +12,7 @@ import openai
 import orjson
 import pytest
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.integration.billing.conftest import billing_toml
 from tests.support.gateway import GatewayProcess, register_tenant
 

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from modelgate.billing.counters import WINDOW_SECONDS
-from modelgate.billing.redis_counters import RedisCounters
+from modelgate.domain.counters import WINDOW_SECONDS
+from modelgate.domain.redis_counters import RedisCounters
 
 
 @pytest.fixture

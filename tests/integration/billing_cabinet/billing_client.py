@@ -11,10 +11,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from modelgate.billing.events import BalanceEvent
-from modelgate.cabinet.storage import Database
-from modelgate.cabinet.tokens import new_id
 from modelgate.config import Config, load_config
+from modelgate.domain.events import BalanceEvent
+from modelgate.domain.tokens import new_id
+from modelgate.storage import Database
 from tests.integration.cabinet.cabinet_client import (
     PASSWORD,
     Account,

@@ -8,8 +8,8 @@ from aiohttp import web
 
 from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.services import CabinetServices
-from modelgate.cabinet.storage import Database
 from modelgate.config import Config
+from modelgate.storage import Database
 from tests.integration.billing_cabinet.billing_client import (
     BillingCabinet,
     BillingCabinetFactory,

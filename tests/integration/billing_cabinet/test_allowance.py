@@ -9,10 +9,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from modelgate.billing.allowance import allowance_event_id, grant_due_allowances
-from modelgate.billing.events import BalanceEvent
-from modelgate.cabinet.storage import open_database
 from modelgate.config import Config
+from modelgate.domain.allowance import allowance_event_id, grant_due_allowances
+from modelgate.domain.events import BalanceEvent
+from modelgate.storage import open_database
 from tests.integration.billing_cabinet.billing_client import (
     BillingCabinet,
     BillingCabinetFactory,

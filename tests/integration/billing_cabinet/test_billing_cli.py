@@ -10,7 +10,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from modelgate.cabinet.storage import Database
+from modelgate.storage import Database
 from tests.integration.billing_cabinet.billing_client import (
     OPERATOR_TOKEN,
     BillingCabinet,

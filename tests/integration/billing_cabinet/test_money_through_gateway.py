@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from modelgate.billing.allowance import allowance_event_id
-from modelgate.cabinet.storage import open_database
+from modelgate.domain.allowance import allowance_event_id
+from modelgate.storage import open_database
 from tests.support.gateway import ThreadedGateway, write_config
 
 OPERATOR_TOKEN = "operator-token-for-money-tests-0123456789"

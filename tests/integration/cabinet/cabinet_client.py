@@ -10,8 +10,8 @@ import orjson
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDictProxy
 
-from modelgate.cabinet.storage import Database
-from modelgate.cabinet.storage.database import Executor
+from modelgate.storage import Database
+from modelgate.storage.database import Executor
 
 PASSWORD = "correct horse battery"
 _numbers = itertools.count(1)

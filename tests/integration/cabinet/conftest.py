@@ -11,8 +11,8 @@ from aiohttp import web
 
 from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.services import CabinetServices
-from modelgate.cabinet.storage import Database
 from modelgate.config import Config, load_config
+from modelgate.storage import Database
 from tests.integration.cabinet.cabinet_client import Cabinet, RecordingSink
 
 CabinetFactory = Callable[..., Awaitable[Cabinet]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelgate.cabinet.tokens import hash_token
+from modelgate.domain.tokens import hash_token
 from tests.integration.cabinet.cabinet_client import Cabinet, delete_organization_row
 
 KEY_FIELDS = {"id", "organizationId", "alias", "ownerEmail", "systemId", "status"}

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.services import CabinetServices
-from modelgate.cabinet.storage import apply_migrations, open_database
+from modelgate.storage import apply_migrations, open_database
 from tests.integration.cabinet.cabinet_client import PASSWORD, Cabinet, RecordingSink, Reply, unique_email
 from tests.integration.cabinet.conftest import CabinetFactory, cabinet_config
 

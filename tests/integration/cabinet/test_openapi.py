@@ -7,8 +7,8 @@ from typing import Any
 from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.openapi import openapi_document
 from modelgate.cabinet.services import CabinetServices, NullKeySink
-from modelgate.cabinet.storage import Database
 from modelgate.config import load_config
+from modelgate.storage import Database
 from tests.integration.cabinet.cabinet_client import Cabinet
 
 HTTP_METHODS = {"get", "post", "put", "patch", "delete", "head", "options"}

@@ -9,7 +9,7 @@ import time
 
 import orjson
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.integration.edge.conftest import (
     BODY_IDLE_TIMEOUT,
     HEADER_TIMEOUT,

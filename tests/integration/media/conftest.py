@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.fakes import FakeUpstream
 from tests.support.gateway import Tenant, ThreadedGateway, register_tenant, write_config
 

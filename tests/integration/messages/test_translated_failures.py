@@ -11,7 +11,7 @@ import anthropic
 import openai
 import pytest
 
-from modelgate.proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
+from modelgate.domain.errors import UPSTREAM_UNAVAILABLE_MESSAGE
 from tests.fakes import Fault
 
 HELLO = [{"role": "user", "content": "hello there"}]

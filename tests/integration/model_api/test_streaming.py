@@ -8,7 +8,7 @@ import openai
 import orjson
 import pytest
 
-from modelgate.proxy.errors import UPSTREAM_UNAVAILABLE_MESSAGE
+from modelgate.domain.errors import UPSTREAM_UNAVAILABLE_MESSAGE
 from tests.fakes import Fault
 
 CHAT = "/v1/chat/completions"

@@ -11,7 +11,7 @@ import socket
 import orjson
 import pytest
 
-from modelgate.proxy.errors import SERVICE_UNAVAILABLE_MESSAGE, UPSTREAM_UNAVAILABLE_MESSAGE
+from modelgate.domain.errors import SERVICE_UNAVAILABLE_MESSAGE, UPSTREAM_UNAVAILABLE_MESSAGE
 from tests.fakes import Fault
 from tests.integration.model_api.conftest import UPSTREAM_KEY
 from tests.integration.model_api.error_bodies import assert_envelope_a, assert_envelope_b

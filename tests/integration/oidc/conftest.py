@@ -13,8 +13,8 @@ from aiohttp import web
 from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.oidc.urls import CALLBACK_PATH
 from modelgate.cabinet.services import CabinetServices
-from modelgate.cabinet.storage import Database
 from modelgate.config import Config, load_config
+from modelgate.storage import Database
 from tests.integration.cabinet.cabinet_client import Cabinet, RecordingSink
 from tests.integration.oidc.browser import Browser
 from tests.integration.oidc.fake_idp import FakeIdp

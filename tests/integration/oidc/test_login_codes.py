@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from modelgate.cabinet.tokens import hash_token
+from modelgate.domain.tokens import hash_token
 from tests.integration.oidc.browser import Browser
 from tests.integration.oidc.fake_idp import FakeIdp
 from tests.integration.oidc.sso_client import SsoGateway

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from modelgate.cabinet.oidc.urls import CALLBACK_PATH
-from modelgate.cabinet.tokens import hash_token
+from modelgate.domain.tokens import hash_token
 from tests.integration.cabinet.cabinet_client import Account
 from tests.integration.oidc.browser import Browser, query_of
 from tests.integration.oidc.conftest import CABINET_URL, GatewayFactory

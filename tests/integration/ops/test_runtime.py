@@ -7,7 +7,7 @@ import asyncio
 from modelgate.config import Config
 from modelgate.plugins import PluginChain
 from modelgate.proxy.routing import ModelCatalog
-from modelgate.proxy.runtime import ModelRuntime
+from modelgate.runtime import ModelRuntime
 
 
 class RecordingUpstream:

@@ -12,7 +12,7 @@ import pytest
 
 from modelgate.config import ConfigError, TracingConfig, load_config
 from modelgate.config import loader as config_loader
-from modelgate.proxy.gateway import Gateway
+from modelgate.gateway import Gateway
 from tests.fakes import FakeUpstream
 from tests.integration.ops.conftest import chat, ops_toml
 from tests.support.gateway import ThreadedGateway, register_tenant, write_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.integration.ops.conftest import chat, ops_toml, stop_and_collect
 from tests.support.gateway import GatewayProcess, register_tenant, revoke_key
 

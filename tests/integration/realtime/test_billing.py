@@ -20,7 +20,7 @@ import aiohttp
 import httpx
 import pytest
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.fakes.media_records import RealtimeSession
 from tests.fakes.realtime_routes import PARTIAL_USAGE, USAGE
 from tests.integration.realtime.conftest import (

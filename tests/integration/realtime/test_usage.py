@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from modelgate.cabinet.storage import open_database
+from modelgate.storage import open_database
 from tests.fakes.realtime_routes import USAGE
 from tests.integration.realtime.conftest import (
     INPUT_PER_MTOK,

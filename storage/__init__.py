@@ -1,7 +1,7 @@
 """Storage for the cabinet domain: one SQL dialect, two backends (SQLite and PostgreSQL)."""
 
-from modelgate.cabinet.storage.database import Database, IntegrityViolation, StorageError, open_database
-from modelgate.cabinet.storage.migrations import MIGRATIONS, Migration, MigrationError, apply_migrations
+from modelgate.storage.database import Database, IntegrityViolation, StorageError, open_database
+from modelgate.storage.migrations import MIGRATIONS, Migration, MigrationError, apply_migrations
 
 __all__ = [
     "MIGRATIONS",

@@ -48,11 +48,11 @@ class Database(Executor, Protocol):
 async def open_database(url: str, *, pool_size: int = 10) -> Database:
     """Open the backend named by the URL scheme: `sqlite:///path` or `postgresql://…`."""
     if url.startswith("sqlite:///"):
-        from modelgate.cabinet.storage.sqlite import SQLiteDatabase
+        from modelgate.storage.sqlite import SQLiteDatabase
 
         return await SQLiteDatabase.open(url.removeprefix("sqlite:///") or "modelgate.db")
     if url.startswith(("postgresql://", "postgres://")):
-        from modelgate.cabinet.storage.postgres import PostgresDatabase
+        from modelgate.storage.postgres import PostgresDatabase
 
         return await PostgresDatabase.open(url, pool_size=pool_size)
     raise StorageError(f"unsupported storage URL scheme: {url.split(':', 1)[0]!r}")

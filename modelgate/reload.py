@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from modelgate.config import Config, ConfigError, load_config
 from modelgate.config.loader import EMBEDDED_SOURCE
+from modelgate.plugins import chain_plugins
 from modelgate.proxy.logs import set_log_level
-from modelgate.proxy.runtime import build_runtime
+from modelgate.runtime import build_runtime
 
 if TYPE_CHECKING:
-    from modelgate.proxy.gateway import Gateway
+    from modelgate.gateway import Gateway
 
 log = logging.getLogger("modelgate.reload")
 
@@ -79,7 +80,9 @@ class Reloader:
             log.warning("config reload ignored: the config was not read from a file (%s)", running.source)
             return False
         try:
-            loaded = load_config(None if running.source == EMBEDDED_SOURCE else running.source)
+            loaded = load_config(
+                None if running.source == EMBEDDED_SOURCE else running.source, chain=chain_plugins()
+            )
         except ConfigError as error:
             return self._refuse(running.source, error.problems)
         config, ignored = keep_restart_only(running, loaded)

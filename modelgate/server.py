@@ -2,7 +2,7 @@
 
 Graceful shutdown on SIGTERM/SIGINT: /readyz answers 503 (for `server.drain_seconds`, still serving), then
 stop accepting, let in-flight requests and streams finish within the configured grace period, flush, exit 0.
-SIGHUP reloads the config file (proxy/reload.py). `--workers N` runs N such processes sharing one port
+SIGHUP reloads the config file (modelgate/reload.py). `--workers N` runs N such processes sharing one port
 (SO_REUSEPORT); the parent forwards SIGTERM, SIGINT and SIGHUP to them.
 """
 
@@ -22,15 +22,15 @@ from aiohttp import web
 from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.services import CabinetServices
 from modelgate.config import Config
+from modelgate.gateway import Gateway
 from modelgate.proxy.client_address import forwarded_client_middleware
 from modelgate.proxy.connection_guard import EdgeLimits, GuardedServer, name_the_server
-from modelgate.proxy.gateway import Gateway
 from modelgate.proxy.listen import ListenError, address_text, bind_listeners, bound_port
 from modelgate.proxy.logs import configure_logging, flush_logs, flush_logs_periodically
 from modelgate.proxy.metrics import metrics_handler
-from modelgate.proxy.reload import Reloader
 from modelgate.proxy.routes import ROUTES
-from modelgate.proxy.runtime import ModelApiDispatcher
+from modelgate.reload import Reloader
+from modelgate.runtime import ModelApiDispatcher
 
 log = logging.getLogger("modelgate.server")
 

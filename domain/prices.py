@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from modelgate.billing.money import MICROS, to_micros
 from modelgate.config import ModelConfig
-from modelgate.proxy.context import Usage
+from modelgate.domain.money import MICROS, to_micros
+from modelgate.domain.usage import Usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiosqlite
 
-from modelgate.cabinet.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError
+from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 _translated: dict[str, str] = {}

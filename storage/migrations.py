@@ -1,6 +1,6 @@
 """Versioned SQL migrations, applied at start and by `modelgate migrate`.
 
-Migration files live in `cabinet/migrations/NNNN_name.sql`; a `NNNN_name.postgres.sql` or
+Migration files live in `storage/migrations/NNNN_name.sql`; a `NNNN_name.postgres.sql` or
 `NNNN_name.sqlite.sql` twin overrides the common file for one backend. Each migration runs in its own
 transaction together with its `schema_version` row, so a failed migration leaves the database unchanged.
 """
@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 
-from modelgate.cabinet.storage.database import Database
+from modelgate.storage.database import Database
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+?)(?:\.(postgres|sqlite))?\.sql$")
 # An arbitrary constant: serialises concurrent migrators across processes on PostgreSQL.
@@ -41,7 +41,7 @@ def discover_migrations() -> tuple[Migration, ...]:
     """Read the packaged migration files, ordered by version."""
     found: dict[int, dict[str, str]] = {}
     names: dict[int, str] = {}
-    for entry in resources.files("modelgate.cabinet").joinpath("migrations").iterdir():
+    for entry in resources.files("modelgate.storage").joinpath("migrations").iterdir():
         match = _NAME.match(entry.name)
         if not match:
             continue

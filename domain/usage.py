@@ -8,14 +8,10 @@ measures the generated text relayed (what an answer cut short is charged by when
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
-
-from modelgate.proxy.context import Usage
-
-if TYPE_CHECKING:
-    from modelgate.proxy.context import RequestContext
 
 _USAGE = b'"usage"'
 # A usage object, not `"usage": null` (which OpenAI-style streams repeat in every chunk): only events that
@@ -42,7 +38,20 @@ _FINAL_MARKERS: dict[str, tuple[bytes, ...]] = {
     "responses": (b'"response.completed"', b'"response.incomplete"'),
 }
 _ANY_FINAL_MARKER = (_DONE, b"message_stop", b'"response.completed"', b'"response.incomplete"')
-_BYTES_PER_TOKEN = 4
+BYTES_PER_TOKEN = 4
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage read from an upstream answer."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    # Media units of image, audio and video answers (priced per image / audio second / video second).
+    images: int = 0
+    audio_seconds: float = 0.0
+    video_seconds: float = 0.0
 
 
 def _int(value: Any) -> int:
@@ -105,7 +114,7 @@ def generated_tokens(data: bytes) -> tuple[int, int]:
 
 def tokens_of(pieces: int, size: int) -> int:
     """Estimated tokens of generated text: ~4 bytes a token, and at least one per piece streamed."""
-    return max(pieces, -(-size // _BYTES_PER_TOKEN))
+    return max(pieces, -(-size // BYTES_PER_TOKEN))
 
 
 class StreamUsageScanner:
@@ -205,21 +214,3 @@ def complete_events_end(data: bytes) -> int:
     """Where the complete events of `data` end: after its last blank line (LF LF or CR LF CR LF), else 0."""
     lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\n\r\n")
     return max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
-
-
-def delivered_usage(ctx: RequestContext) -> Usage:
-    """The usage to charge for an answered request: the upstream's for a complete answer; for one cut short,
-    at least the generated text that was relayed (the prompt, when unreported, from the body size)."""
-    usage = ctx.usage
-    if ctx.outcome == "completed" and usage is not None:
-        return usage
-    scanner = ctx.usage_scanner
-    relayed = scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.content_tokens
-    if ctx.max_output_tokens:  # an estimate never passes the output allowance the provider was held to
-        relayed = min(relayed, ctx.max_output_tokens)
-    if usage is None:
-        return Usage(input_tokens=len(ctx.body) // _BYTES_PER_TOKEN, output_tokens=relayed)
-    if not usage.input_tokens:
-        usage.input_tokens = len(ctx.body) // _BYTES_PER_TOKEN
-    usage.output_tokens = max(usage.output_tokens, relayed)
-    return usage

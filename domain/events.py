@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelgate.billing.money import Micros
-from modelgate.cabinet.storage.database import Executor
-from modelgate.cabinet.tokens import new_id
+from modelgate.domain.money import Micros
+from modelgate.domain.tokens import new_id
+from modelgate.storage.database import Executor
 
 # Kinds of balance events.
 INVOICE_PAID = "invoice_paid"

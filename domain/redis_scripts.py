@@ -1,4 +1,4 @@
-"""The Lua scripts of the Redis counters (`billing.redis_counters`): each runs atomically in Redis.
+"""The Lua scripts of the Redis counters (`domain.redis_counters`): each runs atomically in Redis.
 
 On the request path one script, `ADMIT_REQUEST`, claims the request id, counts every rate window and reserves
 every money counter, all or nothing. After the request, `COMPLETE` applies a whole batch of TPM corrections,

@@ -8,16 +8,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelgate.billing.accounts import BILLING_CHANNEL, POLICY_CHANNEL, Accounts, CrashSettlements
-from modelgate.billing.allowance import AllowanceGrants
-from modelgate.billing.counters import Counters, InProcessCounters
-from modelgate.billing.ledger import LedgerWriter
-from modelgate.billing.policy import PolicyDirectory
-from modelgate.billing.redis_counters import RedisCounters
-from modelgate.billing.spool import Spool, database_identity, default_spool_dir
-from modelgate.cabinet.billing import PLAN_CHANNEL
-from modelgate.cabinet.storage import Database, apply_migrations, open_database
 from modelgate.config import Config
+from modelgate.domain.accounts import (
+    BILLING_CHANNEL,
+    PLAN_CHANNEL,
+    POLICY_CHANNEL,
+    Accounts,
+    CrashSettlements,
+)
+from modelgate.domain.allowance import AllowanceGrants
+from modelgate.domain.counters import Counters, InProcessCounters
+from modelgate.domain.ledger import LedgerWriter
+from modelgate.domain.policy import PolicyDirectory
+from modelgate.domain.redis_counters import RedisCounters
+from modelgate.domain.spool import Spool, database_identity, default_spool_dir
 from modelgate.plugins import PluginChain
 from modelgate.plugins.request_id import InFlightIds
 from modelgate.proxy.host_channel import HostChannel
@@ -28,10 +32,11 @@ from modelgate.proxy.objects import ObjectStore
 from modelgate.proxy.realtime import RealtimeSessions, RealtimeState
 from modelgate.proxy.realtime_secrets import InProcessSecrets, RedisSecrets
 from modelgate.proxy.routing import ModelCatalog
-from modelgate.proxy.runtime import ModelRuntime, build_runtime
 from modelgate.proxy.shared_state import RedisBus
 from modelgate.proxy.tracing import Tracer
 from modelgate.proxy.upstream import Upstream
+from modelgate.runtime import ModelRuntime, build_runtime
+from modelgate.storage import Database, apply_migrations, open_database
 
 log = logging.getLogger("modelgate.gateway")
 

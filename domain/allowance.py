@@ -15,10 +15,10 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from modelgate.billing.events import ALLOWANCE, BalanceEvent, apply_balance_event
-from modelgate.billing.money import to_micros
-from modelgate.cabinet.storage.database import Database, Executor, IntegrityViolation
 from modelgate.config import Config
+from modelgate.domain.events import ALLOWANCE, BalanceEvent, apply_balance_event
+from modelgate.domain.money import to_micros
+from modelgate.storage.database import Database, Executor, IntegrityViolation
 
 log = logging.getLogger("modelgate.allowance")
 

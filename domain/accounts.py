@@ -5,7 +5,7 @@ ledger; a request may reserve up to balance + the plan's credit limit - what is 
 reserves its worst-case cost before it is forwarded and settles to its real cost (never above the
 reservation) afterwards, so concurrent requests can never spend past the headroom.
 
-Balance events (a paid invoice, a top-up, an operator's adjustment: `billing.events`) reach every gateway
+Balance events (a paid invoice, a top-up, an operator's adjustment: `domain.events`) reach every gateway
 process through the `modelgate_billing` channel (PostgreSQL NOTIFY and Redis pub/sub) and are folded into
 the live counter exactly once by their sequence number, whatever the counter is doing: no rebuild from the
 database, so neither a reservation in flight nor another process's unwritten spend can lose or double one.
@@ -19,19 +19,22 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from modelgate.billing.counters import Counters, MoneyAsk, MoneyState, Reserve
-from modelgate.billing.events import BalanceEvent
-from modelgate.billing.ledger import LedgerWriter, writer_of
-from modelgate.billing.money import to_micros
-from modelgate.billing.policy import PolicyDirectory, PolicyRule, period_start
-from modelgate.cabinet.storage.database import Database
 from modelgate.config import Config
-from modelgate.proxy.errors import InsufficientBalance
+from modelgate.domain.counters import Counters, MoneyAsk, MoneyState, Reserve
+from modelgate.domain.errors import InsufficientBalance
+from modelgate.domain.events import BalanceEvent
+from modelgate.domain.ledger import LedgerWriter, writer_of
+from modelgate.domain.money import to_micros
+from modelgate.domain.policy import PolicyDirectory, PolicyRule, period_start
+from modelgate.storage.database import Database
 
 log = logging.getLogger("modelgate.accounts")
 
+# Gateways listen on these (PostgreSQL NOTIFY, Redis pub/sub): balance events (`BalanceEvent.payload`),
+# policy rule changes and plan changes (payload: the organization id; API keys are cached with their plan).
 BILLING_CHANNEL = "modelgate_billing"
 POLICY_CHANNEL = "modelgate_policy"
+PLAN_CHANNEL = "modelgate_plan_changed"
 
 Broadcast = Callable[[str, str], Awaitable[None]]
 _FOLLOW_SECONDS = 1.0
@@ -49,7 +52,7 @@ def settled_key(writer: str) -> str:
 
 
 class CrashSettlements:
-    """The ledger's view of a shared (Redis) counter (`billing.ledger.SettledCharges`).
+    """The ledger's view of a shared (Redis) counter (`domain.ledger.SettledCharges`).
 
     Each admitted request's settlement records its cost under the request's ledger row id, in the same
     script call; the record is dropped once the completed row is spooled. A process killed between the two
@@ -300,7 +303,6 @@ class Accounts:
     async def plan_changed(self, organization_id: str) -> None:
         """The organization moved to another plan: every process drops the API keys it cached with the old
         plan (this one before returning); the credit limit of the new plan applies per reservation."""
-        from modelgate.cabinet.billing import PLAN_CHANNEL  # here: only this method of the class needs it
 
         for broadcast in self._broadcasts:
             await broadcast(PLAN_CHANNEL, organization_id)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from modelgate.cabinet.storage.database import Database
+from modelgate.storage.database import Database
 
 _SPECIFICITY = {"key": 3, "system": 2, "organization": 1}
 

@@ -1,5 +1,5 @@
 """The ledger's write-ahead spool: every ledger row on local disk from the request's completion until the
-database has it, and the admission of every request in flight (billing/ledger.py gives both their meaning).
+database has it, and the admission of every request in flight (domain/ledger.py gives both their meaning).
 
 A gateway process appends each row as one orjson line (one `os.write` on an O_APPEND descriptor) to its
 current segment file; a flush seals the segment and starts the next, and a sealed segment is deleted once

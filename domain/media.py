@@ -18,9 +18,8 @@ from typing import Any
 
 import orjson
 
-from modelgate.billing.prices import ModelPrices
-from modelgate.billing.usage import merge_usage
-from modelgate.proxy.context import Usage
+from modelgate.domain.prices import ModelPrices
+from modelgate.domain.usage import Usage, merge_usage
 
 IMAGE_ROUTES = frozenset({"images_generations", "images_edits", "images_variations"})
 AUDIO_ROUTES = frozenset({"audio_transcriptions", "audio_translations"})

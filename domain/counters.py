@@ -12,7 +12,7 @@ Money: a counter holds `balance` (the stored balance less spend not yet written 
 (held by requests in flight), `activated` and `credit_seq` (the last balance event folded into `balance`).
 A reservation succeeds only if `balance + credit_limit - reserved >= amount` (the credit limit is passed in,
 so a reloaded plan applies at once); settling releases the reservation and subtracts the real cost. Balance
-events (`billing.events`) are applied once each: an event whose sequence is not newer than `credit_seq`, or
+events (`domain.events`) are applied once each: an event whose sequence is not newer than `credit_seq`, or
 already applied, changes nothing; one announced while the counter is being built is held and folded in when
 it is. Windows: 1-second buckets over 60 seconds (a sliding window).
 """

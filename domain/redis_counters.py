@@ -1,4 +1,4 @@
-"""The counters in Redis (`billing.counters` has their meaning): every gateway process sees and changes the
+"""The counters in Redis (`domain.counters` has their meaning): every gateway process sees and changes the
 same numbers atomically, with Redis server time.
 
 A request costs one round trip on its way in: `admit_request` runs one script that claims its request id,
@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from redis.exceptions import RedisError
 
-from modelgate.billing import redis_scripts as scripts
-from modelgate.billing.counters import (
+from modelgate.domain import redis_scripts as scripts
+from modelgate.domain.counters import (
     SLOT_TTL_SECONDS,
     WINDOW_SECONDS,
     Admitted,
@@ -37,8 +37,8 @@ from modelgate.billing.counters import (
     WindowAsk,
     WindowResult,
 )
-from modelgate.billing.redis_wire import Script, wire_for
-from modelgate.proxy.errors import ServiceUnavailable
+from modelgate.domain.errors import ServiceUnavailable
+from modelgate.domain.redis_wire import Script, wire_for
 
 log = logging.getLogger("modelgate.counters")
 

@@ -1,6 +1,6 @@
 """The usage ledger: one row per request, on local disk at once and in the database in batches.
 
-`add` gives a row its id and appends it to the write-ahead spool (billing/spool.py) before it returns, so
+`add` gives a row its id and appends it to the write-ahead spool (domain/spool.py) before it returns, so
 the row survives the death of the process; rows also queue in memory, up to `ledger_max_queue` (past it
 they are read back from the spool). `admit` journals a request when it is admitted, with the row it leaves
 should the process die before it completes (outcome "crashed"); the completed row, of the same id,
@@ -23,15 +23,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import orjson
 
-from modelgate.billing.spool import Spool, SpoolError, SpoolFile
-from modelgate.cabinet.storage.database import Database, Executor
-
-if TYPE_CHECKING:
-    from modelgate.proxy.context import RequestContext, Usage
+from modelgate.domain.spool import Spool, SpoolError, SpoolFile
+from modelgate.storage.database import Database, Executor
 
 log = logging.getLogger("modelgate.ledger")
 
@@ -79,40 +76,6 @@ class SettledCharges(Protocol):
     async def settled(self, row_ids: list[str]) -> dict[str, int]: ...
     async def charge(self, organization_id: str, cost: int, row_id: str) -> None: ...
     async def forget(self, writers: set[str]) -> None: ...
-
-
-def entry_for(
-    ctx: RequestContext,
-    usage: Usage | None,
-    cost: int,
-    status: int,
-    outcome: str,
-    *,
-    request_id: str | None = None,
-    budgets: tuple[tuple[str, float], ...] | None = None,
-    row_key: str | None = None,
-    row_id: str | None = None,
-) -> LedgerEntry:
-    """The ledger row of a request (or of one response of a realtime session: `request_id`, `budgets`)."""
-    key = ctx.key
-    return LedgerEntry(
-        organization_id=key.organization_id,
-        key_id=key.id,
-        system_id=key.system_id,
-        model=ctx.model.name,
-        row_key=row_key,
-        request_id=request_id or ctx.request_id,
-        status=status,
-        input_tokens=usage.input_tokens if usage else 0,
-        cached_input_tokens=usage.cached_input_tokens if usage else 0,
-        output_tokens=usage.output_tokens if usage else 0,
-        cost_micros=cost,
-        created_at=time.time(),
-        budgets=tuple(ctx.budgets) if budgets is None else budgets,
-        units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
-        outcome=outcome,
-        row_id=row_id,
-    )
 
 
 # A ledger row in memory and in the spool: the 15 columns of _INSERT in order, then the budgets charged

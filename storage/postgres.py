@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from modelgate.cabinet.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError
+from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError
 
 log = logging.getLogger("modelgate.storage")
 

@@ -27,7 +27,7 @@ from modelgate.proxy.upstream import Upstream, build_upstream
 from modelgate.proxy.videos import VideoList
 
 if TYPE_CHECKING:
-    from modelgate.proxy.gateway import Gateway
+    from modelgate.gateway import Gateway
 
 log = logging.getLogger("modelgate.runtime")
 
