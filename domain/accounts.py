@@ -100,11 +100,15 @@ def budget_key(rule: PolicyRule, start: float) -> str:
     return f"bud:{rule.id}:{int(rule.updated_at * 1000)}:{int(start)}"
 
 
+_PERIOD_ADJECTIVES = {"day": "daily", "month": "monthly"}
+
+
 def refusal(outcome: int, rule: PolicyRule | None = None) -> InsufficientBalance:
     """The 402 for a refused reservation: on the balance (`rule` None) or on a policy rule's budget."""
     if rule is not None:
         return InsufficientBalance(
-            f"Insufficient balance: the {rule.budget_period}ly budget of policy rule {rule.id} is exhausted."
+            f"Insufficient balance: the {_PERIOD_ADJECTIVES.get(rule.budget_period, rule.budget_period)}"
+            f" budget of policy rule {rule.id} is exhausted."
         )
     if outcome == Reserve.NOT_ACTIVATED:
         return InsufficientBalance(

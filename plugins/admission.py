@@ -67,6 +67,7 @@ class Admission(Plugin):
     """Takes the request's claim, window places and reservations in one step (see the module)."""
 
     name = "admission"
+    provides = frozenset({"reservations", "reserved_micros", "budgets", "token_windows"})
     essential = True
 
     def __init__(self, counters: Counters) -> None:

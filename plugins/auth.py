@@ -33,6 +33,8 @@ class Auth(Plugin):
     """Resolves the API key; stops the chain with 401."""
 
     name = "auth"
+    requires = frozenset({"route"})
+    provides = frozenset({"key"})
     essential = True
 
     def __init__(self, keys: KeyDirectory) -> None:

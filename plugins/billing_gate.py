@@ -55,6 +55,8 @@ class BillingGate(Plugin):
     """Reserves the worst-case cost before forwarding; settles the real cost after."""
 
     name = "billing_gate"
+    requires = frozenset({"route", "key", "model"})
+    provides = frozenset({"admission"})
 
     def __init__(self, accounts: Accounts) -> None:
         self._accounts = accounts

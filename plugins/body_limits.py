@@ -61,6 +61,8 @@ class BodyLimits(Plugin):
     """Reads the body within its route group's limit and parses JSON bodies into `ctx.payload`."""
 
     name = "body_limits"
+    requires = frozenset({"route"})
+    provides = frozenset({"body", "body_stream", "payload"})
     essential = True
 
     async def on_request(self, ctx: RequestContext) -> None:

@@ -20,6 +20,8 @@ class ModelRouting(Plugin):
     """Resolves `model` to its configured rows."""
 
     name = "model_routing"
+    requires = frozenset({"route", "payload"})
+    provides = frozenset({"model", "rows"})
     essential = True
 
     def __init__(self, catalog: ModelCatalog) -> None:

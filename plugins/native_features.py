@@ -54,6 +54,8 @@ class NativeFeatures(Plugin):
     """Narrows the rows of thinking, caching and token-counting requests to the native providers."""
 
     name = "native_features"
+    requires = frozenset({"route", "model", "rows", "payload"})
+    provides = frozenset({"rows"})
     essential = True
 
     def on_request(self, ctx: RequestContext) -> None:

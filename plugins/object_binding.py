@@ -36,6 +36,8 @@ class ObjectBindingPlugin(Plugin):
     """Binds stored response ids and video ids to their row and organization."""
 
     name = "object_binding"
+    requires = frozenset({"route", "key", "object_id"})
+    provides = frozenset({"model", "rows", "bound_object"})
     essential = True
 
     def __init__(self, store: ObjectStore, catalog: ModelCatalog) -> None:

@@ -100,6 +100,8 @@ class OutputCaps(Plugin):
     """400 on an output cap the model cannot honour; fills in the token estimate the later steps reserve."""
 
     name = "output_caps"
+    requires = frozenset({"route", "model", "payload", "body"})
+    provides = frozenset({"estimated_input_tokens", "max_output_tokens"})
     essential = True
 
     def on_request(self, ctx: RequestContext) -> None:  # never waits: the chain calls it directly

@@ -18,6 +18,8 @@ class Policy(Plugin):
     """Applies the organization's policy rules to the requested model."""
 
     name = "policy"
+    requires = frozenset({"key", "model"})
+    provides = frozenset({"policy", "decision"})
 
     def __init__(self, policies: PolicyDirectory) -> None:
         self._policies = policies

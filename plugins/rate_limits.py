@@ -25,6 +25,8 @@ class RateLimits(Plugin):
     """Admits a request into its request and token windows, or stops it with 429."""
 
     name = "rate_limits"
+    requires = frozenset({"key", "model"})
+    provides = frozenset({"admission"})
 
     def __init__(self, config: Config, counters: Counters) -> None:
         self._plans = {plan.code: plan for plan in config.plans}

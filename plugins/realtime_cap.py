@@ -16,6 +16,7 @@ class RealtimeCap(Plugin):
     """Holds one slot of the organization's realtime cap for each session."""
 
     name = "realtime_cap"
+    requires = frozenset({"key", "model", "realtime"})
     essential = True
 
     def __init__(self, config: Config, counters: Counters) -> None:

@@ -33,6 +33,8 @@ class RealtimeCredentials(Plugin):
     """Claims the client secret of a realtime connect."""
 
     name = "realtime_credentials"
+    requires = frozenset({"route", "key"})
+    provides = frozenset({"realtime"})
     essential = True
 
     def __init__(self, secrets: RealtimeSecrets) -> None:

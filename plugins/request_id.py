@@ -49,6 +49,8 @@ class RequestId(Plugin):
     """Claims client-supplied request ids; 409 on a double submit."""
 
     name = "request_id"
+    requires = frozenset({"key"})
+    provides = frozenset({"claimed_request_id"})
     essential = True
 
     def __init__(self, in_flight: InFlightIds) -> None:

@@ -120,6 +120,8 @@ class RequestValidation(Plugin):
     """Checks `stream` and the route's own parameters before any routing."""
 
     name = "request_validation"
+    requires = frozenset({"route", "body", "payload"})
+    provides = frozenset({"stream"})
     essential = True
 
     def on_request(self, ctx: RequestContext) -> None:

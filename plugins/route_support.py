@@ -20,6 +20,7 @@ class RouteSupport(Plugin):
     """Matches the route; unknown paths stop the chain with 404."""
 
     name = "route_support"
+    provides = frozenset({"route", "envelope", "object_id"})
     essential = True
 
     def __init__(self, table: RouteTable) -> None:

@@ -179,6 +179,8 @@ class UsageMetering(Plugin):
     """Reads usage from answers and records every request in the ledger."""
 
     name = "usage_metering"
+    requires = frozenset({"route", "key", "model", "stream", "payload", "body"})
+    provides = frozenset({"ledger_row_id", "usage_scanner", "chunk_filter", "usage"})
 
     def __init__(self, ledger: LedgerWriter, counters: Counters) -> None:
         self._ledger = ledger
@@ -222,9 +224,9 @@ class UsageMetering(Plugin):
                 ctx.content_tokens = tokens_of(*generated_tokens(chunk))
 
     def on_complete(self, ctx: RequestContext) -> None:
-        if ctx.route.name == "realtime" and ctx.status == 101:  # one row per response, written by the relay
+        if ctx.model is None or ctx.key is None:  # refused before a model was known: nothing was used
             return
-        if ctx.model is None or ctx.key is None:
+        if ctx.route.name == "realtime" and ctx.status == 101:  # one row per response, written by the relay
             return
         cost = final_cost(ctx)
         status = ctx.answered_status or ctx.status

@@ -3,14 +3,28 @@
 Phases, in order: `on_request` (may stop the chain by raising a GatewayError), `on_response_head` (the
 upstream answered), `on_chunk` (each relayed chunk; must be cheap and never buffer), `on_complete`
 (always called, success or failure, so plugins can release what they reserved).
+
+Each plugin says which fields of the request context it reads that an earlier step fills in (`requires`)
+and which it fills in for later steps (`provides`); building a chain refuses an order in which a step
+would read what only a later step, or none, provides.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from modelgate.proxy.context import RequestContext
+
+# What the model API's handler puts on every context before the first step runs.
+GIVEN = frozenset({"request", "request_id", "started"})
+_CONTEXT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestContext))
+
+
+class ChainOrderError(ValueError):
+    """A plugin list in which a step reads what only a later step (or none) provides."""
 
 
 class Plugin:
@@ -19,6 +33,9 @@ class Plugin:
     name: ClassVar[str] = ""
     # Essential plugins keep the model API correct and safe; the config may not switch them off.
     essential: ClassVar[bool] = False
+    # Context fields this step needs filled in by an earlier one, and those it fills in for later ones.
+    requires: ClassVar[frozenset[str]] = frozenset()
+    provides: ClassVar[frozenset[str]] = frozenset()
 
     async def on_request(self, ctx: RequestContext) -> None:
         return None
@@ -47,6 +64,7 @@ class PluginChain:
     __slots__ = ("chunk_hooks", "complete_hooks", "head_hooks", "plugins", "request_hooks")
 
     def __init__(self, plugins: list[Plugin]) -> None:
+        check_order(plugins)
         self.plugins = tuple(plugins)
         self.request_hooks = _phase(plugins, "on_request")
         self.head_hooks = tuple(p.on_response_head for p in plugins if _overrides(p, "on_response_head"))
@@ -56,6 +74,26 @@ class PluginChain:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.plugins)
+
+
+def check_order(plugins: Sequence[Plugin | type[Plugin]]) -> None:
+    """Raise ChainOrderError unless every step's `requires` is provided by a step before it (or given)."""
+    provided = set(GIVEN)
+    for index, plugin in enumerate(plugins):
+        unknown = sorted((plugin.requires | plugin.provides) - _CONTEXT_FIELDS)
+        if unknown:
+            raise ChainOrderError(f"plugin {plugin.name} names no field of the request context: {unknown}")
+        missing = sorted(plugin.requires - provided)
+        if missing:
+            later = {f: other.name for other in plugins[index + 1 :] for f in other.provides}
+            needs = ", ".join(
+                f"{f} (provided by {later[f]}, later in the chain)"
+                if f in later
+                else f"{f} (provided by no step)"
+                for f in missing
+            )
+            raise ChainOrderError(f"plugin {plugin.name} runs before what it needs: {needs}")
+        provided |= plugin.provides
 
 
 def _phase(plugins: list[Plugin], hook: str) -> tuple[tuple[Any, bool], ...]:

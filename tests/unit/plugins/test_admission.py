@@ -99,3 +99,12 @@ async def test_an_exhausted_budget_is_402_naming_its_rule(services: PluginServic
 
     with pytest.raises(InsufficientBalance, match=f"monthly budget of policy rule {rule_id} is exhausted"):
         await Admission(services.counters).on_request(await _recorded(services, key))
+
+
+async def test_an_exhausted_daily_budget_is_402_naming_its_rule(
+    services: PluginServices, key: StoredKey
+) -> None:
+    rule_id = await add_policy_rule(services, key.record, budget_usd=0.000001, budget_period="day")
+
+    with pytest.raises(InsufficientBalance, match=f"daily budget of policy rule {rule_id} is exhausted"):
+        await Admission(services.counters).on_request(await _recorded(services, key))

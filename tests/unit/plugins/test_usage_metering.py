@@ -9,7 +9,14 @@ from modelgate.plugins.admission import Admission
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.usage_metering import UsageMetering
 from modelgate.proxy.context import Usage
-from tests.support.plugin_context import CHAT, PluginServices, StoredKey, answered, context_before
+from tests.support.plugin_context import (
+    CHAT,
+    PluginServices,
+    StoredKey,
+    answered,
+    context_before,
+    request_context,
+)
 
 ANSWER = orjson.dumps(
     {
@@ -144,3 +151,15 @@ async def test_a_request_that_never_named_a_model_writes_no_row(
     plugin.on_complete(ctx)
 
     assert await _ledger(services) == []
+
+
+async def test_a_request_outside_the_reference_completes_without_a_ledger_row(
+    services: PluginServices,
+) -> None:
+    ctx = request_context("POST", "/v1/assistants", body={"model": "gpt-test"})
+    ctx.status = 404  # route support refused it: no route, no key, no model
+
+    UsageMetering(services.ledger, services.counters).on_complete(ctx)
+
+    await services.ledger.flush()
+    assert await services.db.fetch("SELECT id FROM usage_ledger") == []
