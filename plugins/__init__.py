@@ -28,7 +28,10 @@ from modelgate.plugins.realtime_credentials import RealtimeCredentials
 from modelgate.plugins.request_id import InFlightIds, RequestId, SharedRequestId
 from modelgate.plugins.request_validation import RequestValidation
 from modelgate.plugins.route_support import RouteSupport
+from modelgate.plugins.stream_errors import StreamErrors
 from modelgate.plugins.tracing import RequestTracing
+from modelgate.plugins.translation import Translation
+from modelgate.plugins.usage_filter import UsageFilter
 from modelgate.plugins.usage_metering import UsageMetering
 from modelgate.proxy.chain import Plugin, PluginChain
 from modelgate.proxy.keys import KeyDirectory
@@ -82,6 +85,9 @@ CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
     UsageMetering,
     Metrics,
     AccessLog,
+    Translation,
+    UsageFilter,
+    StreamErrors,
 )
 
 
@@ -122,6 +128,10 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         UsageMetering(services.ledger, services.counters),  # usage from answers; a ledger row per request
         Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
         AccessLog(services.config.logging.log_prompts),  # one structured line per request, last
+        # The answer's own steps, after every step that reads it as the provider wrote it:
+        Translation(),  # into the route's wire format (502 when a whole answer cannot be), the client's model
+        UsageFilter(),  # usage the client did not ask for, and providers' prices, kept from it
+        StreamErrors(),  # a stream the provider broke off ends with an error event in the route's format
     ]
     if [p.name for p in plugins] != [p.name for p in CHAIN_PLUGINS]:  # a step added to one list only
         raise RuntimeError("plugins.CHAIN_PLUGINS must list the chain's plugins in the chain's order")

@@ -7,11 +7,10 @@ from client input, so their number stays bounded.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from modelgate.domain.errors import GatewayError, UpstreamClientError
 from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.context import AnswerHead, RequestContext
 from modelgate.proxy.metrics import GatewayMetrics
 
 # Why the gateway refused a request, by status (the metric label; bounded).
@@ -39,7 +38,7 @@ class Metrics(Plugin):
         self._stats = metrics.stats
         self._streaming: set[int] = set()  # id() of contexts whose stream is being relayed
 
-    def on_response_head(self, ctx: RequestContext, status: int, headers: Any) -> None:
+    def on_response_head(self, ctx: RequestContext, head: AnswerHead) -> None:
         # The forwarder's own test for relaying a stream rather than reading a whole body.
         if ctx.stream or ctx.response_headers.get("content-type", "").startswith("text/event-stream"):
             self._streaming.add(id(ctx))

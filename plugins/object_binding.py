@@ -72,7 +72,11 @@ class ObjectBindingPlugin(Plugin):
                     f"Previous response '{previous}' was made by a row this request cannot use."
                 )
 
-    def on_chunk(self, ctx: RequestContext, chunk: bytes) -> None:
+    def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
+        self._bind_created(ctx, chunk)
+        return chunk  # read, never changed
+
+    def _bind_created(self, ctx: RequestContext, chunk: bytes) -> None:
         kind = _CREATIONS.get(ctx.route.name)
         if kind is None or ctx.status != 200 or ctx.bound_object is not None:
             return

@@ -1,8 +1,17 @@
 """What a plugin is: a small object with phase hooks, modelled on a proxy filter chain.
 
-Phases, in order: `on_request` (may stop the chain by raising a GatewayError), `on_response_head` (the
-upstream answered), `on_chunk` (each relayed chunk; must be cheap and never buffer), `on_complete`
-(always called, success or failure, so plugins can release what they reserved).
+Phases, in order, as in a proxy's filter chain (Envoy's decode/encode filters):
+
+- `on_request(ctx)`: may stop the chain by raising a GatewayError;
+- `on_response_head(ctx, head)`: the upstream answered; may change `head.status` and `head.headers`;
+- `on_chunk(ctx, chunk) -> bytes`: each piece of the answer (a whole answer is one piece), returning the
+  bytes to pass on: the same bytes to observe only, others to rewrite, b"" to hold them back (the later
+  steps see nothing of them until they are released); cheap, and never buffering a stream;
+- `on_end(ctx, tail) -> bytes`: a streamed answer ended; returns `tail` (what the earlier steps released)
+  followed by whatever this step still held;
+- `on_stream_error(ctx, error) -> bytes`: the provider broke off a stream whose bytes reached the client;
+  the bytes that end it for the client (an error event in the route's format);
+- `on_complete(ctx)`: always called, success or failure, so plugins can release what they reserved.
 
 Each plugin says which fields of the request context it reads that an earlier step fills in (`requires`)
 and which it fills in for later steps (`provides`); building a chain refuses an order in which a step
@@ -16,7 +25,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.context import AnswerHead, RequestContext
 
 # What the model API's handler puts on every context before the first step runs.
 GIVEN = frozenset({"request", "request_id", "started"})
@@ -40,11 +49,17 @@ class Plugin:
     async def on_request(self, ctx: RequestContext) -> None:
         return None
 
-    def on_response_head(self, ctx: RequestContext, status: int, headers: Any) -> None:
+    def on_response_head(self, ctx: RequestContext, head: AnswerHead) -> None:
         return None
 
-    def on_chunk(self, ctx: RequestContext, chunk: bytes) -> None:
-        return None
+    def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
+        return chunk
+
+    def on_end(self, ctx: RequestContext, tail: bytes) -> bytes:
+        return tail
+
+    def on_stream_error(self, ctx: RequestContext, error: BaseException) -> bytes:
+        return b""
 
     async def on_complete(self, ctx: RequestContext) -> None:
         return None
@@ -61,7 +76,15 @@ class PluginChain:
     calls those without creating a coroutine (the request phase is the hot path).
     """
 
-    __slots__ = ("chunk_hooks", "complete_hooks", "head_hooks", "plugins", "request_hooks")
+    __slots__ = (
+        "chunk_hooks",
+        "complete_hooks",
+        "end_hooks",
+        "head_hooks",
+        "plugins",
+        "request_hooks",
+        "stream_error_hooks",
+    )
 
     def __init__(self, plugins: list[Plugin]) -> None:
         check_order(plugins)
@@ -69,6 +92,10 @@ class PluginChain:
         self.request_hooks = _phase(plugins, "on_request")
         self.head_hooks = tuple(p.on_response_head for p in plugins if _overrides(p, "on_response_head"))
         self.chunk_hooks = tuple(p.on_chunk for p in plugins if _overrides(p, "on_chunk"))
+        self.end_hooks = tuple(p.on_end for p in plugins if _overrides(p, "on_end"))
+        self.stream_error_hooks = tuple(
+            p.on_stream_error for p in plugins if _overrides(p, "on_stream_error")
+        )
         self.complete_hooks = _phase(plugins, "on_complete")
 
     @property

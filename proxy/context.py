@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,20 @@ if TYPE_CHECKING:
     from modelgate.proxy.keys import KeyRecord
     from modelgate.proxy.routes import Route
     from modelgate.proxy.routing import ModelEntry, RoutingRow
+    from modelgate.proxy.translation.base import StreamTranslator, Translator
+
+
+@dataclass(slots=True)
+class AnswerHead:
+    """An upstream answer as the response phase sees it (`ctx.answer`): the status and headers going to the
+    client (plugins may change both in `on_response_head`), the provider's own headers, whether it is
+    relayed piece by piece, and the translator of a row that speaks another wire format."""
+
+    status: int
+    headers: dict[str, str]
+    upstream_headers: Mapping[str, str]
+    streamed: bool  # relayed piece by piece (a stream or media); else one whole body
+    translator: Translator | None = None
 
 
 @dataclass(slots=True)
@@ -65,7 +80,12 @@ class RequestContext:
     outcome: str = ""
     content_tokens: int = 0  # estimated output of a whole answer that reported no usage
     usage_scanner: Any = None
-    chunk_filter: Any = None
+    # Usage the gateway asked the provider for on the client's behalf (stream_options.include_usage): it
+    # is withheld from the client (plugins.usage_filter).
+    usage_withheld: bool = False
+    chunk_filter: Any = None  # the usage and price filter of this answer (plugins.usage_filter)
+    answer: AnswerHead | None = None  # set once a row answered (proxy.forward)
+    stream_translator: StreamTranslator | None = None  # this answer's, when streamed (plugins.translation)
     bound_object: str | None = None
     scan_tail: bytes = b""
     attempts: int = 0

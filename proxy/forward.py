@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from urllib.parse import quote
 
 import aiohttp
@@ -25,12 +25,11 @@ from modelgate.domain.errors import (
 )
 from modelgate.domain.usage import StreamUsageScanner
 from modelgate.proxy.chain import PluginChain
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.envelopes import Envelope, envelope_a_body, envelope_b_body, stamp_request_id
+from modelgate.proxy.context import AnswerHead, RequestContext
+from modelgate.proxy.envelopes import stamp_request_id
 from modelgate.proxy.http_client import UpstreamBrokeOff
 from modelgate.proxy.routing import ModelEntry, RoutingRow, RowSelector
 from modelgate.proxy.translation import Translator, translator_for
-from modelgate.proxy.translation.model_name import ModelNameStream, with_model_name
 from modelgate.proxy.upstream import StreamedBody, UpstreamFailure, UpstreamResponse
 
 log = logging.getLogger("modelgate.forward")
@@ -54,7 +53,7 @@ def _nested_too_deeply() -> InvalidRequest:
     return InvalidRequest("request body is nested too deeply to forward (at most 254 levels)")
 
 
-def _log_failed_attempt(
+def log_failed_attempt(
     ctx: RequestContext, row: RoutingRow, what: str, exc: BaseException | None = None
 ) -> None:
     """The operator's line about one failed attempt; the tenant is told only that the model is unavailable."""
@@ -149,7 +148,7 @@ class Forwarder:
                     raise ctx.body_stream.error from None
                 failed = True
                 self._selector.failed(row)
-                _log_failed_attempt(ctx, row, "could not be reached", exc.__cause__ or exc)
+                log_failed_attempt(ctx, row, "could not be reached", exc.__cause__ or exc)
                 ctx.row_failures.append((row, "unreachable"))
                 continue
             status = upstream.status
@@ -157,7 +156,7 @@ class Forwarder:
                 failed = True
                 self._selector.failed(row)
                 upstream.close()
-                _log_failed_attempt(ctx, row, f"answered HTTP {status}")
+                log_failed_attempt(ctx, row, f"answered HTTP {status}")
                 ctx.row_failures.append((row, f"http_{status}"))
                 continue
             if status >= 400:
@@ -176,7 +175,7 @@ class Forwarder:
                 failed = True
                 upstream.close()
                 self._selector.failed(row)
-                _log_failed_attempt(ctx, row, "broke off before the first bytes of its answer", exc)
+                log_failed_attempt(ctx, row, "broke off before the first bytes of its answer", exc)
                 ctx.row_failures.append((row, "broke_off"))
                 continue
             except BaseException:  # the client went away meanwhile: let go of the provider at once
@@ -211,6 +210,8 @@ class Forwarder:
         opening: bytes,
         rest: AsyncIterator[bytes] | None,
     ) -> web.StreamResponse:
+        """Relay the answer through the chain's response phases: each piece goes out as the chain returns
+        it."""
         headers = ctx.response_headers
         upstream_headers = upstream.headers
         for name in _PASS_HEADERS:
@@ -219,34 +220,24 @@ class Forwarder:
                 headers[name] = value
         stamp_request_id(headers, ctx.request_id, ctx.envelope)
         headers["x-modelgate-provider"] = ctx.row.provider
-        for hook in self._chain.head_hooks:
-            hook(ctx, upstream.status, upstream_headers)
-        chunk_hooks = self._chain.chunk_hooks
+        chain = self._chain
+        head = ctx.answer = AnswerHead(
+            upstream.status, headers, upstream_headers, rest is not None, translator
+        )
+        for hook in chain.head_hooks:
+            hook(ctx, head)
+        chunk_hooks = chain.chunk_hooks
         ctx.answered_status = upstream.status  # from here on the request is charged for what it delivers
         if rest is None:
             body = opening
             for hook in chunk_hooks:
-                hook(ctx, body)
-            if translator is not None:
-                try:
-                    body = translator.response_body(body, ctx.model.name)
-                except UpstreamUnavailable as exc:
-                    _log_failed_attempt(ctx, ctx.row, "answered what could not be translated", exc)
-                    raise UpstreamUnavailable() from None
-            elif ctx.model is not None and "json" in upstream_headers.get("content-type", ""):
-                body = with_model_name(body, orjson.dumps(ctx.model.name))
-            if ctx.chunk_filter is not None:
-                body = ctx.chunk_filter.whole(body)
+                body = hook(ctx, body)
             ctx.bytes_sent = len(body)
             ctx.first_byte_at = time.perf_counter()
             ctx.outcome = "completed"  # the whole answer is in hand and goes out in one piece
-            return web.Response(status=upstream.status, body=body, headers=headers)
-        response = _RelayedStream(status=upstream.status, headers=headers)
+            return web.Response(status=head.status, body=body, headers=headers)
+        response = _RelayedStream(status=head.status, headers=headers)
         completed = False
-        stream_translator = translator.stream(ctx.model.name, ctx.payload) if translator else None
-        if stream_translator is None and ctx.model is not None and _is_event_stream(upstream_headers):
-            stream_translator = ModelNameStream(ctx.model.name)  # relayed as written, but for the model
-        chunk_filter = ctx.chunk_filter
         scanner = ctx.usage_scanner if isinstance(ctx.usage_scanner, StreamUsageScanner) else None
         try:
             await response.prepare(ctx.request)
@@ -261,13 +252,10 @@ class Forwarder:
             last = b""
             head_sent = False  # the head goes with the first bytes of the body, or alone if there are none
             while True:
-                if chunk:  # the opening is empty when the stream ended before its first byte
-                    for hook in chunk_hooks:
-                        hook(ctx, chunk)
-                    if stream_translator is not None:
-                        chunk = stream_translator.feed(chunk)
-                    if chunk_filter is not None and chunk:
-                        chunk = chunk_filter.feed(chunk)
+                for hook in chunk_hooks:  # the opening is empty when the stream ended before its first byte
+                    if not chunk:
+                        break  # held back by a step (or nothing yet): the later ones see it once released
+                    chunk = hook(ctx, chunk)
                 if chunk:
                     if ctx.first_byte_at is None:
                         ctx.first_byte_at = time.perf_counter()
@@ -290,11 +278,9 @@ class Forwarder:
                     await response.write(last)
                     ctx.bytes_sent += len(last)
                     last = b""
-            tail = stream_translator.finish() if stream_translator is not None else b""
-            if getattr(stream_translator, "failure", None):
-                _log_failed_attempt(ctx, ctx.row, f"ended its stream with: {stream_translator.failure}")
-            if chunk_filter is not None:
-                tail = chunk_filter.feed(tail) + chunk_filter.finish() if tail else chunk_filter.finish()
+            tail = b""
+            for hook in chain.end_hooks:
+                tail = hook(ctx, tail)
             if last or tail:
                 await response.write_eof(last + tail if tail else last)
                 ctx.bytes_sent += len(last)
@@ -307,12 +293,12 @@ class Forwarder:
             aiohttp.ClientOSError,
             TimeoutError,
         ) as exc:
-            # Bytes already reached the client: no failover, but end the stream with a parseable error event.
-            _log_failed_attempt(ctx, ctx.row, "broke off a stream", exc)
+            # Bytes already reached the client: no failover, but the chain ends the stream (an error event).
+            log_failed_attempt(ctx, ctx.row, "broke off a stream", exc)
             ctx.error = exc
             ctx.outcome = "upstream_error"
             try:
-                await response.write(_stream_error_event(ctx.envelope))
+                await response.write(b"".join([hook(ctx, exc) for hook in chain.stream_error_hooks]))
             except ConnectionError:
                 return response  # the client left too
         except ConnectionError:
@@ -357,14 +343,3 @@ class _RelayedStream(web.StreamResponse):
 
 def _never() -> bool:
     return False
-
-
-def _is_event_stream(headers: Mapping[str, str]) -> bool:
-    return headers.get("content-type", "").startswith("text/event-stream")
-
-
-def _stream_error_event(envelope: Envelope) -> bytes:
-    error = UpstreamUnavailable()
-    if envelope is Envelope.B:
-        return b"event: error\ndata: " + orjson.dumps(envelope_b_body(error)) + b"\n\n"
-    return b"data: " + orjson.dumps(envelope_a_body(error)) + b"\n\n"

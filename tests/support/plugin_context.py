@@ -32,7 +32,7 @@ from modelgate.domain.policy import PolicyDirectory
 from modelgate.domain.tokens import hash_token, new_api_key_secret, new_id, secret_hint
 from modelgate.plugins import CHAIN_PLUGINS
 from modelgate.plugins.output_caps import ensure_estimate
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.context import AnswerHead, RequestContext
 from modelgate.proxy.envelopes import Envelope
 from modelgate.proxy.keys import KeyDirectory, KeyRecord
 from modelgate.proxy.model_api import request_id_of
@@ -357,13 +357,24 @@ async def context_before(
     return ctx
 
 
+def answer_head(
+    ctx: RequestContext, *, status: int = 200, content_type: str = "application/json", streamed: bool = False
+) -> AnswerHead:
+    """The answer's head as the forwarder hands it to the response phase (`ctx.answer`), no translator."""
+    ctx.answer = AnswerHead(status, ctx.response_headers, {"content-type": content_type}, streamed)
+    return ctx.answer
+
+
 def answered(ctx: RequestContext, *, status: int = 200, body: bytes = b"", row_index: int = 0) -> None:
     """What the forwarder records when a row answered a whole body: the row and status (one attempt), and
-    for a success the answered status, the bytes sent, the first byte's time and the outcome "completed"."""
+    for a success the answer's head, the answered status, the bytes sent, the first byte's time and the
+    outcome "completed"."""
     ctx.row = ctx.rows[row_index]
     ctx.status = status
     ctx.attempts += 1
     if status < 400:
+        if ctx.answer is None:
+            answer_head(ctx, status=status)
         ctx.answered_status = status
         ctx.bytes_sent = len(body)
         ctx.first_byte_at = time.perf_counter()

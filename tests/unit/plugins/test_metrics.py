@@ -11,6 +11,7 @@ from tests.support.plugin_context import (
     CHAT,
     PluginServices,
     StoredKey,
+    answer_head,
     answered,
     context_before,
     request_context,
@@ -99,7 +100,7 @@ async def test_a_stream_is_counted_open_from_its_head_until_it_completes(
     metrics, ctx = GatewayMetrics(), await _chat(services, key, stream=True)
     plugin = Metrics(metrics)
 
-    plugin.on_response_head(ctx, 200, {"content-type": "text/event-stream"})
+    plugin.on_response_head(ctx, answer_head(ctx, content_type="text/event-stream", streamed=True))
     open_streams = metrics.stats.streams
     answered(ctx, body=b"data: [DONE]\n\n")
     plugin.on_complete(ctx)

@@ -1,0 +1,32 @@
+"""Stream errors: a stream the provider broke off after its first bytes reached the client cannot fail over
+nor change its status; it ends with an error event the client's SDK parses, in the route's format
+(an OpenAI-style `data:` error object, or Anthropic's `event: error`), saying the model is unavailable.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from modelgate.domain.errors import UpstreamUnavailable
+from modelgate.proxy.chain import Plugin
+from modelgate.proxy.context import RequestContext
+from modelgate.proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
+
+
+class StreamErrors(Plugin):
+    """Ends a broken stream with an error event in the route's format."""
+
+    name = "stream_errors"
+    essential = True
+    requires = frozenset({"envelope"})
+
+    def on_stream_error(self, ctx: RequestContext, error: BaseException) -> bytes:
+        return stream_error_event(ctx.envelope)
+
+
+def stream_error_event(envelope: Envelope) -> bytes:
+    """The event that ends a broken stream in `envelope`'s format."""
+    error = UpstreamUnavailable()
+    if envelope is Envelope.B:
+        return b"event: error\ndata: " + orjson.dumps(envelope_b_body(error)) + b"\n\n"
+    return b"data: " + orjson.dumps(envelope_a_body(error)) + b"\n\n"
