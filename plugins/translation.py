@@ -14,7 +14,7 @@ import orjson
 from modelgate.domain.errors import UpstreamUnavailable
 from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import AnswerHead, RequestContext
-from modelgate.proxy.forward import log_failed_attempt
+from modelgate.proxy.failover import log_failed_attempt
 from modelgate.proxy.translation.model_name import ModelNameStream, with_model_name
 
 

@@ -19,7 +19,6 @@ from aiohttp import web
 
 from modelgate.domain.errors import (
     InvalidRequest,
-    ServiceUnavailable,
     UpstreamClientError,
     UpstreamUnavailable,
 )
@@ -27,6 +26,7 @@ from modelgate.domain.usage import StreamUsageScanner
 from modelgate.proxy.chain import PluginChain
 from modelgate.proxy.context import AnswerHead, RequestContext
 from modelgate.proxy.envelopes import stamp_request_id
+from modelgate.proxy.failover import RowAttempts, log_failed_attempt
 from modelgate.proxy.http_client import UpstreamBrokeOff
 from modelgate.proxy.routing import ModelEntry, RoutingRow, RowSelector
 from modelgate.proxy.translation import Translator, translator_for
@@ -51,22 +51,6 @@ def _nested_too_deeply() -> InvalidRequest:
     # orjson parses 1024 levels but encodes only 254: a body rebuilt for the row (model rewrite, provider
     # object removed, translation) can fail to encode, which is the client's input, not a gateway fault.
     return InvalidRequest("request body is nested too deeply to forward (at most 254 levels)")
-
-
-def log_failed_attempt(
-    ctx: RequestContext, row: RoutingRow, what: str, exc: BaseException | None = None
-) -> None:
-    """The operator's line about one failed attempt; the tenant is told only that the model is unavailable."""
-    log.warning(
-        "model %s: row %s (provider %s, host %s) %s%s",
-        row.model,
-        row.key,
-        row.provider,
-        row.host,
-        what,
-        f": {exc.__class__.__name__}: {exc}" if exc is not None else "",
-        extra={"request_id": ctx.request_id},
-    )
 
 
 def _client_error(
@@ -98,16 +82,8 @@ class Forwarder:
         self._selector = selector
 
     async def forward(self, ctx: RequestContext) -> web.StreamResponse:
-        attempts = self._selector.order(ctx.rows)
-        if ctx.body_stream is not None:
-            attempts = attempts[:1]  # a body relayed as it arrives cannot be replayed to another row
-        if not attempts:
-            log.warning(
-                "every row of model %s is cooling down after failures",
-                ctx.model.name if ctx.model else "?",
-                extra={"request_id": ctx.request_id},
-            )
-            raise ServiceUnavailable()
+        # A body relayed as it arrives cannot be replayed to another row: one try.
+        attempts = RowAttempts(self._selector, ctx, most=1 if ctx.body_stream is not None else None)
         route, request = ctx.route, ctx.request
         path = route.upstream_path
         if route.has_id:
@@ -121,7 +97,6 @@ class Forwarder:
         failed = False
         translation_refusal: InvalidRequest | None = None
         for row in attempts:
-            ctx.attempts += 1
             translator = translator_for(route.name, row.upstream.kind, row.upstream.native_messages)
             try:
                 if translator is None:
@@ -147,20 +122,16 @@ class Forwarder:
                     # The client's body broke a limit mid-upload and we aborted it: not the row's fault.
                     raise ctx.body_stream.error from None
                 failed = True
-                self._selector.failed(row)
-                log_failed_attempt(ctx, row, "could not be reached", exc.__cause__ or exc)
-                ctx.row_failures.append((row, "unreachable"))
+                attempts.failed(row, "unreachable", "could not be reached", exc.__cause__ or exc)
                 continue
             status = upstream.status
             if _failover_status(status, route.has_id):
                 failed = True
-                self._selector.failed(row)
                 upstream.close()
-                log_failed_attempt(ctx, row, f"answered HTTP {status}")
-                ctx.row_failures.append((row, f"http_{status}"))
+                attempts.failed(row, f"http_{status}", f"answered HTTP {status}")
                 continue
             if status >= 400:
-                self._selector.succeeded(row)
+                attempts.succeeded(row)
                 ctx.row, ctx.status = row, status
                 try:
                     error_body = await upstream.content.read(_MAX_ERROR_BODY)
@@ -174,14 +145,12 @@ class Forwarder:
             except (aiohttp.ClientError, UpstreamBrokeOff, TimeoutError) as exc:
                 failed = True
                 upstream.close()
-                self._selector.failed(row)
-                log_failed_attempt(ctx, row, "broke off before the first bytes of its answer", exc)
-                ctx.row_failures.append((row, "broke_off"))
+                attempts.failed(row, "broke_off", "broke off before the first bytes of its answer", exc)
                 continue
             except BaseException:  # the client went away meanwhile: let go of the provider at once
                 upstream.close()
                 raise
-            self._selector.succeeded(row)
+            attempts.succeeded(row)
             ctx.row, ctx.status = row, status
             return await self._relay(ctx, upstream, translator, opening, rest)
         if translation_refusal is not None and not failed:

@@ -28,6 +28,7 @@ from modelgate.domain.accounts import Accounts
 from modelgate.domain.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.proxy.context import RequestContext
+from modelgate.proxy.failover import RowAttempts
 from modelgate.proxy.realtime_billing import SessionBilling
 from modelgate.proxy.realtime_secrets import RealtimeSecrets
 from modelgate.proxy.routing import RoutingRow, RowSelector
@@ -197,36 +198,18 @@ class RealtimeRelay:
 
     async def _connect(self, ctx: RequestContext) -> tuple[aiohttp.ClientWebSocketResponse, RoutingRow]:
         """The first row whose realtime endpoint accepts the handshake; nothing reached the client yet."""
-        attempts = self._selector.order(ctx.rows)
-        if not attempts:
-            log.warning(
-                "every row of model %s is cooling down after failures",
-                ctx.model.name,
-                extra={"request_id": ctx.request_id},
-            )
-            raise ServiceUnavailable()
+        attempts = RowAttempts(self._selector, ctx)
         for row in attempts:
-            ctx.attempts += 1
             connect = getattr(row.upstream, "connect_realtime", None)
             if connect is None:
-                log.warning("row %s has no realtime endpoint", row.key, extra={"request_id": ctx.request_id})
-                ctx.row_failures.append((row, "no_realtime"))
+                attempts.cannot_carry(row, "no_realtime", "has no realtime endpoint")
                 continue
             try:
                 upstream = await connect(row.upstream_model, ctx.request_id)
             except UpstreamFailure as exc:
-                self._selector.failed(row)
-                log.warning(
-                    "row %s (provider %s, host %s) failed the realtime handshake: %s",
-                    row.key,
-                    row.provider,
-                    row.host,
-                    exc,
-                    extra={"request_id": ctx.request_id},
-                )
-                ctx.row_failures.append((row, "unreachable"))
+                attempts.failed(row, "unreachable", "failed the realtime handshake", exc)
                 continue
-            self._selector.succeeded(row)
+            attempts.succeeded(row)
             return upstream, row
         raise UpstreamUnavailable()
 
