@@ -14,6 +14,7 @@ What is charged (prices from `[models.prices]`, plus `per_request` on every char
 from __future__ import annotations
 
 import math
+from enum import Enum
 from typing import Any
 
 import orjson
@@ -21,12 +22,19 @@ import orjson
 from modelgate.domain.prices import ModelPrices
 from modelgate.domain.usage import Usage, merge_usage
 
-IMAGE_ROUTES = frozenset({"images_generations", "images_edits", "images_variations"})
-AUDIO_ROUTES = frozenset({"audio_transcriptions", "audio_translations"})
-CHARGED_ROUTES = IMAGE_ROUTES | AUDIO_ROUTES | {"audio_speech", "videos_create"}
-FOLLOW_UP_ROUTES = frozenset({"videos_get", "videos_delete", "videos_content", "realtime_client_secrets"})
-MEDIA_ROUTES = CHARGED_ROUTES | FOLLOW_UP_ROUTES
-_JSON_ANSWERS = IMAGE_ROUTES | AUDIO_ROUTES | {"videos_create"}
+
+class MediaKind(Enum):
+    """How a media call is charged: never by tokens (a route's `media`, proxy.routes)."""
+
+    IMAGES = "images"  # per image (the answer's `data`, or the `n` asked for), plus per request
+    AUDIO_IN = "audio_in"  # per second of the audio transcribed or translated, plus per request
+    SPEECH = "speech"  # per request
+    VIDEO = "video"  # per second of the video made, plus per request
+    FOLLOW_UP = "follow_up"  # a follow-up on a media object, or a realtime secret: charged as its route says
+
+
+# The kinds whose answer is a JSON document naming what was made (read once, never scanned for tokens).
+_JSON_ANSWERS = frozenset({MediaKind.IMAGES, MediaKind.AUDIO_IN, MediaKind.VIDEO})
 _DEFAULT_VIDEO_SECONDS = 4.0  # the videos API's default clip length
 
 
@@ -56,12 +64,12 @@ class MediaUsageReader:
     binary answers (speech, video content) are never parsed.
     """
 
-    __slots__ = ("_payload", "_read", "_route", "usage")
+    __slots__ = ("_kind", "_payload", "_read", "usage")
 
-    def __init__(self, route_name: str, payload: dict | None) -> None:
-        self._route = route_name
+    def __init__(self, kind: MediaKind, payload: dict | None) -> None:
+        self._kind = kind
         self._payload = payload
-        self._read = route_name not in _JSON_ANSWERS
+        self._read = kind not in _JSON_ANSWERS
         self.usage = Usage()
 
     def feed(self, chunk: bytes) -> None:
@@ -74,40 +82,40 @@ class MediaUsageReader:
             return  # e.g. a transcription as text/srt/vtt: no duration to charge
         if not isinstance(document, dict):
             return
-        usage, route = self.usage, self._route
+        usage, kind = self.usage, self._kind
         reported = document.get("usage")
         if isinstance(reported, dict):
             merge_usage(usage, reported)
             if reported.get("type") == "duration":
                 usage.audio_seconds = _number(reported.get("seconds")) or 0.0
-        if route in IMAGE_ROUTES:
+        if kind is MediaKind.IMAGES:
             data = document.get("data")
             usage.images = len(data) if isinstance(data, list) else _requested_images(self._payload)
-        elif route in AUDIO_ROUTES:
+        elif kind is MediaKind.AUDIO_IN:
             duration = _number(document.get("duration"))
             if duration is not None:
                 usage.audio_seconds = duration
-        else:  # videos_create
+        else:  # MediaKind.VIDEO
             seconds = _number(document.get("seconds"))
             if seconds is None and self._payload:
                 seconds = _number(self._payload.get("seconds"))
             usage.video_seconds = seconds if seconds is not None else _DEFAULT_VIDEO_SECONDS
 
 
-def media_worst_case(route_name: str, payload: dict | None, prices: ModelPrices) -> int | None:
-    """What to reserve before a media request (None: not a media route, use the token worst case).
+def media_worst_case(kind: MediaKind | None, payload: dict | None, prices: ModelPrices) -> int | None:
+    """What to reserve before a media request (None: not a charged media call, use the token worst case).
 
     An audio file's duration is unknown until it is transcribed: the model's `max_audio_seconds` is reserved
     for it, and the charge is capped there.
     """
-    if route_name in IMAGE_ROUTES:
+    if kind is MediaKind.IMAGES:
         return prices.per_request + prices.per_image * _requested_images(payload)
-    if route_name == "videos_create":
+    if kind is MediaKind.VIDEO:
         seconds = _number(payload.get("seconds")) if payload else None
         seconds = _DEFAULT_VIDEO_SECONDS if seconds is None else seconds
         return prices.per_request + math.ceil(seconds * prices.per_video_second)
-    if route_name in AUDIO_ROUTES:
+    if kind is MediaKind.AUDIO_IN:
         return prices.per_request + math.ceil(prices.max_audio_seconds * prices.per_audio_second)
-    if route_name in CHARGED_ROUTES:
+    if kind is MediaKind.SPEECH:
         return prices.per_request
     return None

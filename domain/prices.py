@@ -59,18 +59,3 @@ class ModelPrices:
         return self.per_request + math.ceil(
             input_tokens * self.input_per_token + max_output_tokens * self.output_per_token
         )
-
-
-# Calls that generate nothing (retrieving or deleting a stored object, counting tokens, minting a realtime
-# secret): nothing is reserved for them and nothing is charged.
-FREE_ROUTES = frozenset(
-    {
-        "responses_get",
-        "responses_delete",
-        "messages_count_tokens",
-        "videos_get",
-        "videos_delete",
-        "videos_content",
-        "realtime_client_secrets",
-    }
-)

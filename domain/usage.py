@@ -28,16 +28,12 @@ _GENERATED = re.compile(
     rb'"(?:content|text|delta|arguments|partial_json|refusal|thinking|reasoning_content)":\s*'
     rb'"([^"\\]+(?:\\.[^"\\]*)*|(?:\\.[^"\\]*)+)"'
 )
-# The last event of a complete stream, by the route's wire format; a route of another format (or a stream
-# translated from one) looks for any of them.
-_DONE = b"data: [DONE]"
-_FINAL_MARKERS: dict[str, tuple[bytes, ...]] = {
-    "chat_completions": (_DONE,),
-    "completions": (_DONE,),
-    "messages": (b'"message_stop"',),
-    "responses": (b'"response.completed"', b'"response.incomplete"'),
-}
-_ANY_FINAL_MARKER = (_DONE, b"message_stop", b'"response.completed"', b'"response.incomplete"')
+# The last event of a complete stream, by wire format (a route's `final_events`, proxy.routes); a route of
+# another format (or a stream translated from one) looks for any of them.
+OPENAI_DONE = (b"data: [DONE]",)
+MESSAGE_STOP = (b'"message_stop"',)
+RESPONSE_DONE = (b'"response.completed"', b'"response.incomplete"')
+ANY_FINAL_EVENT = (b"data: [DONE]", b"message_stop", b'"response.completed"', b'"response.incomplete"')
 BYTES_PER_TOKEN = 4
 
 
@@ -139,10 +135,10 @@ class StreamUsageScanner:
         "usage",
     )
 
-    def __init__(self, route: str = "") -> None:
+    def __init__(self, final_events: tuple[bytes, ...] = ANY_FINAL_EVENT) -> None:
         self.usage: Usage | None = None
         self._carry = b""
-        self._markers = _FINAL_MARKERS.get(route, _ANY_FINAL_MARKER)
+        self._markers = final_events
         self._unmeasured: list[bytes] = []
         self._unmeasured_size = 0
         self._pieces = 0

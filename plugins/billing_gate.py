@@ -15,7 +15,6 @@ import time
 
 from modelgate.domain.accounts import Accounts
 from modelgate.domain.media import media_worst_case
-from modelgate.domain.prices import FREE_ROUTES
 from modelgate.domain.usage import BYTES_PER_TOKEN, StreamUsageScanner, Usage
 from modelgate.plugins.admission import admit, pending
 from modelgate.plugins.output_caps import ensure_estimate
@@ -33,7 +32,7 @@ def final_cost(ctx: RequestContext) -> int:
     from the upstream's usage, or for a stream cut short from what was relayed — never above the reservation.
     """
     if ctx.cost_micros is None:
-        if not ctx.answered_status or ctx.route.name in FREE_ROUTES:
+        if not ctx.answered_status or ctx.route.free:
             ctx.cost_micros = 0
         else:
             ctx.usage = delivered_usage(ctx)
@@ -62,17 +61,17 @@ class BillingGate(Plugin):
         self._accounts = accounts
 
     async def on_request(self, ctx: RequestContext) -> None:
-        if ctx.route.name == "realtime":  # reserved per response by the relay; here: can it afford one?
+        if ctx.route.websocket:  # reserved per response by the relay; here: can it afford one?
             await admit(self._accounts.counters, ctx)  # its windows first: 429 before 402
             return await check_one_response(self._accounts, ctx)
         if ctx.model is None:
             return
-        if ctx.route.name in FREE_ROUTES:
+        if ctx.route.free:
             worst = 0  # costs nothing, but an organization that may not spend (unpaid) may not call it either
         else:
             ensure_estimate(ctx)
             prices = ctx.model.prices
-            worst = media_worst_case(ctx.route.name, ctx.payload, prices)
+            worst = media_worst_case(ctx.route.media, ctx.payload, prices)
             if worst is None:
                 worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
         # Recorded for the admission step, which reserves on the balance and every budget at once, or on none.

@@ -59,10 +59,10 @@ class NativeFeatures(Plugin):
     essential = True
 
     def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route.name
-        if route == "messages_count_tokens":
+        route = ctx.route
+        if route.counts_tokens:
             feature = "token counting"
-        elif route == "messages" and ctx.payload is not None:
+        elif route.kind == "messages" and ctx.payload is not None:
             feature = native_feature_of(ctx.payload, ctx.body)
             if feature is None:
                 return

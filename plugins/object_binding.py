@@ -25,8 +25,6 @@ log = logging.getLogger("modelgate.objects")
 _ID = string_field("id")
 # Route kind -> the kind its objects are bound as; route name -> the object kind of its creations.
 _OBJECT_KINDS = {"responses": "response", "videos": "video"}
-_CREATIONS = {"responses": "response", "videos_create": "video"}
-_DELETIONS = frozenset({"responses_delete", "videos_delete"})
 _NOUNS = {"response": "Response", "video": "Video"}
 # A stream names its object in its first event; past this many bytes it is not looked for any more.
 _SCAN_LIMIT = 64 * 1024
@@ -77,7 +75,7 @@ class ObjectBindingPlugin(Plugin):
         return chunk  # read, never changed
 
     def _bind_created(self, ctx: RequestContext, chunk: bytes) -> None:
-        kind = _CREATIONS.get(ctx.route.name)
+        kind = ctx.route.creates
         if kind is None or ctx.status != 200 or ctx.bound_object is not None:
             return
         if ctx.bytes_sent > _SCAN_LIMIT or ctx.payload.get("store") is False:
@@ -106,7 +104,7 @@ class ObjectBindingPlugin(Plugin):
         )
 
     async def on_complete(self, ctx: RequestContext) -> None:
-        if ctx.route is not None and ctx.route.name in _DELETIONS and ctx.status == 200:
+        if ctx.route is not None and ctx.route.deletes and ctx.status == 200:
             await self._store.forget(ctx.object_id)
 
 

@@ -10,32 +10,12 @@ which reserve by the cap (`ensure_estimate`), are switched off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
+from modelgate.proxy.routes import CapRule
 
 MAX_CHOICES = 128  # the most `n` the OpenAI API accepts
-LEGACY_COMPLETIONS_DEFAULT = 16
-
-
-@dataclass(frozen=True, slots=True)
-class CapRule:
-    """Where a route's body carries its output cap and how many answers it asks for."""
-
-    fields: tuple[str, ...]  # every cap field the route accepts; the first is the one the gateway fills in
-    choices: tuple[str, ...] = ()  # fields that multiply the allowance (n, best_of)
-    default: int | None = None  # None: the model's default_max_tokens
-
-
-CAP_RULES: dict[str, CapRule] = {
-    "chat_completions": CapRule(("max_completion_tokens", "max_tokens"), ("n",)),
-    "completions": CapRule(("max_tokens",), ("n", "best_of"), LEGACY_COMPLETIONS_DEFAULT),
-    "responses": CapRule(("max_output_tokens",)),
-    "messages": CapRule(("max_tokens",)),
-}
-
 # Request kinds whose answer is not generated text: no output-token allowance is reserved for them.
 _NO_TOKEN_OUTPUT = frozenset(
     {
@@ -87,7 +67,7 @@ def ensure_estimate(ctx: RequestContext) -> None:
     if ctx.max_output_tokens or ctx.model is None:
         return
     ctx.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
-    rule = CAP_RULES.get(ctx.route.name)
+    rule = ctx.route.cap
     if rule is not None and ctx.payload is not None and ctx.body_stream is None:
         ctx.max_output_tokens = _bounded_output(ctx, rule)
     elif ctx.route.kind in _NO_TOKEN_OUTPUT:

@@ -41,13 +41,13 @@ class RealtimeCredentials(Plugin):
         self._secrets = secrets
 
     async def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route.name
-        if route == "realtime_client_secrets":
+        route = ctx.route
+        if route.mints_realtime_secret:
             payload, session = ctx.payload, ctx.payload.get("session")
             if "model" not in payload and isinstance(session, dict) and "model" in session:
                 payload["model"] = session["model"]
             return
-        if route != "realtime":
+        if not route.websocket:
             return
         query = ctx.request.query
         value = query.get("client_secret")

@@ -17,10 +17,6 @@ from modelgate.domain.usage import complete_events_end
 from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import AnswerHead, RequestContext
 
-_USAGE_ROUTES = frozenset({"chat_completions", "completions"})
-# Routes whose OpenAI-style answers some providers price (`cost`); the price is theirs, never relayed.
-_PRICED_ROUTES = frozenset({"chat_completions", "completions", "embeddings"})
-
 
 class ProviderPriceFilter:
     """Keeps a provider's own price (`cost`, `cost_details`, top level or in `usage`) from the client of a
@@ -174,11 +170,11 @@ class UsageFilter(Plugin):
     def on_response_head(self, ctx: RequestContext, head: AnswerHead) -> None:
         if ctx.model is None:
             return
-        route = ctx.route.name
+        route = ctx.route
         if ctx.stream:
-            if route in _USAGE_ROUTES:
+            if route.usage_on_request:  # the OpenAI-style streams that carry usage
                 ctx.chunk_filter = UsageChunkFilter(strip_usage=ctx.usage_withheld)
-        elif route in _PRICED_ROUTES:
+        elif route.provider_priced:  # the price is the provider's, never relayed
             ctx.chunk_filter = WHOLE_ANSWER_FILTER
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:

@@ -11,7 +11,7 @@ from functools import partial
 
 from modelgate.domain.counters import Counters
 from modelgate.domain.ledger import CRASHED, LedgerEntry, LedgerWriter
-from modelgate.domain.media import MEDIA_ROUTES, MediaUsageReader
+from modelgate.domain.media import MediaUsageReader
 from modelgate.domain.usage import (
     StreamUsageScanner,
     Usage,
@@ -22,8 +22,6 @@ from modelgate.domain.usage import (
 from modelgate.plugins.billing_gate import final_cost
 from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext, entry_for
-
-_USAGE_ROUTES = frozenset({"chat_completions", "completions"})
 
 
 class UsageMetering(Plugin):
@@ -42,15 +40,15 @@ class UsageMetering(Plugin):
             return
         if ctx.reserved_micros is not None:  # admitted by the billing gate (the step before this one)
             ctx.ledger_row_id = self._ledger.admit(_crash_entry(ctx))
-        route = ctx.route.name
-        if route in MEDIA_ROUTES:
+        route = ctx.route
+        if route.media is not None:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
-            ctx.usage_scanner = MediaUsageReader(route, ctx.payload)
+            ctx.usage_scanner = MediaUsageReader(route.media, ctx.payload)
             return
         if ctx.stream:
-            ctx.usage_scanner = StreamUsageScanner(route)
+            ctx.usage_scanner = StreamUsageScanner(route.final_events)
             payload = ctx.payload
-            if route in _USAGE_ROUTES:
+            if route.usage_on_request:
                 options = payload.get("stream_options")
                 asked = isinstance(options, dict) and options.get("include_usage") is True
                 if not asked:
@@ -76,7 +74,7 @@ class UsageMetering(Plugin):
     def on_complete(self, ctx: RequestContext) -> None:
         if ctx.model is None or ctx.key is None:  # refused before a model was known: nothing was used
             return
-        if ctx.route.name == "realtime" and ctx.status == 101:  # one row per response, written by the relay
+        if ctx.route.websocket and ctx.status == 101:  # one row per response, written by the relay
             return
         cost = final_cost(ctx)
         status = ctx.answered_status or ctx.status

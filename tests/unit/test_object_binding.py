@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from modelgate.plugins.object_binding import ObjectBindingPlugin
 from modelgate.proxy.context import RequestContext
+from modelgate.proxy.routes import ROUTES
 
 
 class _RecordingStore:
@@ -18,7 +19,7 @@ class _RecordingStore:
 
 def _ctx() -> RequestContext:
     ctx = RequestContext(request=None, request_id="req_1", started=0.0)  # type: ignore[arg-type]
-    ctx.route = SimpleNamespace(name="responses")
+    ctx.route = next(route for route in ROUTES if route.name == "responses")
     ctx.status = 200
     ctx.payload = {"model": "m"}
     ctx.key = SimpleNamespace(organization_id="org_1")

@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from modelgate.domain.usage import StreamUsageScanner
+from modelgate.proxy.routes import ROUTES
 
 
 def _chat_stream(newline: bytes) -> bytes:
@@ -20,8 +21,11 @@ def _chat_stream(newline: bytes) -> bytes:
     return b"".join(frames) + b"data: [DONE]" + newline + newline
 
 
+_ROUTES = {route.name: route for route in ROUTES}
+
+
 def _scan(stream: bytes, step: int, route: str = "chat_completions") -> StreamUsageScanner:
-    scanner = StreamUsageScanner(route)
+    scanner = StreamUsageScanner(_ROUTES[route].final_events)
     for start in range(0, len(stream), step):
         scanner.feed(stream[start : start + step])
     return scanner
@@ -91,7 +95,7 @@ def test_a_route_of_another_format_knows_every_final_event() -> None:
 
 
 def test_generated_text_of_a_long_stream_is_measured_as_it_passes_and_when_asked() -> None:
-    scanner = StreamUsageScanner("chat_completions")
+    scanner = StreamUsageScanner(_ROUTES["chat_completions"].final_events)
     event = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 100 + b'"}}]}\n\n'
     for _ in range(400):  # about 40 KiB: measured in batches on the way, the rest when asked
         scanner.feed(event)
