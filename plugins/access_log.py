@@ -47,7 +47,7 @@ class AccessLog(Plugin):
         level = logging.ERROR if status == 500 else logging.WARNING if status > 500 else logging.INFO
         if not log.isEnabledFor(level):
             return
-        request, key, row, usage, error = ctx.request, ctx.key, ctx.row, ctx.usage, ctx.error
+        request, key, row, usage, error = ctx.request, ctx.key, ctx.row, ctx.metering.usage, ctx.error
         first_byte_at, method = ctx.first_byte_at, request.method
         # Never the query string: it may carry a realtime client secret.
         path = request.path[:_MAX_PATH]
@@ -67,7 +67,7 @@ class AccessLog(Plugin):
             "ttfb_ms": round((first_byte_at - started) * 1000, 2) if first_byte_at is not None else None,
             "input_tokens": usage.input_tokens if usage else 0,
             "output_tokens": usage.output_tokens if usage else 0,
-            "cost_micros": ctx.cost_micros or 0,
+            "cost_micros": ctx.metering.cost_micros or 0,
             "attempts": ctx.attempts,
             "bytes_sent": ctx.bytes_sent,
         }

@@ -1,50 +1,33 @@
 """Admission: the one step where a request takes what it needs from the shared counters, all or nothing.
 
 The request id claim (`plugins.request_id`), the rate windows (`plugins.rate_limits`) and the reservations
-on the balance and budgets (`plugins.billing_gate`) are recorded on the context by their plugins as a
-`PendingAdmission`; this step, right after the billing gate, asks the counters for all of them at once (in
-Redis: one script, one round trip). A refusal is the error of the first plugin in chain order that would
-have refused: 409 `request_in_progress`, then 429 with the window's headers, then 402; nothing is taken.
+on the balance and budgets (`plugins.billing_gate`) are recorded by their plugins in the request's
+`AdmissionState` (proxy.context); this step, right after the billing gate, asks the counters for all of
+them at once (in Redis: one script, one round trip). A refusal is the error of the first plugin in chain
+order that would have refused: 409 `request_in_progress`, then 429 with the window's headers, then 402;
+nothing is taken.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from modelgate.domain.accounts import refusal
-from modelgate.domain.counters import Admitted, Counters, MoneyAsk, Refusal, WindowAsk
+from modelgate.domain.counters import Admitted, Counters, Refusal
 from modelgate.domain.errors import RateLimited, RequestInProgress
-from modelgate.domain.policy import PolicyRule
 from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.context import AdmissionState, RequestContext
 
 
-@dataclass(slots=True)
-class PendingAdmission:
-    """What a request asks of the counters, recorded by the plugins before the admission step."""
-
-    claim: str | None = None  # the shared request id claim
-    windows: list[WindowAsk] = field(default_factory=list)  # the key's and organization's RPM, then TPM
-    first_tpm: int = 0  # index of the first token window in `windows`
-    key_rpm: int = 0  # the key's own limits, reported on the answer (0: none)
-    key_tpm: int = 0
-    money: list[MoneyAsk] = field(default_factory=list)  # the balance, then one per budget
-    budgets: list[tuple[PolicyRule, float]] = field(default_factory=list)  # (rule, period) per budget
-    taken: bool = False  # admitted: everything above is held until the request completes
-
-
-def pending(ctx: RequestContext) -> PendingAdmission:
-    """The request's admission record, made by the first plugin that records something."""
+def pending(ctx: RequestContext) -> AdmissionState:
+    """The request's admission record, for a step about to record an ask in it."""
     admission = ctx.admission
-    if admission is None:
-        admission = ctx.admission = PendingAdmission()
+    admission.asked = True
     return admission
 
 
 async def admit(counters: Counters, ctx: RequestContext) -> None:
     """Take everything the request recorded, or raise the refusal; once per request."""
     admission = ctx.admission
-    if admission is None or admission.taken:
+    if not admission.asked or admission.taken:
         return
     windows = admission.windows
     result = await counters.admit_request(admission.claim, windows, admission.money)
@@ -55,30 +38,30 @@ async def admit(counters: Counters, ctx: RequestContext) -> None:
         _report_windows(ctx, admission, result)
     money = admission.money
     if money:
-        ctx.reserved_micros = money[0].amount
-        reservations = ctx.reservations
+        ctx.admission.reserved_micros = money[0].amount
+        reservations = ctx.admission.reservations
         for ask in money:  # usually one (the balance): a loop, not a generator to extend by
             reservations.append((ask.key, ask.amount))
         if admission.budgets:
-            ctx.budgets.extend([(rule.id, start) for rule, start in admission.budgets])
+            ctx.admission.charged_budgets.extend([(rule.id, start) for rule, start in admission.budgets])
 
 
 class Admission(Plugin):
     """Takes the request's claim, window places and reservations in one step (see the module)."""
 
     name = "admission"
-    provides = frozenset({"reservations", "reserved_micros", "budgets", "token_windows"})
+    provides = frozenset({"admission"})
     essential = True
 
     def __init__(self, counters: Counters) -> None:
         self._counters = counters
 
     async def on_request(self, ctx: RequestContext) -> None:
-        if ctx.admission is not None:
+        if ctx.admission.asked:
             await admit(self._counters, ctx)
 
 
-def _refusal(ctx: RequestContext, admission: PendingAdmission, result: Admitted) -> Exception:
+def _refusal(ctx: RequestContext, admission: AdmissionState, result: Admitted) -> Exception:
     if result.refusal == Refusal.CLAIM:
         return RequestInProgress(f"a request with id {ctx.request_id} is already in progress")
     if result.refusal == Refusal.WINDOW:
@@ -100,7 +83,7 @@ def _refusal(ctx: RequestContext, admission: PendingAdmission, result: Admitted)
     return refusal(result.money_outcome, admission.budgets[index - 1][0] if index > 0 else None)
 
 
-def _report_windows(ctx: RequestContext, admission: PendingAdmission, result: Admitted) -> None:
+def _report_windows(ctx: RequestContext, admission: AdmissionState, result: Admitted) -> None:
     """Answers carry the key's own windows; the token windows are kept to correct them to the real usage."""
     headers = ctx.response_headers
     results = result.windows
@@ -114,7 +97,7 @@ def _report_windows(ctx: RequestContext, admission: PendingAdmission, result: Ad
         for (key, amount, _limit), window in zip(
             admission.windows[first_tpm:], results[first_tpm:], strict=True
         ):
-            ctx.token_windows.append((key, window.second, amount))
+            ctx.admission.token_windows.append((key, window.second, amount))
         if key_tpm:
             window = results[first_tpm]
             headers["x-ratelimit-limit-tokens"] = str(key_tpm)

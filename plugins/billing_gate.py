@@ -31,23 +31,23 @@ def final_cost(ctx: RequestContext) -> int:
     Charged: every answer the upstream started to give (a success status relayed), whatever happened after —
     from the upstream's usage, or for a stream cut short from what was relayed — never above the reservation.
     """
-    if ctx.cost_micros is None:
+    if ctx.metering.cost_micros is None:
         if not ctx.answered_status or ctx.route.free:
-            ctx.cost_micros = 0
+            ctx.metering.cost_micros = 0
         else:
-            ctx.usage = delivered_usage(ctx)
-            cost = ctx.model.prices.cost(ctx.usage)
-            if ctx.reserved_micros is not None and cost > ctx.reserved_micros:
+            ctx.metering.usage = delivered_usage(ctx)
+            cost = ctx.model.prices.cost(ctx.metering.usage)
+            if ctx.admission.reserved_micros is not None and cost > ctx.admission.reserved_micros:
                 log.warning(
                     "request %s cost %d µ over its reservation of %d µ; charged the reservation",
                     ctx.request_id,
                     cost,
-                    ctx.reserved_micros,
+                    ctx.admission.reserved_micros,
                     extra={"request_id": ctx.request_id},
                 )
-                cost = ctx.reserved_micros
-            ctx.cost_micros = cost
-    return ctx.cost_micros
+                cost = ctx.admission.reserved_micros
+            ctx.metering.cost_micros = cost
+    return ctx.metering.cost_micros
 
 
 class BillingGate(Plugin):
@@ -73,7 +73,9 @@ class BillingGate(Plugin):
             prices = ctx.model.prices
             worst = media_worst_case(ctx.route.media, ctx.payload, prices)
             if worst is None:
-                worst = prices.worst_case(ctx.estimated_input_tokens, ctx.max_output_tokens)
+                worst = prices.worst_case(
+                    ctx.admission.estimated_input_tokens, ctx.admission.max_output_tokens
+                )
         # Recorded for the admission step, which reserves on the balance and every budget at once, or on none.
         key = ctx.key
         accounts = self._accounts
@@ -89,24 +91,28 @@ class BillingGate(Plugin):
                 admission.budgets.append((rule, start))
 
     async def on_complete(self, ctx: RequestContext) -> None:
-        if not ctx.reservations:
+        if not ctx.admission.reservations:
             return
         cost = final_cost(ctx)
         # Batched with other requests' (and this one's TPM corrections); its ledger row follows once the batch
         # is written (UsageMetering), so the handler never waits on Redis here.
-        await self._accounts.queue_settlement(ctx.reservations, cost, ctx.ledger_row_id)
+        await self._accounts.queue_settlement(ctx.admission.reservations, cost, ctx.metering.ledger_row_id)
 
 
 def delivered_usage(ctx: RequestContext) -> Usage:
     """The usage to charge for an answered request: the upstream's for a complete answer; for one cut short,
     at least the generated text that was relayed (the prompt, when unreported, from the body size)."""
-    usage = ctx.usage
+    usage = ctx.metering.usage
     if ctx.outcome == "completed" and usage is not None:
         return usage
-    scanner = ctx.usage_scanner
-    relayed = scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.content_tokens
-    if ctx.max_output_tokens:  # an estimate never passes the output allowance the provider was held to
-        relayed = min(relayed, ctx.max_output_tokens)
+    scanner = ctx.metering.scanner
+    relayed = (
+        scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.metering.content_tokens
+    )
+    if (
+        ctx.admission.max_output_tokens
+    ):  # an estimate never passes the output allowance the provider was held to
+        relayed = min(relayed, ctx.admission.max_output_tokens)
     if usage is None:
         return Usage(input_tokens=len(ctx.body) // BYTES_PER_TOKEN, output_tokens=relayed)
     if not usage.input_tokens:

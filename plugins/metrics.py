@@ -56,7 +56,7 @@ class Metrics(Plugin):
         stats.observe(stats.durations, (route, model), time.perf_counter() - ctx.started)
         if ctx.first_byte_at is not None:
             stats.observe(stats.first_bytes, (route, model), ctx.first_byte_at - ctx.started)
-        usage = ctx.usage
+        usage = ctx.metering.usage
         if usage is not None and model:
             stats.count_tokens(model, usage)
         error = ctx.error

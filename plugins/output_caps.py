@@ -64,16 +64,16 @@ def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
 
 def ensure_estimate(ctx: RequestContext) -> None:
     """Fill the request's token estimate once: input from the body size, output from its bounded cap."""
-    if ctx.max_output_tokens or ctx.model is None:
+    if ctx.admission.max_output_tokens or ctx.model is None:
         return
-    ctx.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
+    ctx.admission.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
     rule = ctx.route.cap
     if rule is not None and ctx.payload is not None and ctx.body_stream is None:
-        ctx.max_output_tokens = _bounded_output(ctx, rule)
+        ctx.admission.max_output_tokens = _bounded_output(ctx, rule)
     elif ctx.route.kind in _NO_TOKEN_OUTPUT:
-        ctx.max_output_tokens = 1
+        ctx.admission.max_output_tokens = 1
     else:
-        ctx.max_output_tokens = ctx.model.config.default_max_tokens
+        ctx.admission.max_output_tokens = ctx.model.config.default_max_tokens
 
 
 class OutputCaps(Plugin):
@@ -81,7 +81,7 @@ class OutputCaps(Plugin):
 
     name = "output_caps"
     requires = frozenset({"route", "model", "payload", "body"})
-    provides = frozenset({"estimated_input_tokens", "max_output_tokens"})
+    provides = frozenset({"admission"})  # the token estimate the asks are sized by
     essential = True
 
     def on_request(self, ctx: RequestContext) -> None:  # never waits: the chain calls it directly

@@ -41,7 +41,7 @@ class RateLimits(Plugin):
         key_rpm = decision.rpm if decision is not None and decision.rpm is not None else plan_rpm
         key_tpm = decision.tpm if decision is not None and decision.tpm is not None else plan_tpm
         ensure_estimate(ctx)
-        tokens = ctx.estimated_input_tokens + ctx.max_output_tokens
+        tokens = ctx.admission.estimated_input_tokens + ctx.admission.max_output_tokens
         _refuse_if_it_never_fits(tokens, key_tpm, plan_tpm)
         if not (key_rpm or plan_rpm or key_tpm or plan_tpm):
             return
@@ -61,15 +61,15 @@ class RateLimits(Plugin):
         admission.key_rpm, admission.key_tpm = key_rpm, key_tpm
 
     async def on_complete(self, ctx: RequestContext) -> None:
-        if not ctx.token_windows:
+        if not ctx.admission.token_windows:
             return
-        usage = ctx.usage
+        usage = ctx.metering.usage
         actual = (
             usage.input_tokens + usage.output_tokens
             if usage is not None
             else (0 if ctx.bytes_sent == 0 else None)
         )
-        for window, second, reserved in ctx.token_windows:
+        for window, second, reserved in ctx.admission.token_windows:
             if actual is not None and actual != reserved:
                 await self._counters.adjust(window, second, actual - reserved)
 

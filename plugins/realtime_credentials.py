@@ -11,22 +11,10 @@ On POST /v1/realtime/client_secrets, OpenAI's `{session: {model, ...}}` shape is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from modelgate.domain.errors import InvalidRealtimeCredential, RequestInProgress
 from modelgate.proxy.chain import Plugin
 from modelgate.proxy.context import RequestContext
-from modelgate.proxy.realtime_secrets import Claim, ClientSecret, RealtimeSecrets
-
-
-@dataclass(slots=True)
-class RealtimeClaim:
-    """The secret one connect claimed, and what the session took (set as it opens)."""
-
-    value: str
-    secret: ClientSecret
-    established: bool = False
-    slot: str | None = None  # the concurrency counter holding this session's slot
+from modelgate.proxy.realtime_secrets import Claim, RealtimeClaim, RealtimeSecrets
 
 
 class RealtimeCredentials(Plugin):

@@ -50,7 +50,7 @@ class RequestId(Plugin):
 
     name = "request_id"
     requires = frozenset({"key"})
-    provides = frozenset({"claimed_request_id"})
+    provides = frozenset({"admission"})
     essential = True
 
     def __init__(self, in_flight: InFlightIds) -> None:
@@ -61,10 +61,10 @@ class RequestId(Plugin):
             return
         if not self._in_flight.claim(ctx.key.organization_id, ctx.request_id):
             raise RequestInProgress(f"a request with id {ctx.request_id} is already in progress")
-        ctx.claimed_request_id = True
+        ctx.admission.claimed_request_id = True
 
     def on_complete(self, ctx: RequestContext) -> None:
-        if ctx.claimed_request_id:
+        if ctx.admission.claimed_request_id:
             self._in_flight.release(ctx.key.organization_id, ctx.request_id)
 
 
@@ -83,11 +83,11 @@ class SharedRequestId(RequestId):
         organization_id = ctx.key.organization_id
         if not self._in_flight.claim(organization_id, ctx.request_id):
             raise RequestInProgress(f"a request with id {ctx.request_id} is already in progress")
-        ctx.claimed_request_id = True
+        ctx.admission.claimed_request_id = True
         pending(ctx).claim = shared_claim_key(organization_id, ctx.request_id)
 
     def on_complete(self, ctx: RequestContext) -> None:
-        if ctx.claimed_request_id:
+        if ctx.admission.claimed_request_id:
             self._in_flight.release(ctx.key.organization_id, ctx.request_id)
             admission = ctx.admission
             if admission.taken:  # released with the next batch of this process's counter writes

@@ -23,22 +23,21 @@ class Translation(Plugin):
 
     name = "translation"
     essential = True
-    provides = frozenset({"stream_translator"})
 
     def on_response_head(self, ctx: RequestContext, head: AnswerHead) -> None:
         if not head.streamed:
             return
         if head.translator is not None:
-            ctx.stream_translator = head.translator.stream(ctx.model.name, ctx.payload)
+            head.stream_translator = head.translator.stream(ctx.model.name, ctx.payload)
         elif ctx.model is not None and head.upstream_headers.get("content-type", "").startswith(
             "text/event-stream"
         ):
-            ctx.stream_translator = ModelNameStream(ctx.model.name)  # relayed as written, but for the model
+            head.stream_translator = ModelNameStream(ctx.model.name)  # relayed as written, but for the model
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         answer = ctx.answer
         if answer.streamed:
-            stream = ctx.stream_translator
+            stream = ctx.answer.stream_translator
             return chunk if stream is None else stream.feed(chunk)
         if answer.translator is not None:
             try:
@@ -51,7 +50,7 @@ class Translation(Plugin):
         return chunk
 
     def on_end(self, ctx: RequestContext, tail: bytes) -> bytes:
-        stream = ctx.stream_translator
+        stream = ctx.answer.stream_translator
         if stream is None:
             return tail
         finished = stream.finish()

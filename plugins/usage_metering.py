@@ -29,7 +29,7 @@ class UsageMetering(Plugin):
 
     name = "usage_metering"
     requires = frozenset({"route", "key", "model", "stream", "payload", "body"})
-    provides = frozenset({"ledger_row_id", "usage_scanner", "usage_withheld", "usage"})
+    provides = frozenset({"metering"})
 
     def __init__(self, ledger: LedgerWriter, counters: Counters) -> None:
         self._ledger = ledger
@@ -38,15 +38,17 @@ class UsageMetering(Plugin):
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
-        if ctx.reserved_micros is not None:  # admitted by the billing gate (the step before this one)
-            ctx.ledger_row_id = self._ledger.admit(_crash_entry(ctx))
+        if (
+            ctx.admission.reserved_micros is not None
+        ):  # admitted by the billing gate (the step before this one)
+            ctx.metering.ledger_row_id = self._ledger.admit(_crash_entry(ctx))
         route = ctx.route
         if route.media is not None:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
-            ctx.usage_scanner = MediaUsageReader(route.media, ctx.payload)
+            ctx.metering.scanner = MediaUsageReader(route.media, ctx.payload)
             return
         if ctx.stream:
-            ctx.usage_scanner = StreamUsageScanner(route.final_events)
+            ctx.metering.scanner = StreamUsageScanner(route.final_events)
             payload = ctx.payload
             if route.usage_on_request:
                 options = payload.get("stream_options")
@@ -57,18 +59,18 @@ class UsageMetering(Plugin):
                         "include_usage": True,
                     }
                     ctx.payload_changed = True
-                    ctx.usage_withheld = True
+                    ctx.metering.usage_withheld = True
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        scanner = ctx.usage_scanner
+        scanner = ctx.metering.scanner
         if scanner is not None:
             scanner.feed(chunk)
             if scanner.usage is not None:
-                ctx.usage = scanner.usage
+                ctx.metering.usage = scanner.usage
         elif ctx.model is not None and ctx.status == 200:
-            ctx.usage = usage_of_body(chunk)
-            if ctx.usage is None:  # charged by the text it carries
-                ctx.content_tokens = tokens_of(*generated_tokens(chunk))
+            ctx.metering.usage = usage_of_body(chunk)
+            if ctx.metering.usage is None:  # charged by the text it carries
+                ctx.metering.content_tokens = tokens_of(*generated_tokens(chunk))
         return chunk  # read, never changed: the upstream's own bytes
 
     def on_complete(self, ctx: RequestContext) -> None:
@@ -80,9 +82,15 @@ class UsageMetering(Plugin):
         status = ctx.answered_status or ctx.status
         row_key = ctx.row.key if ctx.row else None
         entry = entry_for(
-            ctx, ctx.usage, cost, status, _outcome(ctx), row_key=row_key, row_id=ctx.ledger_row_id
+            ctx,
+            ctx.metering.usage,
+            cost,
+            status,
+            _outcome(ctx),
+            row_key=row_key,
+            row_id=ctx.metering.ledger_row_id,
         )
-        if ctx.reservations:
+        if ctx.admission.reservations:
             # Spooled once its settlement is in the live counter (a crash in between is recovered by row id).
             self._counters.after_written(partial(self._ledger.add, entry))
         else:
@@ -93,7 +101,7 @@ def _crash_entry(ctx: RequestContext) -> LedgerEntry:
     """The row of an admitted request whose process dies before it completes: the prompt, which the
     provider surely billed (about 4 bytes a token), at most the reservation."""
     usage = Usage(input_tokens=len(ctx.body) // 4)
-    return entry_for(ctx, usage, min(ctx.model.prices.cost(usage), ctx.reserved_micros), 0, CRASHED)
+    return entry_for(ctx, usage, min(ctx.model.prices.cost(usage), ctx.admission.reserved_micros), 0, CRASHED)
 
 
 def _outcome(ctx: RequestContext) -> str:

@@ -10,12 +10,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from modelgate.domain.counters import MoneyAsk, WindowAsk
 from modelgate.domain.ledger import LedgerEntry
 from modelgate.domain.usage import Usage
 from modelgate.proxy.envelopes import Envelope
 
 if TYPE_CHECKING:
+    from modelgate.domain.answer_filters import ProviderPriceFilter
+    from modelgate.domain.media import MediaUsageReader
+    from modelgate.domain.policy import CompiledPolicy, Decision, PolicyRule
+    from modelgate.domain.usage import StreamUsageScanner
     from modelgate.proxy.keys import KeyRecord
+    from modelgate.proxy.multipart import StreamedMultipart
+    from modelgate.proxy.realtime_secrets import RealtimeClaim
     from modelgate.proxy.routes import Route
     from modelgate.proxy.routing import ModelEntry, RoutingRow
     from modelgate.proxy.translation.base import StreamTranslator, Translator
@@ -32,6 +39,52 @@ class AnswerHead:
     upstream_headers: Mapping[str, str]
     streamed: bool  # relayed piece by piece (a stream or media); else one whole body
     translator: Translator | None = None
+    # The response steps' own state for this answer:
+    stream_translator: StreamTranslator | None = None  # plugins.translation, for a streamed answer
+    usage_filter: ProviderPriceFilter | None = None  # plugins.usage_filter
+
+
+@dataclass(slots=True)
+class AdmissionState:
+    """What a request asks of the shared counters and what it holds once admitted.
+
+    The request id, rate-limit and billing steps record the asks (`plugins.admission.pending`); the
+    admission step takes them all at once (in Redis: one script) and records what is held, which the
+    completion phase gives back or settles.
+    """
+
+    asked: bool = False  # a step recorded an ask: the admission step has something to take
+    claim: str | None = None  # the shared request id claim
+    windows: list[WindowAsk] = field(default_factory=list)  # the key's and organization's RPM, then TPM
+    first_tpm: int = 0  # index of the first token window in `windows`
+    key_rpm: int = 0  # the key's own limits, reported on the answer (0: none)
+    key_tpm: int = 0
+    money: list[MoneyAsk] = field(default_factory=list)  # the balance, then one per budget
+    budgets: list[tuple[PolicyRule, float]] = field(default_factory=list)  # (rule, period) per budget
+    taken: bool = False  # admitted: everything asked is held until the request completes
+    claimed_request_id: bool = False  # the request id, claimed in this process (plugins.request_id)
+    # The token estimate the asks were sized by (plugins.output_caps).
+    estimated_input_tokens: int = 0
+    max_output_tokens: int = 0
+    # Held once taken:
+    reservations: list[tuple[str, int]] = field(default_factory=list)  # (money counter, amount)
+    reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
+    charged_budgets: list[tuple[str, float]] = field(default_factory=list)  # (rule id, period start)
+    token_windows: list[tuple[str, int, int]] = field(default_factory=list)  # corrected to the real usage
+
+
+@dataclass(slots=True)
+class Metering:
+    """What the request used and costs (plugins.usage_metering reads it; plugins.billing_gate prices it)."""
+
+    usage: Usage | None = None
+    scanner: StreamUsageScanner | MediaUsageReader | None = None  # reads usage from the answer as it passes
+    # Usage the gateway asked the provider for on the client's behalf (stream_options.include_usage):
+    # withheld from the client (plugins.usage_filter).
+    usage_withheld: bool = False
+    content_tokens: int = 0  # estimated output of a whole answer that reported no usage
+    cost_micros: int | None = None
+    ledger_row_id: str | None = None  # the id its ledger row takes, given when its admission was journaled
 
 
 @dataclass(slots=True)
@@ -46,8 +99,7 @@ class RequestContext:
     envelope: Envelope = Envelope.A
     key: KeyRecord | None = None
     body: bytes = b""
-    # A multipart body relayed as it arrives (proxy.multipart.StreamedMultipart); `body` stays empty then.
-    body_stream: Any = None
+    body_stream: StreamedMultipart | None = None  # a multipart body relayed as it arrives; `body` stays b""
     payload: dict[str, Any] | None = None
     payload_changed: bool = False
     model: ModelEntry | None = None
@@ -55,41 +107,24 @@ class RequestContext:
     stream: bool = False
     row: RoutingRow | None = None
     status: int = 0
-    usage: Usage | None = None
     bytes_sent: int = 0
     error: Exception | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
-    claimed_request_id: bool = False
-    # Governance (policy, limits, billing), filled by those plugins.
-    policy: Any = None
-    decision: Any = None
-    estimated_input_tokens: int = 0
-    max_output_tokens: int = 0
-    reservations: list[tuple[str, int]] = field(default_factory=list)
-    budgets: list[tuple[str, float]] = field(default_factory=list)
-    token_windows: list[tuple[str, int, int]] = field(default_factory=list)
-    admission: Any = None  # what it asks of the shared counters, taken at once (plugins.admission)
-    cost_micros: int | None = None
-    reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
-    ledger_row_id: str | None = None  # the id its ledger row takes, given when its admission was journaled
+    policy: CompiledPolicy | None = None  # the organization's rules (plugins.policy)
+    decision: Decision | None = None  # what they say for this key, system and model
+    admission: AdmissionState = field(default_factory=AdmissionState)
+    metering: Metering = field(default_factory=Metering)
     # The success status of an upstream answer whose relay began (0: none): such a request is charged for
     # what it delivered, however it ended.
     answered_status: int = 0
     # How it ended once answered: completed (its final event reached the client), client_closed,
     # upstream_error (the provider broke off), shutdown (cut by a graceful stop).
     outcome: str = ""
-    content_tokens: int = 0  # estimated output of a whole answer that reported no usage
-    usage_scanner: Any = None
-    # Usage the gateway asked the provider for on the client's behalf (stream_options.include_usage): it
-    # is withheld from the client (plugins.usage_filter).
-    usage_withheld: bool = False
-    chunk_filter: Any = None  # the usage and price filter of this answer (plugins.usage_filter)
     answer: AnswerHead | None = None  # set once a row answered (proxy.forward)
-    stream_translator: StreamTranslator | None = None  # this answer's, when streamed (plugins.translation)
     bound_object: str | None = None
     scan_tail: bytes = b""
     attempts: int = 0
-    realtime: Any = None  # the claimed client secret of a realtime connect (plugins.realtime_credentials)
+    realtime: RealtimeClaim | None = None  # the client secret a realtime connect claimed
     # Observability: when the first byte of an upstream answer went to the client (perf_counter), and
     # each row that failed during this request with why ("unreachable", "http_503", ...).
     first_byte_at: float | None = None
@@ -129,7 +164,7 @@ def entry_for(
         output_tokens=usage.output_tokens if usage else 0,
         cost_micros=cost,
         created_at=time.time(),
-        budgets=tuple(ctx.budgets) if budgets is None else budgets,
+        budgets=tuple(ctx.admission.charged_budgets) if budgets is None else budgets,
         units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
         outcome=outcome,
         row_id=row_id,

@@ -207,7 +207,7 @@ class Forwarder:
             return web.Response(status=head.status, body=body, headers=headers)
         response = _RelayedStream(status=head.status, headers=headers)
         completed = False
-        scanner = ctx.usage_scanner if isinstance(ctx.usage_scanner, StreamUsageScanner) else None
+        scanner = ctx.metering.scanner if isinstance(ctx.metering.scanner, StreamUsageScanner) else None
         try:
             await response.prepare(ctx.request)
             # The opening chunk, then each read of the rest (everything that arrived meanwhile, as one chunk:

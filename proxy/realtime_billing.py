@@ -153,8 +153,8 @@ class SessionBilling:
         self._context_tokens = 0  # the conversation so far, as the last response reported it
         self._text_bytes = 0  # client text since the last response (audio appends excluded)
         self._operations: set[asyncio.Task] = set()
-        ctx.usage = Usage()
-        ctx.cost_micros = 0
+        ctx.metering.usage = Usage()
+        ctx.metering.cost_micros = 0
 
     @property
     def running(self) -> tuple[str, ...]:
@@ -339,11 +339,11 @@ class SessionBilling:
         await settle_response(self._accounts, hold, cost)
         self._write(response_id, usage, cost, status, outcome, hold.budgets, hold.row_id)
         if usage is not None:
-            total = ctx.usage
+            total = ctx.metering.usage
             total.input_tokens += usage.input_tokens
             total.cached_input_tokens += usage.cached_input_tokens
             total.output_tokens += usage.output_tokens
-        ctx.cost_micros += cost
+        ctx.metering.cost_micros += cost
 
     def _record_refusal(self, response_id: str, refusal: GatewayError) -> None:
         self._write(response_id, None, 0, refusal.status, "refused", ())

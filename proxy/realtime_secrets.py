@@ -58,6 +58,16 @@ def digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
+@dataclass(slots=True)
+class RealtimeClaim:
+    """The secret one connect claimed, and what the session took (set as it opens)."""
+
+    value: str
+    secret: ClientSecret
+    established: bool = False
+    slot: str | None = None  # the concurrency counter holding this session's slot
+
+
 class RealtimeSecrets(Protocol):
     async def mint(self, value: str, secret: ClientSecret) -> None: ...
     async def claim(

@@ -83,9 +83,9 @@ class Tracer:
             span.set_attribute("modelgate.row", ctx.row.key)
         if ctx.key is not None:
             span.set_attribute("modelgate.organization_id", ctx.key.organization_id)
-        if ctx.usage is not None:
-            span.set_attribute("modelgate.input_tokens", ctx.usage.input_tokens)
-            span.set_attribute("modelgate.output_tokens", ctx.usage.output_tokens)
+        if ctx.metering.usage is not None:
+            span.set_attribute("modelgate.input_tokens", ctx.metering.usage.input_tokens)
+            span.set_attribute("modelgate.output_tokens", ctx.metering.usage.output_tokens)
         if ctx.status >= 500:
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
         span.end()

@@ -28,34 +28,34 @@ def _context(route: str, payload: dict) -> RequestContext:
 def test_a_chat_without_a_cap_gets_the_default_sent_upstream() -> None:
     ctx = _context("chat_completions", {"messages": []})
     ensure_estimate(ctx)
-    assert ctx.max_output_tokens == 100
+    assert ctx.admission.max_output_tokens == 100
     assert ctx.payload["max_completion_tokens"] == 100 and ctx.payload_changed
-    assert ctx.estimated_input_tokens == 99 // 2 + 1
+    assert ctx.admission.estimated_input_tokens == 99 // 2 + 1
 
 
 def test_a_named_cap_is_kept_and_the_body_left_alone() -> None:
     ctx = _context("chat_completions", {"max_tokens": 7})
     ensure_estimate(ctx)
-    assert (ctx.max_output_tokens, ctx.payload_changed) == (7, False)
+    assert (ctx.admission.max_output_tokens, ctx.payload_changed) == (7, False)
     assert "max_completion_tokens" not in ctx.payload
 
 
 def test_the_larger_of_two_caps_is_reserved() -> None:
     ctx = _context("chat_completions", {"max_tokens": 7, "max_completion_tokens": 9})
     ensure_estimate(ctx)
-    assert ctx.max_output_tokens == 9
+    assert ctx.admission.max_output_tokens == 9
 
 
 def test_n_multiplies_the_allowance() -> None:
     ctx = _context("chat_completions", {"max_tokens": 10, "n": 3})
     ensure_estimate(ctx)
-    assert ctx.max_output_tokens == 30
+    assert ctx.admission.max_output_tokens == 30
 
 
 def test_best_of_multiplies_a_legacy_completion_and_its_default_is_sixteen() -> None:
     ctx = _context("completions", {"prompt": "x", "n": 2, "best_of": 5})
     ensure_estimate(ctx)
-    assert ctx.max_output_tokens == 16 * 5
+    assert ctx.admission.max_output_tokens == 16 * 5
     assert ctx.payload["max_tokens"] == 16
 
 
@@ -82,10 +82,10 @@ def test_n_outside_one_to_128_is_refused(value) -> None:
 def test_an_explicit_null_cap_counts_as_absent() -> None:
     ctx = _context("chat_completions", {"max_tokens": None})
     ensure_estimate(ctx)
-    assert ctx.max_output_tokens == 100
+    assert ctx.admission.max_output_tokens == 100
 
 
 def test_kinds_without_generated_output_reserve_one_token() -> None:
     ctx = _context("embeddings", {"input": "x"})
     ensure_estimate(ctx)
-    assert ctx.max_output_tokens == 1 and not ctx.payload_changed
+    assert ctx.admission.max_output_tokens == 1 and not ctx.payload_changed

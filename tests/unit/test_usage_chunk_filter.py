@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from modelgate.plugins.usage_filter import UsageChunkFilter
+from modelgate.domain.answer_filters import UsageChunkFilter
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8, "cost": 0.01}
 

@@ -24,7 +24,7 @@ async def test_an_answered_request_logs_one_info_line_with_its_fields(
     caplog.set_level(logging.INFO, "modelgate.access")
     ctx = await context_before("access_log", services, payload=CHAT, key=key.record)
     answered(ctx, body=b"{}")
-    ctx.usage, ctx.cost_micros = Usage(input_tokens=12, output_tokens=5), 74
+    ctx.metering.usage, ctx.metering.cost_micros = Usage(input_tokens=12, output_tokens=5), 74
 
     AccessLog(log_prompts=False).on_complete(ctx)
 

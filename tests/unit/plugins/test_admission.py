@@ -34,9 +34,9 @@ async def test_everything_asked_is_taken_and_reported(services: PluginServices, 
     await Admission(services.counters).on_request(ctx)
 
     assert ctx.admission.taken
-    assert ctx.reserved_micros == amount
-    assert ctx.reservations == [(key.record.balance_counter, amount)]
-    assert [window for window, _second, _amount in ctx.token_windows] == [
+    assert ctx.admission.reserved_micros == amount
+    assert ctx.admission.reservations == [(key.record.balance_counter, amount)]
+    assert [window for window, _second, _amount in ctx.admission.token_windows] == [
         key.record.tpm_window,
         key.record.org_tpm_window,
     ]
@@ -50,7 +50,7 @@ async def test_a_request_that_asked_nothing_takes_nothing(services: PluginServic
 
     await Admission(services.counters).on_request(ctx)
 
-    assert ctx.admission is None and ctx.reservations == []
+    assert not ctx.admission.asked and ctx.admission.reservations == []
 
 
 async def test_a_full_request_window_is_429_with_retry_hints_and_takes_no_money(
@@ -68,9 +68,9 @@ async def test_a_full_request_window_is_429_with_retry_hints_and_takes_no_money(
     assert caught.value.status == 429
     assert (headers["x-ratelimit-limit-requests"], headers["x-ratelimit-remaining-requests"]) == ("1", "0")
     assert int(headers["retry-after"]) >= 1
-    assert not second.admission.taken and second.reservations == []
+    assert not second.admission.taken and second.admission.reservations == []
     _balance, reserved = await services.counters.money(tight.record.balance_counter)
-    assert reserved == first.reserved_micros  # the first request's hold only
+    assert reserved == first.admission.reserved_micros  # the first request's hold only
 
 
 async def test_a_balance_that_cannot_cover_the_worst_case_is_402_and_takes_no_window(

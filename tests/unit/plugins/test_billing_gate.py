@@ -45,7 +45,7 @@ async def _answered(
     await plugin.on_request(ctx)
     await Admission(services.counters).on_request(ctx)
     answered(ctx, body=b"{}")
-    ctx.usage = usage
+    ctx.metering.usage = usage
     return plugin, ctx
 
 
@@ -56,10 +56,10 @@ async def test_the_worst_case_cost_is_asked_of_the_organizations_balance(
 
     (ask,) = pending(ctx).money
     # gpt-test: $2 per million input tokens, $10 per million output tokens = 2 and 10 micro-dollars a token
-    assert ask.amount == math.ceil(ctx.estimated_input_tokens * 2 + 100 * 10)
+    assert ask.amount == math.ceil(ctx.admission.estimated_input_tokens * 2 + 100 * 10)
     assert ask.key == key.record.balance_counter
     assert ask.require_activation  # the free plan has no credit limit: only paid-up organizations spend
-    assert ctx.reservations == []  # nothing taken yet: the admission step takes it
+    assert ctx.admission.reservations == []  # nothing taken yet: the admission step takes it
 
 
 async def test_a_post_paid_plan_may_spend_its_credit_limit_before_activation(
@@ -99,7 +99,7 @@ async def test_completion_settles_the_reservation_to_the_real_cost(
 
     await plugin.on_complete(ctx)
 
-    assert ctx.cost_micros == 20 * 2 + 50 * 10
+    assert ctx.metering.cost_micros == 20 * 2 + 50 * 10
     assert await services.counters.money(key.record.balance_counter) == (to_micros(10.0) - 540, 0)
 
 
@@ -111,9 +111,9 @@ async def test_a_cost_over_the_reservation_is_charged_the_reservation(
 
     await plugin.on_complete(ctx)
 
-    assert ctx.cost_micros == ctx.reserved_micros
+    assert ctx.metering.cost_micros == ctx.admission.reserved_micros
     assert await services.counters.money(key.record.balance_counter) == (
-        to_micros(10.0) - ctx.reserved_micros,
+        to_micros(10.0) - ctx.admission.reserved_micros,
         0,
     )
 

@@ -34,7 +34,7 @@ async def test_a_request_is_counted_by_route_model_row_and_status(
     metrics = GatewayMetrics()
     ctx = await _chat(services, key)
     answered(ctx, body=b"{}")
-    ctx.usage = Usage(input_tokens=12, output_tokens=5)
+    ctx.metering.usage = Usage(input_tokens=12, output_tokens=5)
 
     Metrics(metrics).on_complete(ctx)
 

@@ -26,9 +26,9 @@ async def test_a_chat_without_a_cap_gets_the_models_default_sent_upstream(
 ) -> None:
     ctx = await _capped(services, key, messages=MESSAGES)
 
-    assert ctx.max_output_tokens == 1000  # gpt-test's default_max_tokens
+    assert ctx.admission.max_output_tokens == 1000  # gpt-test's default_max_tokens
     assert orjson.loads(ctx.upstream_body())["max_completion_tokens"] == 1000
-    assert ctx.estimated_input_tokens == len(ctx.body) // 2 + 1
+    assert ctx.admission.estimated_input_tokens == len(ctx.body) // 2 + 1
 
 
 async def test_a_cap_the_request_names_is_kept_and_the_body_left_as_sent(
@@ -36,14 +36,14 @@ async def test_a_cap_the_request_names_is_kept_and_the_body_left_as_sent(
 ) -> None:
     ctx = await _capped(services, key, messages=MESSAGES, max_tokens=300)
 
-    assert ctx.max_output_tokens == 300
+    assert ctx.admission.max_output_tokens == 300
     assert not ctx.payload_changed
 
 
 async def test_n_multiplies_the_allowance(services: PluginServices, key: StoredKey) -> None:
     ctx = await _capped(services, key, messages=MESSAGES, max_tokens=300, n=3)
 
-    assert ctx.max_output_tokens == 900
+    assert ctx.admission.max_output_tokens == 900
 
 
 @pytest.mark.parametrize(
@@ -66,12 +66,12 @@ async def test_a_cap_the_model_cannot_honour_is_400(
 async def test_legacy_completions_default_to_16_tokens(services: PluginServices, key: StoredKey) -> None:
     ctx = await _capped(services, key, path="/v1/completions", prompt="Say hi")
 
-    assert ctx.max_output_tokens == 16
+    assert ctx.admission.max_output_tokens == 16
     assert ctx.payload["max_tokens"] == 16
 
 
 async def test_embeddings_reserve_no_output(services: PluginServices, key: StoredKey) -> None:
     ctx = await _capped(services, key, path="/v1/embeddings", input="hello")
 
-    assert ctx.max_output_tokens == 1
+    assert ctx.admission.max_output_tokens == 1
     assert not ctx.payload_changed

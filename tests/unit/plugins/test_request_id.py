@@ -21,8 +21,8 @@ async def test_a_request_without_a_client_id_claims_nothing(services: PluginServ
 
     RequestId(InFlightIds()).on_request(ctx)
 
-    assert not ctx.claimed_request_id
-    assert ctx.admission is None
+    assert not ctx.admission.claimed_request_id
+    assert not ctx.admission.asked
 
 
 async def test_a_second_request_with_an_id_in_flight_is_409_request_in_progress(
@@ -36,7 +36,7 @@ async def test_a_second_request_with_an_id_in_flight_is_409_request_in_progress(
         plugin.on_request(second)
 
     assert (caught.value.status, caught.value.code) == (409, "request_in_progress")
-    assert first.claimed_request_id and not second.claimed_request_id
+    assert first.admission.claimed_request_id and not second.admission.claimed_request_id
 
 
 async def test_the_id_is_free_again_once_its_request_completed(
@@ -50,7 +50,7 @@ async def test_the_id_is_free_again_once_its_request_completed(
 
     plugin.on_request(again)
 
-    assert again.claimed_request_id
+    assert again.admission.claimed_request_id
 
 
 async def test_another_organization_may_use_the_same_id_at_once(
@@ -63,7 +63,7 @@ async def test_another_organization_may_use_the_same_id_at_once(
 
     plugin.on_request(theirs)
 
-    assert theirs.claimed_request_id
+    assert theirs.admission.claimed_request_id
 
 
 async def test_the_shared_variant_records_the_claim_for_the_admission_step(

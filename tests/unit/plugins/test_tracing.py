@@ -53,7 +53,7 @@ async def test_a_request_span_closes_with_what_the_request_became(
     ctx = await context_before("access_log", services, payload=CHAT, key=key.record)
     plugin.on_request(ctx)
     answered(ctx, body=b"{}")
-    ctx.usage = Usage(input_tokens=12, output_tokens=5)
+    ctx.metering.usage = Usage(input_tokens=12, output_tokens=5)
 
     plugin.on_complete(ctx)
 

@@ -49,7 +49,7 @@ async def test_an_answer_writes_one_ledger_row_with_its_usage_and_cost(
     plugin.on_chunk(ctx, ANSWER)
     plugin.on_complete(ctx)
 
-    assert ctx.usage == Usage(input_tokens=12, output_tokens=5)
+    assert ctx.metering.usage == Usage(input_tokens=12, output_tokens=5)
     (row,) = await _ledger(services)
     assert {
         name: row[name] for name in ("key_id", "model", "row_key", "request_id", "status", "outcome")
@@ -72,7 +72,7 @@ async def test_a_stream_whose_client_did_not_ask_for_usage_asks_for_it_and_hides
     UsageMetering(services.ledger, services.counters).on_request(ctx)
 
     assert orjson.loads(ctx.upstream_body())["stream_options"] == {"include_usage": True}
-    assert ctx.usage_withheld  # plugins.usage_filter keeps it from the client
+    assert ctx.metering.usage_withheld  # plugins.usage_filter keeps it from the client
 
 
 async def test_a_stream_whose_client_asked_for_usage_is_left_as_sent(
@@ -84,7 +84,7 @@ async def test_a_stream_whose_client_asked_for_usage_is_left_as_sent(
     UsageMetering(services.ledger, services.counters).on_request(ctx)
 
     assert not ctx.payload_changed
-    assert not ctx.usage_withheld
+    assert not ctx.metering.usage_withheld
 
 
 async def test_an_admitted_request_is_journaled_and_its_row_takes_that_id(
@@ -96,13 +96,13 @@ async def test_an_admitted_request_is_journaled_and_its_row_takes_that_id(
     await Admission(services.counters).on_request(ctx)
 
     plugin.on_request(ctx)
-    assert ctx.ledger_row_id is not None and services.ledger.admitted == 1
+    assert ctx.metering.ledger_row_id is not None and services.ledger.admitted == 1
     answered(ctx, body=ANSWER)
     plugin.on_chunk(ctx, ANSWER)
     plugin.on_complete(ctx)
 
     assert services.ledger.admitted == 0
-    assert [row["id"] for row in await _ledger(services)] == [ctx.ledger_row_id]
+    assert [row["id"] for row in await _ledger(services)] == [ctx.metering.ledger_row_id]
 
 
 async def test_a_request_refused_before_any_answer_is_recorded_free(
