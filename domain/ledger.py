@@ -118,7 +118,7 @@ class LedgerWriter:
 
     Row ids are `led_` + the entry's time in milliseconds + this writer's random 64-bit prefix + a counter:
     unique across processes, and in time order, so the primary-key index grows at its end (a random id
-    costs SQLite ~60 % more per inserted row). An id is given when the request is admitted (or, without an
+    costs SQLite markedly more per inserted row). An id is given when the request is admitted (or, without an
     admission, when its row is added) and travels with it through the spool, which is what makes a
     repeated write, and a completed admission, recognisable.
     """

@@ -1,7 +1,7 @@
 """A lean Redis connection for the counters' two hot scripts: one connection per process, commands
-pipelined on it (each call writes at once; replies are matched to calls in order), replies parsed by
-hiredis. A call costs a few microseconds of Python where redis-py's asyncio client, with a connection pool,
-costs several times that (measured in the report of issue #15: ~16 µs against ~77 µs per script call).
+pipelined on it (each call writes at once; replies are matched to calls in order), encoded and parsed by
+hiredis. A call costs a fraction of the Python that redis-py's asyncio client, with a connection pool,
+spends on it (bench/results/design-measurements.md).
 
 Errors are redis-py's exceptions, so callers handle one family: `ConnectionError` when Redis cannot be
 reached or a reply takes longer than `timeout` (the connection is then dropped and every call waiting on

@@ -1,7 +1,9 @@
-"""Upstream providers: one pooled aiohttp ClientSession per provider, or the built-in mock.
+"""Upstream providers: a configured provider's client (`HttpUpstream`), or the built-in mock.
 
-An upstream returns an object with aiohttp's response surface (`status`, `headers`, `read()`,
-`content.iter_any()`, `close()`), so the forwarder relays a real provider and the mock the same way.
+A provider's requests whose body is in memory go through the pooled HTTP/1.1 client of
+proxy/http_client.py; a multipart upload relayed as it arrives and the realtime WebSocket go through an
+aiohttp ClientSession, made on first use. Either answer has the same surface (`status`, `headers`,
+`read()`, `content.iter_any()`, `close()`), so the forwarder relays a real provider and the mock alike.
 """
 
 from __future__ import annotations
