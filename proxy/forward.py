@@ -195,17 +195,31 @@ class Forwarder:
         )
         for hook in chain.head_hooks:
             hook(ctx, head)
-        chunk_hooks = chain.chunk_hooks
         ctx.answered_status = upstream.status  # from here on the request is charged for what it delivers
         if rest is None:
             body = opening
-            for hook in chunk_hooks:
+            for hook in chain.chunk_hooks:
                 body = hook(ctx, body)
             ctx.bytes_sent = len(body)
             ctx.first_byte_at = time.perf_counter()
             ctx.outcome = "completed"  # the whole answer is in hand and goes out in one piece
             return web.Response(status=head.status, body=body, headers=headers)
-        response = _RelayedStream(status=head.status, headers=headers)
+        return await self._relay_stream(ctx, upstream, head, opening, rest)
+
+    async def _relay_stream(
+        self,
+        ctx: RequestContext,
+        upstream: UpstreamResponse,
+        head: AnswerHead,
+        opening: bytes,
+        rest: AsyncIterator[bytes],
+    ) -> web.StreamResponse:
+        """Relay a streamed answer piece by piece as the chain returns it; a provider breaking off ends it
+        with the chain's error event."""
+        chain = self._chain
+        chunk_hooks = chain.chunk_hooks
+        translator = head.translator
+        response = _RelayedStream(status=head.status, headers=head.headers)
         completed = False
         scanner = ctx.metering.scanner if isinstance(ctx.metering.scanner, StreamUsageScanner) else None
         try:
