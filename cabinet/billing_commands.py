@@ -38,7 +38,7 @@ from modelgate.domain.accounts import BILLING_CHANNEL, PLAN_CHANNEL
 from modelgate.domain.allowance import grant_allowance
 from modelgate.domain.events import SET, BalanceEvent
 from modelgate.domain.money import format_money, parse_money
-from modelgate.proxy.host_channel import HostChannel
+from modelgate.proxy.state.host_channel import HostChannel
 from modelgate.storage import MIGRATIONS, Database, StorageError, open_database
 
 EXIT_OK = 0

@@ -13,8 +13,8 @@ import orjson
 from aiohttp import web
 
 from modelgate.cabinet.display_text import disguising_character_problem, display_text_problem, nfc
-from modelgate.proxy.body_decoding import BodyDecodingError, request_body
-from modelgate.proxy.url_text import url_text_problem
+from modelgate.proxy.http.body_decoding import BodyDecodingError, request_body
+from modelgate.proxy.http.url_text import url_text_problem
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_NAME_LENGTH = 200

@@ -47,7 +47,7 @@ class ServerConfig:
     # Addresses/networks of load balancers whose X-Forwarded-For names the real client (login
     # throttling, audit). Empty: forwarded headers are ignored, the peer address is the client.
     trusted_proxies: tuple[str, ...] = ()
-    # What a client connection may cost (proxy/connection_guard.py): the whole request head must arrive
+    # What a client connection may cost (proxy/http/connection_guard.py): the whole request head must arrive
     # within header_timeout_seconds, a body may pause at most body_idle_timeout_seconds between bytes, an
     # idle keep-alive connection is closed after keepalive_timeout_seconds, and at most max_connections are
     # open at once (clamped to the open-files limit less a reserve for upstreams, storage and logs).

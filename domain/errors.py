@@ -1,6 +1,6 @@
 """The typed gateway errors: each knows its HTTP status and its type/code in both envelopes.
 
-Plugins and the forwarder raise these; `proxy.envelopes` is the one place that renders them.
+Plugins and the forwarder raise these; `proxy.pipeline.envelopes` is the one place that renders them.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from modelgate.domain.usage import Usage, merge_usage
 
 
 class MediaKind(Enum):
-    """How a media call is charged: never by tokens (a route's `media`, proxy.routes)."""
+    """How a media call is charged: never by tokens (a route's `media`, proxy.pipeline.route_table)."""
 
     IMAGES = "images"  # per image (the answer's `data`, or the `n` asked for), plus per request
     AUDIO_IN = "audio_in"  # per second of the audio transcribed or translated, plus per request

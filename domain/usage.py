@@ -28,8 +28,8 @@ _GENERATED = re.compile(
     rb'"(?:content|text|delta|arguments|partial_json|refusal|thinking|reasoning_content)":\s*'
     rb'"([^"\\]+(?:\\.[^"\\]*)*|(?:\\.[^"\\]*)+)"'
 )
-# The last event of a complete stream, by wire format (a route's `final_events`, proxy.routes); a route of
-# another format (or a stream translated from one) looks for any of them.
+# The last event of a complete stream, by wire format (a route's `final_events`,
+# proxy.pipeline.route_table); a route of another format (or a stream translated from one) looks for any.
 OPENAI_DONE = (b"data: [DONE]",)
 MESSAGE_STOP = (b'"message_stop"',)
 RESPONSE_DONE = (b'"response.completed"', b'"response.incomplete"')

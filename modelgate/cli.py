@@ -31,8 +31,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config is None:
         print("modelgate: refusing to start on an invalid config", file=sys.stderr)
         return EXIT_CONFIG
-    from modelgate.proxy.listen import ListenError
-    from modelgate.proxy.logs import configure_logging
+    from modelgate.proxy.http.listen import ListenError
+    from modelgate.proxy.observability.logs import configure_logging
     from modelgate.server import run
 
     host = args.host or config.server.host

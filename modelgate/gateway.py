@@ -24,17 +24,17 @@ from modelgate.domain.redis_counters import RedisCounters
 from modelgate.domain.spool import Spool, database_identity, default_spool_dir
 from modelgate.plugins import PluginChain
 from modelgate.plugins.request_id import InFlightIds
-from modelgate.proxy.host_channel import HostChannel
 from modelgate.proxy.keys import REVOCATION_CHANNEL, KeyDirectory
-from modelgate.proxy.metrics import GatewayMetrics
-from modelgate.proxy.model_api import Completions, ModelApi
-from modelgate.proxy.objects import ObjectStore
-from modelgate.proxy.realtime import RealtimeSessions, RealtimeState
-from modelgate.proxy.realtime_secrets import InProcessSecrets, RedisSecrets
-from modelgate.proxy.routing import ModelCatalog
-from modelgate.proxy.shared_state import RedisBus
-from modelgate.proxy.tracing import Tracer
-from modelgate.proxy.upstream import Upstream
+from modelgate.proxy.observability.metrics import GatewayMetrics
+from modelgate.proxy.observability.tracing import Tracer
+from modelgate.proxy.pipeline.model_api import Completions, ModelApi
+from modelgate.proxy.realtime.relay import RealtimeSessions, RealtimeState
+from modelgate.proxy.realtime.secrets import InProcessSecrets, RedisSecrets
+from modelgate.proxy.state.host_channel import HostChannel
+from modelgate.proxy.state.objects import ObjectStore
+from modelgate.proxy.state.shared_state import RedisBus
+from modelgate.proxy.upstream.model_rows import ModelCatalog
+from modelgate.proxy.upstream.providers import Upstream
 from modelgate.runtime import ModelRuntime, build_runtime
 from modelgate.storage import Database, apply_migrations, open_database
 

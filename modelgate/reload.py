@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from modelgate.config import Config, ConfigError, load_config
 from modelgate.config.loader import EMBEDDED_SOURCE
 from modelgate.plugins import chain_plugins
-from modelgate.proxy.logs import set_log_level
+from modelgate.proxy.observability.logs import set_log_level
 from modelgate.runtime import build_runtime
 
 if TYPE_CHECKING:

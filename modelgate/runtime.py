@@ -17,14 +17,14 @@ from aiohttp import web
 
 from modelgate.config import Config
 from modelgate.plugins import ChainServices, PluginChain, default_chain
-from modelgate.proxy.forward import Forwarder
-from modelgate.proxy.model_api import Completions, LocalHandler, ModelApi
-from modelgate.proxy.realtime import RealtimeRelay
-from modelgate.proxy.realtime_secrets import ClientSecretIssuer
-from modelgate.proxy.routes import RouteTable
-from modelgate.proxy.routing import ModelCatalog, RowSelector
-from modelgate.proxy.upstream import Upstream, build_upstream
-from modelgate.proxy.videos import VideoList
+from modelgate.proxy.pipeline.forward import Forwarder
+from modelgate.proxy.pipeline.model_api import Completions, LocalHandler, ModelApi
+from modelgate.proxy.pipeline.route_table import RouteTable
+from modelgate.proxy.pipeline.videos import VideoList
+from modelgate.proxy.realtime.relay import RealtimeRelay
+from modelgate.proxy.realtime.secrets import ClientSecretIssuer
+from modelgate.proxy.upstream.model_rows import ModelCatalog, RowSelector
+from modelgate.proxy.upstream.providers import Upstream, build_upstream
 
 if TYPE_CHECKING:
     from modelgate.gateway import Gateway

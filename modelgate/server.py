@@ -23,12 +23,12 @@ from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.services import CabinetServices
 from modelgate.config import Config
 from modelgate.gateway import Gateway
-from modelgate.proxy.client_address import forwarded_client_middleware
-from modelgate.proxy.connection_guard import EdgeLimits, GuardedServer, name_the_server
-from modelgate.proxy.listen import ListenError, address_text, bind_listeners, bound_port
-from modelgate.proxy.logs import configure_logging, flush_logs, flush_logs_periodically
-from modelgate.proxy.metrics import metrics_handler
-from modelgate.proxy.routes import ROUTES
+from modelgate.proxy.http.client_address import forwarded_client_middleware
+from modelgate.proxy.http.connection_guard import EdgeLimits, GuardedServer, name_the_server
+from modelgate.proxy.http.listen import ListenError, address_text, bind_listeners, bound_port
+from modelgate.proxy.observability.logs import configure_logging, flush_logs, flush_logs_periodically
+from modelgate.proxy.observability.metrics import metrics_handler
+from modelgate.proxy.pipeline.route_table import ROUTES
 from modelgate.reload import Reloader
 from modelgate.runtime import ModelApiDispatcher
 
@@ -106,7 +106,7 @@ def build_app(gateway: Gateway) -> web.Application:
 
 
 class GatewayRunner(web.AppRunner):
-    """The root application's runner: connections guarded (proxy/connection_guard.py), and the model API
+    """The root application's runner: connections guarded (proxy/http/connection_guard.py), and the model API
     served ahead of aiohttp's router.
 
     Every model API request is `/v1` or under it and has one handler, so routing it through the
@@ -170,7 +170,7 @@ async def serve(
         handler_cancellation=True,
         access_log=None,
         shutdown_timeout=config.server.shutdown_grace_seconds,
-        auto_decompress=False,  # request bodies are decoded within their limits (proxy/body_decoding.py)
+        auto_decompress=False,  # request bodies are decoded within their limits (proxy/http/body_decoding.py)
     )
     await runner.setup()
     log_flusher = asyncio.get_running_loop().create_task(flush_logs_periodically(), name="log-flush")

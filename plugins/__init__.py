@@ -33,14 +33,14 @@ from modelgate.plugins.tracing import RequestTracing
 from modelgate.plugins.translation import Translation
 from modelgate.plugins.usage_filter import UsageFilter
 from modelgate.plugins.usage_metering import UsageMetering
-from modelgate.proxy.chain import Plugin, PluginChain
 from modelgate.proxy.keys import KeyDirectory
-from modelgate.proxy.metrics import GatewayMetrics
-from modelgate.proxy.objects import ObjectStore
-from modelgate.proxy.realtime_secrets import InProcessSecrets, RealtimeSecrets
-from modelgate.proxy.routes import RouteTable
-from modelgate.proxy.routing import ModelCatalog
-from modelgate.proxy.tracing import Tracer
+from modelgate.proxy.observability.metrics import GatewayMetrics
+from modelgate.proxy.observability.tracing import Tracer
+from modelgate.proxy.pipeline.chain import Plugin, PluginChain
+from modelgate.proxy.pipeline.route_table import RouteTable
+from modelgate.proxy.realtime.secrets import InProcessSecrets, RealtimeSecrets
+from modelgate.proxy.state.objects import ObjectStore
+from modelgate.proxy.upstream.model_rows import ModelCatalog
 
 
 @dataclass(frozen=True, slots=True)

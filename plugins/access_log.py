@@ -10,9 +10,9 @@ import logging
 import time
 
 from modelgate.domain.errors import GatewayError
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.logs import FieldsWriter, json_line_writer
+from modelgate.proxy.observability.logs import FieldsWriter, json_line_writer
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
 
 log = logging.getLogger("modelgate.access")
 

@@ -2,10 +2,10 @@
 
 The request id claim (`plugins.request_id`), the rate windows (`plugins.rate_limits`) and the reservations
 on the balance and budgets (`plugins.billing_gate`) are recorded by their plugins in the request's
-`AdmissionState` (proxy.context); this step, right after the billing gate, asks the counters for all of
-them at once (in Redis: one script, one round trip). A refusal is the error of the first plugin in chain
-order that would have refused: 409 `request_in_progress`, then 429 with the window's headers, then 402;
-nothing is taken.
+`AdmissionState` (proxy.pipeline.context); this step, right after the billing gate, asks the counters for
+all of them at once (in Redis: one script, one round trip). A refusal is the error of the first plugin in
+chain order that would have refused: 409 `request_in_progress`, then 429 with the window's headers, then
+402; nothing is taken.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from modelgate.domain.accounts import refusal
 from modelgate.domain.counters import Admitted, Counters, Refusal
 from modelgate.domain.errors import RateLimited, RequestInProgress
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import AdmissionState, RequestContext
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import AdmissionState, RequestContext
 
 
 def pending(ctx: RequestContext) -> AdmissionState:

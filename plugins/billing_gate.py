@@ -18,9 +18,9 @@ from modelgate.domain.media import media_worst_case
 from modelgate.domain.usage import BYTES_PER_TOKEN, StreamUsageScanner, Usage
 from modelgate.plugins.admission import admit, pending
 from modelgate.plugins.output_caps import ensure_estimate
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.realtime_billing import check_one_response
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.realtime.billing import check_one_response
 
 log = logging.getLogger("modelgate.billing")
 

@@ -3,12 +3,12 @@
 A declared Content-Length over the limit is refused before any byte is read; a chunked body is counted as
 it streams and refused the moment it passes the limit. Multipart bodies are never read whole: only their
 head (up to the end of the `model` field) is read here; the rest is counted part by part while it is relayed
-upstream (proxy/multipart.py), and a limit passed there aborts the upstream request with the same 413.
+upstream (proxy/http/multipart.py), and a limit passed there aborts the upstream request with the same 413.
 Nothing larger than the limit is ever held in memory.
 
-A body with a `Content-Encoding` is decoded as it is read (proxy/body_decoding.py) and the limits apply to
-its decoded bytes; its compressed `Content-Length` says nothing about those, so it is only held against the
-compressed allowance. The upstream gets the decoded body.
+A body with a `Content-Encoding` is decoded as it is read (proxy/http/body_decoding.py) and the limits
+apply to its decoded bytes; its compressed `Content-Length` says nothing about those, so it is only held
+against the compressed allowance. The upstream gets the decoded body.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import orjson
 from aiohttp import web
 
 from modelgate.domain.errors import GatewayError, InvalidRequest, RequestTooLarge, UnsupportedMediaType
-from modelgate.proxy.body_decoding import BodyDecodingError, request_body
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.multipart import MultipartLimits, StreamedMultipart, request_too_large
-from modelgate.proxy.routes import BodyFormat
+from modelgate.proxy.http.body_decoding import BodyDecodingError, request_body
+from modelgate.proxy.http.multipart import MultipartLimits, StreamedMultipart, request_too_large
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.route_table import BodyFormat
 
 
 def _gateway_error(error: BodyDecodingError) -> GatewayError:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 
 from modelgate.domain.errors import GatewayError, UpstreamClientError
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import AnswerHead, RequestContext
-from modelgate.proxy.metrics import GatewayMetrics
+from modelgate.proxy.observability.metrics import GatewayMetrics
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 
 # Why the gateway refused a request, by status (the metric label; bounded).
 _REJECTION_REASONS = {

@@ -7,9 +7,9 @@ left on the context for the provider filter and the forwarder.
 from __future__ import annotations
 
 from modelgate.domain.errors import InvalidRequest, ModelNotFound
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.upstream.model_rows import ModelCatalog
 
 
 def model_not_found(name: str) -> ModelNotFound:

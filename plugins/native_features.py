@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from modelgate.domain.errors import InvalidRequest
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
 
 _CACHE_CONTROL = "cache_control"
 _CACHE_CONTROL_BYTES = b'"cache_control"'

@@ -4,7 +4,7 @@ POST /v1/responses with `previous_response_id`, GET/DELETE /v1/responses/{id} an
 /v1/videos/{id} (and its /content) are routed to the row bound to that id; an unknown or foreign id is 404
 without a code (the spec's unknown task identifier), or 400 for previous_response_id. New stored response
 ids and video ids are bound as soon as they appear in the upstream answer: whatever their shape, as long as
-`proxy.objects.is_object_id` accepts them (an id it refuses is logged and left unbound).
+`proxy.state.objects.is_object_id` accepts them (an id it refuses is logged and left unbound).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import logging
 import orjson
 
 from modelgate.domain.errors import InvalidRequest, UnknownTask
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
-from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.state.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
 from modelgate.proxy.translation.answer_fields import answer_field, event_documents, string_field
+from modelgate.proxy.upstream.model_rows import ModelCatalog
 
 log = logging.getLogger("modelgate.objects")
 

@@ -11,9 +11,9 @@ which reserve by the cap (`ensure_estimate`), are switched off.
 from __future__ import annotations
 
 from modelgate.domain.errors import InvalidRequest
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.routes import CapRule
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.route_table import CapRule
 
 MAX_CHOICES = 128  # the most `n` the OpenAI API accepts
 # Request kinds whose answer is not generated text: no output-token allowance is reserved for them.

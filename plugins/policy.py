@@ -10,8 +10,8 @@ from __future__ import annotations
 from modelgate.domain.errors import PolicyBlocked
 from modelgate.domain.policy import PolicyDirectory
 from modelgate.plugins.model_routing import model_not_found
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
 
 
 class Policy(Plugin):

@@ -7,9 +7,9 @@ says). The object is removed before the request is forwarded.
 from __future__ import annotations
 
 from modelgate.domain.errors import InvalidProviderObject
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.upstream.model_rows import ModelCatalog
 
 _KNOWN_FIELDS = frozenset({"only", "host"})
 

@@ -17,8 +17,8 @@ from modelgate.domain.counters import Counters
 from modelgate.domain.errors import RateLimited
 from modelgate.plugins.admission import pending
 from modelgate.plugins.output_caps import ensure_estimate
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
 
 
 class RateLimits(Plugin):

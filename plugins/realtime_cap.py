@@ -8,8 +8,8 @@ from __future__ import annotations
 from modelgate.config import Config
 from modelgate.domain.counters import Counters
 from modelgate.domain.errors import RateLimited
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
 
 
 class RealtimeCap(Plugin):

@@ -12,9 +12,9 @@ On POST /v1/realtime/client_secrets, OpenAI's `{session: {model, ...}}` shape is
 from __future__ import annotations
 
 from modelgate.domain.errors import InvalidRealtimeCredential, RequestInProgress
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.realtime_secrets import Claim, RealtimeClaim, RealtimeSecrets
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.realtime.secrets import Claim, RealtimeClaim, RealtimeSecrets
 
 
 class RealtimeCredentials(Plugin):

@@ -15,8 +15,8 @@ from typing import Any
 from modelgate.domain.counters import Counters
 from modelgate.domain.errors import RequestInProgress
 from modelgate.plugins.admission import pending
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
 
 
 class InFlightIds:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from modelgate.domain.errors import InvalidRequest
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.objects import is_object_id
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.state.objects import is_object_id
 
 _CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9_-]{1,128}$")
 DECISION_QUESTION_TYPES = frozenset({"boolean", "choice", "number", "text", "predicate", "score"})

@@ -1,17 +1,17 @@
 """Route support: only the model API reference is served; everything else is 404 `route not supported`.
 
 Also decides, once, which error envelope the request is owed, and refuses a URL whose path or query has a
-NUL or invalid UTF-8 (400 in that envelope; proxy/url_text.py).
+NUL or invalid UTF-8 (400 in that envelope; proxy/http/url_text.py).
 """
 
 from __future__ import annotations
 
 from modelgate.domain.errors import InvalidRequest, RouteNotSupported
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.envelopes import Envelope
-from modelgate.proxy.routes import RouteTable
-from modelgate.proxy.url_text import url_text_problem
+from modelgate.proxy.http.url_text import url_text_problem
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.envelopes import Envelope
+from modelgate.proxy.pipeline.route_table import RouteTable
 
 VENDOR_VERSION_HEADER = "anthropic-version"
 

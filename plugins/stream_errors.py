@@ -8,9 +8,9 @@ from __future__ import annotations
 import orjson
 
 from modelgate.domain.errors import UpstreamUnavailable
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.envelopes import Envelope, envelope_a_body, envelope_b_body
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.envelopes import Envelope, envelope_a_body, envelope_b_body
 
 
 class StreamErrors(Plugin):

@@ -5,9 +5,9 @@ A no-op unless `[tracing] enabled = true`; the upstream and storage spans nest u
 
 from __future__ import annotations
 
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.tracing import RequestSpan, Tracer
+from modelgate.proxy.observability.tracing import RequestSpan, Tracer
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext
 
 
 class RequestTracing(Plugin):

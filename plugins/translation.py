@@ -12,9 +12,9 @@ from __future__ import annotations
 import orjson
 
 from modelgate.domain.errors import UpstreamUnavailable
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import AnswerHead, RequestContext
-from modelgate.proxy.failover import log_failed_attempt
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.failover import log_failed_attempt
 from modelgate.proxy.translation.model_name import ModelNameStream, with_model_name
 
 

@@ -7,8 +7,8 @@ the stream, whatever the chunk carrying it looks like, and a provider's own pric
 from __future__ import annotations
 
 from modelgate.domain.answer_filters import WHOLE_ANSWER_FILTER, UsageChunkFilter
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 
 
 class UsageFilter(Plugin):

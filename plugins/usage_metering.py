@@ -20,8 +20,8 @@ from modelgate.domain.usage import (
     usage_of_body,
 )
 from modelgate.plugins.billing_gate import final_cost
-from modelgate.proxy.chain import Plugin
-from modelgate.proxy.context import RequestContext, entry_for
+from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.context import RequestContext, entry_for
 
 
 class UsageMetering(Plugin):

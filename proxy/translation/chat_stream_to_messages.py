@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import UpstreamUnavailable
-from modelgate.proxy.envelopes import envelope_b_body
+from modelgate.proxy.pipeline.envelopes import envelope_b_body
 from modelgate.proxy.translation.messages_to_chat import (
     matched_stop_of,
     new_message_id,

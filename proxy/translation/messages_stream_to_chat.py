@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import UpstreamUnavailable
-from modelgate.proxy.envelopes import envelope_a_body
+from modelgate.proxy.pipeline.envelopes import envelope_a_body
 from modelgate.proxy.translation.chat_to_messages import FINISH_REASONS, chat_usage_of, new_completion_id
 from modelgate.proxy.translation.sse import DONE_FRAME, EventStreamTranslator, SseEvent, data_frame
 

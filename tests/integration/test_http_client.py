@@ -1,4 +1,4 @@
-"""The upstream HTTP/1.1 client (proxy.http_client), tested on the wire against raw loopback servers:
+"""The upstream HTTP/1.1 client (proxy.upstream.http_client), tested on the wire against raw loopback servers:
 keep-alive and the pool's limit, the three ways a body ends, broken and stalled providers, cancellation,
 interim answers, back-pressure, keep-alive expiry and TLS.
 """
@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from modelgate.proxy.http_client import (
+from modelgate.proxy.upstream.http_client import (
     ConnectionPool,
     HttpClient,
     UpstreamAnswer,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from modelgate.proxy.http_client import ConnectionPool, HttpClient
+from modelgate.proxy.upstream.http_client import ConnectionPool, HttpClient
 from tests.fakes.loopback_http import (
     PATIENT,
     LoopbackServer,

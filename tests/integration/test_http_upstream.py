@@ -15,7 +15,7 @@ import pytest
 from multidict import CIMultiDict
 
 from modelgate.config import ProviderConfig
-from modelgate.proxy.upstream import HttpUpstream, UpstreamFailure
+from modelgate.proxy.upstream.providers import HttpUpstream, UpstreamFailure
 from tests.fakes.loopback_http import (
     PATIENT,
     SHORT,

@@ -32,14 +32,14 @@ from modelgate.domain.policy import PolicyDirectory
 from modelgate.domain.tokens import hash_token, new_api_key_secret, new_id, secret_hint
 from modelgate.plugins import CHAIN_PLUGINS
 from modelgate.plugins.output_caps import ensure_estimate
-from modelgate.proxy.context import AnswerHead, RequestContext
-from modelgate.proxy.envelopes import Envelope
 from modelgate.proxy.keys import KeyDirectory, KeyRecord
-from modelgate.proxy.model_api import request_id_of
-from modelgate.proxy.objects import ObjectStore
-from modelgate.proxy.routes import RouteTable
-from modelgate.proxy.routing import ModelCatalog
-from modelgate.proxy.upstream import Upstream, build_upstream
+from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.envelopes import Envelope
+from modelgate.proxy.pipeline.model_api import request_id_of
+from modelgate.proxy.pipeline.route_table import RouteTable
+from modelgate.proxy.state.objects import ObjectStore
+from modelgate.proxy.upstream.model_rows import ModelCatalog
+from modelgate.proxy.upstream.providers import Upstream, build_upstream
 from modelgate.storage import Database, apply_migrations, open_database
 
 # Two providers (one speaks Messages natively), a model on both, one on the non-native provider only, media

@@ -9,8 +9,8 @@ import pytest
 from modelgate.config import ModelConfig, RowConfig
 from modelgate.domain.errors import InvalidRequest
 from modelgate.plugins.output_caps import ensure_estimate
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.routes import ROUTES
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.route_table import ROUTES
 
 _ROUTES = {route.name: route for route in ROUTES}
 MODEL = ModelConfig("m", ("chat",), (RowConfig("p", "m"),), default_max_tokens=100, max_context_tokens=1000)

@@ -1,5 +1,5 @@
 """The plugin chain's order is checked when it is built: a step never runs before the step that fills in
-what it reads (proxy/chain.py `requires` / `provides`)."""
+what it reads (proxy/pipeline/chain.py `requires` / `provides`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from modelgate.plugins.body_limits import BodyLimits
 from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.policy import Policy
 from modelgate.plugins.route_support import RouteSupport
-from modelgate.proxy.chain import ChainOrderError, Plugin, PluginChain, check_order
+from modelgate.proxy.pipeline.chain import ChainOrderError, Plugin, PluginChain, check_order
 
 
 class _ReadsTheModel(Plugin):

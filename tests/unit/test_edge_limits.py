@@ -18,8 +18,8 @@ from aiohttp.http_exceptions import (
 
 from modelgate.config import ConfigError, load_config
 from modelgate.config.loader import DEFAULT_CONFIG_PATH
-from modelgate.proxy.bad_http import MissingHttpVersion, fault_reason, fault_status
-from modelgate.proxy.connection_guard import DESCRIPTOR_RESERVE, connection_cap
+from modelgate.proxy.http.bad_http import MissingHttpVersion, fault_reason, fault_status
+from modelgate.proxy.http.connection_guard import DESCRIPTOR_RESERVE, connection_cap
 
 SECRET = "sk-secret-0123456789"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from modelgate.proxy.host_channel import HostChannel, channel_path
+from modelgate.proxy.state.host_channel import HostChannel, channel_path
 
 
 @pytest.fixture

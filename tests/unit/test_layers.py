@@ -99,6 +99,6 @@ def test_no_two_packages_import_each_other() -> None:
 def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     # The rule above must be able to fail: a domain module importing the proxy is caught.
     source = tmp_path / "probe.py"
-    source.write_text("from modelgate.proxy.context import RequestContext\n", encoding="utf-8")
+    source.write_text("from modelgate.proxy.pipeline.context import RequestContext\n", encoding="utf-8")
     targets = _imports("modelgate.domain.probe", source)
-    assert [t for t in targets if _RANK[_layer(t)] > _RANK["domain"]] == ["modelgate.proxy.context"]
+    assert [t for t in targets if _RANK[_layer(t)] > _RANK["domain"]] == ["modelgate.proxy.pipeline.context"]

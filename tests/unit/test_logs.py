@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from modelgate.proxy.logs import BufferedLineHandler, JsonFormatter, json_line_writer
+from modelgate.proxy.observability.logs import BufferedLineHandler, JsonFormatter, json_line_writer
 
 
 @pytest.fixture

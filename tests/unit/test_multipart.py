@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from modelgate.domain.errors import InvalidRequest, RequestTooLarge
-from modelgate.proxy.multipart import MultipartLimits, MultipartScanner, boundary_of
+from modelgate.proxy.http.multipart import MultipartLimits, MultipartScanner, boundary_of
 
 BOUNDARY = b"XyZ-boundary"
 LIMITS = MultipartLimits(total=10_000, part=1_000)

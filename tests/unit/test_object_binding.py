@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from modelgate.plugins.object_binding import ObjectBindingPlugin
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.routes import ROUTES
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.route_table import ROUTES
 
 
 class _RecordingStore:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from modelgate.domain.prices import ModelPrices
-from modelgate.proxy.realtime_billing import output_cap, realtime_usage, response_worst_case
+from modelgate.proxy.realtime.billing import output_cap, realtime_usage, response_worst_case
 
 # 1 µ per input token, 10 µ per output token, 100 µ per request; a model default of 1000 output tokens.
 PRICES = ModelPrices(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelgate.domain.usage import Usage
-from modelgate.proxy.metrics import LATENCY_BUCKETS, GatewayMetrics
+from modelgate.proxy.observability.metrics import LATENCY_BUCKETS, GatewayMetrics
 
 
 def _samples(metrics: GatewayMetrics) -> dict[tuple[str, frozenset], float]:

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from modelgate.domain.usage import StreamUsageScanner
-from modelgate.proxy.routes import ROUTES
+from modelgate.proxy.pipeline.route_table import ROUTES
 
 
 def _chat_stream(newline: bytes) -> bytes:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from modelgate.proxy.metrics import GatewayMetrics
-from modelgate.proxy.realtime import RealtimeSessions
+from modelgate.proxy.observability.metrics import GatewayMetrics
+from modelgate.proxy.realtime.relay import RealtimeSessions
 from tests.fakes import FakeUpstream, Fault
 from tests.integration.ops.conftest import METRICS_TOKEN, Scrape, chat, ops_toml, scrape, wait_until
 from tests.support.gateway import ThreadedGateway, register_tenant, write_config

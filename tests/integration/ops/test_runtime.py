@@ -6,7 +6,7 @@ import asyncio
 
 from modelgate.config import Config
 from modelgate.plugins import PluginChain
-from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.upstream.model_rows import ModelCatalog
 from modelgate.runtime import ModelRuntime
 
 

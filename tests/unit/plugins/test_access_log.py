@@ -8,7 +8,7 @@ import pytest
 
 from modelgate.domain.errors import RateLimited
 from modelgate.plugins.access_log import AccessLog
-from modelgate.proxy.context import Usage
+from modelgate.proxy.pipeline.context import Usage
 from tests.support.plugin_context import PluginServices, StoredKey, answered, context_before, request_context
 
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "a secret prompt"}], "max_tokens": 100}

@@ -15,8 +15,8 @@ from modelgate.plugins.admission import Admission, pending
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.realtime_credentials import RealtimeCredentials
-from modelgate.proxy.context import RequestContext, Usage
-from modelgate.proxy.realtime_secrets import ClientSecret, InProcessSecrets
+from modelgate.proxy.pipeline.context import RequestContext, Usage
+from modelgate.proxy.realtime.secrets import ClientSecret, InProcessSecrets
 from tests.support.plugin_context import (
     CHAT,
     PluginServices,

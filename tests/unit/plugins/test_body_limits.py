@@ -9,7 +9,7 @@ import pytest
 
 from modelgate.domain.errors import InvalidRequest, RequestTooLarge
 from modelgate.plugins.body_limits import BodyLimits
-from modelgate.proxy.routes import MiB
+from modelgate.proxy.pipeline.route_table import MiB
 from tests.support.plugin_context import CHAT, PluginServices, context_before
 
 SECRETS = "/v1/realtime/client_secrets"  # the 1 MiB JSON group

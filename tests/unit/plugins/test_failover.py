@@ -1,5 +1,5 @@
 """RowAttempts: the rows a request tries and what each outcome does to the row and to the request's record
-(proxy/failover.py; the forwarder and the realtime relay share it)."""
+(proxy/pipeline/failover.py; the forwarder and the realtime relay share it)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 import pytest
 
 from modelgate.domain.errors import ServiceUnavailable
-from modelgate.proxy.failover import RowAttempts
-from modelgate.proxy.routing import RowSelector
+from modelgate.proxy.pipeline.failover import RowAttempts
+from modelgate.proxy.upstream.model_rows import RowSelector
 from tests.support.plugin_context import CHAT, PluginServices, StoredKey, context_before
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from modelgate.domain.errors import RateLimited, UpstreamClientError
 from modelgate.plugins.metrics import Metrics
-from modelgate.proxy.context import Usage
-from modelgate.proxy.metrics import GatewayMetrics
+from modelgate.proxy.observability.metrics import GatewayMetrics
+from modelgate.proxy.pipeline.context import Usage
 from tests.support.plugin_context import (
     CHAT,
     PluginServices,

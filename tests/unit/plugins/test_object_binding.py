@@ -7,7 +7,7 @@ import pytest
 
 from modelgate.domain.errors import InvalidRequest, UnknownTask
 from modelgate.plugins.object_binding import ObjectBindingPlugin
-from modelgate.proxy.objects import ObjectBinding, ObjectStore
+from modelgate.proxy.state.objects import ObjectBinding, ObjectStore
 from tests.support.plugin_context import PluginServices, StoredKey, add_key, answered, context_before
 
 NATIVE_ROW = "anthropic/claude-test@anthropic.test"

@@ -8,7 +8,7 @@ import pytest
 from modelgate.domain.errors import RateLimited
 from modelgate.plugins.admission import Admission, pending
 from modelgate.plugins.rate_limits import RateLimits
-from modelgate.proxy.context import Usage
+from modelgate.proxy.pipeline.context import Usage
 from tests.support.plugin_context import (
     CHAT,
     PluginServices,

@@ -10,7 +10,7 @@ from modelgate.domain.errors import RateLimited
 from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.realtime_cap import RealtimeCap
 from modelgate.plugins.realtime_credentials import RealtimeCredentials
-from modelgate.proxy.realtime_secrets import ClientSecret, InProcessSecrets
+from modelgate.proxy.realtime.secrets import ClientSecret, InProcessSecrets
 from tests.support.plugin_context import PluginServices, StoredKey, add_key, context_before
 
 

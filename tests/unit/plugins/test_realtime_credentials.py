@@ -8,7 +8,7 @@ import pytest
 
 from modelgate.domain.errors import InvalidRealtimeCredential, RequestInProgress
 from modelgate.plugins.realtime_credentials import RealtimeCredentials
-from modelgate.proxy.realtime_secrets import ClientSecret, InProcessSecrets
+from modelgate.proxy.realtime.secrets import ClientSecret, InProcessSecrets
 from tests.support.plugin_context import PluginServices, StoredKey, add_key, context_before
 
 SECRET = "ek_test_0123456789abcdef"

@@ -6,8 +6,8 @@ import pytest
 
 from modelgate.domain.errors import InvalidRequest, RouteNotSupported
 from modelgate.plugins.route_support import RouteSupport
-from modelgate.proxy.envelopes import Envelope
-from modelgate.proxy.routes import RouteTable
+from modelgate.proxy.pipeline.envelopes import Envelope
+from modelgate.proxy.pipeline.route_table import RouteTable
 from tests.support.plugin_context import request_context
 
 

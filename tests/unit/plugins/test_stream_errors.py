@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 
 from modelgate.plugins.stream_errors import StreamErrors
-from modelgate.proxy.http_client import UpstreamBrokeOff
+from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
 from tests.support.plugin_context import CHAT, PluginServices, StoredKey, context_before
 
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from modelgate.plugins.tracing import RequestTracing
-from modelgate.proxy.context import Usage
-from modelgate.proxy.tracing import Tracer
+from modelgate.proxy.observability.tracing import Tracer
+from modelgate.proxy.pipeline.context import Usage
 from tests.support.plugin_context import CHAT, PluginServices, StoredKey, answered, context_before
 
 

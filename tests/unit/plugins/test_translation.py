@@ -8,7 +8,7 @@ import pytest
 
 from modelgate.domain.errors import UpstreamUnavailable
 from modelgate.plugins.translation import Translation
-from modelgate.proxy.context import AnswerHead
+from modelgate.proxy.pipeline.context import AnswerHead
 from modelgate.proxy.translation import translator_for
 from tests.support.plugin_context import CHAT, PluginServices, StoredKey, answer_head, context_before
 

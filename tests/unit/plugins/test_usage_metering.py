@@ -8,7 +8,7 @@ import orjson
 from modelgate.plugins.admission import Admission
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.usage_metering import UsageMetering
-from modelgate.proxy.context import Usage
+from modelgate.proxy.pipeline.context import Usage
 from tests.support.plugin_context import (
     CHAT,
     PluginServices,

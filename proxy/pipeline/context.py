@@ -13,19 +13,19 @@ from aiohttp import web
 from modelgate.domain.counters import MoneyAsk, WindowAsk
 from modelgate.domain.ledger import LedgerEntry
 from modelgate.domain.usage import Usage
-from modelgate.proxy.envelopes import Envelope
+from modelgate.proxy.pipeline.envelopes import Envelope
 
 if TYPE_CHECKING:
     from modelgate.domain.answer_filters import ProviderPriceFilter
     from modelgate.domain.media import MediaUsageReader
     from modelgate.domain.policy import CompiledPolicy, Decision, PolicyRule
     from modelgate.domain.usage import StreamUsageScanner
+    from modelgate.proxy.http.multipart import StreamedMultipart
     from modelgate.proxy.keys import KeyRecord
-    from modelgate.proxy.multipart import StreamedMultipart
-    from modelgate.proxy.realtime_secrets import RealtimeClaim
-    from modelgate.proxy.routes import Route
-    from modelgate.proxy.routing import ModelEntry, RoutingRow
+    from modelgate.proxy.pipeline.route_table import Route
+    from modelgate.proxy.realtime.secrets import RealtimeClaim
     from modelgate.proxy.translation.base import StreamTranslator, Translator
+    from modelgate.proxy.upstream.model_rows import ModelEntry, RoutingRow
 
 
 @dataclass(slots=True)
@@ -120,7 +120,7 @@ class RequestContext:
     # How it ended once answered: completed (its final event reached the client), client_closed,
     # upstream_error (the provider broke off), shutdown (cut by a graceful stop).
     outcome: str = ""
-    answer: AnswerHead | None = None  # set once a row answered (proxy.forward)
+    answer: AnswerHead | None = None  # set once a row answered (proxy.pipeline.forward)
     bound_object: str | None = None
     scan_tail: bytes = b""
     attempts: int = 0

@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from modelgate.proxy.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 
 # What the model API's handler puts on every context before the first step runs.
 GIVEN = frozenset({"request", "request_id", "started"})

@@ -1,8 +1,8 @@
 """Upstream providers: a configured provider's client (`HttpUpstream`), or the built-in mock.
 
 A provider's requests whose body is in memory go through the pooled HTTP/1.1 client of
-proxy/http_client.py; a multipart upload relayed as it arrives and the realtime WebSocket go through an
-aiohttp ClientSession, made on first use. Either answer has the same surface (`status`, `headers`,
+proxy/upstream/http_client.py; a multipart upload relayed as it arrives and the realtime WebSocket go
+through an aiohttp ClientSession, made on first use. Either answer has the same surface (`status`, `headers`,
 `read()`, `content.iter_any()`, `close()`), so the forwarder relays a real provider and the mock alike.
 """
 
@@ -19,7 +19,7 @@ import aiohttp
 from yarl import URL
 
 from modelgate.config import ProviderConfig
-from modelgate.proxy.http_client import ConnectionPool, HttpClient, UpstreamBrokeOff, UpstreamTimeout
+from modelgate.proxy.upstream.http_client import ConnectionPool, HttpClient, UpstreamBrokeOff, UpstreamTimeout
 
 
 class UpstreamFailure(Exception):
@@ -76,8 +76,8 @@ class HttpUpstream:
     """A real provider reached over HTTP with keep-alive connections.
 
     Requests whose body is in memory (every JSON route, GETs and DELETEs) go through the lean pooled client
-    of proxy.http_client; a multipart upload relayed as it arrives and the realtime WebSocket go through
-    an aiohttp ClientSession, created on first use.
+    of proxy.upstream.http_client; a multipart upload relayed as it arrives and the realtime WebSocket go
+    through an aiohttp ClientSession, created on first use.
     """
 
     def __init__(self, config: ProviderConfig) -> None:
@@ -263,7 +263,7 @@ class HttpUpstream:
 def build_upstream(config: ProviderConfig) -> Upstream:
     """The client for one configured provider."""
     if config.kind == "mock":
-        from modelgate.proxy.mock_provider import MockUpstream
+        from modelgate.proxy.upstream.mock_provider import MockUpstream
 
         return MockUpstream(config.name)
     return HttpUpstream(config)

@@ -33,7 +33,7 @@ from modelgate.domain.errors import GatewayError
 from modelgate.domain.ledger import CRASHED, LedgerWriter
 from modelgate.domain.prices import ModelPrices
 from modelgate.domain.usage import Usage, merge_usage
-from modelgate.proxy.context import RequestContext, entry_for
+from modelgate.proxy.pipeline.context import RequestContext, entry_for
 
 log = logging.getLogger("modelgate.realtime")
 

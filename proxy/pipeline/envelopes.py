@@ -1,7 +1,7 @@
 """Rendering of gateway errors into envelope A (OpenAI style) or envelope B (Anthropic style).
 
 The only place that turns a GatewayError into bytes; which envelope a request gets is decided once, when
-its route is matched (see `proxy.routes`), and stored on the request context.
+its route is matched (see `proxy.pipeline.route_table`), and stored on the request context.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import logging
 from collections.abc import Iterator
 
 from modelgate.domain.errors import ServiceUnavailable
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.routing import RoutingRow, RowSelector
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.upstream.model_rows import RoutingRow, RowSelector
 
 # The failover lines were the forwarder's first, and operators filter on its name.
 log = logging.getLogger("modelgate.forward")

@@ -18,12 +18,12 @@ from typing import Any
 from aiohttp import web
 
 from modelgate.domain.errors import GatewayError, InternalError
-from modelgate.proxy.chain import PluginChain
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.envelopes import render_error
-from modelgate.proxy.forward import Forwarder
-from modelgate.proxy.model_list import get_model, list_models
-from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.pipeline.chain import PluginChain
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.envelopes import render_error
+from modelgate.proxy.pipeline.forward import Forwarder
+from modelgate.proxy.pipeline.model_list import get_model, list_models
+from modelgate.proxy.upstream.model_rows import ModelCatalog
 
 log = logging.getLogger("modelgate.model_api")
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from modelgate.config import TracingConfig
 
 if TYPE_CHECKING:
-    from modelgate.proxy.context import RequestContext
-    from modelgate.proxy.upstream import Upstream, UpstreamResponse
+    from modelgate.proxy.pipeline.context import RequestContext
+    from modelgate.proxy.upstream.providers import Upstream, UpstreamResponse
     from modelgate.storage.database import Database, Executor
 
 log = logging.getLogger("modelgate.tracing")

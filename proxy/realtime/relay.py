@@ -6,7 +6,7 @@ is opened first (failing over between rows, since nothing has reached the client
 upgraded (101) and the secret becomes used. Text and binary frames pass both ways unchanged, with
 back-pressure on each side; when either side closes, the other is closed with the same code. Each model
 response is reserved, settled and written to the ledger on its own as the session goes
-(proxy.realtime_billing); when the client leaves mid-response, the running responses are cancelled upstream
+(proxy.realtime.billing); when the client leaves mid-response, the running responses are cancelled upstream
 and their usage awaited for a moment, so what was generated is charged.
 """
 
@@ -27,15 +27,15 @@ from aiohttp import WSMsgType, web
 from modelgate.domain.accounts import Accounts
 from modelgate.domain.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
 from modelgate.domain.ledger import LedgerWriter
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.failover import RowAttempts
-from modelgate.proxy.realtime_billing import SessionBilling
-from modelgate.proxy.realtime_secrets import RealtimeSecrets
-from modelgate.proxy.routing import RoutingRow, RowSelector
-from modelgate.proxy.upstream import UpstreamFailure
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.failover import RowAttempts
+from modelgate.proxy.realtime.billing import SessionBilling
+from modelgate.proxy.realtime.secrets import RealtimeSecrets
+from modelgate.proxy.upstream.model_rows import RoutingRow, RowSelector
+from modelgate.proxy.upstream.providers import UpstreamFailure
 
 if TYPE_CHECKING:
-    from modelgate.proxy.model_api import Completions
+    from modelgate.proxy.pipeline.model_api import Completions
 
 log = logging.getLogger("modelgate.realtime")
 

@@ -15,7 +15,7 @@ from modelgate.config import Config, ModelConfig
 from modelgate.domain.prices import ModelPrices
 
 if TYPE_CHECKING:
-    from modelgate.proxy.upstream import Upstream
+    from modelgate.proxy.upstream.providers import Upstream
 
 
 @dataclass(slots=True, eq=False)

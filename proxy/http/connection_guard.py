@@ -29,7 +29,7 @@ from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from modelgate.config import ServerConfig
-from modelgate.proxy.bad_http import MissingHttpVersion, answer_bad_request, raw_bad_request
+from modelgate.proxy.http.bad_http import MissingHttpVersion, answer_bad_request, raw_bad_request
 
 log = logging.getLogger("modelgate.http")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from modelgate.domain.errors import GatewayError, InvalidRequest, RequestTooLarge
-from modelgate.proxy.body_decoding import BodySource
+from modelgate.proxy.http.body_decoding import BodySource
 
 MiB = 1024 * 1024
 MODEL_FIRST = "the `model` field must come before file parts in multipart bodies"

@@ -21,7 +21,7 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from modelgate.domain.errors import InvalidRequest, ServiceUnavailable
-from modelgate.proxy.context import RequestContext
+from modelgate.proxy.pipeline.context import RequestContext
 
 MAX_TTL_SECONDS = 60
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from modelgate.domain.media import MediaKind
 from modelgate.domain.usage import ANY_FINAL_EVENT, MESSAGE_STOP, OPENAI_DONE, RESPONSE_DONE
-from modelgate.proxy.envelopes import Envelope
+from modelgate.proxy.pipeline.envelopes import Envelope
 
 MiB = 1024 * 1024
 

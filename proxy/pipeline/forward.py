@@ -23,14 +23,14 @@ from modelgate.domain.errors import (
     UpstreamUnavailable,
 )
 from modelgate.domain.usage import StreamUsageScanner
-from modelgate.proxy.chain import PluginChain
-from modelgate.proxy.context import AnswerHead, RequestContext
-from modelgate.proxy.envelopes import stamp_request_id
-from modelgate.proxy.failover import RowAttempts, log_failed_attempt
-from modelgate.proxy.http_client import UpstreamBrokeOff
-from modelgate.proxy.routing import ModelEntry, RoutingRow, RowSelector
+from modelgate.proxy.pipeline.chain import PluginChain
+from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.envelopes import stamp_request_id
+from modelgate.proxy.pipeline.failover import RowAttempts, log_failed_attempt
 from modelgate.proxy.translation import Translator, translator_for
-from modelgate.proxy.upstream import StreamedBody, UpstreamFailure, UpstreamResponse
+from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
+from modelgate.proxy.upstream.model_rows import ModelEntry, RoutingRow, RowSelector
+from modelgate.proxy.upstream.providers import StreamedBody, UpstreamFailure, UpstreamResponse
 
 log = logging.getLogger("modelgate.forward")
 

@@ -10,9 +10,9 @@ import orjson
 from aiohttp import web
 
 from modelgate.domain.errors import InvalidRequest, ModelNotFound
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.envelopes import Envelope, stamp_request_id
-from modelgate.proxy.routing import ModelCatalog
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.envelopes import Envelope, stamp_request_id
+from modelgate.proxy.upstream.model_rows import ModelCatalog
 
 _CREATED = 1_700_000_000  # models have no creation date in the config; a fixed epoch keeps answers stable
 _CREATED_ISO = "2023-11-14T22:13:20Z"

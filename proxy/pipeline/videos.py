@@ -13,8 +13,8 @@ import orjson
 from aiohttp import web
 
 from modelgate.domain.errors import InvalidRequest
-from modelgate.proxy.context import RequestContext
-from modelgate.proxy.objects import ObjectStore
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.state.objects import ObjectStore
 
 _MAX_LIMIT = 100
 

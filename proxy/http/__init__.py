@@ -1,0 +1,3 @@
+"""HTTP plumbing of the server side: connection guards, bad requests, client addresses, listening sockets,
+body decoding and multipart streaming.
+"""

@@ -1,0 +1,1 @@
+"""Logs, Prometheus metrics and OpenTelemetry tracing."""

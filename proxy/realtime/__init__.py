@@ -1,0 +1,1 @@
+"""The realtime API: client secrets, the WebSocket relay and its per-response billing."""

@@ -1,0 +1,3 @@
+"""State the gateway keeps beside the database: object bindings, the host channel between workers, shared-
+state helpers.
+"""
