@@ -23,12 +23,9 @@ billing sink (`policy_changed`) so gateways drop their compiled policy at once.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from modelgate.cabinet.audit import actor_of, record
@@ -39,100 +36,45 @@ from modelgate.cabinet.policy_rule_input import FIELDS, REQUIRED_FIELDS, check_c
 from modelgate.cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
 from modelgate.cabinet.services import CabinetServices, services_of
 from modelgate.cabinet.users import ADMIN_ROLES
+from modelgate.domain.policy_rules import (
+    PolicyRule,
+    count_rules,
+    delete_rule,
+    insert_rule,
+    lock_rule,
+    policy_rules_of,
+    rule_in_organization,
+    subject_in_organization,
+    update_rule,
+)
+from modelgate.domain.policy_rules import rules_for_key as rules_for_key  # re-exported: the rules of a key
 from modelgate.domain.tokens import new_id
-from modelgate.storage.database import Executor, Row
+from modelgate.storage.database import Executor
 
 log = logging.getLogger("modelgate.cabinet.policy_rules")
 
 MAX_RULES_PER_ORGANIZATION = 1000
-_COLUMNS = (
-    "id, organization_id, subject_type, subject_id, effect, models, budget_micros, budget_period, rpm, tpm,"
-    " description, created_at, updated_at"
-)
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyRule:
-    """One rule of an organization, as stored."""
-
-    id: str
-    organization_id: str
-    subject_type: str
-    subject_id: str
-    effect: str
-    models: tuple[str, ...]
-    budget_micros: int | None
-    budget_period: str | None
-    rpm: int | None
-    tpm: int | None
-    description: str
-    created_at: float
-    updated_at: float
-
-    def matches(self, model: str) -> bool:
-        """Whether one of the rule's globs matches the model name (case-sensitive)."""
-        return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
-
-    def to_json(self) -> dict[str, Any]:
-        """The policy rule object of the API."""
-        budget = None
-        if self.budget_micros is not None:
-            budget = {"amountMicros": self.budget_micros, "period": self.budget_period}
-        return {
-            "id": self.id,
-            "organizationId": self.organization_id,
-            "subjectType": self.subject_type,
-            "subjectId": self.subject_id,
-            "effect": self.effect,
-            "models": list(self.models),
-            "budget": budget,
-            "rpm": self.rpm,
-            "tpm": self.tpm,
-            "description": self.description,
-            "createdAt": isoformat(self.created_at),
-            "updatedAt": isoformat(self.updated_at),
-        }
-
-
-def rule_from_row(row: Row) -> PolicyRule:
-    """A stored `policy_rules` row as a record (`models` is a JSON array text)."""
-    return PolicyRule(**{**row, "models": tuple(orjson.loads(row["models"]))})
-
-
-async def policy_rules_of(ex: Executor, organization_id: str) -> list[PolicyRule]:
-    """The organization's rules, oldest first."""
-    rows = await ex.fetch(
-        f"SELECT {_COLUMNS} FROM policy_rules WHERE organization_id = $1 ORDER BY created_at, id",
-        organization_id,
-    )
-    return [rule_from_row(r) for r in rows]
-
-
-async def rules_for_key(
-    ex: Executor, organization_id: str, key_id: str, system_id: str | None
-) -> list[PolicyRule]:
-    """The rules that apply to a key: those of its organization, of its system and of the key itself."""
-    rows = await ex.fetch(
-        f"SELECT {_COLUMNS} FROM policy_rules WHERE organization_id = $1"
-        " AND ((subject_type = 'organization' AND subject_id = $1)"
-        " OR (subject_type = 'key' AND subject_id = $2)"
-        " OR (subject_type = 'system' AND subject_id = $3))"
-        " ORDER BY created_at, id",
-        organization_id,
-        key_id,
-        system_id or "",
-    )
-    return [rule_from_row(r) for r in rows]
-
-
-async def rule_in_organization(ex: Executor, organization_id: str, rule_id: str) -> PolicyRule | None:
-    """A rule of this organization; another organization's rule is None, exactly like an unknown id."""
-    row = await ex.fetchrow(
-        f"SELECT {_COLUMNS} FROM policy_rules WHERE id = $1 AND organization_id = $2",
-        rule_id,
-        organization_id,
-    )
-    return rule_from_row(row) if row else None
+def rule_json(rule: PolicyRule) -> dict[str, Any]:
+    """The policy rule object of the API."""
+    budget = None
+    if rule.budget_micros is not None:
+        budget = {"amountMicros": rule.budget_micros, "period": rule.budget_period}
+    return {
+        "id": rule.id,
+        "organizationId": rule.organization_id,
+        "subjectType": rule.subject_type,
+        "subjectId": rule.subject_id,
+        "effect": rule.effect,
+        "models": list(rule.models),
+        "budget": budget,
+        "rpm": rule.rpm,
+        "tpm": rule.tpm,
+        "description": rule.description,
+        "createdAt": isoformat(rule.created_at),
+        "updatedAt": isoformat(rule.updated_at),
+    }
 
 
 async def _resolve_subject(
@@ -146,11 +88,8 @@ async def _resolve_subject(
         return org_id
     if subject_id is None:
         raise bad_request("subjectId is required for a key or system rule")
-    table, what = ("api_keys", "api key") if subject_type == "key" else ("systems", "system")
-    found = await tx.fetchval(
-        f"SELECT 1 FROM {table} WHERE id = $1 AND organization_id = $2", subject_id, org_id
-    )
-    if found is None:
+    if not await subject_in_organization(tx, org_id, subject_type, subject_id):
+        what = "api key" if subject_type == "key" else "system"
         raise bad_request(f"subjectId: {what} not found")
     return subject_id
 
@@ -186,8 +125,7 @@ async def create_policy_rule(request: web.Request) -> web.Response:
     async with services.db.transaction() as tx:
         # Locking the organization serialises the count check against concurrent creates.
         await require_organization(tx, org_id, lock=True)
-        count = int(await tx.fetchval("SELECT COUNT(*) FROM policy_rules WHERE organization_id = $1", org_id))
-        if count >= MAX_RULES_PER_ORGANIZATION:
+        if await count_rules(tx, org_id) >= MAX_RULES_PER_ORGANIZATION:
             raise CabinetError(409, f"an organization may have at most {MAX_RULES_PER_ORGANIZATION} rules")
         subject_id = await _resolve_subject(tx, principal, subject_type, fields.get("subjectId"))
         rule = PolicyRule(
@@ -205,23 +143,7 @@ async def create_policy_rule(request: web.Request) -> web.Response:
             created_at=at,
             updated_at=at,
         )
-        await tx.execute(
-            f"INSERT INTO policy_rules ({_COLUMNS})"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-            rule.id,
-            rule.organization_id,
-            rule.subject_type,
-            rule.subject_id,
-            rule.effect,
-            orjson.dumps(list(rule.models)).decode(),
-            rule.budget_micros,
-            rule.budget_period,
-            rule.rpm,
-            rule.tpm,
-            rule.description,
-            rule.created_at,
-            rule.updated_at,
-        )
+        await insert_rule(tx, rule)
         await record(
             tx,
             org_id,
@@ -232,7 +154,7 @@ async def create_policy_rule(request: web.Request) -> web.Response:
             details=_summary(rule),
         )
     await announce_policy_change(services, org_id)
-    return json_response(rule.to_json(), status=201)
+    return json_response(rule_json(rule), status=201)
 
 
 def _summary(rule: PolicyRule) -> dict[str, Any]:
@@ -248,7 +170,7 @@ async def list_policy_rules(request: web.Request) -> web.Response:
     """GET /policy-rules → the organization's rules, oldest first (any role)."""
     principal = await authenticate(request)
     rules = await policy_rules_of(services_of(request).db, principal.organization_id)
-    return json_response({"policyRules": [r.to_json() for r in rules]})
+    return json_response({"policyRules": [rule_json(r) for r in rules]})
 
 
 async def get_policy_rule(request: web.Request) -> web.Response:
@@ -258,7 +180,7 @@ async def get_policy_rule(request: web.Request) -> web.Response:
     rule = await rule_in_organization(services_of(request).db, principal.organization_id, rule_id)
     if rule is None:
         raise _not_found()
-    return json_response(rule.to_json())
+    return json_response(rule_json(rule))
 
 
 async def update_policy_rule(request: web.Request) -> web.Response:
@@ -272,12 +194,7 @@ async def update_policy_rule(request: web.Request) -> web.Response:
     at = now()
     org_id = principal.organization_id
     async with services.db.transaction() as tx:
-        # A no-op UPDATE write-locks the row on both backends, so concurrent edits apply one after another.
-        await tx.execute(
-            "UPDATE policy_rules SET updated_at = updated_at WHERE id = $1 AND organization_id = $2",
-            rule_id,
-            org_id,
-        )
+        await lock_rule(tx, org_id, rule_id)
         rule = await rule_in_organization(tx, org_id, rule_id)
         if rule is None:
             raise _not_found()
@@ -309,22 +226,7 @@ async def update_policy_rule(request: web.Request) -> web.Response:
             updated_at=max(at, rule.updated_at),
         )
         check_consistent(updated.effect, budget, updated.rpm, updated.tpm)
-        await tx.execute(
-            "UPDATE policy_rules SET subject_type = $2, subject_id = $3, effect = $4, models = $5,"
-            " budget_micros = $6, budget_period = $7, rpm = $8, tpm = $9, description = $10, updated_at = $11"
-            " WHERE id = $1",
-            updated.id,
-            updated.subject_type,
-            updated.subject_id,
-            updated.effect,
-            orjson.dumps(list(updated.models)).decode(),
-            updated.budget_micros,
-            updated.budget_period,
-            updated.rpm,
-            updated.tpm,
-            updated.description,
-            updated.updated_at,
-        )
+        await update_rule(tx, updated)
         await record(
             tx,
             org_id,
@@ -335,7 +237,7 @@ async def update_policy_rule(request: web.Request) -> web.Response:
             details={**_summary(updated), "changed": sorted(fields)},
         )
     await announce_policy_change(services, org_id)
-    return json_response(updated.to_json())
+    return json_response(rule_json(updated))
 
 
 async def delete_policy_rule(request: web.Request) -> web.Response:
@@ -348,8 +250,7 @@ async def delete_policy_rule(request: web.Request) -> web.Response:
         rule = await rule_in_organization(tx, org_id, rule_id)
         if rule is None:
             raise _not_found()
-        await tx.execute("DELETE FROM policy_budget_spend WHERE rule_id = $1", rule.id)
-        await tx.execute("DELETE FROM policy_rules WHERE id = $1", rule.id)
+        await delete_rule(tx, rule.id)
         await record(
             tx,
             org_id,
@@ -360,4 +261,4 @@ async def delete_policy_rule(request: web.Request) -> web.Response:
             details=_summary(rule),
         )
     await announce_policy_change(services, org_id)
-    return json_response({**rule.to_json(), "deleted": True})
+    return json_response({**rule_json(rule), "deleted": True})

@@ -26,6 +26,7 @@ from modelgate.domain.events import BalanceEvent
 from modelgate.domain.ledger import LedgerWriter, writer_of
 from modelgate.domain.money import to_micros
 from modelgate.domain.policy import PolicyDirectory, PolicyRule, period_start
+from modelgate.domain.policy_rules import budget_spent
 from modelgate.storage.database import Database
 
 log = logging.getLogger("modelgate.accounts")
@@ -183,12 +184,8 @@ class Accounts:
         start = period_start(rule.budget_period or "month", now)
 
         async def init() -> MoneyState:
-            spent = await self._db.fetchval(
-                "SELECT spent_micros FROM policy_budget_spend WHERE rule_id = $1 AND period_start = $2",
-                rule.id,
-                start,
-            )
-            return MoneyState((rule.budget_micros or 0) - int(spent or 0), True)
+            spent = await budget_spent(self._db, rule.id, start)
+            return MoneyState((rule.budget_micros or 0) - spent, True)
 
         return MoneyAsk(budget_key(rule, start), amount, False, 0, init), start
 

@@ -13,34 +13,13 @@ K apply, a rule applies when one of its model globs matches M:
 from __future__ import annotations
 
 import calendar
-import fnmatch
 import time
 from dataclasses import dataclass
 
-import orjson
-
+from modelgate.domain.policy_rules import PolicyRule, policy_rules_of
 from modelgate.storage.database import Database
 
 _SPECIFICITY = {"key": 3, "system": 2, "organization": 1}
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyRule:
-    """One rule as stored by the cabinet."""
-
-    id: str
-    subject_type: str
-    subject_id: str
-    effect: str
-    models: tuple[str, ...]
-    budget_micros: int | None
-    budget_period: str | None
-    rpm: int | None
-    tpm: int | None
-    updated_at: float
-
-    def matches(self, model: str) -> bool:
-        return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,26 +95,7 @@ class PolicyDirectory:
         if policy is not None:
             return policy
         generation = self._generation
-        rows = await self._db.fetch(
-            "SELECT id, subject_type, subject_id, effect, models, budget_micros, budget_period, rpm, tpm,"
-            " updated_at FROM policy_rules WHERE organization_id = $1 ORDER BY created_at, id",
-            organization_id,
-        )
-        rules = tuple(
-            PolicyRule(
-                r["id"],
-                r["subject_type"],
-                r["subject_id"],
-                r["effect"],
-                tuple(orjson.loads(r["models"])),
-                r["budget_micros"],
-                r["budget_period"],
-                r["rpm"],
-                r["tpm"],
-                r["updated_at"],
-            )
-            for r in rows
-        )
+        rules = tuple(await policy_rules_of(self._db, organization_id))
         policy = CompiledPolicy(organization_id, rules)
         if generation == self._generation:  # no change was announced while we read
             self._policies[organization_id] = policy
