@@ -7,7 +7,7 @@ fail in the model API: it reads keys from the same database, so a committed key 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -28,53 +28,25 @@ from modelgate.cabinet.requests import (
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.systems import system_in_organization
 from modelgate.cabinet.users import ADMIN_ROLES, first_owner_email
+from modelgate.domain.api_keys import ApiKey, alias_in_use, insert_key, key_in_organization, revoke_key
 from modelgate.domain.tokens import hash_token, new_api_key_secret, new_id, secret_hint
 from modelgate.storage import IntegrityViolation
-from modelgate.storage.database import Executor
 
 log = logging.getLogger("modelgate.cabinet.api_keys")
 
 MAX_ALIAS_LENGTH = 128
-_COLUMNS = "id, organization_id, alias, owner_email, system_id, status, secret_hash"
 
 
-@dataclass(frozen=True, slots=True)
-class ApiKey:
-    """An organization's key for the model API; only the hash of its secret is stored."""
-
-    id: str
-    organization_id: str
-    alias: str
-    owner_email: str
-    system_id: str | None
-    status: str
-    secret_hash: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The API key object of the description, without the secret."""
-        return {
-            "id": self.id,
-            "organizationId": self.organization_id,
-            "alias": self.alias,
-            "ownerEmail": self.owner_email,
-            "systemId": self.system_id,
-            "status": self.status,
-        }
-
-
-async def api_keys_of(ex: Executor, organization_id: str) -> list[ApiKey]:
-    """The organization's keys, oldest first."""
-    rows = await ex.fetch(
-        f"SELECT {_COLUMNS} FROM api_keys WHERE organization_id = $1 ORDER BY created_at, id", organization_id
-    )
-    return [ApiKey(**r) for r in rows]
-
-
-async def _key_in_organization(ex: Executor, organization_id: str, key_id: str) -> ApiKey | None:
-    row = await ex.fetchrow(
-        f"SELECT {_COLUMNS} FROM api_keys WHERE id = $1 AND organization_id = $2", key_id, organization_id
-    )
-    return ApiKey(**row) if row else None
+def api_key_json(key: ApiKey) -> dict[str, Any]:
+    """The API key object of the description, without the secret."""
+    return {
+        "id": key.id,
+        "organizationId": key.organization_id,
+        "alias": key.alias,
+        "ownerEmail": key.owner_email,
+        "systemId": key.system_id,
+        "status": key.status,
+    }
 
 
 def _alias_taken() -> CabinetError:
@@ -110,27 +82,17 @@ async def create_api_key(request: web.Request) -> web.Response:
             org = await require_organization(tx, principal.organization_id)
             if system_id is not None and await system_in_organization(tx, org.id, system_id) is None:
                 raise bad_request(f"system {system_id} not found")
-            if await tx.fetchval(
-                "SELECT 1 FROM api_keys WHERE organization_id = $1 AND alias = $2", org.id, alias
-            ):
+            if await alias_in_use(tx, org.id, alias):
                 raise _alias_taken()
             # A management key acts for the organization, so its keys belong to the owner by default.
             owner = owner_email or principal.email or await first_owner_email(tx, org.id) or ""
             key = ApiKey(new_id("key"), org.id, alias, owner, system_id, "active", hash_token(secret))
-            await tx.execute(
-                "INSERT INTO api_keys (id, organization_id, alias, owner_email, system_id, status,"
-                " secret_hash, secret_hint, created_by, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                key.id,
-                key.organization_id,
-                key.alias,
-                key.owner_email,
-                key.system_id,
-                key.status,
-                key.secret_hash,
-                secret_hint(secret),
-                principal.user_id or principal.key_id,
-                at,
+            await insert_key(
+                tx,
+                key,
+                secret_hint=secret_hint(secret),
+                created_by=principal.user_id or principal.key_id,
+                at=at,
             )
             await record(
                 tx,
@@ -144,7 +106,7 @@ async def create_api_key(request: web.Request) -> web.Response:
     except IntegrityViolation as exc:
         # A concurrent create took the alias between our check and the insert.
         raise _alias_taken() from exc
-    return json_response({**key.to_json(), "secret": secret}, status=201)
+    return json_response({**api_key_json(key), "secret": secret}, status=201)
 
 
 async def revoke_api_key(request: web.Request) -> web.Response:
@@ -155,15 +117,10 @@ async def revoke_api_key(request: web.Request) -> web.Response:
     at = now()
     async with services.db.transaction() as tx:
         org = await require_organization(tx, principal.organization_id)
-        key = await _key_in_organization(tx, org.id, key_id)
+        key = await key_in_organization(tx, org.id, key_id)
         if key is None:
             raise bad_request("api key not found")
-        revoked = await tx.execute(
-            "UPDATE api_keys SET status = 'revoked', revoked_at = $1 WHERE id = $2 AND status = 'active'",
-            at,
-            key.id,
-        )
-        if revoked != 1:
+        if not await revoke_key(tx, key.id, at):
             raise bad_request("api key already revoked")
         await record(
             tx,
@@ -180,4 +137,4 @@ async def revoke_api_key(request: web.Request) -> web.Response:
             # Raising inside the transaction rolls the revocation back: the key stays active.
             log.warning("api key %s: revocation in the model API failed: %r", key.id, exc)
             raise bad_request(f"api key revocation failed in the model API: {exc}") from exc
-    return json_response(replace(key, status="revoked").to_json())
+    return json_response(api_key_json(replace(key, status="revoked")))

@@ -12,6 +12,7 @@ from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.sessions import live_session
 from modelgate.cabinet.users import ROLES, first_owner_email
+from modelgate.domain.management_keys import active_management_key
 from modelgate.domain.tokens import API_KEY_PREFIX, MANAGEMENT_KEY_PREFIX, hash_token
 from modelgate.storage.database import Executor
 
@@ -53,20 +54,17 @@ def bearer_token(authorization: str | None) -> str:
 async def resolve_bearer(ex: Executor, token: str, at: float) -> Principal:
     """The principal a bearer token stands for; 401 for model keys and unknown, ended or expired tokens."""
     if token.startswith(MANAGEMENT_KEY_PREFIX):
-        row = await ex.fetchrow(
-            "SELECT id, organization_id FROM management_keys WHERE secret_hash = $1 AND status = 'active'",
-            hash_token(token),
-        )
-        if row is None:
+        management_key = await active_management_key(ex, hash_token(token))
+        if management_key is None:
             raise _unauthorized("invalid or revoked management key")
-        email = await first_owner_email(ex, row["organization_id"])
+        email = await first_owner_email(ex, management_key.organization_id)
         return Principal(
             user_id=None,
             email=email or "",
             role=MANAGEMENT_KEY_ROLE,
-            organization_id=row["organization_id"],
+            organization_id=management_key.organization_id,
             kind=MANAGEMENT_KEY,
-            key_id=row["id"],
+            key_id=management_key.key_id,
         )
     if token.startswith(API_KEY_PREFIX):
         raise _unauthorized(

@@ -5,7 +5,7 @@ Only owners issue, list and revoke them; the secret is shown once and only its h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -23,35 +23,29 @@ from modelgate.cabinet.requests import (
     required_text,
 )
 from modelgate.cabinet.services import services_of
+from modelgate.domain.management_keys import (
+    ManagementKey,
+    insert_management_key,
+    management_key_in_organization,
+    management_keys_of,
+    revoke_active_management_key,
+)
 from modelgate.domain.tokens import hash_token, new_id, new_management_key_secret, secret_hint
 
 OWNER_ONLY = ("owner",)
-_COLUMNS = "id, organization_id, name, status, secret_hint, created_at, revoked_at"
 
 
-@dataclass(frozen=True, slots=True)
-class ManagementKey:
-    """A management key as listed: its name, status and a hint of the secret, never the secret."""
-
-    id: str
-    organization_id: str
-    name: str
-    status: str
-    secret_hint: str
-    created_at: float
-    revoked_at: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        """The management key object of the API."""
-        return {
-            "id": self.id,
-            "organizationId": self.organization_id,
-            "name": self.name,
-            "status": self.status,
-            "secretHint": self.secret_hint,
-            "createdAt": isoformat(self.created_at),
-            "revokedAt": isoformat(self.revoked_at),
-        }
+def management_key_json(key: ManagementKey) -> dict[str, Any]:
+    """The management key object of the API."""
+    return {
+        "id": key.id,
+        "organizationId": key.organization_id,
+        "name": key.name,
+        "status": key.status,
+        "secretHint": key.secret_hint,
+        "createdAt": isoformat(key.created_at),
+        "revokedAt": isoformat(key.revoked_at),
+    }
 
 
 def _not_found() -> CabinetError:
@@ -70,18 +64,7 @@ async def create_management_key(request: web.Request) -> web.Response:
     )
     async with services.db.transaction() as tx:
         await require_organization(tx, principal.organization_id)
-        await tx.execute(
-            "INSERT INTO management_keys (id, organization_id, name, status, secret_hash, secret_hint,"
-            " created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            key.id,
-            key.organization_id,
-            key.name,
-            key.status,
-            hash_token(secret),
-            key.secret_hint,
-            principal.user_id,
-            key.created_at,
-        )
+        await insert_management_key(tx, key, secret_hash=hash_token(secret), created_by=principal.user_id)
         await record(
             tx,
             key.organization_id,
@@ -91,17 +74,14 @@ async def create_management_key(request: web.Request) -> web.Response:
             target_id=key.id,
             details={"name": name},
         )
-    return json_response({**key.to_json(), "secret": secret}, status=201)
+    return json_response({**management_key_json(key), "secret": secret}, status=201)
 
 
 async def list_management_keys(request: web.Request) -> web.Response:
     """GET /organization/management-keys (owner) → the organization's management keys, without secrets."""
     principal = await authenticate(request, roles=OWNER_ONLY)
-    rows = await services_of(request).db.fetch(
-        f"SELECT {_COLUMNS} FROM management_keys WHERE organization_id = $1 ORDER BY created_at, id",
-        principal.organization_id,
-    )
-    return json_response({"managementKeys": [ManagementKey(**r).to_json() for r in rows]})
+    keys = await management_keys_of(services_of(request).db, principal.organization_id)
+    return json_response({"managementKeys": [management_key_json(k) for k in keys]})
 
 
 async def revoke_management_key(request: web.Request) -> web.Response:
@@ -111,21 +91,10 @@ async def revoke_management_key(request: web.Request) -> web.Response:
     key_id = path_id(request, "id", unknown=_not_found())
     at = now()
     async with services.db.transaction() as tx:
-        row = await tx.fetchrow(
-            f"SELECT {_COLUMNS} FROM management_keys WHERE id = $1 AND organization_id = $2",
-            key_id,
-            principal.organization_id,
-        )
-        if row is None:
+        key = await management_key_in_organization(tx, principal.organization_id, key_id)
+        if key is None:
             raise _not_found()
-        key = ManagementKey(**row)
-        revoked = await tx.execute(
-            "UPDATE management_keys SET status = 'revoked', revoked_at = $1"
-            " WHERE id = $2 AND status = 'active'",
-            at,
-            key.id,
-        )
-        if revoked != 1:
+        if not await revoke_active_management_key(tx, key.id, at):
             raise bad_request("management key already revoked")
         await record(
             tx,
@@ -136,4 +105,4 @@ async def revoke_management_key(request: web.Request) -> web.Response:
             target_id=key.id,
             details={"name": key.name},
         )
-    return json_response(replace(key, status="revoked", revoked_at=at).to_json())
+    return json_response(management_key_json(replace(key, status="revoked", revoked_at=at)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelgate.cabinet.api_keys import api_keys_of
+from modelgate.cabinet.api_keys import api_key_json
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.billing import billing_overview
 from modelgate.cabinet.clock import now
@@ -13,6 +13,7 @@ from modelgate.cabinet.requests import json_response
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.systems import systems_of
 from modelgate.cabinet.users import users_of
+from modelgate.domain.api_keys import api_keys_of
 
 
 async def overview(request: web.Request) -> web.Response:
@@ -31,7 +32,7 @@ async def overview(request: web.Request) -> web.Response:
                 "kind": principal.kind,
             },
             "members": [m.to_json() for m in await users_of(db, org.id)],
-            "apiKeys": [k.to_json() for k in await api_keys_of(db, org.id)],
+            "apiKeys": [api_key_json(k) for k in await api_keys_of(db, org.id)],
             "systems": [s.to_json() for s in await systems_of(db, org.id)],
             "billing": await billing_overview(db, services.config, org, now()),
         }

@@ -22,6 +22,8 @@ from modelgate.cabinet.requests import (
 )
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.users import ADMIN_ROLES
+from modelgate.domain.api_keys import count_active_keys_of_system, unlink_system
+from modelgate.domain.policy_rules import count_rules_naming
 from modelgate.domain.tokens import new_id
 from modelgate.storage import IntegrityViolation
 from modelgate.storage.database import Executor
@@ -193,25 +195,12 @@ async def delete_system(request: web.Request) -> web.Response:
         system = await system_in_organization(tx, principal.organization_id, system_id)
         if system is None:
             raise _not_found()
-        linked = int(
-            await tx.fetchval(
-                "SELECT COUNT(*) FROM api_keys WHERE system_id = $1 AND status = 'active'", system.id
-            )
-            or 0
-        )
+        linked = await count_active_keys_of_system(tx, system.id)
         if linked:
             raise CabinetError(
                 409, f"system {system.id} is still linked to {linked} active API key(s); revoke them first"
             )
-        rules = int(
-            await tx.fetchval(
-                "SELECT COUNT(*) FROM policy_rules WHERE organization_id = $1 AND subject_type = 'system'"
-                " AND subject_id = $2",
-                system.organization_id,
-                system.id,
-            )
-            or 0
-        )
+        rules = await count_rules_naming(tx, system.organization_id, "system", system.id)
         if rules:
             # A rule naming a deleted system could never match again: the access it grants or denies
             # would change silently. The rules must be removed (or re-targeted) deliberately.
@@ -220,7 +209,7 @@ async def delete_system(request: web.Request) -> web.Response:
                 f"system {system.id} is still named by {rules} policy rule(s); delete or change them first",
             )
         # Revoked keys keep their history in the audit log; their link would block the delete.
-        await tx.execute("UPDATE api_keys SET system_id = NULL WHERE system_id = $1", system.id)
+        await unlink_system(tx, system.id)
         await tx.execute("DELETE FROM systems WHERE id = $1", system.id)
         await record(
             tx,

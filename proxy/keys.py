@@ -4,7 +4,7 @@ Lookups are cached, but never past a revocation: the cabinet reports every revoc
 `key_revoked` inside its transaction; the directory drops the entry, keeps a tombstone so a lookup racing
 the commit cannot re-cache the key, and broadcasts the revocation to the other gateway processes
 (PostgreSQL NOTIFY delivered with the commit, Redis pub/sub when configured, and on SQLite the host channel
-of proxy/state/host_channel.py, which every lookup polls first). Without a channel that reaches every process
+of proxy/host_channel.py, which every lookup polls first). Without a channel that reaches every process
 (several workers on a SQLite database whose channel file cannot be made, and no Redis) the cache is off.
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from modelgate.domain.accounts import PLAN_CHANNEL, balance_key
+from modelgate.domain.api_keys import key_by_secret_hash
 from modelgate.domain.tokens import hash_token
 from modelgate.storage.database import Database, Executor
 
@@ -24,11 +25,6 @@ log = logging.getLogger("modelgate.keys")
 
 REVOCATION_CHANNEL = "modelgate_key_revoked"
 _TOMBSTONE_SECONDS = 3600.0
-
-_KEY_QUERY = (
-    "SELECT k.id, k.organization_id, k.alias, k.system_id, k.status, o.plan_code"
-    " FROM api_keys k JOIN organizations o ON o.id = k.organization_id WHERE k.secret_hash = $1"
-)
 
 Publisher = Callable[[str, str], Awaitable[object]]
 
@@ -102,12 +98,11 @@ class KeyDirectory:
         if secret_hash in self._tombstones:
             return None
         generation = self._generation
-        row = await self._db.fetchrow(_KEY_QUERY, secret_hash)
-        if row is None or row["status"] != "active":
+        found = await key_by_secret_hash(self._db, secret_hash)
+        if found is None or found.key.status != "active":
             return None
-        record = KeyRecord(
-            row["id"], row["organization_id"], row["alias"], row["system_id"], row["plan_code"]
-        )
+        key = found.key
+        record = KeyRecord(key.id, key.organization_id, key.alias, key.system_id, found.plan_code)
         # A revocation heard while we were reading may concern this very key: do not cache it then.
         if self.cache_enabled and generation == self._generation:
             self._cache[secret_hash] = record
