@@ -4,7 +4,7 @@ Lookups are cached, but never past a revocation: the cabinet reports every revoc
 `key_revoked` inside its transaction; the directory drops the entry, keeps a tombstone so a lookup racing
 the commit cannot re-cache the key, and broadcasts the revocation to the other gateway processes
 (PostgreSQL NOTIFY delivered with the commit, Redis pub/sub when configured, and on SQLite the host channel
-of proxy/host_channel.py, which every lookup polls first). Without a channel that reaches every process
+of proxy/state/host_channel.py, which every lookup polls first). Without a channel that reaches every process
 (several workers on a SQLite database whose channel file cannot be made, and no Redis) the cache is off.
 """
 
