@@ -24,7 +24,6 @@ from modelgate.cabinet.invoices import (
     invoice_by_id,
     open_invoices,
 )
-from modelgate.cabinet.organizations import Organization
 from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import CabinetServices
 from modelgate.cabinet.usage import day_start, usage_totals
@@ -39,6 +38,13 @@ from modelgate.domain.events import (
     apply_balance_event,
 )
 from modelgate.domain.money import MAX_CREDIT_MICROS, to_micros
+from modelgate.domain.organizations import (
+    Organization,
+    balance_of,
+    billing_state,
+    lock_organization,
+    set_plan,
+)
 from modelgate.domain.tokens import new_id
 from modelgate.storage.database import Executor
 
@@ -48,31 +54,6 @@ MAX_TOP_UP_MICROS = MAX_CREDIT_MICROS
 OPERATOR = Actor("operator", None, None)
 ADJUSTMENT_KINDS = (CREDIT, DEBIT, SET)
 MAX_REASON_LENGTH = 500
-
-
-@dataclass(frozen=True, slots=True)
-class BillingState:
-    """What decides whether an organization may spend: its plan, balance and activation."""
-
-    organization_id: str
-    plan_code: str
-    balance_micros: int
-    activated_at: float | None
-
-    @property
-    def activated(self) -> bool:
-        """Whether a first invoice (or top-up) was paid."""
-        return self.activated_at is not None
-
-
-async def billing_state(ex: Executor, organization_id: str) -> BillingState | None:
-    """The organization's billing state, or None when it does not exist."""
-    row = await ex.fetchrow(
-        "SELECT id AS organization_id, plan_code, balance_micros, activated_at FROM organizations"
-        " WHERE id = $1",
-        organization_id,
-    )
-    return BillingState(**row) if row else None
 
 
 def invoice_not_found() -> CabinetError:
@@ -231,16 +212,10 @@ async def adjust_balance(
     transaction and announce the event after commit.
     """
     kind, amount_micros, reason = check_adjustment(kind, amount_micros, reason)
-    # A no-op UPDATE write-locks the row on both backends (FOR UPDATE does not exist on SQLite).
-    if not await tx.execute(
-        "UPDATE organizations SET credit_seq = credit_seq WHERE id = $1", organization_id
-    ):
+    if not await lock_organization(tx, organization_id):
         raise organization_not_found()
     if kind == SET:
-        balance = int(
-            await tx.fetchval("SELECT balance_micros FROM organizations WHERE id = $1", organization_id)
-        )
-        delta = amount_micros - balance
+        delta = amount_micros - await balance_of(tx, organization_id)
     else:
         delta = amount_micros if kind == CREDIT else -amount_micros
     event = await apply_balance_event(
@@ -284,7 +259,7 @@ async def change_plan(
     state = await billing_state(tx, organization_id)
     if state is None:
         raise organization_not_found()
-    await tx.execute("UPDATE organizations SET plan_code = $2 WHERE id = $1", organization_id, plan.code)
+    await set_plan(tx, organization_id, plan.code)
     await record(
         tx,
         organization_id,

@@ -24,7 +24,6 @@ import orjson
 from modelgate.cabinet.billing import (
     ADJUSTMENT_KINDS,
     adjust_balance,
-    billing_state,
     change_plan,
     mark_invoice_paid,
     top_up,
@@ -38,6 +37,7 @@ from modelgate.domain.accounts import BILLING_CHANNEL, PLAN_CHANNEL
 from modelgate.domain.allowance import grant_allowance
 from modelgate.domain.events import SET, BalanceEvent
 from modelgate.domain.money import format_money, parse_money
+from modelgate.domain.organizations import billing_state
 from modelgate.proxy.state.host_channel import HostChannel
 from modelgate.storage import MIGRATIONS, Database, StorageError, open_database
 

@@ -19,7 +19,6 @@ from modelgate.cabinet.billing import (
     adjust_balance,
     announce_balance_event,
     announce_plan_change,
-    billing_state,
     change_plan,
     mark_invoice_paid,
     organization_not_found,
@@ -27,7 +26,6 @@ from modelgate.cabinet.billing import (
 )
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.invoices import Invoice, invoices_of
-from modelgate.cabinet.organizations import organization_by_id
 from modelgate.cabinet.registration_invitations import invite_organization
 from modelgate.cabinet.requests import (
     CabinetError,
@@ -40,6 +38,7 @@ from modelgate.cabinet.requests import (
 from modelgate.cabinet.services import services_of
 from modelgate.config import Config
 from modelgate.domain.allowance import grant_allowance
+from modelgate.domain.organizations import billing_state, organization_by_id
 from modelgate.storage.database import Executor
 
 

@@ -8,7 +8,7 @@ from modelgate.cabinet.api_keys import api_key_json
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.billing import billing_overview
 from modelgate.cabinet.clock import now
-from modelgate.cabinet.organizations import require_organization
+from modelgate.cabinet.organizations import organization_json, require_organization
 from modelgate.cabinet.requests import json_response
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.systems import systems_of
@@ -24,7 +24,7 @@ async def overview(request: web.Request) -> web.Response:
     org = await require_organization(db, principal.organization_id)
     return json_response(
         {
-            "organization": org.to_json(),
+            "organization": organization_json(org),
             "user": {
                 "id": principal.user_id,
                 "email": principal.email,

@@ -12,7 +12,6 @@ from aiohttp import web
 from modelgate.cabinet.audit import Actor, record
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.invoices import open_plan_invoice
-from modelgate.cabinet.organizations import insert_organization
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
 from modelgate.cabinet.registration_invitations import (
     RegistrationInvitation,
@@ -31,6 +30,7 @@ from modelgate.cabinet.requests import (
 from modelgate.cabinet.services import CabinetServices, services_of
 from modelgate.cabinet.users import insert_user, user_by_email
 from modelgate.config import PlanConfig
+from modelgate.domain.organizations import insert_organization
 from modelgate.storage import IntegrityViolation
 
 

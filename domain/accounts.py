@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable
 from modelgate.config import Config
 from modelgate.domain.counters import Counters, MoneyAsk, MoneyState, Reserve
 from modelgate.domain.errors import InsufficientBalance
-from modelgate.domain.events import BalanceEvent
+from modelgate.domain.events import BalanceEvent, balance_events_since
 from modelgate.domain.ledger import LedgerWriter, writer_of
 from modelgate.domain.money import to_micros
+from modelgate.domain.organizations import stored_balance
 from modelgate.domain.policy import PolicyDirectory, PolicyRule, period_start
 from modelgate.domain.policy_rules import budget_spent
 from modelgate.storage.database import Database
@@ -152,14 +153,11 @@ class Accounts:
         self._broadcasts.append(broadcast)
 
     async def _balance_init(self, organization_id: str) -> MoneyState:
-        row = await self._db.fetchrow(
-            "SELECT balance_micros, activated_at, credit_seq FROM organizations WHERE id = $1",
-            organization_id,
-        )
-        if row is None:
+        stored = await stored_balance(self._db, organization_id)
+        if stored is None:
             return MoneyState(0, False)
-        balance = row["balance_micros"] - self._ledger.pending_cost(organization_id)
-        return MoneyState(balance, row["activated_at"] is not None, row["credit_seq"])
+        balance = stored.balance_micros - self._ledger.pending_cost(organization_id)
+        return MoneyState(balance, stored.activated, stored.credit_seq)
 
     def _credit_limit(self, plan_code: str) -> int:
         plan = self._config.plan(plan_code)
@@ -254,29 +252,16 @@ class Accounts:
         while True:
             await asyncio.sleep(_FOLLOW_SECONDS)
             try:
-                rows = await self._db.fetch(
-                    "SELECT id, organization_id, seq, amount_micros, activates, created_at"
-                    " FROM balance_events WHERE created_at > $1 ORDER BY created_at",
-                    since - _FOLLOW_OVERLAP_SECONDS,
-                )
+                events = await balance_events_since(self._db, since - _FOLLOW_OVERLAP_SECONDS)
             except Exception as exc:
                 if not failing:
                     log.warning("reading balance events failed (%r); retrying every second", exc)
                 failing = True
                 continue
             failing = False
-            for row in rows:
-                since = max(since, row["created_at"])
-                await self._apply(
-                    BalanceEvent(
-                        row["id"],
-                        row["organization_id"],
-                        row["seq"],
-                        "",
-                        row["amount_micros"],
-                        bool(row["activates"]),
-                    )
-                )
+            for event, created_at in events:
+                since = max(since, created_at)
+                await self._apply(event)
 
     async def stop(self) -> None:
         if self._follower is not None:

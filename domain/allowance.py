@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from modelgate.config import Config
 from modelgate.domain.events import ALLOWANCE, BalanceEvent, apply_balance_event
 from modelgate.domain.money import to_micros
+from modelgate.domain.organizations import activated_without_event, billing_state
 from modelgate.storage.database import Database, Executor, IntegrityViolation
 
 log = logging.getLogger("modelgate.allowance")
@@ -44,12 +45,10 @@ async def grant_allowance(
 ) -> BalanceEvent | None:
     """Credit the month's allowance of the organization's plan if it is activated and has none yet this
     month; call inside a transaction and announce the event after commit. None when nothing was granted."""
-    row = await tx.fetchrow(
-        "SELECT plan_code, activated_at FROM organizations WHERE id = $1", organization_id
-    )
-    if row is None or row["activated_at"] is None:
+    state = await billing_state(tx, organization_id)
+    if state is None or not state.activated:
         return None
-    plan = config.plan(row["plan_code"])
+    plan = config.plan(state.plan_code)
     amount = to_micros(plan.monthly_allowance) if plan is not None else 0
     if amount <= 0:
         return None
@@ -70,16 +69,8 @@ async def organizations_due(db: Database, config: Config, at: float) -> list[str
     codes = [plan.code for plan in config.plans if to_micros(plan.monthly_allowance) > 0]
     if not codes:
         return []
-    placeholders = ", ".join(f"${index}" for index in range(3, len(codes) + 3))
-    rows = await db.fetch(
-        "SELECT o.id FROM organizations o WHERE o.activated_at IS NOT NULL"
-        f" AND o.plan_code IN ({placeholders}) AND NOT EXISTS (SELECT 1 FROM balance_events e"
-        " WHERE e.id = CAST($1 AS TEXT) || o.id || CAST($2 AS TEXT)) ORDER BY o.id",
-        "alw_",
-        f"_{allowance_month(at)}",
-        *codes,
-    )
-    return [row["id"] for row in rows]
+    # The allowance event's id is `allowance_event_id`: "alw_" + the organization id + "_" + the month.
+    return await activated_without_event(db, codes, "alw_", f"_{allowance_month(at)}")
 
 
 async def grant_due_allowances(db: Database, config: Config, at: float, announce: Announce) -> int:

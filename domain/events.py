@@ -5,6 +5,9 @@ is written in the same transaction as the balance change it describes, with the 
 `credit_seq`. Live counters (in-process or in Redis) are built from `balance_micros` and `credit_seq` read
 together, then fold in each announced event whose sequence is newer and not yet applied: no event is lost
 when a counter is busy, and none is counted twice when it arrives more than once.
+
+This module writes and reads the `balance_events` table; the balance itself changes through
+`domain.organizations`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from modelgate.domain.money import Micros
+from modelgate.domain.organizations import change_balance
 from modelgate.domain.tokens import new_id
 from modelgate.storage.database import Executor
 
@@ -77,25 +81,15 @@ async def apply_balance_event(
     event_id = event_id or new_id("bev")
     if await tx.fetchval("SELECT 1 FROM balance_events WHERE id = $1", event_id):
         return None
-    # One atomic UPDATE takes the row lock: concurrent events get distinct, ordered sequence numbers, and
-    # concurrent ledger flushes subtract from the same column without lost updates.
-    row = await tx.fetchrow(
-        "UPDATE organizations SET balance_micros = balance_micros + $2, credit_seq = credit_seq + 1,"
-        " activated_at = CASE WHEN $4 THEN COALESCE(activated_at, $3) ELSE activated_at END"
-        " WHERE id = $1 RETURNING credit_seq, balance_micros",
-        organization_id,
-        amount_micros,
-        at,
-        activates,
-    )
-    if row is None:
+    change = await change_balance(tx, organization_id, amount_micros, at, activates=activates)
+    if change is None:
         return None
     await tx.execute(
         "INSERT INTO balance_events (id, organization_id, seq, kind, amount_micros, activates, reason, actor,"
         " reference_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         event_id,
         organization_id,
-        row["credit_seq"],
+        change.seq,
         kind,
         amount_micros,
         int(activates),
@@ -105,5 +99,29 @@ async def apply_balance_event(
         at,
     )
     return BalanceEvent(
-        event_id, organization_id, row["credit_seq"], kind, amount_micros, activates, row["balance_micros"]
+        event_id, organization_id, change.seq, kind, amount_micros, activates, change.balance_micros
     )
+
+
+async def balance_events_since(ex: Executor, since: float) -> list[tuple[BalanceEvent, float]]:
+    """The stored events created after `since`, oldest first, each with its creation time (the kind is
+    left empty: applying an event needs only its amount, sequence and activation)."""
+    rows = await ex.fetch(
+        "SELECT id, organization_id, seq, amount_micros, activates, created_at"
+        " FROM balance_events WHERE created_at > $1 ORDER BY created_at",
+        since,
+    )
+    return [
+        (
+            BalanceEvent(
+                row["id"],
+                row["organization_id"],
+                row["seq"],
+                "",
+                row["amount_micros"],
+                bool(row["activates"]),
+            ),
+            row["created_at"],
+        )
+        for row in rows
+    ]
