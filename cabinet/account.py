@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelgate.cabinet.audit import Actor, record
+from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.auth import authenticate, require_session
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.organizations import require_organization

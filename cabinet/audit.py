@@ -1,34 +1,22 @@
-"""The audit log: who did what to which object, newest first, read in stable pages."""
+"""The audit log: who did what to which object, newest first, read in stable pages (stored by
+`cabinet/audit_repository.py`)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
-from typing import Any
 
-import orjson
 from aiohttp import web
 
+from modelgate.cabinet.audit_repository import Actor, AuditEntry, newest_entries
 from modelgate.cabinet.auth import Principal, authenticate
-from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.requests import bad_request, json_response, refuse_unstorable_query
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.users import ADMIN_ROLES
-from modelgate.domain.tokens import new_id
-from modelgate.storage.database import Executor, Row
+from modelgate.storage.database import Executor
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
-
-
-@dataclass(frozen=True, slots=True)
-class Actor:
-    """Who performed an audited action: a user, a management key, or nobody known (`anonymous`)."""
-
-    type: str
-    id: str | None
-    email: str | None
 
 
 def actor_of(principal: Principal) -> Actor:
@@ -36,66 +24,6 @@ def actor_of(principal: Principal) -> Actor:
     if principal.kind == "management_key":
         return Actor("management_key", principal.key_id, None)
     return Actor("user", principal.user_id, principal.email)
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One recorded event."""
-
-    id: str
-    event: str
-    actor: Actor
-    target_id: str | None
-    details: dict[str, Any]
-    created_at: float
-
-    def to_json(self) -> dict[str, Any]:
-        """The audit entry object of the API."""
-        return {
-            "id": self.id,
-            "event": self.event,
-            "actor": {"type": self.actor.type, "id": self.actor.id, "email": self.actor.email},
-            "targetId": self.target_id,
-            "details": self.details,
-            "createdAt": isoformat(self.created_at),
-        }
-
-
-async def record(
-    ex: Executor,
-    organization_id: str,
-    event: str,
-    actor: Actor,
-    at: float,
-    *,
-    target_id: str | None = None,
-    details: dict[str, Any] | None = None,
-) -> None:
-    """Append an entry; call it with the transaction of the action so both commit or neither does."""
-    await ex.execute(
-        "INSERT INTO audit_log (id, organization_id, event, actor_type, actor_id, actor_email, target_id,"
-        " details, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        new_id("aud"),
-        organization_id,
-        event,
-        actor.type,
-        actor.id,
-        actor.email,
-        target_id,
-        orjson.dumps(details or {}).decode(),
-        at,
-    )
-
-
-def _entry(row: Row) -> AuditEntry:
-    return AuditEntry(
-        id=row["id"],
-        event=row["event"],
-        actor=Actor(row["actor_type"], row["actor_id"], row["actor_email"]),
-        target_id=row["target_id"],
-        details=orjson.loads(row["details"]),
-        created_at=row["created_at"],
-    )
 
 
 def encode_cursor(entry: AuditEntry) -> str:
@@ -120,26 +48,9 @@ async def entries_page(
     ex: Executor, organization_id: str, limit: int, after: tuple[float, str] | None
 ) -> tuple[list[AuditEntry], str | None]:
     """Up to `limit` entries newest first, after a cursor position; and the cursor of the next page."""
-    columns = "id, event, actor_type, actor_id, actor_email, target_id, details, created_at"
-    if after is None:
-        rows = await ex.fetch(
-            f"SELECT {columns} FROM audit_log WHERE organization_id = $1"
-            " ORDER BY created_at DESC, id DESC LIMIT $2",
-            organization_id,
-            limit + 1,
-        )
-    else:
-        rows = await ex.fetch(
-            f"SELECT {columns} FROM audit_log WHERE organization_id = $1"
-            " AND (created_at < $2 OR (created_at = $2 AND id < $3))"
-            " ORDER BY created_at DESC, id DESC LIMIT $4",
-            organization_id,
-            after[0],
-            after[1],
-            limit + 1,
-        )
-    entries = [_entry(r) for r in rows[:limit]]
-    next_cursor = encode_cursor(entries[-1]) if len(rows) > limit else None
+    found = await newest_entries(ex, organization_id, limit + 1, after)
+    entries = found[:limit]
+    next_cursor = encode_cursor(entries[-1]) if len(found) > limit else None
     return entries, next_cursor
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from modelgate.cabinet.audit import Actor, record
+from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.invoices import (
     TOP_UP_INVOICE,
@@ -23,6 +23,7 @@ from modelgate.cabinet.invoices import (
     insert_invoice,
     invoice_by_id,
     open_invoices,
+    pay_open_invoice,
 )
 from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import CabinetServices
@@ -73,10 +74,7 @@ async def mark_invoice_paid(
     `invoice not found`, or 409 `invoice already paid` / `invoice is void`. Call inside a transaction and
     announce the credit after commit.
     """
-    # The conditional UPDATE is the guard: of two concurrent payments only one changes the row.
-    changed = await tx.execute(
-        "UPDATE invoices SET status = 'paid', paid_at = $2 WHERE id = $1 AND status = 'open'", invoice_id, at
-    )
+    changed = await pay_open_invoice(tx, invoice_id, at)
     invoice = await invoice_by_id(tx, invoice_id)
     if invoice is None:
         raise invoice_not_found()

@@ -3,16 +3,26 @@ as a hash) creates the account in the inviting organization (or logs in an exist
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
 from modelgate.cabinet.account import BAD_CREDENTIALS, throttled_password_check
-from modelgate.cabinet.audit import Actor, actor_of, record
+from modelgate.cabinet.audit import actor_of
+from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.auth import authenticate
-from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.clock import now
 from modelgate.cabinet.invitation_delivery import InvitationDelivery
+from modelgate.cabinet.invitations_repository import (
+    Invitation,
+    consume,
+    insert_invitation,
+    invitation_by_token_hash,
+    invitation_in_organization,
+    invitations_of,
+    mark_revoked,
+)
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
 from modelgate.cabinet.requests import (
@@ -29,63 +39,13 @@ from modelgate.cabinet.services import services_of
 from modelgate.cabinet.users import ADMIN_ROLES, ROLES, User, insert_user, user_by_email
 from modelgate.domain.tokens import hash_token, new_id, new_opaque_token
 from modelgate.storage import IntegrityViolation
-from modelgate.storage.database import Executor, Row
+from modelgate.storage.database import Executor
 
 DELIVERY = web.AppKey("cabinet_invitation_delivery", InvitationDelivery)
-_COLUMNS = (
-    "id, organization_id, email, role, status, created_by, created_at, expires_at, accepted_at, revoked_at"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Invitation:
-    """An offer to join an organization with a role; only the hash of its token is stored."""
-
-    id: str
-    organization_id: str
-    email: str
-    role: str
-    status: str
-    created_by: str | None
-    created_at: float
-    expires_at: float
-    accepted_at: float | None
-    revoked_at: float | None
-
-    def status_at(self, at: float) -> str:
-        """`pending`, `accepted`, `revoked`, or `expired` for a pending one past its expiry."""
-        return "expired" if self.status == "pending" and self.expires_at <= at else self.status
-
-    def to_json(self, at: float) -> dict[str, Any]:
-        """The invitation object of the API (the token appears only in the create response)."""
-        return {
-            "id": self.id,
-            "organizationId": self.organization_id,
-            "email": self.email,
-            "role": self.role,
-            "status": self.status_at(at),
-            "createdAt": isoformat(self.created_at),
-            "expiresAt": isoformat(self.expires_at),
-            "acceptedAt": isoformat(self.accepted_at),
-            "revokedAt": isoformat(self.revoked_at),
-        }
-
-
-def _invitation(row: Row) -> Invitation:
-    return Invitation(**row)
 
 
 def _not_found() -> CabinetError:
     return CabinetError(404, "invitation not found")
-
-
-async def _in_organization(ex: Executor, organization_id: str, invitation_id: str) -> Invitation | None:
-    row = await ex.fetchrow(
-        f"SELECT {_COLUMNS} FROM invitations WHERE id = $1 AND organization_id = $2",
-        invitation_id,
-        organization_id,
-    )
-    return _invitation(row) if row else None
 
 
 def _account_conflict(existing: User, organization_id: str) -> CabinetError:
@@ -123,19 +83,7 @@ async def create_invitation(request: web.Request) -> web.Response:
     )
     async with services.db.transaction() as tx:
         org = await require_organization(tx, principal.organization_id)
-        await tx.execute(
-            "INSERT INTO invitations (id, organization_id, email, role, token_hash, status, created_by,"
-            " created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            invitation.id,
-            invitation.organization_id,
-            invitation.email,
-            invitation.role,
-            hash_token(token),
-            invitation.status,
-            invitation.created_by,
-            invitation.created_at,
-            invitation.expires_at,
-        )
+        await insert_invitation(tx, invitation, hash_token(token))
         await record(
             tx,
             org.id,
@@ -159,12 +107,9 @@ async def create_invitation(request: web.Request) -> web.Response:
 async def list_invitations(request: web.Request) -> web.Response:
     """GET /invitations (owner/admin) → the organization's invitations, newest first, without tokens."""
     principal = await authenticate(request, roles=ADMIN_ROLES)
-    rows = await services_of(request).db.fetch(
-        f"SELECT {_COLUMNS} FROM invitations WHERE organization_id = $1 ORDER BY created_at DESC, id DESC",
-        principal.organization_id,
-    )
+    invitations = await invitations_of(services_of(request).db, principal.organization_id)
     at = now()
-    return json_response({"invitations": [_invitation(r).to_json(at) for r in rows]})
+    return json_response({"invitations": [i.to_json(at) for i in invitations]})
 
 
 async def revoke_invitation(request: web.Request) -> web.Response:
@@ -174,14 +119,12 @@ async def revoke_invitation(request: web.Request) -> web.Response:
     invitation_id = path_id(request, "id", unknown=_not_found())
     at = now()
     async with services.db.transaction() as tx:
-        invitation = await _in_organization(tx, principal.organization_id, invitation_id)
+        invitation = await invitation_in_organization(tx, principal.organization_id, invitation_id)
         if invitation is None:
             raise _not_found()
         if invitation.status != "pending":
             raise bad_request(f"invitation already {invitation.status}")
-        await tx.execute(
-            "UPDATE invitations SET status = 'revoked', revoked_at = $1 WHERE id = $2", at, invitation.id
-        )
+        await mark_revoked(tx, invitation.id, at)
         await record(
             tx,
             principal.organization_id,
@@ -195,10 +138,9 @@ async def revoke_invitation(request: web.Request) -> web.Response:
 
 
 async def _pending_invitation(ex: Executor, token: str, at: float) -> Invitation:
-    row = await ex.fetchrow(f"SELECT {_COLUMNS} FROM invitations WHERE token_hash = $1", hash_token(token))
-    if row is None:
+    invitation = await invitation_by_token_hash(ex, hash_token(token))
+    if invitation is None:
         raise bad_request("invitation token is not valid")
-    invitation = _invitation(row)
     status = invitation.status_at(at)
     if status == "accepted":
         raise bad_request("invitation has already been used")
@@ -247,13 +189,7 @@ async def accept_invitation(request: web.Request) -> web.Response:
     at = now()
     try:
         async with services.db.transaction() as tx:
-            consumed = await tx.execute(
-                "UPDATE invitations SET status = 'accepted', accepted_at = $1"
-                " WHERE id = $2 AND status = 'pending' AND expires_at > $1",
-                at,
-                invitation.id,
-            )
-            if consumed != 1:
+            if not await consume(tx, invitation.id, at):
                 raise bad_request("invitation has already been used")
             user = existing or await insert_user(
                 tx, invitation.organization_id, invitation.email, password_hash, invitation.role, at

@@ -77,6 +77,15 @@ async def open_plan_invoice(tx: Executor, organization_id: str, plan: PlanConfig
     return await insert_invoice(tx, invoice)
 
 
+async def pay_open_invoice(tx: Executor, invoice_id: str, at: float) -> bool:
+    """Mark an open invoice paid; False when it is unknown or not open (the guard against paying twice:
+    of two concurrent payments only one changes the row)."""
+    changed = await tx.execute(
+        "UPDATE invoices SET status = 'paid', paid_at = $2 WHERE id = $1 AND status = 'open'", invoice_id, at
+    )
+    return bool(changed)
+
+
 async def invoice_by_id(ex: Executor, invoice_id: str) -> Invoice | None:
     """Any organization's invoice (operator use); None when unknown."""
     row = await ex.fetchrow(f"SELECT {_COLUMNS} FROM invoices WHERE id = $1", invoice_id)

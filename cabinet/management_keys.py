@@ -10,7 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.audit import actor_of
+from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.organizations import require_organization

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.audit import actor_of
+from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import Principal, authenticate
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.organizations import require_organization

@@ -11,7 +11,7 @@ from modelgate.cabinet.clock import now
 from modelgate.cabinet.organizations import organization_json, require_organization
 from modelgate.cabinet.requests import json_response
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.systems import systems_of
+from modelgate.cabinet.systems_repository import systems_of
 from modelgate.cabinet.users import users_of
 from modelgate.domain.api_keys import api_keys_of
 

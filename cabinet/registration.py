@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelgate.cabinet.audit import Actor, record
+from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.invoices import open_plan_invoice
 from modelgate.cabinet.passwords import hash_password, password_policy_violation

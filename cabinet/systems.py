@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from aiohttp import web
 
-from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.audit import actor_of
+from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import authenticate
-from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.clock import now
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.requests import (
     CabinetError,
@@ -21,52 +21,22 @@ from modelgate.cabinet.requests import (
     required_text,
 )
 from modelgate.cabinet.services import services_of
+from modelgate.cabinet.systems_repository import (
+    System,
+    insert_system,
+    name_in_use,
+    system_in_organization,
+    systems_of,
+)
+from modelgate.cabinet.systems_repository import delete_system as delete_stored_system
+from modelgate.cabinet.systems_repository import update_system as update_stored_system
 from modelgate.cabinet.users import ADMIN_ROLES
 from modelgate.domain.api_keys import count_active_keys_of_system, unlink_system
 from modelgate.domain.policy_rules import count_rules_naming
 from modelgate.domain.tokens import new_id
 from modelgate.storage import IntegrityViolation
-from modelgate.storage.database import Executor
 
 MAX_DESCRIPTION_LENGTH = 2000
-_COLUMNS = "id, organization_id, name, description, created_at"
-
-
-@dataclass(frozen=True, slots=True)
-class System:
-    """An information system or agent; its name is unique within the organization."""
-
-    id: str
-    organization_id: str
-    name: str
-    description: str
-    created_at: float
-
-    def to_json(self) -> dict[str, Any]:
-        """The system object of the API."""
-        return {
-            "id": self.id,
-            "organizationId": self.organization_id,
-            "name": self.name,
-            "description": self.description,
-            "createdAt": isoformat(self.created_at),
-        }
-
-
-async def system_in_organization(ex: Executor, organization_id: str, system_id: str) -> System | None:
-    """A system of this organization; another organization's system is None, exactly like an unknown id."""
-    row = await ex.fetchrow(
-        f"SELECT {_COLUMNS} FROM systems WHERE id = $1 AND organization_id = $2", system_id, organization_id
-    )
-    return System(**row) if row else None
-
-
-async def systems_of(ex: Executor, organization_id: str) -> list[System]:
-    """The organization's systems by name."""
-    rows = await ex.fetch(
-        f"SELECT {_COLUMNS} FROM systems WHERE organization_id = $1 ORDER BY name, id", organization_id
-    )
-    return [System(**r) for r in rows]
 
 
 def _not_found() -> CabinetError:
@@ -75,16 +45,6 @@ def _not_found() -> CabinetError:
 
 def _name_taken(name: str) -> CabinetError:
     return CabinetError(409, f"a system named {name!r} already exists")
-
-
-async def _name_in_use(ex: Executor, organization_id: str, name: str, other_than: str = "") -> bool:
-    found = await ex.fetchval(
-        "SELECT 1 FROM systems WHERE organization_id = $1 AND name = $2 AND id <> $3",
-        organization_id,
-        name,
-        other_than,
-    )
-    return found is not None
 
 
 async def create_system(request: web.Request) -> web.Response:
@@ -99,16 +59,9 @@ async def create_system(request: web.Request) -> web.Response:
     try:
         async with services.db.transaction() as tx:
             await require_organization(tx, principal.organization_id)
-            if await _name_in_use(tx, principal.organization_id, name):
+            if await name_in_use(tx, principal.organization_id, name):
                 raise _name_taken(name)
-            await tx.execute(
-                f"INSERT INTO systems ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5)",
-                system.id,
-                system.organization_id,
-                system.name,
-                system.description,
-                system.created_at,
-            )
+            await insert_system(tx, system)
             await record(
                 tx,
                 system.organization_id,
@@ -159,19 +112,14 @@ async def update_system(request: web.Request) -> web.Response:
             system = await system_in_organization(tx, principal.organization_id, system_id)
             if system is None:
                 raise _not_found()
-            if name is not None and await _name_in_use(tx, principal.organization_id, name, system.id):
+            if name is not None and await name_in_use(tx, principal.organization_id, name, system.id):
                 raise _name_taken(name)
             updated = replace(
                 system,
                 name=system.name if name is None else name,
                 description=system.description if description is None else description,
             )
-            await tx.execute(
-                "UPDATE systems SET name = $1, description = $2 WHERE id = $3",
-                updated.name,
-                updated.description,
-                updated.id,
-            )
+            await update_stored_system(tx, updated)
             await record(
                 tx,
                 updated.organization_id,
@@ -210,7 +158,7 @@ async def delete_system(request: web.Request) -> web.Response:
             )
         # Revoked keys keep their history in the audit log; their link would block the delete.
         await unlink_system(tx, system.id)
-        await tx.execute("DELETE FROM systems WHERE id = $1", system.id)
+        await delete_stored_system(tx, system.id)
         await record(
             tx,
             system.organization_id,

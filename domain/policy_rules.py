@@ -49,8 +49,19 @@ def _rule(row: Row) -> PolicyRule:
     return PolicyRule(**{**row, "models": tuple(orjson.loads(row["models"]))})
 
 
-def _models_text(rule: PolicyRule) -> str:
-    return orjson.dumps(list(rule.models)).decode()
+def _editable(rule: PolicyRule) -> tuple[object, ...]:
+    """The stored values of the fields an edit may change, in `_COLUMNS` order (subject_type..description)."""
+    return (
+        rule.subject_type,
+        rule.subject_id,
+        rule.effect,
+        orjson.dumps(list(rule.models)).decode(),
+        rule.budget_micros,
+        rule.budget_period,
+        rule.rpm,
+        rule.tpm,
+        rule.description,
+    )
 
 
 async def policy_rules_of(ex: Executor, organization_id: str) -> list[PolicyRule]:
@@ -128,15 +139,7 @@ async def insert_rule(ex: Executor, rule: PolicyRule) -> None:
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         rule.id,
         rule.organization_id,
-        rule.subject_type,
-        rule.subject_id,
-        rule.effect,
-        _models_text(rule),
-        rule.budget_micros,
-        rule.budget_period,
-        rule.rpm,
-        rule.tpm,
-        rule.description,
+        *_editable(rule),
         rule.created_at,
         rule.updated_at,
     )
@@ -159,15 +162,7 @@ async def update_rule(ex: Executor, rule: PolicyRule) -> None:
         " budget_micros = $6, budget_period = $7, rpm = $8, tpm = $9, description = $10, updated_at = $11"
         " WHERE id = $1",
         rule.id,
-        rule.subject_type,
-        rule.subject_id,
-        rule.effect,
-        _models_text(rule),
-        rule.budget_micros,
-        rule.budget_period,
-        rule.rpm,
-        rule.tpm,
-        rule.description,
+        *_editable(rule),
         rule.updated_at,
     )
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from modelgate.cabinet.audit import Actor, record
+from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.oidc.accounts import account_for, has_email, verified_email
 from modelgate.cabinet.oidc.code_exchange import fetch_userinfo, oauth_error_code, redeem_code

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from modelgate.cabinet.audit import actor_of, record
+from modelgate.cabinet.audit import actor_of
+from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import Principal, authenticate
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.oidc.discovery import DiscoveryError, discover
