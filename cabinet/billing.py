@@ -17,7 +17,7 @@ from typing import Any
 
 from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.clock import isoformat
-from modelgate.cabinet.invoices import (
+from modelgate.cabinet.invoices_repository import (
     TOP_UP_INVOICE,
     Invoice,
     insert_invoice,
@@ -27,7 +27,7 @@ from modelgate.cabinet.invoices import (
 )
 from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import CabinetServices
-from modelgate.cabinet.usage import day_start, usage_totals
+from modelgate.cabinet.usage_repository import day_start, usage_totals
 from modelgate.config import Config, PlanConfig
 from modelgate.domain.events import (
     CREDIT,

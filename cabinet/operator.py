@@ -25,7 +25,7 @@ from modelgate.cabinet.billing import (
     top_up,
 )
 from modelgate.cabinet.clock import isoformat, now
-from modelgate.cabinet.invoices import Invoice, invoices_of
+from modelgate.cabinet.invoices_repository import Invoice, invoices_of
 from modelgate.cabinet.registration_invitations import invite_organization
 from modelgate.cabinet.requests import (
     CabinetError,

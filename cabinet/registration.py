@@ -11,7 +11,7 @@ from aiohttp import web
 
 from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.clock import now
-from modelgate.cabinet.invoices import open_plan_invoice
+from modelgate.cabinet.invoices_repository import open_plan_invoice
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
 from modelgate.cabinet.registration_invitations import (
     RegistrationInvitation,

@@ -17,6 +17,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from modelgate.cabinet.clock import now
+from modelgate.cabinet.oidc.sign_ins import StoredLoginCode, insert_login_code, take_login_code
 from modelgate.cabinet.requests import CabinetError, json_response, read_json_object, required_secret
 from modelgate.cabinet.services import services_of
 from modelgate.domain.tokens import hash_token, new_opaque_token
@@ -52,16 +53,8 @@ def _unseal(code: str, sealed: str) -> str | None:
 async def issue_login_code(tx: Executor, session_token: str, email: str, at: float) -> str:
     """A new one-time code that redeems to this session token within a minute."""
     code = new_opaque_token()
-    await tx.execute("DELETE FROM oidc_login_codes WHERE expires_at < $1", at)
-    await tx.execute(
-        "INSERT INTO oidc_login_codes (code_hash, sealed_token, email, created_at, expires_at)"
-        " VALUES ($1, $2, $3, $4, $5)",
-        hash_token(code),
-        _seal(code, session_token),
-        email,
-        at,
-        at + LOGIN_CODE_TTL_SECONDS,
-    )
+    stored = StoredLoginCode(_seal(code, session_token), email, at + LOGIN_CODE_TTL_SECONDS)
+    await insert_login_code(tx, hash_token(code), stored, at)
     return code
 
 
@@ -76,13 +69,10 @@ async def redeem_login_code(request: web.Request) -> web.Response:
     if len(code) > _MAX_CODE_LENGTH:
         raise _invalid_code()
     # Deleting and reading in one statement makes the code single-use even under concurrent redemption.
-    row = await services.db.fetchrow(
-        "DELETE FROM oidc_login_codes WHERE code_hash = $1 RETURNING sealed_token, email, expires_at",
-        hash_token(code),
-    )
-    if row is None or row["expires_at"] <= now():
+    stored = await take_login_code(services.db, hash_token(code))
+    if stored is None or stored.expires_at <= now():
         raise _invalid_code()
-    token = _unseal(code, row["sealed_token"])
+    token = _unseal(code, stored.sealed_token)
     if token is None:
         raise _invalid_code()
-    return json_response({"token": token, "email": row["email"]})
+    return json_response({"token": token, "email": stored.email})

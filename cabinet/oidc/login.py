@@ -4,7 +4,6 @@ state, nonce and a PKCE S256 challenge; the state is kept server-side, single us
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 
 from aiohttp import web
 from authlib.common.security import generate_token
@@ -12,6 +11,13 @@ from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.oidc.providers import provider_by_id
+from modelgate.cabinet.oidc.sign_ins import (
+    LoginState,
+    forget_expired_login_states,
+    insert_login_state,
+    pending_logins,
+    take_login_state,
+)
 from modelgate.cabinet.oidc.urls import CALLBACK_PATH, callback_url, with_query
 from modelgate.cabinet.requests import CabinetError, path_id
 from modelgate.cabinet.services import services_of
@@ -26,16 +32,6 @@ STATE_COOKIE = "modelgate_oidc_state"
 # 43 characters of [A-Za-z0-9] carry > 250 bits; a PKCE verifier may be 43..128 characters (RFC 7636).
 _STATE_LENGTH = 43
 _VERIFIER_LENGTH = 64
-
-
-@dataclass(frozen=True, slots=True)
-class LoginState:
-    """A login under way, as remembered between the redirect to the provider and the callback."""
-
-    provider_id: str
-    nonce: str
-    code_verifier: str
-    expires_at: float
 
 
 def _unknown_provider() -> CabinetError:
@@ -65,26 +61,15 @@ async def start_login(request: web.Request) -> web.StreamResponse:
     verifier = generate_token(_VERIFIER_LENGTH)
     at = now()
     async with services.db.transaction() as tx:
-        await tx.execute("DELETE FROM oidc_login_states WHERE expires_at < $1", at)
-        pending = await tx.fetchval(
-            "SELECT COUNT(*) FROM oidc_login_states WHERE provider_id = $1", provider.id
-        )
-        if int(pending or 0) >= MAX_PENDING_LOGINS_PER_PROVIDER:
+        await forget_expired_login_states(tx, at)
+        if await pending_logins(tx, provider.id) >= MAX_PENDING_LOGINS_PER_PROVIDER:
             raise CabinetError(
                 429,
                 "too many sign-ins are under way with this identity provider; try again in a few minutes",
                 headers={"Retry-After": "60"},
             )
-        await tx.execute(
-            "INSERT INTO oidc_login_states (state_hash, provider_id, nonce, code_verifier, created_at,"
-            " expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
-            hash_token(state),
-            provider.id,
-            nonce,
-            verifier,
-            at,
-            at + LOGIN_STATE_TTL_SECONDS,
-        )
+        login = LoginState(provider.id, nonce, verifier, at + LOGIN_STATE_TTL_SECONDS)
+        await insert_login_state(tx, hash_token(state), login, at)
     location = with_query(
         provider.endpoints.authorization_endpoint,
         {
@@ -114,14 +99,10 @@ async def start_login(request: web.Request) -> web.StreamResponse:
 async def consume_login_state(ex: Executor, state: str, at: float) -> LoginState | None:
     """The login a state belongs to, removed in the same statement so it works once; None when unknown,
     used or expired."""
-    row = await ex.fetchrow(
-        "DELETE FROM oidc_login_states WHERE state_hash = $1"
-        " RETURNING provider_id, nonce, code_verifier, expires_at",
-        hash_token(state),
-    )
-    if row is None or row["expires_at"] <= at:
+    login = await take_login_state(ex, hash_token(state))
+    if login is None or login.expires_at <= at:
         return None
-    return LoginState(row["provider_id"], row["nonce"], row["code_verifier"], row["expires_at"])
+    return login
 
 
 def started_in_this_browser(request: web.Request, state: str) -> bool:

@@ -15,13 +15,6 @@ import pytest
 
 _SQL = re.compile(r"\b(SELECT\b.*\bFROM|INSERT INTO|UPDATE \w+ SET|DELETE FROM)\b", re.DOTALL)
 
-# Cabinet modules that still hold a handler and SQL side by side, to be split like cabinet/systems.py.
-_NOT_YET_SPLIT = {
-    "modelgate.cabinet.invoices",
-    "modelgate.cabinet.usage",
-    "modelgate.cabinet.oidc.exchange",
-    "modelgate.cabinet.oidc.login",
-}
 # Callers of the shared repositories: the gateway's key lookup, compiled policies, reservations and
 # allowances, and the cabinet's money and organization helpers.
 _REPOSITORY_CALLERS = (
@@ -85,7 +78,7 @@ def test_the_sql_pattern_recognises_a_query_and_not_prose() -> None:
     assert not _SQL.search("Select the rules that apply; update the cache when a rule changes.")
 
 
-@pytest.mark.parametrize("module", [m for m in _handler_modules() if m not in _NOT_YET_SPLIT])
+@pytest.mark.parametrize("module", _handler_modules())
 def test_cabinet_handler_modules_write_no_sql(module: str) -> None:
     assert _sql_literals(module) == []
 
@@ -101,8 +94,3 @@ def test_a_policy_rule_is_one_record_for_the_gateway_and_the_cabinet() -> None:
 
     assert policy.PolicyRule is policy_rules.PolicyRule
     assert cabinet_rules.PolicyRule is policy_rules.PolicyRule
-
-
-@pytest.mark.parametrize("module", sorted(_NOT_YET_SPLIT))
-def test_the_modules_not_yet_split_are_listed_only_while_they_hold_sql(module: str) -> None:
-    assert _sql_literals(module) != []
