@@ -26,7 +26,7 @@ from modelgate.domain.events import BalanceEvent, balance_events_since
 from modelgate.domain.ledger import LedgerWriter, writer_of
 from modelgate.domain.money import to_micros
 from modelgate.domain.organizations import stored_balance
-from modelgate.domain.policy import PolicyDirectory, PolicyRule, period_start
+from modelgate.domain.policy_decisions import PolicyDirectory, PolicyRule, period_start
 from modelgate.domain.policy_rules import budget_spent
 from modelgate.storage.database import Database
 

@@ -2,7 +2,7 @@
 
 The only SQL on `api_keys`. The cabinet issues, lists and revokes keys through these functions
 (`cabinet/api_keys.py`, `cabinet/systems.py`); the model API resolves a presented secret with its
-organization's plan (`proxy/keys.py`, which caches what it reads). Every read by id is scoped to an
+organization's plan (`proxy/state/keys.py`, which caches what it reads). Every read by id is scoped to an
 organization: another organization's key reads exactly like an unknown one.
 """
 

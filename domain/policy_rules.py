@@ -1,9 +1,9 @@
 """Policy rules as stored: the `PolicyRule` record and its repository.
 
 The only SQL on `policy_rules`, and the reads of `policy_budget_spend` (the ledger writes the spend). The
-cabinet's handlers (`cabinet/policy_rules.py`) and the model API's `PolicyDirectory` (`domain/policy.py`)
-both read and write rules through these functions; each takes an `Executor`, the database or an open
-transaction, so a handler decides what runs in one transaction.
+cabinet's handlers (`cabinet/policy_rules.py`) and the model API's `PolicyDirectory`
+(`domain/policy_decisions.py`) both read and write rules through these functions; each takes an
+`Executor`, the database or an open transaction, so a handler decides what runs in one transaction.
 """
 
 from __future__ import annotations

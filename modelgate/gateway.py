@@ -19,18 +19,18 @@ from modelgate.domain.accounts import (
 from modelgate.domain.allowance import AllowanceGrants
 from modelgate.domain.counters import Counters, InProcessCounters
 from modelgate.domain.ledger import LedgerWriter
-from modelgate.domain.policy import PolicyDirectory
+from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.domain.redis_counters import RedisCounters
 from modelgate.domain.spool import Spool, database_identity, default_spool_dir
 from modelgate.plugins import PluginChain
 from modelgate.plugins.request_id import InFlightIds
-from modelgate.proxy.keys import REVOCATION_CHANNEL, KeyDirectory
 from modelgate.proxy.observability.metrics import GatewayMetrics
 from modelgate.proxy.observability.tracing import Tracer
 from modelgate.proxy.pipeline.model_api import Completions, ModelApi
 from modelgate.proxy.realtime.relay import RealtimeSessions, RealtimeState
 from modelgate.proxy.realtime.secrets import InProcessSecrets, RedisSecrets
 from modelgate.proxy.state.host_channel import HostChannel
+from modelgate.proxy.state.keys import REVOCATION_CHANNEL, KeyDirectory
 from modelgate.proxy.state.objects import ObjectStore
 from modelgate.proxy.state.shared_state import RedisBus
 from modelgate.proxy.upstream.model_rows import ModelCatalog

@@ -9,7 +9,7 @@ from modelgate.config.loader import disableable_plugin
 from modelgate.domain.accounts import Accounts
 from modelgate.domain.counters import Counters
 from modelgate.domain.ledger import LedgerWriter
-from modelgate.domain.policy import PolicyDirectory
+from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.plugins.access_log import AccessLog
 from modelgate.plugins.admission import Admission
 from modelgate.plugins.auth import Auth
@@ -33,12 +33,12 @@ from modelgate.plugins.tracing import RequestTracing
 from modelgate.plugins.translation import Translation
 from modelgate.plugins.usage_filter import UsageFilter
 from modelgate.plugins.usage_metering import UsageMetering
-from modelgate.proxy.keys import KeyDirectory
 from modelgate.proxy.observability.metrics import GatewayMetrics
 from modelgate.proxy.observability.tracing import Tracer
 from modelgate.proxy.pipeline.chain import Plugin, PluginChain
 from modelgate.proxy.pipeline.route_table import RouteTable
 from modelgate.proxy.realtime.secrets import InProcessSecrets, RealtimeSecrets
+from modelgate.proxy.state.keys import KeyDirectory
 from modelgate.proxy.state.objects import ObjectStore
 from modelgate.proxy.upstream.model_rows import ModelCatalog
 

@@ -7,9 +7,9 @@ unknown, revoked or missing key: 401.
 from __future__ import annotations
 
 from modelgate.domain.errors import AuthenticationFailed, AuthenticationFailedEnvelopeA
-from modelgate.proxy.keys import KeyDirectory
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.state.keys import KeyDirectory
 
 _MISSING = "You didn't provide an API key. Provide it as `Authorization: Bearer sk-…` or `x-api-key: sk-…`."
 _WRONG = "Incorrect API key provided."

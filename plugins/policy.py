@@ -1,14 +1,14 @@
 """Policy Rules on the model API: 403 for a denied model, 404 `model_not_found` for one not enabled.
 
 The organization's compiled policy is cached and dropped the moment a rule changes (see
-domain/policy.py for the evaluation order). The decision also carries the rule budgets and the
+domain/policy_decisions.py for the evaluation order). The decision also carries the rule budgets and the
 rpm/tpm overrides for the billing and rate-limit plugins.
 """
 
 from __future__ import annotations
 
 from modelgate.domain.errors import PolicyBlocked
-from modelgate.domain.policy import PolicyDirectory
+from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.plugins.model_routing import model_not_found
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext

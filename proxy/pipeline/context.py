@@ -18,12 +18,12 @@ from modelgate.proxy.pipeline.envelopes import Envelope
 if TYPE_CHECKING:
     from modelgate.domain.answer_filters import ProviderPriceFilter
     from modelgate.domain.media import MediaUsageReader
-    from modelgate.domain.policy import CompiledPolicy, Decision, PolicyRule
+    from modelgate.domain.policy_decisions import CompiledPolicy, Decision, PolicyRule
     from modelgate.domain.usage import StreamUsageScanner
     from modelgate.proxy.http.multipart import StreamedMultipart
-    from modelgate.proxy.keys import KeyRecord
     from modelgate.proxy.pipeline.route_table import Route
     from modelgate.proxy.realtime.secrets import RealtimeClaim
+    from modelgate.proxy.state.keys import KeyRecord
     from modelgate.proxy.translation.base import StreamTranslator, Translator
     from modelgate.proxy.upstream.model_rows import ModelEntry, RoutingRow
 

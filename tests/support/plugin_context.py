@@ -28,15 +28,15 @@ from modelgate.domain.accounts import Accounts
 from modelgate.domain.counters import InProcessCounters
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.money import to_micros
-from modelgate.domain.policy import PolicyDirectory
+from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.domain.tokens import hash_token, new_api_key_secret, new_id, secret_hint
 from modelgate.plugins import CHAIN_PLUGINS
 from modelgate.plugins.output_caps import ensure_estimate
-from modelgate.proxy.keys import KeyDirectory, KeyRecord
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.envelopes import Envelope
 from modelgate.proxy.pipeline.model_api import request_id_of
 from modelgate.proxy.pipeline.route_table import RouteTable
+from modelgate.proxy.state.keys import KeyDirectory, KeyRecord
 from modelgate.proxy.state.objects import ObjectStore
 from modelgate.proxy.upstream.model_rows import ModelCatalog
 from modelgate.proxy.upstream.providers import Upstream, build_upstream

@@ -16,7 +16,7 @@ from modelgate.domain.counters import InProcessCounters
 from modelgate.domain.errors import InsufficientBalance
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.money import format_money, parse_money, to_micros
-from modelgate.domain.policy import PolicyDirectory
+from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.storage import apply_migrations, open_database
 
 

@@ -18,8 +18,8 @@ _SQL = re.compile(r"\b(SELECT\b.*\bFROM|INSERT INTO|UPDATE \w+ SET|DELETE FROM)\
 # Callers of the shared repositories: the gateway's key lookup, compiled policies, reservations and
 # allowances, and the cabinet's money and organization helpers.
 _REPOSITORY_CALLERS = (
-    "modelgate.proxy.keys",
-    "modelgate.domain.policy",
+    "modelgate.proxy.state.keys",
+    "modelgate.domain.policy_decisions",
     "modelgate.domain.accounts",
     "modelgate.domain.allowance",
     "modelgate.cabinet.billing",
@@ -90,7 +90,7 @@ def test_shared_concepts_are_read_and_written_through_repositories(module: str) 
 
 def test_a_policy_rule_is_one_record_for_the_gateway_and_the_cabinet() -> None:
     from modelgate.cabinet import policy_rules as cabinet_rules
-    from modelgate.domain import policy, policy_rules
+    from modelgate.domain import policy_decisions, policy_rules
 
-    assert policy.PolicyRule is policy_rules.PolicyRule
+    assert policy_decisions.PolicyRule is policy_rules.PolicyRule
     assert cabinet_rules.PolicyRule is policy_rules.PolicyRule

@@ -21,7 +21,7 @@ from modelgate.config import load_config
 from modelgate.domain.accounts import Accounts, CrashSettlements, balance_key, settled_key
 from modelgate.domain.counters import MoneyState, Reserve
 from modelgate.domain.ledger import LedgerEntry, LedgerWriter, writer_of
-from modelgate.domain.policy import PolicyDirectory
+from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.domain.redis_counters import RedisCounters
 from modelgate.domain.spool import Spool, database_identity
 from modelgate.storage.database import Database

@@ -10,7 +10,7 @@ import pytest
 
 from modelgate.domain.errors import InsufficientBalance
 from modelgate.domain.money import to_micros
-from modelgate.domain.policy import period_start
+from modelgate.domain.policy_decisions import period_start
 from modelgate.plugins.admission import Admission, pending
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.model_routing import ModelRouting
