@@ -38,12 +38,12 @@ async def admit(counters: Counters, ctx: RequestContext) -> None:
         _report_windows(ctx, admission, result)
     money = admission.money
     if money:
-        ctx.admission.reserved_micros = money[0].amount
-        reservations = ctx.admission.reservations
+        admission.reserved_micros = money[0].amount
+        reservations = admission.reservations
         for ask in money:  # usually one (the balance): a loop, not a generator to extend by
             reservations.append((ask.key, ask.amount))
         if admission.budgets:
-            ctx.admission.charged_budgets.extend([(rule.id, start) for rule, start in admission.budgets])
+            admission.charged_budgets.extend([(rule.id, start) for rule, start in admission.budgets])
 
 
 class Admission(Plugin):
@@ -97,7 +97,7 @@ def _report_windows(ctx: RequestContext, admission: AdmissionState, result: Admi
         for (key, amount, _limit), window in zip(
             admission.windows[first_tpm:], results[first_tpm:], strict=True
         ):
-            ctx.admission.token_windows.append((key, window.second, amount))
+            admission.token_windows.append((key, window.second, amount))
         if key_tpm:
             window = results[first_tpm]
             headers["x-ratelimit-limit-tokens"] = str(key_tpm)
