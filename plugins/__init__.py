@@ -135,7 +135,8 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
     ]
     if [p.name for p in plugins] != [p.name for p in CHAIN_PLUGINS]:  # a step added to one list only
         raise RuntimeError("plugins.CHAIN_PLUGINS must list the chain's plugins in the chain's order")
-    problems = [problem for name in disabled if (problem := disableable_plugin(chain_plugins(), name))]
+    known = chain_plugins()
+    problems = [problem for name in disabled if (problem := disableable_plugin(known, name))]
     if problems:
         raise PluginConfigError("plugins.disabled: " + "; ".join(problems))
     return PluginChain([p for p in plugins if p.name not in disabled])

@@ -19,9 +19,7 @@ from modelgate.proxy.pipeline.context import AdmissionState, RequestContext
 
 def pending(ctx: RequestContext) -> AdmissionState:
     """The request's admission record, for a step about to record an ask in it."""
-    admission = ctx.admission
-    admission.asked = True
-    return admission
+    return ctx.admission
 
 
 async def admit(counters: Counters, ctx: RequestContext) -> None:

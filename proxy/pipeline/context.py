@@ -53,7 +53,6 @@ class AdmissionState:
     completion phase gives back or settles.
     """
 
-    asked: bool = False  # a step recorded an ask: the admission step has something to take
     claim: str | None = None  # the shared request id claim
     windows: list[WindowAsk] = field(default_factory=list)  # the key's and organization's RPM, then TPM
     first_tpm: int = 0  # index of the first token window in `windows`
@@ -71,6 +70,11 @@ class AdmissionState:
     reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
     charged_budgets: list[tuple[str, float]] = field(default_factory=list)  # (rule id, period start)
     token_windows: list[tuple[str, int, int]] = field(default_factory=list)  # corrected to the real usage
+
+    @property
+    def asked(self) -> bool:
+        """A step recorded an ask: the admission step has something to take."""
+        return bool(self.claim or self.windows or self.money)
 
 
 @dataclass(slots=True)

@@ -13,10 +13,11 @@ from modelgate.proxy.upstream.model_rows import RowSelector
 from tests.support.plugin_context import CHAT, PluginServices, StoredKey, context_before
 
 
-async def _context(services: PluginServices, key: StoredKey):
+async def _context(services: PluginServices, key: StoredKey, *, healthy: bool = True):
     ctx = await context_before("provider_filter", services, payload=CHAT, key=key.record)
-    for row in ctx.rows:  # rows are shared by the catalog: start every test healthy
-        row.health.failures, row.health.cooled_until = 0, 0.0
+    if healthy:  # rows are shared by the catalog: start every test healthy
+        for row in ctx.rows:
+            row.health.failures, row.health.cooled_until = 0, 0.0
     return ctx
 
 
@@ -40,7 +41,7 @@ async def test_a_failed_row_cools_down_and_the_next_request_skips_it(
     attempts.failed(first, "http_503", "answered HTTP 503")
 
     assert ctx.row_failures == [(first, "http_503")]
-    assert first not in list(RowAttempts(selector, await _context_keeping_health(services, key)))
+    assert first not in list(RowAttempts(selector, await _context(services, key, healthy=False)))
 
 
 async def test_a_row_that_cannot_carry_the_request_is_recorded_but_not_cooled_down(
@@ -71,7 +72,3 @@ async def test_a_body_that_cannot_be_replayed_gets_one_try(services: PluginServi
     ctx = await _context(services, key)
 
     assert len(list(RowAttempts(RowSelector(30.0, 1), ctx, most=1))) == 1
-
-
-async def _context_keeping_health(services: PluginServices, key: StoredKey):
-    return await context_before("provider_filter", services, payload=CHAT, key=key.record)
