@@ -218,7 +218,8 @@ class AnswerStreamGuard:
             channel.pending = pending
             return ""
         if hits:
-            cut = _cut_outside_redactions(hits, cut)
+            if not ending:
+                cut = _cut_outside_redactions(hits, cut)
             released = redact(pending[:cut], [hit for hit in hits if hit.end <= cut])
         else:
             released = pending[:cut]
