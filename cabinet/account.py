@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.auth import authenticate, require_session
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.organizations import require_organization
@@ -26,6 +25,7 @@ from modelgate.cabinet.services import CabinetServices, services_of
 from modelgate.cabinet.sessions import end_other_sessions, end_session
 from modelgate.cabinet.throttle import LoginThrottle
 from modelgate.cabinet.users import set_password_hash, user_by_email, user_in_organization
+from modelgate.domain.audit_log import Actor, record
 
 # One message for an unknown e-mail and a wrong password, so the answer does not reveal which it was.
 BAD_CREDENTIALS = "invalid e-mail or password"

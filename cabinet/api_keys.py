@@ -13,7 +13,6 @@ from typing import Any
 from aiohttp import web
 
 from modelgate.cabinet.audit import actor_of
-from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.organizations import require_organization
@@ -30,6 +29,7 @@ from modelgate.cabinet.services import services_of
 from modelgate.cabinet.systems_repository import system_in_organization
 from modelgate.cabinet.users import ADMIN_ROLES, first_owner_email
 from modelgate.domain.api_keys import ApiKey, alias_in_use, insert_key, key_in_organization, revoke_key
+from modelgate.domain.audit_log import record
 from modelgate.domain.tokens import hash_token, new_api_key_secret, new_id, secret_hint
 from modelgate.storage import IntegrityViolation
 

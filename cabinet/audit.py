@@ -1,22 +1,33 @@
-"""The audit log: who did what to which object, newest first, read in stable pages (stored by
-`cabinet/audit_repository.py`)."""
+"""The audit log: who did what to which object, newest first, read in stable pages, optionally filtered
+(stored by `domain/audit_log.py`)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
+from typing import Any
 
 from aiohttp import web
 
-from modelgate.cabinet.audit_repository import Actor, AuditEntry, newest_entries
 from modelgate.cabinet.auth import Principal, authenticate
+from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.requests import bad_request, json_response, refuse_unstorable_query
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.users import ADMIN_ROLES
-from modelgate.storage.database import Executor
+from modelgate.domain.audit_log import Actor, AuditEntry, AuditFilter, newest_entries
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
+# Query parameter -> AuditFilter field. Values are event names, ids and route names: short and printable.
+FILTER_PARAMETERS = {
+    "event": "event",
+    "ruleId": "target_id",
+    "keyId": "key_id",
+    "systemId": "system_id",
+    "route": "route",
+}
+MAX_FILTER_LENGTH = 200
 
 
 def actor_of(principal: Principal) -> Actor:
@@ -24,6 +35,22 @@ def actor_of(principal: Principal) -> Actor:
     if principal.kind == "management_key":
         return Actor("management_key", principal.key_id, None)
     return Actor("user", principal.user_id, principal.email)
+
+
+def entry_json(entry: AuditEntry) -> dict[str, Any]:
+    """The audit entry object of the API."""
+    actor = entry.actor
+    return {
+        "id": entry.id,
+        "event": entry.event,
+        "actor": {"type": actor.type, "id": actor.id, "email": actor.email},
+        "targetId": entry.target_id,
+        "keyId": entry.key_id,
+        "systemId": entry.system_id,
+        "route": entry.route,
+        "details": entry.details,
+        "createdAt": isoformat(entry.created_at),
+    }
 
 
 def encode_cursor(entry: AuditEntry) -> str:
@@ -44,16 +71,6 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
     return position, entry_id
 
 
-async def entries_page(
-    ex: Executor, organization_id: str, limit: int, after: tuple[float, str] | None
-) -> tuple[list[AuditEntry], str | None]:
-    """Up to `limit` entries newest first, after a cursor position; and the cursor of the next page."""
-    found = await newest_entries(ex, organization_id, limit + 1, after)
-    entries = found[:limit]
-    next_cursor = encode_cursor(entries[-1]) if len(found) > limit else None
-    return entries, next_cursor
-
-
 def _page_size(raw: str | None) -> int:
     if raw is None or raw == "":
         return DEFAULT_PAGE_SIZE
@@ -62,14 +79,32 @@ def _page_size(raw: str | None) -> int:
     return int(raw)
 
 
+def _filters(query: Mapping[str, str]) -> AuditFilter:
+    """The filters of the query; an empty value filters nothing, like an empty limit or cursor."""
+    given: dict[str, str] = {}
+    for parameter, field in FILTER_PARAMETERS.items():
+        value = query.get(parameter)
+        if not value:
+            continue
+        if len(value) > MAX_FILTER_LENGTH or not value.isprintable():
+            raise bad_request(f"{parameter} must be at most {MAX_FILTER_LENGTH} printable characters")
+        given[field] = value
+    return AuditFilter(**given)
+
+
 async def audit_log_handler(request: web.Request) -> web.Response:
-    """GET /audit-log?limit=&cursor=: the organization's audit entries, newest first (owner/admin)."""
+    """GET /audit-log?limit=&cursor=&event=&ruleId=&keyId=&systemId=&route=: the organization's audit
+    entries, newest first, those matching every filter given (owner/admin)."""
     principal = await authenticate(request, roles=ADMIN_ROLES)
     refuse_unstorable_query(request)
     limit = _page_size(request.query.get("limit"))
+    filters = _filters(request.query)
     cursor = request.query.get("cursor")
     after = decode_cursor(cursor) if cursor else None
-    entries, next_cursor = await entries_page(
-        services_of(request).db, principal.organization_id, limit, after
-    )
-    return json_response({"entries": [e.to_json() for e in entries], "nextCursor": next_cursor})
+    # One entry more than the page tells whether a next page exists; the cursor is a position, so it pages
+    # on with the same filters.
+    db = services_of(request).db
+    found = await newest_entries(db, principal.organization_id, limit + 1, after, filters)
+    entries = found[:limit]
+    next_cursor = encode_cursor(entries[-1]) if len(found) > limit else None
+    return json_response({"entries": [entry_json(e) for e in entries], "nextCursor": next_cursor})

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.clock import isoformat
 from modelgate.cabinet.invoices_repository import (
     TOP_UP_INVOICE,
@@ -29,6 +28,7 @@ from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import CabinetServices
 from modelgate.cabinet.usage_repository import day_start, usage_totals
 from modelgate.config import Config, PlanConfig
+from modelgate.domain.audit_log import Actor, record
 from modelgate.domain.events import (
     CREDIT,
     DEBIT,

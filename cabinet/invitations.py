@@ -10,7 +10,6 @@ from aiohttp import web
 
 from modelgate.cabinet.account import BAD_CREDENTIALS, throttled_password_check
 from modelgate.cabinet.audit import actor_of
-from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.invitation_delivery import InvitationDelivery
@@ -37,6 +36,7 @@ from modelgate.cabinet.requests import (
 )
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.users import ADMIN_ROLES, ROLES, User, insert_user, user_by_email
+from modelgate.domain.audit_log import Actor, record
 from modelgate.domain.tokens import hash_token, new_id, new_opaque_token
 from modelgate.storage import IntegrityViolation
 from modelgate.storage.database import Executor

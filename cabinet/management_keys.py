@@ -11,7 +11,6 @@ from typing import Any
 from aiohttp import web
 
 from modelgate.cabinet.audit import actor_of
-from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.organizations import require_organization
@@ -24,6 +23,7 @@ from modelgate.cabinet.requests import (
     required_text,
 )
 from modelgate.cabinet.services import services_of
+from modelgate.domain.audit_log import record
 from modelgate.domain.management_keys import (
     ManagementKey,
     insert_management_key,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from aiohttp import web
 
 from modelgate.cabinet.audit import actor_of
-from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import Principal, authenticate
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.organizations import require_organization
@@ -21,6 +20,7 @@ from modelgate.cabinet.users import (
     user_in_organization,
     users_of,
 )
+from modelgate.domain.audit_log import record
 from modelgate.storage.database import Executor
 
 

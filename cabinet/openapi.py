@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from modelgate.cabinet.audit import MAX_FILTER_LENGTH
 from modelgate.cabinet.requests import json_response
 from modelgate.cabinet.services import services_of
 
@@ -28,6 +29,7 @@ def _obj(required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]:
 
 _STR = {"type": "string"}
 _NULLABLE_STR = {"type": ["string", "null"]}
+_AUDIT_FILTER = {"type": "string", "maxLength": MAX_FILTER_LENGTH}
 _TIME = {"type": "string", "format": "date-time"}
 _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _ROLE = {"type": "string", "enum": ["owner", "admin", "member"]}
@@ -310,7 +312,16 @@ PATHS: dict[str, dict[str, Any]] = {
             errors=_AUTH_ERRORS,
             params=(
                 _query_param("limit", {"type": "integer", "minimum": 1, "maximum": 200}, "Page size"),
-                _query_param("cursor", _STR, "nextCursor of the previous page"),
+                _query_param("cursor", _STR, "nextCursor of the previous page (with the same filters)"),
+                _query_param(
+                    "event",
+                    _AUDIT_FILTER,
+                    'An event name, or a prefix ending in "." (`content_policy.`: all content-policy events)',
+                ),
+                _query_param("ruleId", _AUDIT_FILTER, "Entries whose target is this policy rule"),
+                _query_param("keyId", _AUDIT_FILTER, "Entries about requests of this API key"),
+                _query_param("systemId", _AUDIT_FILTER, "Entries about requests of this system's keys"),
+                _query_param("route", _AUDIT_FILTER, "Entries about requests on this model API route"),
             ),
         ),
     },
@@ -521,6 +532,9 @@ SCHEMAS: dict[str, Any] = {
         id=_STR,
         event=_STR,
         targetId=_NULLABLE_STR,
+        keyId=_NULLABLE_STR,
+        systemId=_NULLABLE_STR,
+        route=_NULLABLE_STR,
         details={"type": "object"},
         createdAt=_TIME,
         actor=_obj(("type",), type=_STR, id=_NULLABLE_STR, email=_NULLABLE_STR),

@@ -2,6 +2,7 @@
 
 The same reader serves create (all required fields) and update (any subset); `null` clears an optional
 field. Values are returned under their API names, validated but not yet checked against the database.
+A content rule's terms are each checked by the matcher (`check_term`), so a rule that is stored can run.
 """
 
 from __future__ import annotations
@@ -9,18 +10,31 @@ from __future__ import annotations
 from typing import Any
 
 from modelgate.cabinet.requests import bad_request, optional_text
+from modelgate.domain.policy_rules import ACCESS_EFFECTS, CONTENT_EFFECTS, CONTENT_PLACES, ContentSpec
 
 SUBJECT_TYPES = ("organization", "key", "system")
-EFFECTS = ("allow", "deny")
+EFFECTS = ACCESS_EFFECTS + CONTENT_EFFECTS
 BUDGET_PERIODS = ("day", "month")
-FIELDS = frozenset({"subjectType", "subjectId", "effect", "models", "budget", "rpm", "tpm", "description"})
-REQUIRED_FIELDS = ("subjectType", "effect", "models")
+FIELDS = frozenset(
+    {"subjectType", "subjectId", "effect", "models", "budget", "rpm", "tpm", "description", "content"}
+)
+CONTENT_FIELDS = frozenset({"where", "phrases", "patterns", "detectors"})
+# `models` is required of access rules only: a content rule applies to every model unless it names some.
+REQUIRED_FIELDS = ("subjectType", "effect")
+DEFAULT_CONTENT_MODELS = ("*",)
 MAX_PATTERNS = 100
 MAX_PATTERN_LENGTH = 200
 MAX_DESCRIPTION_LENGTH = 2000
 # One billion currency units: far above any real budget, far below BIGINT overflow in spend sums.
 MAX_BUDGET_MICROS = 10**15
 MAX_RATE = 10**9
+MAX_PHRASES = 1000
+MAX_PHRASE_LENGTH = 500
+MAX_CONTENT_PATTERNS = 50
+MAX_CONTENT_PATTERN_LENGTH = 1000
+# There are only a handful of detectors; the bound just keeps a body from listing one a million times.
+MAX_DETECTORS = 20
+MAX_DETECTOR_LENGTH = 100
 
 
 def _reject_unknown_fields(body: dict[str, Any], known: frozenset[str], prefix: str = "") -> None:
@@ -87,6 +101,56 @@ def _rate(value: Any, field: str) -> int | None:
     return value
 
 
+def _terms(value: Any, kind: str, field: str, max_items: int, max_length: int) -> tuple[str, ...]:
+    """One list of a content rule's terms: strings, each checked by the matcher, duplicates dropped."""
+    # Imported here until domain/content_matching.py lands, so the cabinet still starts without it.
+    from modelgate.domain.content_matching import ContentRuleError, check_term
+
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise bad_request(f"{field} must be an array of strings")
+    if len(value) > max_items:
+        raise bad_request(f"{field} must have at most {max_items} items")
+    terms: dict[str, None] = {}  # ordered and deduplicated
+    for index, term in enumerate(value):
+        if not isinstance(term, str) or len(term) > max_length:
+            raise bad_request(f"{field}[{index}] must be a string of at most {max_length} characters")
+        if term in terms:
+            continue
+        try:
+            check_term(kind, term)
+        except ContentRuleError as exc:
+            raise bad_request(f"{field}[{index}]: {exc}") from exc
+        terms[term] = None
+    return tuple(terms)
+
+
+def _content(value: Any) -> ContentSpec | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad_request("content must be an object with where and phrases, patterns or detectors, or null")
+    _reject_unknown_fields(value, CONTENT_FIELDS, "content.")
+    content = ContentSpec(
+        where=_choice(value.get("where"), "content.where", CONTENT_PLACES),
+        phrases=_terms(value.get("phrases"), "phrase", "content.phrases", MAX_PHRASES, MAX_PHRASE_LENGTH),
+        patterns=_terms(
+            value.get("patterns"),
+            "pattern",
+            "content.patterns",
+            MAX_CONTENT_PATTERNS,
+            MAX_CONTENT_PATTERN_LENGTH,
+        ),
+        detectors=_terms(
+            value.get("detectors"), "detector", "content.detectors", MAX_DETECTORS, MAX_DETECTOR_LENGTH
+        ),
+    )
+    if not (content.phrases or content.patterns or content.detectors):
+        raise bad_request("content must have at least one phrase, pattern or detector")
+    return content
+
+
 def parse_rule_fields(body: dict[str, Any]) -> dict[str, Any]:
     """The fields present in a create or update body, validated; keys are the API field names."""
     _reject_unknown_fields(body, FIELDS)
@@ -109,11 +173,33 @@ def parse_rule_fields(body: dict[str, Any]) -> dict[str, Any]:
             fields[rate] = _rate(body[rate], rate)
     if "description" in body:
         fields["description"] = optional_text(body, "description", max_length=MAX_DESCRIPTION_LENGTH) or ""
+    if "content" in body:
+        fields["content"] = _content(body["content"])
     return fields
 
 
-def check_consistent(effect: str, budget: tuple[int, str] | None, rpm: int | None, tpm: int | None) -> None:
-    """400 for a combination no rule may have: limits on a deny rule."""
-    if effect == "deny" and (budget is not None or rpm is not None or tpm is not None):
+def check_consistent(
+    effect: str,
+    budget: tuple[int, str] | None,
+    rpm: int | None,
+    tpm: int | None,
+    content: ContentSpec | None = None,
+) -> None:
+    """400 for a combination no rule may have: limits on a deny or content rule, content on an access rule
+    or a content rule without it."""
+    limited = budget is not None or rpm is not None or tpm is not None
+    if effect in CONTENT_EFFECTS:
+        if content is None:
+            raise bad_request(f"a {effect} rule needs content (where, and phrases, patterns or detectors)")
+        # Content rules act on what is said, not on spend or pace: limits belong on an allow rule.
+        if limited:
+            raise bad_request(f"a {effect} rule cannot have a budget, rpm or tpm")
+        return
+    if content is not None:
+        raise bad_request(
+            "an allow or deny rule cannot have content (content rules have effect block, redact or flag;"
+            " send content: null to make a content rule an access rule)"
+        )
+    if effect == "deny" and limited:
         # A matching deny always blocks, so limits on it could never take effect.
         raise bad_request("a deny rule cannot have a budget, rpm or tpm")

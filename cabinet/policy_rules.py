@@ -17,6 +17,10 @@ How the model API evaluates them for a request by key K (linked to system S) of 
 5. rpm/tpm: among the matching rules, the most specific subject with a value (key, then system, then
    organization) overrides the plan's per-key limit; without one the plan's limits apply.
 
+A content rule (effect `block`, `redact` or `flag`) has a `content` object instead of limits: where to look
+(`prompt`, `answer` or `both`) and what for (literal `phrases`, RE2 `patterns`, built-in `detectors`); its
+models default to every model. It takes no part in the access decisions above.
+
 Every change is audited (`policy_rule.created/updated/deleted`) and, after commit, announced through the
 billing sink (`policy_changed`) so gateways drop their compiled policy at once.
 """
@@ -29,15 +33,23 @@ from typing import Any
 from aiohttp import web
 
 from modelgate.cabinet.audit import actor_of
-from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import Principal, authenticate
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.organizations import require_organization
-from modelgate.cabinet.policy_rule_input import FIELDS, REQUIRED_FIELDS, check_consistent, parse_rule_fields
+from modelgate.cabinet.policy_rule_input import (
+    DEFAULT_CONTENT_MODELS,
+    FIELDS,
+    REQUIRED_FIELDS,
+    check_consistent,
+    parse_rule_fields,
+)
 from modelgate.cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
 from modelgate.cabinet.services import CabinetServices, services_of
 from modelgate.cabinet.users import ADMIN_ROLES
+from modelgate.domain.audit_log import record
 from modelgate.domain.policy_rules import (
+    CONTENT_EFFECTS,
+    ContentSpec,
     PolicyRule,
     count_rules,
     delete_rule,
@@ -57,6 +69,18 @@ log = logging.getLogger("modelgate.cabinet.policy_rules")
 MAX_RULES_PER_ORGANIZATION = 1000
 
 
+def content_json(content: ContentSpec | None) -> dict[str, Any] | None:
+    """The content object of the API: null for an access rule."""
+    if content is None:
+        return None
+    return {
+        "where": content.where,
+        "phrases": list(content.phrases),
+        "patterns": list(content.patterns),
+        "detectors": list(content.detectors),
+    }
+
+
 def rule_json(rule: PolicyRule) -> dict[str, Any]:
     """The policy rule object of the API."""
     budget = None
@@ -73,6 +97,7 @@ def rule_json(rule: PolicyRule) -> dict[str, Any]:
         "rpm": rule.rpm,
         "tpm": rule.tpm,
         "description": rule.description,
+        "content": content_json(rule.content),
         "createdAt": isoformat(rule.created_at),
         "updatedAt": isoformat(rule.updated_at),
     }
@@ -111,16 +136,28 @@ async def announce_policy_change(services: CabinetServices, organization_id: str
 
 
 async def create_policy_rule(request: web.Request) -> web.Response:
-    """POST /policy-rules {subjectType, subjectId?, effect, models, budget?, rpm?, tpm?, description?}."""
+    """POST /policy-rules {subjectType, subjectId?, effect, models, budget?, rpm?, tpm?, description?} or,
+    for a content rule, {subjectType, subjectId?, effect, models?, content, description?}."""
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
     fields = parse_rule_fields(await read_json_object(request))
     for required in REQUIRED_FIELDS:
         if required not in fields:
             raise bad_request(f"{required} is required")
-    subject_type, effect, models = fields["subjectType"], fields["effect"], fields["models"]
-    budget, rpm, tpm = fields.get("budget"), fields.get("rpm"), fields.get("tpm")
-    check_consistent(effect, budget, rpm, tpm)
+    subject_type, effect = fields["subjectType"], fields["effect"]
+    if "models" in fields:
+        models = fields["models"]
+    elif effect in CONTENT_EFFECTS:
+        models = DEFAULT_CONTENT_MODELS
+    else:
+        raise bad_request("models is required")
+    budget, rpm, tpm, content = (
+        fields.get("budget"),
+        fields.get("rpm"),
+        fields.get("tpm"),
+        fields.get("content"),
+    )
+    check_consistent(effect, budget, rpm, tpm, content)
     at = now()
     org_id = principal.organization_id
     async with services.db.transaction() as tx:
@@ -143,6 +180,7 @@ async def create_policy_rule(request: web.Request) -> web.Response:
             description=fields.get("description", ""),
             created_at=at,
             updated_at=at,
+            content=content,
         )
         await insert_rule(tx, rule)
         await record(
@@ -159,12 +197,21 @@ async def create_policy_rule(request: web.Request) -> web.Response:
 
 
 def _summary(rule: PolicyRule) -> dict[str, Any]:
-    return {
+    summary: dict[str, Any] = {
         "subjectType": rule.subject_type,
         "subjectId": rule.subject_id,
         "effect": rule.effect,
         "models": list(rule.models),
     }
+    if rule.content is not None:
+        # Counts, not the terms: a rule may hold a thousand phrases, and the rule itself keeps them.
+        summary["content"] = {
+            "where": rule.content.where,
+            "phrases": len(rule.content.phrases),
+            "patterns": len(rule.content.patterns),
+            "detectors": list(rule.content.detectors),
+        }
+    return summary
 
 
 async def list_policy_rules(request: web.Request) -> web.Response:
@@ -225,8 +272,9 @@ async def update_policy_rule(request: web.Request) -> web.Response:
             description=fields.get("description", rule.description),
             created_at=rule.created_at,
             updated_at=max(at, rule.updated_at),
+            content=fields["content"] if "content" in fields else rule.content,
         )
-        check_consistent(updated.effect, budget, updated.rpm, updated.tpm)
+        check_consistent(updated.effect, budget, updated.rpm, updated.tpm, updated.content)
         await update_rule(tx, updated)
         await record(
             tx,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.invoices_repository import open_plan_invoice
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
@@ -30,6 +29,7 @@ from modelgate.cabinet.requests import (
 from modelgate.cabinet.services import CabinetServices, services_of
 from modelgate.cabinet.users import insert_user, user_by_email
 from modelgate.config import PlanConfig
+from modelgate.domain.audit_log import Actor, record
 from modelgate.domain.organizations import insert_organization
 from modelgate.storage import IntegrityViolation
 

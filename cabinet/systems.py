@@ -7,7 +7,6 @@ from dataclasses import replace
 from aiohttp import web
 
 from modelgate.cabinet.audit import actor_of
-from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.organizations import require_organization
@@ -32,6 +31,7 @@ from modelgate.cabinet.systems_repository import delete_system as delete_stored_
 from modelgate.cabinet.systems_repository import update_system as update_stored_system
 from modelgate.cabinet.users import ADMIN_ROLES
 from modelgate.domain.api_keys import count_active_keys_of_system, unlink_system
+from modelgate.domain.audit_log import record
 from modelgate.domain.policy_rules import count_rules_naming
 from modelgate.domain.tokens import new_id
 from modelgate.storage import IntegrityViolation

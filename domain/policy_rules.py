@@ -4,6 +4,7 @@ The only SQL on `policy_rules`, and the reads of `policy_budget_spend` (the ledg
 cabinet's handlers (`cabinet/policy_rules.py`) and the model API's `PolicyDirectory`
 (`domain/policy_decisions.py`) both read and write rules through these functions; each takes an
 `Executor`, the database or an open transaction, so a handler decides what runs in one transaction.
+A content rule's `ContentSpec` is stored as a JSON object in the `content` column (NULL for access rules).
 """
 
 from __future__ import annotations
@@ -17,13 +18,28 @@ from modelgate.storage.database import Executor, Row
 
 _COLUMNS = (
     "id, organization_id, subject_type, subject_id, effect, models, budget_micros, budget_period, rpm, tpm,"
-    " description, created_at, updated_at"
+    " description, content, created_at, updated_at"
 )
+
+ACCESS_EFFECTS = ("allow", "deny")
+CONTENT_EFFECTS = ("block", "redact", "flag")
+CONTENT_PLACES = ("prompt", "answer", "both")
+
+
+@dataclass(frozen=True, slots=True)
+class ContentSpec:
+    """What a content rule looks for and where: its terms and whether prompts, answers or both are scanned."""
+
+    where: str  # "prompt" | "answer" | "both"
+    phrases: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    detectors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyRule:
-    """One rule of an organization, as stored."""
+    """One rule of an organization, as stored: an access rule (allow or deny, with optional budget and rate
+    limits) or a content rule (block, redact or flag, with the `content` it looks for)."""
 
     id: str
     organization_id: str
@@ -38,19 +54,48 @@ class PolicyRule:
     description: str
     created_at: float
     updated_at: float
+    content: ContentSpec | None = None
 
     def matches(self, model: str) -> bool:
         """Whether one of the rule's globs matches the model name (case-sensitive)."""
         return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
 
 
+def _content_text(content: ContentSpec | None) -> str | None:
+    """The stored form of a content spec: a JSON object, or NULL for an access rule."""
+    if content is None:
+        return None
+    return orjson.dumps(
+        {
+            "where": content.where,
+            "phrases": list(content.phrases),
+            "patterns": list(content.patterns),
+            "detectors": list(content.detectors),
+        }
+    ).decode()
+
+
+def _content_spec(text: str | None) -> ContentSpec | None:
+    if text is None:
+        return None
+    stored = orjson.loads(text)
+    return ContentSpec(
+        where=stored["where"],
+        phrases=tuple(stored.get("phrases", ())),
+        patterns=tuple(stored.get("patterns", ())),
+        detectors=tuple(stored.get("detectors", ())),
+    )
+
+
 def _rule(row: Row) -> PolicyRule:
-    """A stored `policy_rules` row as a record (`models` is a JSON array text)."""
-    return PolicyRule(**{**row, "models": tuple(orjson.loads(row["models"]))})
+    """A stored `policy_rules` row as a record (`models` is a JSON array text, `content` a JSON object)."""
+    return PolicyRule(
+        **{**row, "models": tuple(orjson.loads(row["models"])), "content": _content_spec(row["content"])}
+    )
 
 
 def _editable(rule: PolicyRule) -> tuple[object, ...]:
-    """The stored values of the fields an edit may change, in `_COLUMNS` order (subject_type..description)."""
+    """The stored values of the fields an edit may change, in `_COLUMNS` order (subject_type..content)."""
     return (
         rule.subject_type,
         rule.subject_id,
@@ -61,6 +106,7 @@ def _editable(rule: PolicyRule) -> tuple[object, ...]:
         rule.rpm,
         rule.tpm,
         rule.description,
+        _content_text(rule.content),
     )
 
 
@@ -136,7 +182,7 @@ async def insert_rule(ex: Executor, rule: PolicyRule) -> None:
     """Store a new rule."""
     await ex.execute(
         f"INSERT INTO policy_rules ({_COLUMNS})"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         rule.id,
         rule.organization_id,
         *_editable(rule),
@@ -159,7 +205,8 @@ async def update_rule(ex: Executor, rule: PolicyRule) -> None:
     """Store every editable field of an existing rule (its id, organization and creation stay)."""
     await ex.execute(
         "UPDATE policy_rules SET subject_type = $2, subject_id = $3, effect = $4, models = $5,"
-        " budget_micros = $6, budget_period = $7, rpm = $8, tpm = $9, description = $10, updated_at = $11"
+        " budget_micros = $6, budget_period = $7, rpm = $8, tpm = $9, description = $10, content = $11,"
+        " updated_at = $12"
         " WHERE id = $1",
         rule.id,
         *_editable(rule),

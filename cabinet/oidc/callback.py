@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from modelgate.cabinet.audit_repository import Actor, record
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.oidc.accounts import account_for, has_email, verified_email
 from modelgate.cabinet.oidc.code_exchange import fetch_userinfo, oauth_error_code, redeem_code
@@ -32,6 +31,7 @@ from modelgate.cabinet.oidc.runtime import SsoRuntime, sso_of
 from modelgate.cabinet.oidc.urls import CALLBACK_PATH, callback_url, with_query
 from modelgate.cabinet.requests import json_response
 from modelgate.cabinet.services import CabinetServices, services_of
+from modelgate.domain.audit_log import Actor, record
 from modelgate.storage import IntegrityViolation
 
 log = logging.getLogger("modelgate.cabinet.oidc")

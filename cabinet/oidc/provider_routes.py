@@ -7,7 +7,6 @@ from dataclasses import replace
 from aiohttp import web
 
 from modelgate.cabinet.audit import actor_of
-from modelgate.cabinet.audit_repository import record
 from modelgate.cabinet.auth import Principal, authenticate
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.oidc.discovery import DiscoveryError, discover
@@ -27,6 +26,7 @@ from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.users import ADMIN_ROLES
+from modelgate.domain.audit_log import record
 from modelgate.domain.tokens import new_id
 from modelgate.storage import IntegrityViolation
 from modelgate.storage.database import Executor
