@@ -91,8 +91,8 @@ class AnswerStreamGuard:
         """wire: "chat" | "completions" | "responses" | "messages" (the client's SSE format); window: the
         longest match in chars; hold: whether text is held back (block or redact rules apply)."""
         handlers = {
-            "chat": self._chat,
-            "completions": self._completions,
+            "chat": self._choices,
+            "completions": self._choices,
             "responses": self._responses,
             "messages": self._messages,
         }
@@ -299,7 +299,8 @@ class AnswerStreamGuard:
 
     # -- formats: each handler returns None (pass the event as it came), a payload to send, or _DROP ------
 
-    def _chat(self, event: SseEvent, out: list[bytes]) -> Any:
+    def _choices(self, event: SseEvent, out: list[bytes]) -> Any:
+        """Chat and completions chunks: a channel per choice (and tool call), ended by its finish_reason."""
         if event.data == b"[DONE]":
             self._end(lambda key: True, (), out)
             return None
@@ -310,9 +311,10 @@ class AnswerStreamGuard:
                 continue
             index = choice.get("index", 0)
             ending = choice.get("finish_reason") is not None
-            delta = choice.get("delta")
             touched: list[Key] = []
-            if isinstance(delta, dict):
+            if self._wire == "completions":
+                changed |= self._delta(choice, "text", ("text", index), ending, event, chunk, touched)
+            elif isinstance(delta := choice.get("delta"), dict):
                 for field in _CHAT_TEXTS:
                     changed |= self._delta(delta, field, (field, index), ending, event, chunk, touched)
                 for call in delta.get("tool_calls") or ():
@@ -321,20 +323,6 @@ class AnswerStreamGuard:
                     changed |= self._delta(function, "arguments", key, ending, event, chunk, touched)
             if ending:
                 self._end(lambda key, index=index: key[1] == index, touched, out)
-        return chunk if changed else None
-
-    def _completions(self, event: SseEvent, out: list[bytes]) -> Any:
-        if event.data == b"[DONE]":
-            self._end(lambda key: True, (), out)
-            return None
-        chunk = _payload(event)
-        changed = False
-        for choice in (chunk.get("choices") if chunk else None) or ():
-            if not isinstance(choice, dict):
-                continue
-            key = ("text", choice.get("index", 0))
-            ending = choice.get("finish_reason") is not None
-            changed |= self._delta(choice, "text", key, ending, event, chunk, [])
         return chunk if changed else None
 
     def _delta(
