@@ -9,7 +9,7 @@ ends the channel. Events that carry no text pass byte-identical.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -180,7 +180,14 @@ class AnswerStreamGuard:
             out.append(raw)
             return
         event = events[0]
-        payload = self._handle(event, out)
+        mark, released = len(out), self._released
+        try:
+            payload = self._handle(event, out)
+        except AnswerBlocked:
+            # Nothing of the blocked event goes out, so none of it counts as released either.
+            del out[mark:]
+            self._released = released
+            raise
         if payload is None:
             out.append(raw)
             return
@@ -228,7 +235,7 @@ class AnswerStreamGuard:
         self._released += len(released)
         return released
 
-    def _report(self, channel: _Channel, hits: Any, base: int) -> None:
+    def _report(self, channel: _Channel, hits: Sequence[Hit], base: int) -> None:
         """Give each new hit to `seen` once (offsets into the channel's whole text); raise on a block hit."""
         for hit in hits:
             if hit.action == "block":
@@ -434,7 +441,7 @@ def _frame(name: str | None, payload: dict[str, Any]) -> bytes:
     return named_frame(name.encode(), payload) if name else data_frame(payload)
 
 
-def _cut_outside_redactions(hits: Any, cut: int) -> int:
+def _cut_outside_redactions(hits: Sequence[Hit], cut: int) -> int:
     """`cut`, or the start of the redaction it would split or end at: a redaction goes out whole, and one
     ending right at the cut stays held so a match adjacent to it still merges into one replacement."""
     spans = sorted((hit.start, hit.end) for hit in hits if hit.action == "redact")

@@ -229,6 +229,17 @@ def test_what_a_chunk_released_before_a_block_is_kept_in_the_exception() -> None
     assert delivered("chat", blocked.value.tail) == {("content", 0): "safe text h"}
 
 
+def test_text_of_the_blocked_event_is_neither_sent_nor_counted_as_released() -> None:
+    guarded = guard("chat")
+    choices = [
+        {"index": 0, "delta": {"content": "plenty of safe text"}, "finish_reason": None},
+        {"index": 1, "delta": {"content": "boom"}, "finish_reason": None},
+    ]
+    with pytest.raises(AnswerBlocked) as blocked:
+        guarded.feed(data_frame({"id": "chatcmpl-1", "choices": choices}))
+    assert (blocked.value.tail, guarded.released_chars) == (b"", 0)
+
+
 # -- flag only: nothing held --------------------------------------------------------------------------
 
 
