@@ -4,12 +4,15 @@ The scanner counts the whole body and each part against the route group's limits
 only small text fields (`model`, `n`, `seconds`, ...). The head of the body, up to the end of the `model`
 field, is read before routing (that field names the model, so it must come before any file part); the rest
 is relayed to the chosen row as it arrives, with back-pressure from the upstream back to the client.
+
+A text guard (the content policy) sees each text field whole before any of its bytes are relayed: only that
+field is held meanwhile (at most FIELD_MAX bytes), never a file part.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -18,18 +21,28 @@ from modelgate.proxy.http.body_decoding import BodySource
 
 MiB = 1024 * 1024
 MODEL_FIRST = "the `model` field must come before file parts in multipart bodies"
-FIELD_MAX = 64 * 1024  # text fields the gateway keeps; larger ones pass through unread
+FIELD_MAX = 64 * 1024  # text fields the gateway keeps; larger ones pass through unread (without a guard)
 HEAD_MAX = 1 * MiB  # what may precede the end of the `model` field (held in memory before routing)
 _HEADERS_MAX = 16 * 1024
 _PREAMBLE_MAX = 16 * 1024
 
 _DISPOSITION_PARAM = re.compile(r'(\w+)\*?=(?:"((?:[^"\\]|\\.)*)"|([^;]+))')
 
+TextGuard = Callable[[str, str], str]  # (field name, value) -> the value to send; may raise a GatewayError
+
 
 def request_too_large(limit: int) -> RequestTooLarge:
     """413 for a whole body over `limit` bytes."""
     size = f"{limit // MiB} MiB" if limit >= MiB else f"{limit} bytes"
     return RequestTooLarge(f"request body is larger than the {size} allowed on this route")
+
+
+def field_too_large_to_check(name: str | None) -> InvalidRequest:
+    """400 for a text field the text guard cannot hold whole."""
+    return InvalidRequest(
+        f"multipart text field {name or '?'!r} is larger than the {FIELD_MAX // 1024} KiB "
+        "that can be checked against the content policy"
+    )
 
 
 def boundary_of(content_type: str) -> bytes:
@@ -65,6 +78,16 @@ class MultipartLimits:
     part: int
 
 
+@dataclass(frozen=True, slots=True)
+class TextField:
+    """A complete text field: its name, its value, and the body offsets of the value's bytes."""
+
+    name: str
+    value: str
+    start: int
+    end: int
+
+
 class _State(Enum):
     PREAMBLE = 1
     DELIMITER = 2
@@ -90,8 +113,11 @@ class MultipartScanner:
         "_part_start",
         "_state",
         "complete",
+        "completed",
         "fields",
         "file_before_model",
+        "guarded",
+        "oversized",
         "spans",
         "total",
     )
@@ -112,6 +138,21 @@ class MultipartScanner:
         self.spans: dict[str, tuple[int, int]] = {}  # body offsets of each kept field's value
         self.file_before_model = False
         self.complete = False  # the closing delimiter was seen
+        self.completed: list[TextField] = []  # every kept field, in body order, until `take_fields`
+        self.guarded = False  # a text field too large to keep is refused instead of passed through
+        self.oversized: str | None = None  # the first text field that was too large to keep
+
+    @property
+    def held_from(self) -> int | None:
+        """The body offset where the text field being read begins; None outside one."""
+        if self._state is _State.CONTENT and self._field is not None:
+            return self._part_start
+        return None
+
+    def take_fields(self) -> list[TextField]:
+        """The fields completed since the last call, in body order."""
+        fields, self.completed = self.completed, []
+        return fields
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
@@ -218,14 +259,21 @@ class MultipartScanner:
         field = self._field
         if field is not None:
             if len(field) + len(content) > FIELD_MAX:
+                if self.guarded:
+                    raise field_too_large_to_check(self._part_name)
                 self._field = None  # too large to keep: it passes through unread
+                self.oversized = self.oversized or self._part_name
             else:
                 field += content
 
     def _end_part(self) -> None:
-        if self._field is not None and self._part_name:
-            self.fields[self._part_name] = self._field.decode("utf-8", "replace")
-            self.spans[self._part_name] = (self._part_start, self._part_start + self._part_size)
+        name = self._part_name
+        if self._field is not None and name:
+            value = self._field.decode("utf-8", "replace")
+            start, end = self._part_start, self._part_start + self._part_size
+            self.fields[name] = value
+            self.spans[name] = (start, end)
+            self.completed.append(TextField(name, value, start, end))
         self._field = None
 
 
@@ -240,12 +288,19 @@ class StreamedMultipart:
         self._content = content
         self._scanner = MultipartScanner(boundary_of(content_type), limits)
         self._head = b""
+        self._head_fields: list[TextField] = []  # the head's fields, for a guard installed after routing
         self._length = declared
+        self._guard: TextGuard | None = None
+        # Field values sent in place of the client's: start offset -> (end offset, bytes), applied as the
+        # bytes are relayed, so every offset stays the client's.
+        self._edits: dict[int, tuple[int, bytes]] = {}
+        self._held = b""  # bytes of a text field not yet checked, from body offset `_held_at`
+        self._held_at = 0
         self.error: GatewayError | None = None
 
     @property
     def length(self) -> int | None:
-        """The Content-Length to send upstream, when the client declared one."""
+        """The Content-Length to send upstream: the client's, adjusted to the edits; None when not known."""
         return self._length
 
     @property
@@ -269,6 +324,7 @@ class StreamedMultipart:
         if scanner.file_before_model:
             raise InvalidRequest(MODEL_FIRST)
         self._head = b"".join(chunks)
+        self._head_fields = scanner.take_fields()
         return dict(scanner.fields)
 
     def rewrite_model(self, name: str) -> None:
@@ -276,28 +332,82 @@ class StreamedMultipart:
         span = self._scanner.spans.get("model")
         if span is None or self._scanner.fields.get("model") == name:
             return
-        start, end = span
-        encoded = name.encode()
-        self._head = self._head[:start] + encoded + self._head[end:]
-        if self._length is not None:
-            self._length += len(encoded) - (end - start)
+        self._edit(*span, name.encode())
         self._scanner.fields["model"] = name
+
+    def set_text_guard(self, guard: TextGuard) -> None:
+        """Check every text field but `model` with `guard(name, value)` before its bytes leave the gateway;
+        the value it returns is sent instead. Install it before the body is relayed: the head's fields are
+        checked now (a GatewayError it raises is the caller's), the others as they complete."""
+        scanner = self._scanner
+        if scanner.oversized is not None:
+            raise field_too_large_to_check(scanner.oversized)
+        self._guard = guard
+        scanner.guarded = True
+        fields, self._head_fields = self._head_fields, []
+        for field in fields:
+            self._check(field)
+        if not scanner.complete:
+            # A field still to come may change length once the headers are out: the upload goes chunked.
+            self._length = None
+
+    def _check(self, field: TextField) -> None:
+        if field.name == "model" or self._guard is None:
+            return  # the model field names the row's model (rewrite_model), not text for the model
+        value = self._guard(field.name, field.value)
+        if value == field.value:
+            return  # the client's own bytes go out, even those that were not valid UTF-8
+        self._edit(field.start, field.end, value.encode("utf-8", "replace"))
+        if self._scanner.spans.get(field.name) == (field.start, field.end):
+            self._scanner.fields[field.name] = value
+
+    def _edit(self, start: int, end: int, replacement: bytes) -> None:
+        previous = self._edits.get(start)
+        was = end - start if previous is None else len(previous[1])
+        self._edits[start] = (end, replacement)
+        if self._length is not None:
+            self._length += len(replacement) - was
+
+    def _release(self, data: bytes) -> bytes:
+        """What may go upstream now that `data` (the next bytes of the body, already scanned) is in: the
+        bytes before any text field still being read, with the fields' edits applied."""
+        fields = self._scanner.take_fields()
+        if self._guard is None and not self._edits:
+            self._held_at += len(data)
+            return data
+        for field in fields:
+            self._check(field)
+        pending, at = self._held + data, self._held_at
+        held_from = self._scanner.held_from if self._guard is not None else None
+        until = at + len(pending) if held_from is None else held_from
+        out = []
+        for start in sorted(self._edits):
+            end, replacement = self._edits[start]
+            if end > until:
+                break
+            out += (pending[: start - at], replacement)
+            pending, at = pending[end - at :], end
+            del self._edits[start]
+        out.append(pending[: until - at])
+        self._held, self._held_at = pending[until - at :], until
+        return b"".join(out)
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._relay()
 
     async def _relay(self) -> AsyncIterator[bytes]:
         head, self._head = self._head, b""
-        if head:
-            yield head
         scanner = self._scanner
         try:
+            if head and (out := self._release(head)):
+                yield out
             while True:
                 chunk = await self._content.readany()
                 if not chunk:
                     break
                 scanner.feed(chunk)
-                yield chunk
+                if out := self._release(chunk):
+                    yield out
             scanner.finish()
         except GatewayError as error:
             # Raising here aborts the upstream request; the forwarder answers with this error.
