@@ -1,5 +1,6 @@
-"""StreamedMultipart's text guard: every text field is checked whole before any of its bytes are relayed, its
-answer is what goes upstream, a refusal aborts the upload, and file parts still stream; whatever the chunks."""
+"""StreamedMultipart's text guard: every text field is checked whole before any of its bytes are relayed,
+its answer is what goes upstream, a refusal aborts the upload, and file parts still stream; whatever the
+chunks."""
 
 from __future__ import annotations
 
@@ -41,6 +42,20 @@ def splits(data: bytes) -> Iterator[list[bytes]]:
     yield [data[i : i + 1] for i in range(len(data))]
 
 
+class Recorder:
+    """A guard that lets every value through, recording each call and how many bytes had been sent by then."""
+
+    def __init__(self, sent: list[bytes] | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.sent_before: dict[str, int] = {}
+        self._sent = sent if sent is not None else []
+
+    def __call__(self, name: str, value: str) -> str:
+        self.calls.append((name, value))
+        self.sent_before[name] = len(b"".join(self._sent))
+        return value
+
+
 def redact(name: str, value: str) -> str:
     return value.replace("secret", "[REDACTED:word]")
 
@@ -71,28 +86,23 @@ async def test_the_guard_s_answer_replaces_the_field_whatever_the_chunks() -> No
 
 async def test_the_guard_sees_every_text_field_but_the_model_once_in_body_order() -> None:
     for chunks in splits(BODY):
-        calls: list[tuple[str, str]] = []
+        guard = Recorder()
         stream = await opened(chunks)
-        stream.set_text_guard(lambda name, value: calls.append((name, value)) or value)
+        stream.set_text_guard(guard)
         await relayed(stream)
-        assert calls == [("prompt", "my secret cat"), ("n", "2")], chunks
+        assert guard.calls == [("prompt", "my secret cat"), ("n", "2")], chunks
 
 
 async def test_no_byte_of_a_text_field_is_relayed_before_the_guard_has_seen_it() -> None:
     for chunks in splits(BODY):
         sent: list[bytes] = []
-        seen_before: dict[str, int] = {}
-
-        def guard(name: str, value: str) -> str:
-            seen_before[name] = len(b"".join(sent))
-            return value
-
+        guard = Recorder(sent)
         stream = await opened(chunks)
         stream.set_text_guard(guard)
         async for chunk in stream:
             sent.append(chunk)
-        assert seen_before["prompt"] <= BODY.index(b"my secret cat"), chunks
-        assert seen_before["n"] <= BODY.rindex(b"\r\n2\r\n") + 2, chunks
+        assert guard.sent_before["prompt"] <= BODY.index(b"my secret cat"), chunks
+        assert guard.sent_before["n"] <= BODY.rindex(b"\r\n2\r\n") + 2, chunks
 
 
 async def test_a_refusal_after_the_head_aborts_the_upload_before_the_field_leaves() -> None:
@@ -125,10 +135,10 @@ async def test_a_refusal_of_a_field_in_the_head_is_raised_when_the_guard_is_inst
 
 
 async def test_fields_in_the_head_are_checked_when_the_guard_is_installed() -> None:
-    calls: list[str] = []
+    guard = Recorder()
     stream = await opened([BODY])
-    stream.set_text_guard(lambda name, value: calls.append(name) or value)
-    assert calls == ["prompt", "n"]
+    stream.set_text_guard(guard)
+    assert [name for name, _ in guard.calls] == ["prompt", "n"]
 
 
 async def test_a_body_whole_in_the_head_keeps_an_exact_content_length_after_edits() -> None:
@@ -174,7 +184,7 @@ async def test_a_replacement_is_sent_as_utf_8() -> None:
 async def test_a_field_the_guard_leaves_alone_keeps_its_bytes_even_when_not_utf_8() -> None:
     data = body(("model", None, b"m"), ("prompt", None, b"caf\xe9"))
     stream = await opened([data])
-    stream.set_text_guard(lambda name, value: value)
+    stream.set_text_guard(Recorder())
     assert await relayed(stream) == data
 
 
@@ -205,11 +215,11 @@ async def test_a_text_field_too_large_to_check_in_the_head_is_400_when_the_guard
 
 async def test_a_text_field_of_exactly_the_limit_is_checked() -> None:
     data = body(("model", None, b"m"), ("prompt", None, b"x" * FIELD_MAX))
-    calls: list[int] = []
+    guard = Recorder()
     stream = await opened([data[:100], data[100:]])
-    stream.set_text_guard(lambda name, value: calls.append(len(value)) or value)
+    stream.set_text_guard(guard)
     assert await relayed(stream) == data
-    assert calls == [FIELD_MAX]
+    assert [len(value) for _, value in guard.calls] == [FIELD_MAX]
 
 
 async def test_without_a_guard_a_large_text_field_passes_through_unread() -> None:
