@@ -380,6 +380,15 @@ def test_messages_tool_input_json_is_guarded_per_block() -> None:
     assert delivered("messages", out) == {("block", 1): f'{{"q":"{SECRET}"}}', ("block", 2): '{"q":"cret"}'}
 
 
+def test_a_messages_delta_whose_text_is_all_held_is_left_out() -> None:
+    assert guard("messages").feed(message_delta(0, "text_delta", "abc")) == b""
+
+
+def test_a_chat_chunk_whose_text_is_all_held_goes_out_with_empty_content() -> None:
+    out = guard("chat").feed(chat_chunk({"content": "abc"}))
+    assert events(out)[0][1]["choices"][0]["delta"] == {"content": ""}
+
+
 def test_events_without_text_pass_byte_identical() -> None:
     stream = messages_stream("a secret")
     out = run(guard("messages"), stream)
