@@ -66,8 +66,22 @@ def response_items(slots: list[TextSlot], items: list) -> None:
             collect_parts(slots, item, "output", RESPONSES_PARTS)
 
 
+def _prompt_variables(slots: list[TextSlot], payload: dict) -> None:
+    """A stored prompt's variables (`prompt.variables`): strings or input_text parts put into the prompt."""
+    prompt = payload.get("prompt")
+    variables = prompt.get("variables") if isinstance(prompt, dict) else None
+    if not isinstance(variables, dict):
+        return
+    for name, value in variables.items():
+        if isinstance(value, str):
+            slots.append(TextSlot(variables, name))
+        elif isinstance(value, dict) and value.get("type") == "input_text":
+            collect_text(slots, value, "text")
+
+
 def _responses(slots: list[TextSlot], payload: dict) -> None:
     collect_text(slots, payload, "instructions")
+    _prompt_variables(slots, payload)
     value = payload.get("input")
     if isinstance(value, str):
         slots.append(TextSlot(payload, "input"))

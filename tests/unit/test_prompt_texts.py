@@ -129,6 +129,12 @@ def test_responses_function_calls_and_outputs_are_texts() -> None:
     assert texts("responses", {"input": items}) == ['{"q": "x"}', "found", "parts"]
 
 
+def test_responses_stored_prompt_variables_are_texts() -> None:
+    variables = {"name": "Ann", "topic": {"type": "input_text", "text": "tax"}, "pic": {"type": "x"}}
+    payload = {"prompt": {"id": "pmpt_1", "version": "2", "variables": variables}}
+    assert texts("responses", payload) == ["Ann", "tax"]
+
+
 def test_responses_reasoning_and_unknown_items_are_skipped() -> None:
     items = [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "thought"}]}, {"type": 5}]
     assert texts("responses", {"input": items}) == []
