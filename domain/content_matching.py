@@ -205,10 +205,11 @@ class _FoldedText:
     def of(cls, text: str) -> _FoldedText:
         if text.isascii():
             return cls(text.lower(), [0], [0], [-1])
-        folded = text.translate(_FOLD_TABLE)
-        # Each character folded to one and nothing composes: offsets are the original's.
-        if len(folded) == len(text) and unicodedata.is_normalized("NFC", folded):
-            return cls(folded, [0], [0], [-1])
+        # Already NFKC, and casefolding turns each character into one: offsets are the original's.
+        if unicodedata.is_normalized("NFKC", text):
+            folded = text.casefold()
+            if len(folded) == len(text) and unicodedata.is_normalized("NFKC", folded):
+                return cls(folded, [0], [0], [-1])
         return cls._by_sequence(text)
 
     @classmethod
