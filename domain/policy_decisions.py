@@ -16,6 +16,7 @@ import calendar
 import time
 from dataclasses import dataclass
 
+from modelgate.domain.content_rules import ContentRules, compile_content
 from modelgate.domain.policy_rules import PolicyRule, policy_rules_of
 from modelgate.storage.database import Database
 
@@ -31,6 +32,7 @@ class Decision:
     budget_rules: tuple[PolicyRule, ...]
     rpm: int | None
     tpm: int | None
+    content: ContentRules | None = None  # the content rules that apply, compiled
 
 
 ALLOW_ALL = Decision(False, False, (), None, None)
@@ -46,12 +48,14 @@ def period_start(period: str, now: float) -> float:
 class CompiledPolicy:
     """The rules of one organization, with decisions cached per (key, system, model)."""
 
-    __slots__ = ("_decisions", "organization_id", "rules")
+    __slots__ = ("_content", "_decisions", "organization_id", "rules")
 
     def __init__(self, organization_id: str, rules: tuple[PolicyRule, ...]) -> None:
         self.organization_id = organization_id
         self.rules = rules
         self._decisions: dict[tuple[str, str | None, str], Decision] = {}
+        # Compiled content rules by the ids of the rules in them: keys and models sharing a set share one.
+        self._content: dict[tuple[str, ...], ContentRules | None] = {}
 
     def decide(self, key_id: str, system_id: str | None, model: str) -> Decision:
         cache_key = (key_id, system_id, model)
@@ -79,7 +83,16 @@ class CompiledPolicy:
                 rpm = rule.rpm
             if tpm is None and rule.tpm is not None:
                 tpm = rule.tpm
-        return Decision(denied, not_enabled, budgets, rpm, tpm)
+        return Decision(denied, not_enabled, budgets, rpm, tpm, self._compiled_content(matching))
+
+    def _compiled_content(self, matching: list[PolicyRule]) -> ContentRules | None:
+        rules = [r for r in matching if r.content is not None]
+        if not rules:
+            return None
+        ids = tuple(r.id for r in rules)
+        if ids not in self._content:
+            self._content[ids] = compile_content(rules)
+        return self._content[ids]
 
 
 class PolicyDirectory:

@@ -17,6 +17,7 @@ from modelgate.domain.accounts import (
     CrashSettlements,
 )
 from modelgate.domain.allowance import AllowanceGrants
+from modelgate.domain.audit_writer import AuditWriter
 from modelgate.domain.counters import Counters, InProcessCounters
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.policy_decisions import PolicyDirectory
@@ -51,6 +52,7 @@ class Gateway:
     objects: ObjectStore
     counters: Counters
     ledger: LedgerWriter
+    audit: AuditWriter  # the model API's own audit entries (content rules), written in batches
     policies: PolicyDirectory
     accounts: Accounts
     in_flight_ids: InFlightIds
@@ -146,6 +148,7 @@ class Gateway:
                 objects=ObjectStore(db),
                 counters=counters,
                 ledger=ledger,
+                audit=AuditWriter(db),
                 policies=policies,
                 accounts=accounts,
                 in_flight_ids=InFlightIds(bus.client if bus else None),
@@ -160,6 +163,7 @@ class Gateway:
             gateway.runtime = build_runtime(config, gateway)
             gateway.follow_config(accounts.use_config)
             ledger.start()
+            gateway.audit.start()
             await counters.start()
             # Also where channels exist: NOTIFY and pub/sub drop what is sent while a listener reconnects.
             accounts.follow_stored_events()
@@ -207,6 +211,7 @@ class Gateway:
         await self.counters.flush()  # the rows that follow their settlements' batch (UsageMetering)
         # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.
         await self.ledger.stop(self.config.server.shutdown_grace_seconds)
+        await self.audit.stop(self.config.server.shutdown_grace_seconds)
         await self.objects.drain()
         retiring = list(self._retiring)
         for task in retiring:  # every request has ended (or was cancelled): old clients close now

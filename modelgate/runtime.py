@@ -108,6 +108,7 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
         gateway.counters,
         gateway.accounts,
         gateway.ledger,
+        gateway.audit,
         gateway.metrics,
         gateway.tracer,
         gateway.realtime.secrets,

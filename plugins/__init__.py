@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from modelgate.config import Config
 from modelgate.config.loader import disableable_plugin
 from modelgate.domain.accounts import Accounts
+from modelgate.domain.audit_writer import AuditWriter
 from modelgate.domain.counters import Counters
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.policy_decisions import PolicyDirectory
@@ -15,6 +16,7 @@ from modelgate.plugins.admission import Admission
 from modelgate.plugins.auth import Auth
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.body_limits import BodyLimits
+from modelgate.plugins.content_policy import AnswerPolicy, PromptPolicy
 from modelgate.plugins.metrics import Metrics
 from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.native_features import NativeFeatures
@@ -57,6 +59,7 @@ class ChainServices:
     counters: Counters
     accounts: Accounts
     ledger: LedgerWriter
+    audit: AuditWriter
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     tracer: Tracer | None = None  # set when [tracing] is on
     realtime_secrets: RealtimeSecrets = field(default_factory=InProcessSecrets)
@@ -77,6 +80,7 @@ CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
     NativeFeatures,
     ObjectBindingPlugin,
     Policy,
+    PromptPolicy,
     OutputCaps,
     RateLimits,
     RealtimeCap,
@@ -87,6 +91,7 @@ CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
     AccessLog,
     Translation,
     UsageFilter,
+    AnswerPolicy,
     StreamErrors,
 )
 
@@ -120,6 +125,7 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         NativeFeatures(),  # 400 when thinking, caching or token counting has no native row left
         ObjectBindingPlugin(services.objects, services.catalog),  # follow-ups reach their row
         Policy(services.policies),  # 403 denied model, 404 model not enabled for the key
+        PromptPolicy(),  # 403 a content rule blocks the prompt; redacts it before it leaves
         OutputCaps(),  # 400 on max_tokens & co. above the model's context; fills in the cap it lacks
         RateLimits(services.config, services.counters),  # 429 RPM/TPM per key and organization
         RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
@@ -131,6 +137,8 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         # The answer's own steps, after every step that reads it as the provider wrote it:
         Translation(),  # into the route's wire format (502 when a whole answer cannot be), the client's model
         UsageFilter(),  # usage the client did not ask for, and providers' prices, kept from it
+        # Content rules on the answer as the client gets it: 403 for a whole one, an error event ends a stream
+        AnswerPolicy(services.audit, services.metrics),
         StreamErrors(),  # a stream the provider broke off ends with an error event in the route's format
     ]
     if [p.name for p in plugins] != [p.name for p in CHAIN_PLUGINS]:  # a step added to one list only

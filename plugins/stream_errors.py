@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import orjson
 
-from modelgate.domain.errors import UpstreamUnavailable
+from modelgate.domain.errors import GatewayError, UpstreamUnavailable
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.envelopes import Envelope, envelope_a_body, envelope_b_body
@@ -24,9 +24,10 @@ class StreamErrors(Plugin):
         return stream_error_event(ctx.envelope)
 
 
-def stream_error_event(envelope: Envelope) -> bytes:
-    """The event that ends a broken stream in `envelope`'s format."""
-    error = UpstreamUnavailable()
+def stream_error_event(envelope: Envelope, error: GatewayError | None = None) -> bytes:
+    """The event that ends a stream in `envelope`'s format: a broken one (the model is unavailable) unless
+    another `error` ends it."""
+    error = error or UpstreamUnavailable()
     if envelope is Envelope.B:
         return b"event: error\ndata: " + orjson.dumps(envelope_b_body(error)) + b"\n\n"
     return b"data: " + orjson.dumps(envelope_a_body(error)) + b"\n\n"

@@ -153,6 +153,12 @@ class GatewayMetrics:
             ["status", "reason"],
             registry=registry,
         )
+        self.content_actions = Counter(
+            "modelgate_content_policy_actions",
+            "Content rules that blocked, redacted or flagged a request",
+            ["rule", "action", "where"],
+            registry=registry,
+        )
         self.realtime_sessions = Gauge(
             "modelgate_realtime_sessions",
             "Open realtime (WebSocket) sessions of this process.",

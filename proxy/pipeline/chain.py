@@ -6,7 +6,8 @@ Phases, in order, as in a proxy's filter chain (Envoy's decode/encode filters):
 - `on_response_head(ctx, head)`: the upstream answered; may change `head.status` and `head.headers`;
 - `on_chunk(ctx, chunk) -> bytes`: each piece of the answer (a whole answer is one piece), returning the
   bytes to pass on: the same bytes to observe only, others to rewrite, b"" to hold them back (the later
-  steps see nothing of them until they are released); cheap, and never buffering a stream;
+  steps see nothing of them until they are released); cheap, and never buffering a stream; raising
+  `StreamCut` ends a stream (a GatewayError refuses a whole answer);
 - `on_end(ctx, tail) -> bytes`: a streamed answer ended; returns `tail` (what the earlier steps released)
   followed by whatever this step still held;
 - `on_stream_error(ctx, error) -> bytes`: the provider broke off a stream whose bytes reached the client;
@@ -30,6 +31,15 @@ from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 # What the model API's handler puts on every context before the first step runs.
 GIVEN = frozenset({"request", "request_id", "started"})
 _CONTEXT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestContext))
+
+
+class StreamCut(Exception):
+    """Raised by a response step to end a streamed answer now: `closing` (an error event in the route's
+    format) goes out last and the provider's stream is let go. The step sets `ctx.outcome` first."""
+
+    def __init__(self, closing: bytes) -> None:
+        super().__init__("stream cut by a response step")
+        self.closing = closing
 
 
 class ChainOrderError(ValueError):

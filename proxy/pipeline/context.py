@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from modelgate.domain.media import MediaUsageReader
     from modelgate.domain.policy_decisions import CompiledPolicy, Decision, PolicyRule
     from modelgate.domain.usage import StreamUsageScanner
+    from modelgate.proxy.content.answer_stream import AnswerStreamGuard
+    from modelgate.proxy.content.redaction import Hit
     from modelgate.proxy.http.multipart import StreamedMultipart
     from modelgate.proxy.pipeline.route_table import Route
     from modelgate.proxy.realtime.secrets import RealtimeClaim
@@ -42,6 +44,7 @@ class AnswerHead:
     # The response steps' own state for this answer:
     stream_translator: StreamTranslator | None = None  # plugins.translation, for a streamed answer
     usage_filter: ProviderPriceFilter | None = None  # plugins.usage_filter
+    content_guard: AnswerStreamGuard | None = None  # plugins.content_policy, for a streamed answer
 
 
 @dataclass(slots=True)
@@ -133,6 +136,9 @@ class RequestContext:
     # each row that failed during this request with why ("unreachable", "http_503", ...).
     first_byte_at: float | None = None
     row_failures: list[tuple[RoutingRow, str]] = field(default_factory=list)
+    # What content rules found (plugins.content_policy): (where, hit) with where "prompt" or "answer"; None
+    # until the first one, so a request no rule touches allocates nothing.
+    content_hits: list[tuple[str, Hit]] | None = None
 
     def upstream_body(self) -> bytes:
         """The body to send upstream: the client's bytes unless a plugin changed the payload."""
@@ -172,4 +178,14 @@ def entry_for(
         units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
         outcome=outcome,
         row_id=row_id,
+        content_action=content_action(ctx.content_hits) if ctx.content_hits else "",
     )
+
+
+_CONTENT_ACTIONS = (("block", "blocked"), ("redact", "redacted"), ("flag", "flagged"))
+
+
+def content_action(hits: list[tuple[str, Hit]]) -> str:
+    """What content rules did to a request (its ledger row): the strongest of blocked, redacted, flagged"""
+    actions = {hit.action for _, hit in hits}
+    return next((done for action, done in _CONTENT_ACTIONS if action in actions), "")

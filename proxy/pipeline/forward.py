@@ -23,7 +23,7 @@ from modelgate.domain.errors import (
     UpstreamUnavailable,
 )
 from modelgate.domain.usage import StreamUsageScanner
-from modelgate.proxy.pipeline.chain import PluginChain
+from modelgate.proxy.pipeline.chain import PluginChain, StreamCut
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.envelopes import stamp_request_id
 from modelgate.proxy.pipeline.failover import RowAttempts, log_failed_attempt
@@ -284,6 +284,12 @@ class Forwarder:
                 await response.write(b"".join([hook(ctx, exc) for hook in chain.stream_error_hooks]))
             except ConnectionError:
                 return response  # the client left too
+        except StreamCut as cut:
+            # A step ended the stream (a content rule): its closing event goes out, the provider is let go.
+            try:
+                await response.write(cut.closing)
+            except ConnectionError:
+                return response
         except ConnectionError:
             # The client went away mid-stream: charged for what it was sent (see BillingGate.final_cost).
             if not ctx.outcome:

@@ -1,0 +1,76 @@
+"""Content rules as the model API applies them: the rules that apply to a request, compiled into one matcher
+for its prompt and one for its answer.
+
+A set of rules is compiled once (per organization policy, per distinct set of applicable rules) and reused by
+every request until a rule changes; compiling never happens per request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from modelgate.domain.content_matching import ContentMatcher, ContentRuleError, ContentTerm, check_term
+from modelgate.domain.policy_rules import PolicyRule
+
+log = logging.getLogger("modelgate.content_rules")
+
+# When two rules match the same text, the strongest action is taken.
+ACTION_STRENGTH = {"flag": 1, "redact": 2, "block": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ContentScope:
+    """The content rules that apply to one side of a request (its prompt or its answer), compiled."""
+
+    matcher: ContentMatcher
+    actions: Mapping[str, str]  # rule id → block | redact | flag
+    hold: bool  # a block or redact rule applies: a stream holds back a window of text until it is checked
+    window: int  # the longest text a match can span, in characters
+
+
+@dataclass(frozen=True, slots=True)
+class ContentRules:
+    """What the content rules say for one (key, system, model): the prompt's and the answer's scope."""
+
+    prompt: ContentScope | None
+    answer: ContentScope | None
+
+
+def _terms(rule: PolicyRule) -> list[ContentTerm]:
+    """The rule's terms; one the matcher no longer accepts (checked at creation) is skipped and logged."""
+    spec = rule.content
+    terms: list[ContentTerm] = []
+    for kind, values in (("phrase", spec.phrases), ("pattern", spec.patterns), ("detector", spec.detectors)):
+        for value in values:
+            try:
+                check_term(kind, value)
+            except ContentRuleError as exc:
+                log.error("content rule %s: a %s is skipped: %s", rule.id, kind, exc)
+                continue
+            terms.append(ContentTerm(rule.id, kind, value))
+    return terms
+
+
+def _scope(rules: Sequence[PolicyRule]) -> ContentScope | None:
+    terms = [term for rule in rules for term in _terms(rule)]
+    if not terms:
+        return None
+    matcher = ContentMatcher.compile(terms)
+    actions = {rule.id: rule.effect for rule in rules}
+    hold = any(action != "flag" for action in actions.values())
+    return ContentScope(matcher, actions, hold, matcher.longest_match)
+
+
+def compile_content(rules: Sequence[PolicyRule]) -> ContentRules | None:
+    """Compile the content rules among `rules` (those already known to apply to the request's subject and
+    model); None when there are none."""
+    content = [rule for rule in rules if rule.content is not None]
+    if not content:
+        return None
+    prompt = _scope([r for r in content if r.content.where in ("prompt", "both")])
+    answer = _scope([r for r in content if r.content.where in ("answer", "both")])
+    if prompt is None and answer is None:
+        return None
+    return ContentRules(prompt, answer)
