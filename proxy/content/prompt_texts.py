@@ -6,10 +6,17 @@ are checked as they stream (`StreamedMultipart.set_text_guard`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from modelgate.proxy.content.text_slots import TextSlot, collect_parts, collect_strings, collect_text, dicts
+from modelgate.proxy.content.text_slots import (
+    Collector,
+    TextSlot,
+    collect_parts,
+    collect_strings,
+    collect_text,
+    dicts,
+    slots_of,
+)
 
 # Content parts by type, and the key of each one's text.
 CHAT_PARTS = {"text": "text", "input_text": "text", "refusal": "refusal"}
@@ -94,19 +101,22 @@ def anthropic_blocks(slots: list[TextSlot], message: dict, key: str) -> None:
     value = message.get(key)
     if isinstance(value, str):
         slots.append(TextSlot(message, key))
-        return
     for block in dicts(value):
-        kind = block.get("type")
-        if kind == "text":
-            collect_text(slots, block, "text")
-        elif kind == "tool_use" and isinstance(block.get("input"), dict):
-            collect_strings(slots, block, "input")
-        elif kind == "tool_result":
-            collect_parts(slots, block, "content", ANTHROPIC_BLOCKS)
-        elif kind == "document":
-            source = block.get("source")
-            if isinstance(source, dict) and source.get("type") == "text":
-                collect_text(slots, source, "data")
+        _anthropic_block(slots, block)
+
+
+def _anthropic_block(slots: list[TextSlot], block: dict) -> None:
+    kind = block.get("type")
+    if kind == "text":
+        collect_text(slots, block, "text")
+    elif kind == "tool_use" and isinstance(block.get("input"), dict):
+        collect_strings(slots, block, "input")
+    elif kind == "tool_result":
+        collect_parts(slots, block, "content", ANTHROPIC_BLOCKS)
+    elif kind == "document":
+        source = block.get("source")
+        if isinstance(source, dict) and source.get("type") == "text":
+            collect_text(slots, source, "data")
 
 
 def _messages(slots: list[TextSlot], payload: dict) -> None:
@@ -173,7 +183,7 @@ def _realtime_secret(slots: list[TextSlot], payload: dict) -> None:
         collect_text(slots, session, "instructions")
 
 
-_BY_ROUTE: dict[str, Callable[[list[TextSlot], dict], None]] = {
+_BY_ROUTE: dict[str, Collector] = {
     "chat_completions": _chat,
     "completions": _completions,
     "responses": _responses,
@@ -189,9 +199,4 @@ _BY_ROUTE: dict[str, Callable[[list[TextSlot], dict], None]] = {
 
 def prompt_slots(route_name: str, payload: dict[str, Any]) -> list[TextSlot]:
     """Every text of a JSON request body the model sees, in body order; [] for routes without any."""
-    collect = _BY_ROUTE.get(route_name)
-    if collect is None or not isinstance(payload, dict):
-        return []
-    slots: list[TextSlot] = []
-    collect(slots, payload)
-    return slots
+    return slots_of(_BY_ROUTE, route_name, payload)

@@ -7,7 +7,7 @@ a fixed depth, and `collect_strings` walks free-form JSON with a stack of its ow
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,3 +67,17 @@ def collect_parts(slots: list[TextSlot], container: dict, key: str, parts: Mappi
         field = parts.get(kind) if isinstance(kind, str) else None  # a list or object type is no key
         if field is not None:
             collect_text(slots, part, field)
+
+
+Collector = Callable[[list[TextSlot], dict], None]  # adds the slots of one route's body
+
+
+def slots_of(collectors: Mapping[str, Collector], route_name: str, body: Any) -> list[TextSlot]:
+    """The slots `collectors[route_name]` finds in `body`; [] for a route without one or a body that is no
+    object."""
+    collect = collectors.get(route_name)
+    if collect is None or not isinstance(body, dict):
+        return []
+    slots: list[TextSlot] = []
+    collect(slots, body)
+    return slots
