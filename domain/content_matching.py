@@ -113,6 +113,8 @@ def _compile_pattern(source: str, max_mem: int = PATTERN_MAX_MEM) -> re2._Regexp
         regex = re2.compile(source, _options(max_mem))
     except re2.error as error:
         raise ContentRuleError(_compile_failure(str(error.args[0] if error.args else error))) from None
+    if _uses_any_byte(source):
+        raise ContentRuleError("the pattern uses \\C (any byte), which can end a match inside a character")
     if _matches_empty(source, regex):
         raise ContentRuleError("the pattern matches the empty string; it must match at least one character")
     return regex
@@ -129,6 +131,15 @@ def _compile_failure(message: str) -> str:
     if "pattern too large" in message:
         return f"the pattern's program is larger than the {PATTERN_MAX_MEM >> 10} KiB budget of a pattern"
     return f"the pattern is not valid RE2 syntax: {message}"
+
+
+def _uses_any_byte(source: str) -> bool:
+    escaped = False
+    for char in source:
+        if escaped and char == "C":
+            return True
+        escaped = not escaped and char == "\\"
+    return False
 
 
 def _matches_empty(source: str, regex: re2._Regexp) -> bool:
@@ -183,15 +194,47 @@ class _FoldTable(dict):
         return folded
 
 
+class _FoldedSequences(dict):
+    """Each combining sequence's fold; filled as sequences are met, up to a bound."""
+
+    def __missing__(self, sequence: str) -> str:
+        folded = _fold(sequence)
+        if len(self) < 1 << 16:
+            self[sequence] = folded
+        return folded
+
+
+class _Unusual(dict):
+    """Whether a character cannot be folded alone into one character: a combining mark (folded with its
+    starter) or a character folding into several (ß into ss). Filled as characters are met, up to a bound."""
+
+    def __missing__(self, char: str) -> bool:
+        unusual = bool(unicodedata.combining(char)) or len(_FOLD_TABLE[ord(char)]) != 1
+        if len(self) < 1 << 16:
+            self[char] = unusual
+        return unusual
+
+
 _FOLD_TABLE = _FoldTable()
-_ASCII_RUN = re.compile(r"[\x00-\x7f]*")
+_UNUSUAL = _Unusual()
+_SEQUENCES = _FoldedSequences()
+
+
+def _fold_whole(text: str) -> tuple[str, bool]:
+    """The fold of a non-ASCII text, in C, and whether each character folded into one (offsets unchanged)."""
+    if unicodedata.is_normalized("NFKC", text):
+        folded = text.casefold()
+        if len(folded) == len(text) and unicodedata.is_normalized("NFKC", folded):
+            return folded, True
+        return unicodedata.normalize("NFKC", folded), False
+    return _fold(text), False
 
 
 class _FoldedText:
     """A text in folded form, and the way back from its offsets to the original's.
 
-    Runs that fold one character to one are kept as linear pieces; every other combining sequence (a starter
-    and its marks) is one block, so offsets map back to sequence boundaries."""
+    Runs folding one character into one are linear pieces; a character folding into several, and a combining
+    sequence (a starter and its marks), is one block: offsets map back to sequence boundaries."""
 
     __slots__ = ("_blocks", "_origins", "_starts", "text")
 
@@ -203,52 +246,42 @@ class _FoldedText:
 
     @classmethod
     def of(cls, text: str) -> _FoldedText:
-        if text.isascii():
-            return cls(text.lower(), [0], [0], [-1])
-        # Already NFKC, and casefolding turns each character into one: offsets are the original's.
-        if unicodedata.is_normalized("NFKC", text):
-            folded = text.casefold()
-            if len(folded) == len(text) and unicodedata.is_normalized("NFKC", folded):
-                return cls(folded, [0], [0], [-1])
-        return cls._by_sequence(text)
-
-    @classmethod
-    def _by_sequence(cls, text: str) -> _FoldedText:
+        """The folded text of `text`, sequence by sequence, with its offset map (a pass in Python)."""
+        unusual = "".join(sorted(char for char in set(text) if char > "\x7f" and _UNUSUAL[char]))
+        if not unusual:
+            return cls(text.translate(_FOLD_TABLE), [0], [0], [-1])
         pieces: list[str] = []
         starts: list[int] = []
         origins: list[int] = []
         blocks: list[int] = []
-        size = len(text)
-        position = folded_length = 0
-        linear_shift: int | None = None  # original - folded offset of the current linear piece
-        while position < size:
-            run_end = _ASCII_RUN.match(text, position).end()
-            if run_end < size and run_end > position and unicodedata.combining(text[run_end]):
-                run_end -= 1  # the last ASCII character starts the next combining sequence
-            if run_end > position:
-                sequence_end, folded = run_end, text[position:run_end].lower()
-                linear = True
-            else:
-                sequence_end = position + 1
-                while sequence_end < size and unicodedata.combining(text[sequence_end]):
-                    sequence_end += 1
-                sequence = text[position:sequence_end]
-                folded = _FOLD_TABLE[ord(sequence)] if sequence_end == position + 1 else _fold(sequence)
-                linear = sequence_end == position + 1 and len(folded) == 1
-            if not linear or linear_shift != position - folded_length:
-                starts.append(folded_length)
-                origins.append(position)
-                blocks.append(-1 if linear else sequence_end)
-            linear_shift = position - folded_length if linear else None
+
+        def add(origin: int, folded: str, block_end: int) -> None:
+            starts.append(starts[-1] + len(pieces[-1]) if pieces else 0)
+            origins.append(origin)
+            blocks.append(block_end)
             pieces.append(folded)
-            folded_length += len(folded)
-            position = sequence_end
+
+        size = len(text)
+        position = 0
+        # One character class, of characters that are never metacharacters: linear, nothing to escape.
+        for found in re.finditer(f"[{unusual}]", text):
+            index = found.start()
+            if index < position:
+                continue  # a mark of the sequence taken last
+            start = index - 1 if index > position and unicodedata.combining(text[index]) else index
+            end = index + 1
+            while end < size and unicodedata.combining(text[end]):
+                end += 1
+            if start > position:
+                add(position, text[position:start].translate(_FOLD_TABLE), -1)
+            add(start, _SEQUENCES[text[start:end]], end)
+            position = end
+        if position < size:
+            add(position, text[position:].translate(_FOLD_TABLE), -1)
         return cls("".join(pieces), starts, origins, blocks)
 
     def span(self, start: int, end: int) -> tuple[int, int]:
         """The original text's span of a folded text's span."""
-        if len(self._starts) == 1 and self._blocks[0] == -1:
-            return start, end
         return self._origin(start)[0], self._origin(end - 1)[1]
 
     def _origin(self, offset: int) -> tuple[int, int]:
@@ -344,35 +377,29 @@ class ContentMatcher:
         for index in hits:
             term = self._regexes[index]
             spans.extend((found.start(), found.end(), term) for found in term.regex.finditer(data))
-        to_text = (lambda offset: offset) if ascii_text else _CharOffsets(data)
-        for byte_start, byte_end, term in spans:
-            if byte_end == byte_start:
+        chars = None if ascii_text else _char_offsets(data, {offset for span in spans for offset in span[:2]})
+        for start, end, term in spans:
+            if end == start:
                 continue
-            start, end = to_text(byte_start), to_text(byte_end)
+            if chars is not None:
+                start, end = chars[start], chars[end]
             if term.refine is not None:
-                end = term.refine(text, start, end)
-                if end is None:
+                refined = term.refine(text, start, end)
+                if refined is None:
                     continue
+                end = refined
             matches.extend(ContentMatch(start, end, rule_id, term.label) for rule_id in term.rule_ids)
 
 
-class _CharOffsets:
-    """Maps offsets into a UTF-8 encoding to offsets into its text, for offsets asked in any order."""
-
-    __slots__ = ("_data", "_known")
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._known = [(0, 0)]
-
-    def __call__(self, offset: int) -> int:
-        # From the nearest known offset below: matches come mostly in order, so this stays linear.
-        index = bisect_right(self._known, (offset, 1 << 62)) - 1
-        known_bytes, known_chars = self._known[index]
-        chars = known_chars + len(self._data[known_bytes:offset].decode("utf-8"))
-        if index == len(self._known) - 1:
-            self._known.append((offset, chars))
-        return chars
+def _char_offsets(data: bytes, offsets: set[int]) -> dict[int, int]:
+    """Offsets into a UTF-8 encoding mapped to offsets into its text, in one pass over the encoding."""
+    chars: dict[int, int] = {}
+    known_bytes = known_chars = 0
+    for offset in sorted(offsets):
+        known_chars += len(data[known_bytes:offset].decode("utf-8"))
+        known_bytes = offset
+        chars[offset] = known_chars
+    return chars
 
 
 def _order(match: ContentMatch) -> tuple[int, int, str]:
@@ -436,13 +463,16 @@ class _PhraseIndex:
 
     def find(self, text: str, matches: list[ContentMatch]) -> None:
         """Add the phrases' matches in `text` to `matches`."""
-        folded: _FoldedText | None = None
-        source = text.lower() if text.isascii() else None
-        if source is None:
-            folded = _FoldedText.of(text)
-            source = folded.text
+        if text.isascii():
+            source, same_offsets = text.lower(), True
+        else:
+            source, same_offsets = _fold_whole(text)
         if self._filter.search(source.encode()) is None:
             return
+        # Only a text with a phrase in it pays for the map of its offsets, built in Python.
+        folded = None if same_offsets else _FoldedText.of(text)
+        if folded is not None:
+            source = folded.text
         size = len(source)
         for last, entry in self._automaton.iter(source):
             start, end = last + 1 - entry.length, last + 1

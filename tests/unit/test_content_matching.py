@@ -86,6 +86,11 @@ def test_pattern_is_case_sensitive_unless_it_says_otherwise() -> None:
     assert spans(matcher(("r", "pattern", r"(?i)project-x")).find(text), text) == ["Project-X", "project-x"]
 
 
+def test_a_patterns_flags_stay_within_that_pattern() -> None:
+    rules = matcher(("a", "pattern", "(?i)alpha"), ("b", "pattern", "beta"))
+    assert [match.rule_id for match in rules.find("ALPHA BETA beta")] == ["a", "b"]
+
+
 def test_pattern_offsets_index_the_text_not_its_utf8_bytes() -> None:
     text = "Grüße 😀 order-1234 und ünd order-99"
     found = matcher(("r", "pattern", r"order-\d+")).find(text)
@@ -169,6 +174,7 @@ def test_longest_match_of_detectors() -> None:
         ("pattern", r"\pL*", "matches the empty string"),
         ("pattern", "a" * 1001, "longer than 1000 characters"),
         ("pattern", r"(unclosed", "not valid RE2 syntax: missing )"),
+        ("pattern", r"a\Cb", "uses \\C (any byte)"),
         ("pattern", r"[\pL\pN]{1000}", "program is larger than"),
         ("detector", "ssn", "unknown detector 'ssn'"),
         ("phrase", "", "phrase is empty"),
