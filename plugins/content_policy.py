@@ -106,6 +106,7 @@ class PromptPolicy(Plugin):
             return
         if ctx.body_stream is not None:  # multipart: each text field is checked before its bytes are relayed
             ctx.body_stream.set_text_guard(partial(_multipart_field, ctx, scope))
+            return  # its parsed fields are the same texts: the guard sees them
         payload = ctx.payload
         if payload is None:
             return
