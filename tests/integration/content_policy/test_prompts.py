@@ -3,11 +3,14 @@ nothing sent upstream), redacted before it leaves, or flagged (sent as written, 
 
 from __future__ import annotations
 
+import time
+
 import anthropic
 import openai
 import pytest
 
 from tests.integration.content_policy.conftest import Stack
+from tests.integration.ops.conftest import scrape
 
 SECRET = "project nightingale"
 EMAIL = "alice.smith@example.com"
@@ -220,8 +223,6 @@ def test_a_blocked_prompt_costs_nothing_and_its_ledger_row_says_blocked(stack: S
 
 def _audit_eventually(stack: Stack, rule_id: str) -> list[dict]:
     """The rule's audit entries, once the background writer has written them (bounded wait)."""
-    import time
-
     deadline = time.monotonic() + 10
     while True:
         entries = stack.audit(ruleId=rule_id)
@@ -231,8 +232,6 @@ def _audit_eventually(stack: Stack, rule_id: str) -> list[dict]:
 
 
 def _ledger_row_eventually(stack: Stack, request_id: str) -> dict:
-    import time
-
     deadline = time.monotonic() + 10
     while True:
         rows = [r for r in stack.ledger_rows() if r["request_id"] == request_id]
@@ -240,3 +239,18 @@ def _ledger_row_eventually(stack: Stack, request_id: str) -> dict:
             assert rows, f"no ledger row for {request_id}"
             return rows[0]
         time.sleep(0.05)
+
+
+def test_each_action_is_counted_by_rule_action_and_where(stack: Stack) -> None:
+    flag = stack.rule("flag", phrases=[SECRET])
+    redact = stack.rule("redact", where="answer", detectors=["email"])
+    for _ in range(2):
+        reply = stack.post(
+            "/v1/chat/completions",
+            {"model": "gpt", "messages": [{"role": "user", "content": f"{SECRET} {EMAIL}"}]},
+        )
+        assert reply.status_code == 200
+    metrics = scrape(stack.base_url)
+    counted = "modelgate_content_policy_actions_total"
+    assert metrics.value(counted, rule=flag["id"], action="flag", where="prompt") == 2
+    assert metrics.value(counted, rule=redact["id"], action="redact", where="answer") == 2
