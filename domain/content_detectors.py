@@ -1,8 +1,9 @@
 """The built-in detectors of content rules: for each, an RE2 source and a check on what it found that
 removes false positives (a Luhn or mod-97 checksum, a date's shape) or extends the match (a private key).
 
-The regexes find candidates; `refine(text, start, end)` decides on each: the end of the match (perhaps moved),
-or None when the candidate is not one. Each regex's match length is bounded (RE2 caps a repetition at 1000).
+The regexes find candidates; `refine(text, start, end)` decides on each: the span of the match (perhaps
+moved), or None when the candidate is not one. Each regex's match length is bounded (RE2 caps a repetition
+at 1000); the credentials detector's check extends its matches up to PRIVATE_KEY_SPAN.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 # A match of a detector that reaches past this many characters is counted as unbounded by the matcher.
 PRIVATE_KEY_SPAN = 16 * 1024
 
-Refine = Callable[[str, int, int], "int | None"]
+Refine = Callable[[str, int, int], "tuple[int, int] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +43,30 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
-def _refine_card(text: str, start: int, end: int) -> int | None:
+def _is_card(text: str, start: int, end: int) -> bool:
     digits = _digits(text[start:end])
-    return end if 13 <= len(digits) <= 19 and luhn_valid(digits) else None
+    return 13 <= len(digits) <= 19 and luhn_valid(digits)
+
+
+# Each step takes a digit, after at most one separator: one way to read any text, so linear.
+_DIGIT_RUN = re.compile(r"(?:[ -]?\d)*")
+_DIGIT_GROUP = re.compile(r"\d+")
+
+
+def _refine_card(text: str, start: int, end: int) -> tuple[int, int] | None:
+    if _is_card(text, start, end):
+        return start, end
+    # Groups of digits around a card ("ref 1234 4111 1111 1111 1111"): the first card in them, leftmost and
+    # then longest, from group to group.
+    run_end = _DIGIT_RUN.match(text, end, min(len(text), start + 64)).end()
+    if run_end < len(text) and text[run_end].isalnum():
+        run_end = start  # the run ends inside a word: only the regex's own candidate counts
+    groups = [(group.start(), group.end()) for group in _DIGIT_GROUP.finditer(text, start, max(end, run_end))]
+    for first, (window_start, _) in enumerate(groups):
+        for _, window_end in reversed(groups[first:]):
+            if _is_card(text, window_start, window_end):
+                return window_start, window_end
+    return None
 
 
 # Lengths of the IBANs of some countries (ISO 13616 registry); other countries are checked by mod-97 alone.
@@ -65,7 +87,7 @@ def iban_valid(iban: str) -> bool:
     return int("".join(str(int(char, 36)) for char in rearranged)) % 97 == 1
 
 
-def _refine_iban(text: str, start: int, end: int) -> int | None:
+def _refine_iban(text: str, start: int, end: int) -> tuple[int, int] | None:
     # The regex may take an uppercase word that follows the IBAN: try each end at a group boundary, longest
     # first, so "DE89 3704 ... 00 ABCD" still finds the IBAN before "ABCD".
     compact = ""
@@ -78,7 +100,7 @@ def _refine_iban(text: str, start: int, end: int) -> int | None:
                 ends.append((index + 1, compact))
     for candidate_end, iban in reversed(ends):
         if iban_valid(iban):
-            return candidate_end
+            return start, candidate_end
     return None
 
 
@@ -88,36 +110,35 @@ _DATE_OR_ADDRESS = re.compile(
 )
 
 
-def _refine_phone(text: str, start: int, end: int) -> int | None:
+def _refine_phone(text: str, start: int, end: int) -> tuple[int, int] | None:
     candidate = text[start:end]
     digits = _digits(candidate)
     if not 7 <= len(digits) <= 15 or _DATE_OR_ADDRESS.fullmatch(candidate):
         return None
     if not candidate.startswith("+") and len(digits) >= 13 and luhn_valid(digits):
         return None  # a card number, for the payment_card detector
-    return end
+    return start, end
 
 
-def _keep(text: str, start: int, end: int) -> int | None:
-    return end
+def _keep(text: str, start: int, end: int) -> tuple[int, int] | None:
+    return start, end
 
 
 _PRIVATE_KEY_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
 _BASE64URL_RUN = re.compile(r"[A-Za-z0-9_.-]*")
 
 
-def _refine_credential(text: str, start: int, end: int) -> int | None:
+def _refine_credential(text: str, start: int, end: int) -> tuple[int, int] | None:
     if text.startswith("-----BEGIN", start):
         # Through the first END line within PRIVATE_KEY_SPAN; without one, the BEGIN line alone.
         found = _PRIVATE_KEY_END.search(text, end, min(len(text), start + PRIVATE_KEY_SPAN))
-        return found.end() if found else end
+        return start, found.end() if found else end
     if text.startswith("eyJ", start):
         # A JWT's payload and signature may pass RE2's 1000-character repetition: take the rest of the token.
         end = _BASE64URL_RUN.match(text, end, min(len(text), start + PRIVATE_KEY_SPAN)).end()
         while text.count(".", start, end) > 2 and text[end - 1] == ".":
             end -= 1  # the period ending a sentence, not a fourth segment
-        return end
-    return end
+    return start, end
 
 
 _EMAIL = (

@@ -1,9 +1,10 @@
-"""The content matcher of policy rules: an organization's phrases, patterns and detectors compiled once into
-one Aho-Corasick automaton and two RE2 programs, run on every prompt text and streamed answer.
+"""The content matcher of policy rules: an organization's phrases, patterns and detectors compiled once,
+when its rules change, and run on every prompt text and streamed answer.
 
-Linear in the text whatever the rules: phrases in one automaton pass over the folded text, patterns and
-detectors in one RE2 pass (RE2 never backtracks); only when that pass finds something does an RE2 set tell
-which of them matched, and only those run again to find where.
+Linear in the text whatever the rules (RE2 never backtracks). A text without a match costs two RE2 passes:
+one alternation of all phrases over the folded text, one of all patterns and detectors over the text. Only
+when one finds something does an Aho-Corasick automaton find every phrase, or an RE2 set tell which patterns
+matched so that only those run again to find where.
 """
 
 from __future__ import annotations
@@ -373,21 +374,27 @@ class ContentMatcher:
         # The set says which terms matched; it answers nothing when its DFA runs out of memory, and then
         # every term runs (RE2's own search falls back to a slower engine, never to a wrong answer).
         hits = self._set.Match(data) or range(len(self._regexes))
-        spans: list[tuple[int, int, _RegexTerm]] = []
+        spans: list[tuple[int, int, int]] = []
         for index in hits:
-            term = self._regexes[index]
-            spans.extend((found.start(), found.end(), term) for found in term.regex.finditer(data))
+            spans.extend(
+                (found.start(), found.end(), index) for found in self._regexes[index].regex.finditer(data)
+            )
         chars = None if ascii_text else _char_offsets(data, {offset for span in spans for offset in span[:2]})
-        for start, end, term in spans:
+        term_end: dict[int, int] = {}  # a term's matches after a check moved one's end need not overlap it
+        for start, end, index in spans:
             if end == start:
                 continue
+            term = self._regexes[index]
             if chars is not None:
                 start, end = chars[start], chars[end]
             if term.refine is not None:
+                if start < term_end.get(index, 0):
+                    continue
                 refined = term.refine(text, start, end)
                 if refined is None:
                     continue
-                end = refined
+                start, end = refined
+                term_end[index] = end
             matches.extend(ContentMatch(start, end, rule_id, term.label) for rule_id in term.rule_ids)
 
 

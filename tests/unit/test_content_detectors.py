@@ -168,3 +168,7 @@ def test_credentials_without_an_end_line_finds_the_begin_line_alone() -> None:
 def test_credentials_private_key_end_line_beyond_16_kib_is_not_taken() -> None:
     text = "-----BEGIN EC PRIVATE KEY-----\n" + "A" * 17_000 + "\n-----END EC PRIVATE KEY-----"
     assert found("credentials", text) == ["-----BEGIN EC PRIVATE KEY-----"]
+
+
+def test_payment_card_in_a_longer_run_of_digit_groups_is_found() -> None:
+    assert found("payment_card", "ref 1234 4111 1111 1111 1111 ok") == ["4111 1111 1111 1111"]
