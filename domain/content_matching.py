@@ -34,8 +34,9 @@ MAX_PATTERN_LENGTH = 1000
 PATTERN_MAX_MEM = 1 << 20
 RUN_MAX_MEM = 8 << 20
 COMBINED_MAX_MEM = 64 << 20
-# Folding may shrink text: a starter with combining marks composes into one character (NFKC), so a folded
-# phrase of n characters matches at most PHRASE_EXPANSION * n characters of the original text.
+# Folding may shrink text: a starter and its marks compose into one character (NFKC), from at most 3 (a
+# Hangul LVT syllable; checked over every code point's decomposition), so a folded phrase of n characters
+# matches at most PHRASE_EXPANSION * n characters of the original text.
 PHRASE_EXPANSION = 3
 
 # RE2's messages for the constructs that need backtracking.

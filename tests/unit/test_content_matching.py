@@ -97,6 +97,19 @@ def test_pattern_offsets_index_the_text_not_its_utf8_bytes() -> None:
     assert spans(found, text) == ["order-1234", "order-99"]
 
 
+class SilentSet:
+    """An RE2 set whose DFA ran out of memory: it answers that nothing matched."""
+
+    def Match(self, data: bytes) -> None:
+        return None
+
+
+def test_every_pattern_runs_when_the_set_answers_nothing() -> None:
+    rules = matcher(("a", "pattern", "alpha"), ("b", "detector", "email"), ("c", "pattern", "gamma"))
+    rules._set = SilentSet()
+    assert [match.rule_id for match in rules.find("alpha to bob@example.com")] == ["a", "b"]
+
+
 def test_detector_match_is_labelled_with_the_detector_name() -> None:
     assert matcher(("r", "detector", "email")).find("to bob@example.com") == [
         ContentMatch(3, 18, "r", "email")
