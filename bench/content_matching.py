@@ -27,6 +27,9 @@ PROMPT = (
     "Thank you, and please flag anything that looks inconsistent or that needs a decision from leadership."
 )
 
+# Text whose folding changes its length (ß into ss): the offset map is built when a phrase is found.
+GERMAN = "Die Straße ist lang und grün; wir fahren morgen früh über die Brücke zur Messe. "
+
 
 def rule_terms(phrases: int = 1000, patterns: int = 50) -> list[ContentTerm]:
     """Terms of a large organization: many phrases, many patterns, every detector."""
@@ -93,6 +96,11 @@ def main() -> None:
     print(f"find, 1 KB prompt, one match: {best_us(lambda: matcher.find(one_match)):9.1f} µs")
     print(f"find, 200-char window:        {best_us(lambda: matcher.find(window)):9.1f} µs")
     print(f"find, 4 MiB prompt, no match: {best_us(lambda: matcher.find(big), rounds=3) / 1e3:9.1f} ms")
+    german = GERMAN * (1024 // len(GERMAN))
+    german_match = german[:500] + f" {terms[0].value} " + german[500:]
+    assert not matcher.find(german) and len(matcher.find(german_match)) == 1
+    print(f"find, 1 KB German, no match:  {best_us(lambda: matcher.find(german)):9.1f} µs")
+    print(f"find, 1 KB German, a phrase:  {best_us(lambda: matcher.find(german_match)):9.1f} µs")
     automaton_us, alternation_us = compare_phrase_engines(terms, PROMPT)
     print(f"phrases alone, 1 KB no match: Aho-Corasick {automaton_us:.1f} µs, "
           f"RE2 alternation {alternation_us:.1f} µs")  # fmt: skip
