@@ -369,7 +369,8 @@ class ContentMatcher:
 
     def _find_regexes(self, text: str, matches: list[ContentMatch]) -> None:
         ascii_text = text.isascii()
-        data = text.encode("ascii" if ascii_text else "utf-8")
+        # A lone surrogate (JSON allows them) becomes "?": one character still one character.
+        data = text.encode("ascii" if ascii_text else "utf-8", "replace")
         if self._combined.search(data) is None:
             return
         # The set says which terms matched; it answers nothing when its DFA runs out of memory, and then
@@ -475,7 +476,7 @@ class _PhraseIndex:
             source, same_offsets = text.lower(), True
         else:
             source, same_offsets = _fold_whole(text)
-        if self._filter.search(source.encode()) is None:
+        if self._filter.search(source.encode("utf-8", "replace")) is None:
             return
         # Only a text with a phrase in it pays for the map of its offsets, built in Python.
         folded = None if same_offsets else _FoldedText.of(text)

@@ -110,6 +110,12 @@ def test_every_pattern_runs_when_the_set_answers_nothing() -> None:
     assert [match.rule_id for match in rules.find("alpha to bob@example.com")] == ["a", "b"]
 
 
+def test_text_with_a_lone_surrogate_is_matched_with_its_offsets() -> None:
+    text = "bad \ud800 ünd bob@example.com, secret"
+    found = matcher(("e", "detector", "email"), ("p", "phrase", "secret")).find(text)
+    assert spans(found, text) == ["bob@example.com", "secret"]
+
+
 def test_detector_match_is_labelled_with_the_detector_name() -> None:
     assert matcher(("r", "detector", "email")).find("to bob@example.com") == [
         ContentMatch(3, 18, "r", "email")
