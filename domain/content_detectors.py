@@ -104,16 +104,18 @@ def _refine_iban(text: str, start: int, end: int) -> tuple[int, int] | None:
     return None
 
 
-# A date or an IPv4 address written with separators has the digits of a phone number but is not one.
-_DATE_OR_ADDRESS = re.compile(
+# A date, an IPv4 address or an amount in thousands ("10 000 000", "1.250.000") has the digits of a phone
+# number but is not one. Bounded alternatives on a candidate of at most 48 characters.
+_NOT_A_PHONE = re.compile(
     r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{4}|\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}"
+    r"|\d{1,3}(?: \d{3}){2,4}|\d{1,3}(?:\.\d{3}){2,4}"
 )
 
 
 def _refine_phone(text: str, start: int, end: int) -> tuple[int, int] | None:
     candidate = text[start:end]
     digits = _digits(candidate)
-    if not 7 <= len(digits) <= 15 or _DATE_OR_ADDRESS.fullmatch(candidate):
+    if not 7 <= len(digits) <= 15 or _NOT_A_PHONE.fullmatch(candidate):
         return None
     if not candidate.startswith("+") and len(digits) >= 13 and luhn_valid(digits):
         return None  # a card number, for the payment_card detector
@@ -133,6 +135,8 @@ def _refine_credential(text: str, start: int, end: int) -> tuple[int, int] | Non
         # Through the first END line within PRIVATE_KEY_SPAN; without one, the BEGIN line alone.
         found = _PRIVATE_KEY_END.search(text, end, min(len(text), start + PRIVATE_KEY_SPAN))
         return start, found.end() if found else end
+    if text.startswith("sk-", start) and not any(char.isdigit() for char in text[start:end]):
+        return None  # words joined by hyphens ("sk-learn-compatible-..."), not a random key
     if text.startswith("eyJ", start):
         # A JWT's payload and signature may pass RE2's 1000-character repetition: take the rest of the token.
         end = _BASE64URL_RUN.match(text, end, min(len(text), start + PRIVATE_KEY_SPAN)).end()

@@ -48,6 +48,7 @@ def test_phone_ignores_dates(date: str) -> None:
         "card 4111 1111 1111 1111",  # a card number is the payment_card detector's
         "card 3782 822463 10005",
         "host 192.168.100.10 is down",
+        "a budget of 10 000 000 or 1.250.000 euros",
         "12 34",  # too few digits
     ],
 )
@@ -141,6 +142,7 @@ def test_credentials_finds_a_jwt_without_the_period_ending_its_sentence() -> Non
     "text",
     [
         "sk-short",
+        "sk-learn-compatible-pipeline-builder",
         "ghp_tooshort",
         "AKIA1234",
         "task-management-system",
