@@ -47,7 +47,7 @@ api_key = "{UPSTREAM_KEY}"
 [[models]]
 name = "gpt"
 kinds = ["chat", "completions", "responses", "embeddings", "decisions", "messages", "images", "image_edits",
-         "audio_transcriptions", "videos"]
+         "audio_transcriptions", "videos", "realtime"]
 [[models.rows]]
 provider = "openai"
 upstream_model = "gpt-upstream"

@@ -254,3 +254,15 @@ def test_each_action_is_counted_by_rule_action_and_where(stack: Stack) -> None:
     counted = "modelgate_content_policy_actions_total"
     assert metrics.value(counted, rule=flag["id"], action="flag", where="prompt") == 2
     assert metrics.value(counted, rule=redact["id"], action="redact", where="answer") == 2
+
+
+def test_realtime_session_instructions_are_checked_when_the_secret_is_minted(stack: Stack) -> None:
+    rule = stack.rule("block", phrases=[SECRET])
+    session = {"type": "realtime", "model": "gpt", "instructions": "talk about " + SECRET}
+    _assert_blocked_a(stack.post("/v1/realtime/client_secrets", {"session": session}), rule["id"])
+    stack.cabinet("DELETE", f"/policy-rules/{rule['id']}")
+    stack.rule("redact", detectors=["email"])
+    session["instructions"] = f"greet {EMAIL}"
+    with stack.openai() as client:
+        secret = client.realtime.client_secrets.create(session=session)
+    assert secret.session.instructions == "greet [REDACTED:email]"
