@@ -41,10 +41,7 @@ PHRASE_EXPANSION = 3
 
 # RE2's messages for the constructs that need backtracking.
 _BACKTRACKING = (
-    ("invalid escape sequence: \\1", "a backreference"),
-    ("invalid escape sequence: \\2", "a backreference"),
     ("invalid escape sequence: \\k", "a backreference"),
-    ("invalid perl operator: (?P=", "a backreference"),
     ("invalid perl operator: (?=", "a lookahead"),
     ("invalid perl operator: (?!", "a lookahead"),
     ("invalid perl operator: (?<=", "a lookbehind"),
@@ -114,7 +111,9 @@ def _compile_pattern(source: str, max_mem: int = PATTERN_MAX_MEM) -> re2._Regexp
     try:
         regex = re2.compile(source, _options(max_mem))
     except re2.error as error:
-        raise ContentRuleError(_compile_failure(str(error.args[0] if error.args else error))) from None
+        reason = error.args[0] if error.args else ""
+        reason = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+        raise ContentRuleError(_compile_failure(reason, source)) from None
     if _uses_any_byte(source):
         raise ContentRuleError("the pattern uses \\C (any byte), which can end a match inside a character")
     if _matches_empty(source, regex):
@@ -122,12 +121,12 @@ def _compile_pattern(source: str, max_mem: int = PATTERN_MAX_MEM) -> re2._Regexp
     return regex
 
 
-def _compile_failure(message: str) -> str:
-    if message.startswith("b'") or message.startswith('b"'):
-        message = message[2:-1].replace("\\\\", "\\")
+def _compile_failure(message: str, source: str) -> str:
     construct = next((name for prefix, name in _BACKTRACKING if message.startswith(prefix)), None)
     if construct is None and _BACKREFERENCE.match(message):
         construct = "a backreference"
+    if construct is None and message == "invalid perl operator: (?P" and "(?P=" in source:
+        construct = "a backreference"  # RE2 names only "(?P" of "(?P=name)"
     if construct is not None:
         return f"the pattern cannot run in linear time: it uses {construct} ({message})"
     if "pattern too large" in message:

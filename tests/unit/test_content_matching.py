@@ -184,6 +184,7 @@ def test_longest_match_of_detectors() -> None:
     ("kind", "value", "reason"),
     [
         ("pattern", r"(\w+) \1", "cannot run in linear time: it uses a backreference"),
+        ("pattern", r"(?P<word>\w+) (?P=word)", "cannot run in linear time: it uses a backreference"),
         ("pattern", r"foo(?=bar)", "cannot run in linear time: it uses a lookahead"),
         ("pattern", r"(?<!x)foo", "cannot run in linear time: it uses a lookbehind"),
         ("pattern", r"(?>foo)", "cannot run in linear time: it uses an atomic group"),
