@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from modelgate.domain.content_detectors import iban_valid, luhn_valid
-from modelgate.domain.content_matching import ContentMatcher, ContentTerm
+from modelgate.domain.content_detectors import DETECTOR_TABLE, iban_valid, luhn_valid
+from modelgate.domain.content_matching import DETECTORS, ContentMatcher, ContentTerm
 
 
 def found(detector: str, text: str) -> list[str]:
@@ -174,3 +174,7 @@ def test_credentials_private_key_end_line_beyond_16_kib_is_not_taken() -> None:
 
 def test_payment_card_in_a_longer_run_of_digit_groups_is_found() -> None:
     assert found("payment_card", "ref 1234 4111 1111 1111 1111 ok") == ["4111 1111 1111 1111"]
+
+
+def test_every_named_detector_has_a_definition() -> None:
+    assert tuple(DETECTOR_TABLE) == DETECTORS
