@@ -11,7 +11,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from modelgate.domain.content_matching import ContentMatcher, ContentRuleError, ContentTerm, check_term
+from modelgate.domain.content_matching import (
+    ContentMatch,
+    ContentMatcher,
+    ContentRuleError,
+    ContentTerm,
+    check_term,
+)
 from modelgate.domain.policy_rules import PolicyRule
 
 log = logging.getLogger("modelgate.content_rules")
@@ -24,7 +30,7 @@ ACTION_STRENGTH = {"flag": 1, "redact": 2, "block": 3}
 class ContentScope:
     """The content rules that apply to one side of a request (its prompt or its answer), compiled."""
 
-    matcher: ContentMatcher
+    matcher: ContentMatcher | MatcherGroup
     actions: Mapping[str, str]  # rule id → block | redact | flag
     hold: bool  # a block or redact rule applies: a stream holds back a window of text until it is checked
     window: int  # the longest text a match can span, in characters
@@ -53,11 +59,42 @@ def _terms(rule: PolicyRule) -> list[ContentTerm]:
     return terms
 
 
+class MatcherGroup:
+    """Several matchers searched one after another: the rules' terms when together they exceed what one
+    matcher may hold (each rule's own terms always fit: they were checked at creation)."""
+
+    __slots__ = ("_matchers", "longest_match")
+
+    def __init__(self, matchers: list[ContentMatcher]) -> None:
+        self._matchers = matchers
+        self.longest_match = max((m.longest_match for m in matchers), default=0)
+
+    def find(self, text: str) -> list[ContentMatch]:
+        found = [match for matcher in self._matchers for match in matcher.find(text)]
+        found.sort(key=lambda m: (m.start, -m.end, m.rule_id))
+        return found
+
+
+def _compiled(rules: Sequence[PolicyRule], terms: list[ContentTerm]) -> ContentMatcher | MatcherGroup:
+    try:
+        return ContentMatcher.compile(terms)
+    except ContentRuleError as exc:
+        log.warning("content rules of %d rules compiled one matcher per rule: %s", len(rules), exc)
+    matchers = []
+    for rule in rules:
+        own = [term for term in terms if term.rule_id == rule.id]
+        try:
+            matchers.append(ContentMatcher.compile(own))
+        except ContentRuleError as exc:  # checked at creation: only an engine change gets here
+            log.error("content rule %s cannot be compiled and is skipped: %s", rule.id, exc)
+    return MatcherGroup(matchers)
+
+
 def _scope(rules: Sequence[PolicyRule]) -> ContentScope | None:
     terms = [term for rule in rules for term in _terms(rule)]
     if not terms:
         return None
-    matcher = ContentMatcher.compile(terms)
+    matcher = _compiled(rules, terms)
     actions = {rule.id: rule.effect for rule in rules}
     hold = any(action != "flag" for action in actions.values())
     return ContentScope(matcher, actions, hold, matcher.longest_match)
