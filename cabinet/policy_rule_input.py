@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelgate.cabinet.requests import bad_request, optional_text
+from modelgate.domain.content_matching import ContentRuleError, check_term
 from modelgate.domain.policy_rules import ACCESS_EFFECTS, CONTENT_EFFECTS, CONTENT_PLACES, ContentSpec
 
 SUBJECT_TYPES = ("organization", "key", "system")
@@ -103,9 +104,6 @@ def _rate(value: Any, field: str) -> int | None:
 
 def _terms(value: Any, kind: str, field: str, max_items: int, max_length: int) -> tuple[str, ...]:
     """One list of a content rule's terms: strings, each checked by the matcher, duplicates dropped."""
-    # Imported here until domain/content_matching.py lands, so the cabinet still starts without it.
-    from modelgate.domain.content_matching import ContentRuleError, check_term
-
     if value is None:
         return ()
     if not isinstance(value, list):
