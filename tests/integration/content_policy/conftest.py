@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import anthropic
 import httpx
@@ -70,6 +71,32 @@ code = "free"
 rpm = 0
 tpm = 0
 """
+
+
+def mock_config(path: Path, storage_url: str, redis_url: str | None = None) -> Path:
+    """A config at `path` serving the model `gpt` from the built-in mock provider (for gateway processes)."""
+    redis = f'[redis]\nurl = "{redis_url}"\n' if redis_url else ""
+    path.write_text(f"""
+[storage]
+url = "{storage_url}"
+
+{redis}
+[[providers]]
+name = "mock"
+kind = "mock"
+
+[[models]]
+name = "gpt"
+kinds = ["chat"]
+[[models.rows]]
+provider = "mock"
+
+[[plans]]
+code = "free"
+rpm = 0
+tpm = 0
+""")
+    return path
 
 
 @dataclass(slots=True)

@@ -9,33 +9,10 @@ from pathlib import Path
 import httpx
 
 from tests.fakes.tcp_proxy import TcpProxy
+from tests.integration.content_policy.conftest import mock_config
 from tests.support.gateway import GatewayProcess, Tenant, register_tenant
 
 SECRET = "codename kestrel"
-
-
-def _config(tmp_path: Path, storage_url: str, name: str) -> Path:
-    path = tmp_path / name
-    path.write_text(f"""
-[storage]
-url = "{storage_url}"
-
-[[providers]]
-name = "mock"
-kind = "mock"
-
-[[models]]
-name = "gpt"
-kinds = ["chat"]
-[[models.rows]]
-provider = "mock"
-
-[[plans]]
-code = "free"
-rpm = 0
-tpm = 0
-""")
-    return path
 
 
 def _chat(base_url: str, tenant: Tenant) -> int:
@@ -70,8 +47,8 @@ def test_flags_recorded_during_a_database_outage_reach_the_audit_log_once_it_is_
     tmp_path: Path, pg_server_url: str
 ) -> None:
     with TcpProxy(5432) as proxy:
-        behind = _config(tmp_path, proxy.url(pg_server_url), "behind.toml")
-        direct = _config(tmp_path, pg_server_url, "direct.toml")
+        behind = mock_config(tmp_path / "behind.toml", proxy.url(pg_server_url))
+        direct = mock_config(tmp_path / "direct.toml", pg_server_url)
         with GatewayProcess(behind, cwd=tmp_path) as cut_off, GatewayProcess(direct, cwd=tmp_path) as other:
             tenant = register_tenant(other.base_url)
             rule = httpx.post(

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.integration.content_policy.conftest import Stack
+from tests.integration.content_policy.conftest import Stack, mock_config
 from tests.support.gateway import GatewayProcess, register_tenant
-from tests.support.services import REDIS_URL
 
 SECRET = "codename bluebird"
 
@@ -67,37 +66,10 @@ def test_a_system_rule_applies_to_the_systems_keys_only(stack: Stack) -> None:
     assert _chat(stack.base_url, stack.tenant.api_key).status_code == 200
 
 
-def _config(tmp_path: Path, storage_url: str) -> Path:
-    path = tmp_path / "fleet.toml"
-    path.write_text(f"""
-[storage]
-url = "{storage_url}"
-
-[redis]
-url = "{REDIS_URL}"
-
-[[providers]]
-name = "mock"
-kind = "mock"
-
-[[models]]
-name = "gpt"
-kinds = ["chat"]
-[[models.rows]]
-provider = "mock"
-
-[[plans]]
-code = "free"
-rpm = 0
-tpm = 0
-""")
-    return path
-
-
 def test_a_rule_created_through_one_process_applies_in_the_other_on_the_next_request(
     tmp_path: Path, pg_server_url: str, redis_url: str
 ) -> None:
-    config = _config(tmp_path, pg_server_url)
+    config = mock_config(tmp_path / "fleet.toml", pg_server_url, redis_url)
     with GatewayProcess(config, cwd=tmp_path) as first, GatewayProcess(config, cwd=tmp_path) as second:
         for _ in range(5):
             tenant = register_tenant(first.base_url)
