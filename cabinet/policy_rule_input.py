@@ -102,8 +102,18 @@ def _rate(value: Any, field: str) -> int | None:
     return value
 
 
-def _terms(value: Any, kind: str, field: str, max_items: int, max_length: int) -> tuple[str, ...]:
+# Each list of terms of a content rule: the kind the matcher checks, how many items, how long each.
+_TERM_LISTS = {
+    "phrases": ("phrase", MAX_PHRASES, MAX_PHRASE_LENGTH),
+    "patterns": ("pattern", MAX_CONTENT_PATTERNS, MAX_CONTENT_PATTERN_LENGTH),
+    "detectors": ("detector", MAX_DETECTORS, MAX_DETECTOR_LENGTH),
+}
+
+
+def _terms(content: dict[str, Any], name: str) -> tuple[str, ...]:
     """One list of a content rule's terms: strings, each checked by the matcher, duplicates dropped."""
+    kind, max_items, max_length = _TERM_LISTS[name]
+    field, value = f"content.{name}", content.get(name)
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -132,17 +142,9 @@ def _content(value: Any) -> ContentSpec | None:
     _reject_unknown_fields(value, CONTENT_FIELDS, "content.")
     content = ContentSpec(
         where=_choice(value.get("where"), "content.where", CONTENT_PLACES),
-        phrases=_terms(value.get("phrases"), "phrase", "content.phrases", MAX_PHRASES, MAX_PHRASE_LENGTH),
-        patterns=_terms(
-            value.get("patterns"),
-            "pattern",
-            "content.patterns",
-            MAX_CONTENT_PATTERNS,
-            MAX_CONTENT_PATTERN_LENGTH,
-        ),
-        detectors=_terms(
-            value.get("detectors"), "detector", "content.detectors", MAX_DETECTORS, MAX_DETECTOR_LENGTH
-        ),
+        phrases=_terms(value, "phrases"),
+        patterns=_terms(value, "patterns"),
+        detectors=_terms(value, "detectors"),
     )
     if not (content.phrases or content.patterns or content.detectors):
         raise bad_request("content must have at least one phrase, pattern or detector")

@@ -151,12 +151,8 @@ async def create_policy_rule(request: web.Request) -> web.Response:
         models = DEFAULT_CONTENT_MODELS
     else:
         raise bad_request("models is required")
-    budget, rpm, tpm, content = (
-        fields.get("budget"),
-        fields.get("rpm"),
-        fields.get("tpm"),
-        fields.get("content"),
-    )
+    budget, rpm, tpm = fields.get("budget"), fields.get("rpm"), fields.get("tpm")
+    content = fields.get("content")
     check_consistent(effect, budget, rpm, tpm, content)
     at = now()
     org_id = principal.organization_id
