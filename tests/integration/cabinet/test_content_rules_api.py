@@ -12,6 +12,7 @@ from modelgate.cabinet import policy_rules as policy_rule_handlers
 from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.services import CabinetServices
 from modelgate.config import load_config
+from modelgate.domain.audit_log import newest_entries
 from modelgate.domain.policy_rules import ContentSpec, policy_rules_of
 from modelgate.storage import MIGRATIONS, IntegrityViolation, apply_migrations, open_database
 from tests.integration.cabinet.cabinet_client import Account, Cabinet, RecordingSink, Reply
@@ -426,6 +427,37 @@ async def test_migration_9_keeps_the_access_rules_of_a_version_8_database(storag
         ("organization", "org_1", "a", 1.0, 2.0),
         ("key", "key_1", "", 3.0, 4.0),
     ]
+
+
+async def test_migration_9_keeps_audit_entries_and_ledger_rows_of_a_version_8_database(
+    storage_url: str,
+) -> None:
+    db = await open_database(storage_url)
+    try:
+        await apply_migrations(db, tuple(m for m in MIGRATIONS if m.version <= 8))
+        await db.execute(
+            "INSERT INTO audit_log (id, organization_id, event, actor_type, actor_id, target_id, created_at)"
+            " VALUES ('aud_1', 'org_1', 'policy_rule.created', 'user', 'usr_1', 'pol_a', 5)"
+        )
+        await db.execute(
+            "INSERT INTO usage_ledger (id, organization_id, model, request_id, status, created_at)"
+            " VALUES ('use_1', 'org_1', 'gpt-4o', 'req_1', 200, 6)"
+        )
+
+        await apply_migrations(db)
+        [entry] = await newest_entries(db, "org_1", 10, None)
+        ledger = await db.fetchrow("SELECT outcome, content_action FROM usage_ledger WHERE id = 'use_1'")
+    finally:
+        await db.close()
+
+    assert (entry.id, entry.event, entry.target_id, entry.created_at) == (
+        "aud_1",
+        "policy_rule.created",
+        "pol_a",
+        5.0,
+    )
+    assert (entry.key_id, entry.system_id, entry.route) == (None, None, None)
+    assert ledger == {"outcome": "completed", "content_action": ""}
 
 
 async def test_the_schema_refuses_a_content_effect_without_content(cabinet: Cabinet) -> None:
