@@ -30,7 +30,7 @@ from pathlib import Path
 
 import orjson
 from children import Child
-from gateway_setup import _post, register_tenant
+from gateway_setup import PLAN, _post, register_tenant
 from load_generators import LoadGenerator
 from measurements import check_answers, sequential
 from proc_stats import process_tree
@@ -79,7 +79,7 @@ def tenant_with_rules(base_url: str, effect: str) -> str:
             "legalName": f"Bench {effect} Org",
             "email": f"owner-{os.urandom(4).hex()}@bench.example",
             "password": "correct horse battery staple",
-            "planCode": "bench",
+            "planCode": PLAN,
         },
     )
     add_content_rules(base_url, session["token"], effect)
