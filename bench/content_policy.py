@@ -3,17 +3,19 @@
     python bench/content_policy.py [--duration 5] [--connections 32] [--samples 1000] [--rounds 1]
 
 Starts the fast fake upstream and one real gateway (embedded defaults: SQLite in a temp dir; the gateway alone
-on the first core, upstream + load generator + latency client on the second) and registers three
+on the first core, upstream + load generator + latency client on the second) and registers four
 organizations: one without rules; one with three `flag` content rules on `both` sides (1,000 literal phrases,
-50 RE2 patterns, every detector); one with the same three rules as `redact` (a stream then holds back a
-window: the costlier path). Every case posts the same ~1 KB chat body, for each: requests/s at --connections
-(wrk, else the Python load generator), the gateway's CPU seconds per 1,000 requests (/proc, its process tree,
-over the loaded interval) and p50 of --samples sequential requests; the table sets them beside the no-rules
-case of the same shape, with the added CPU in %. The prompt matches nothing (the common case), except in the
-"one phrase matches" case, where it holds one phrase and every request is flagged. Streams are the upstream's
-SSE answer; the added CPU is also given per SSE event. "actions/req" counts the content actions the gateway's
-/metrics recorded during the loaded run: it proves the rules ran (0 when nothing matches). Every process
-started is stopped by PID; the run is bounded by an alarm.
+50 RE2 patterns, every detector); one with the same rules on the `prompt` only (the issue's prompt case, where
+the answer is not scanned); one with the same rules as `redact` on `both` (a stream then holds back a window:
+the costlier path). Every case posts the same ~1 KB chat body; for each it measures requests/s at
+--connections (wrk, else the Python load generator), the gateway's CPU seconds per 1,000 requests (/proc, its
+process tree, over the loaded interval) and p50 of --samples sequential requests; the table sets them beside
+the no-rules case of the same shape (chat or stream), with the added CPU in %. The prompt matches nothing (the
+common case), except in the "one phrase matches" case, where every request is flagged. Streams are the
+upstream's SSE answer (11 events); the added CPU is also given per event. "actions/req" counts the content
+actions /metrics recorded during the loaded run: it shows the rules ran (0 when nothing matches). Every
+process started is stopped by PID; the run is bounded by an alarm. The issue's target: added CPU at most 10 %
+in the prompt case.
 """
 
 from __future__ import annotations
@@ -62,27 +64,31 @@ def patterns(count: int = 50) -> list[str]:
     return [f"{_PREFIXES[i % len(_PREFIXES)]}{i // len(_PREFIXES)}-[0-9]{{6}}" for i in range(count)]
 
 
-def add_content_rules(base_url: str, token: str, effect: str) -> None:
-    """The organization's three content rules (phrases, patterns, detectors), all with `effect` on `both`."""
+# The organizations with rules: (effect, where) of their three content rules.
+TENANTS = {"flag": ("flag", "both"), "flag-prompt": ("flag", "prompt"), "redact": ("redact", "both")}
+
+
+def add_content_rules(base_url: str, token: str, effect: str, where: str) -> None:
+    """The organization's three content rules (phrases, patterns, detectors), all with `effect` on `where`."""
     terms = {"phrases": phrases(), "patterns": patterns(), "detectors": list(DETECTORS)}
     for kind, values in terms.items():
-        content = {"where": "both", "phrases": [], "patterns": [], "detectors": [], kind: values}
+        content = {"where": where, "phrases": [], "patterns": [], "detectors": [], kind: values}
         rule = {"subjectType": "organization", "effect": effect, "content": content}
         _post(f"{base_url}/api/policy-rules", rule, token)
 
 
-def tenant_with_rules(base_url: str, effect: str) -> str:
+def tenant_with_rules(base_url: str, effect: str, where: str = "both") -> str:
     """Register an organization whose owner adds the content rules; return its API key."""
     session = _post(
         f"{base_url}/api/auth/register",
         {
-            "legalName": f"Bench {effect} Org",
+            "legalName": f"Bench {effect} {where} Org",
             "email": f"owner-{os.urandom(4).hex()}@bench.example",
             "password": "correct horse battery staple",
             "planCode": PLAN,
         },
     )
-    add_content_rules(base_url, session["token"], effect)
+    add_content_rules(base_url, session["token"], effect, where)
     return _post(f"{base_url}/api/organization/api-keys", {"alias": "bench"}, session["token"])["secret"]
 
 
@@ -106,7 +112,7 @@ class Case:
     """One row: which organization, which body."""
 
     name: str
-    tenant: str  # "none", "flag" or "redact"
+    tenant: str  # "none" or one of TENANTS
     stream: bool
     matching: bool = False
 
@@ -115,6 +121,7 @@ CASES = (
     Case("chat, no rules", "none", False),
     Case("chat, flag rules", "flag", False),
     Case("chat, flag rules, one phrase matches", "flag", False, matching=True),
+    Case("chat, flag rules on the prompt only", "flag-prompt", False),
     Case("stream, no rules", "none", True),
     Case("stream, flag rules", "flag", True),
     Case("stream, redact rules", "redact", True),
@@ -203,7 +210,7 @@ def conditions(args: argparse.Namespace, load_name: str) -> str:
         f"\nmodelgate content policy cost: {args.duration:g}s per rps run at {args.connections} "
         f"connections ({load_name}), {len(chat_body())} B chat body, p50@1 of {args.samples} sequential "
         f"requests{rounds}\nrules: 1,000 phrases + 50 patterns + {len(DETECTORS)} detectors ({detectors}), "
-        f"one rule each, on both sides; a stream has {SSE_EVENTS} SSE events; others: cores of CPU used by "
+        f"one rule each; a stream has {SSE_EVENTS} SSE events; others: cores of CPU used by "
         "other processes during the loaded run\n"
     )
 
@@ -251,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         os.sched_setaffinity(0, load_cpus)  # our latency client shares the load core
         base_url = f"http://127.0.0.1:{port}"
         keys = {"none": register_tenant(base_url)}
-        keys.update((effect, tenant_with_rules(base_url, effect)) for effect in ("flag", "redact"))
+        keys.update((name, tenant_with_rules(base_url, *rules)) for name, rules in TENANTS.items())
         for name, key in keys.items():
             check_answers(name, port, raw_request("127.0.0.1", port, chat_body(), key),
                           raw_request("127.0.0.1", port, chat_body(stream=True), key))  # fmt: skip
