@@ -24,12 +24,18 @@ from modelgate.cabinet.policy_rule_input import (
     BUDGET_PERIODS,
     EFFECTS,
     MAX_BUDGET_MICROS,
+    MAX_CONTENT_PATTERN_LENGTH,
+    MAX_CONTENT_PATTERNS,
     MAX_PATTERNS,
+    MAX_PHRASE_LENGTH,
+    MAX_PHRASES,
     MAX_RATE,
     SUBJECT_TYPES,
 )
 from modelgate.cabinet.usage import GROUPINGS, MAX_DAYS
+from modelgate.domain.content_matching import DETECTORS
 from modelgate.domain.money import MAX_CREDIT_MICROS
+from modelgate.domain.policy_rules import CONTENT_PLACES
 
 _INT = {"type": "integer"}
 _MICROS = {"type": "integer", "description": "Micro-units of the configured currency"}
@@ -156,6 +162,25 @@ _BUDGET = _obj(
     period={"type": "string", "enum": list(BUDGET_PERIODS)},
 )
 _BUDGET["additionalProperties"] = False
+_CONTENT = _obj(
+    ("where",),
+    where={"type": "string", "enum": list(CONTENT_PLACES)},
+    phrases={
+        "type": "array",
+        "items": {"type": "string", "minLength": 1, "maxLength": MAX_PHRASE_LENGTH},
+        "maxItems": MAX_PHRASES,
+        "description": "Literal phrases",
+    },
+    patterns={
+        "type": "array",
+        "items": {"type": "string", "minLength": 1, "maxLength": MAX_CONTENT_PATTERN_LENGTH},
+        "maxItems": MAX_CONTENT_PATTERNS,
+        "description": "RE2 expressions; no backreferences or lookaround (they must run in linear time)",
+    },
+    detectors={"type": "array", "items": {"type": "string", "enum": list(DETECTORS)}},
+)
+_CONTENT["additionalProperties"] = False
+_CONTENT["description"] = "At least one phrase, pattern or detector"
 _RULE_FIELDS: dict[str, Any] = {
     "subjectType": {"type": "string", "enum": list(SUBJECT_TYPES)},
     "subjectId": {
@@ -168,12 +193,17 @@ _RULE_FIELDS: dict[str, Any] = {
         "items": {"type": "string", "minLength": 1},
         "minItems": 1,
         "maxItems": MAX_PATTERNS,
-        "description": "Model name globs, case-sensitive: `*`, `?`, `[seq]`",
+        "description": "Model name globs, case-sensitive: `*`, `?`, `[seq]`; required of allow and deny"
+        ' rules, a content rule defaults to `["*"]`',
     },
     "budget": {"oneOf": [_ref("PolicyRuleBudget"), {"type": "null"}], "description": "Allow rules only"},
     "rpm": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_RATE, "description": "0: unlimited"},
     "tpm": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_RATE, "description": "0: unlimited"},
     "description": _STR,
+    "content": {
+        "oneOf": [_ref("PolicyRuleContent"), {"type": "null"}],
+        "description": "Block, redact and flag rules only (required of them); null on allow and deny rules",
+    },
 }
 
 
@@ -201,10 +231,22 @@ _USAGE_NUMBERS = {
 
 BILLING_SCHEMAS: dict[str, Any] = {
     "PolicyRuleBudget": _BUDGET,
-    "PolicyRuleRequest": _closed(_obj(("subjectType", "effect", "models"), **_RULE_FIELDS)),
+    "PolicyRuleContent": _CONTENT,
+    "PolicyRuleRequest": _closed(_obj(("subjectType", "effect"), **_RULE_FIELDS)),
     "PolicyRuleUpdateRequest": _closed(_obj((), **_RULE_FIELDS)),
     "PolicyRule": _obj(
-        ("id", "organizationId", "subjectType", "subjectId", "effect", "models", "budget", "rpm", "tpm"),
+        (
+            "id",
+            "organizationId",
+            "subjectType",
+            "subjectId",
+            "effect",
+            "models",
+            "budget",
+            "rpm",
+            "tpm",
+            "content",
+        ),
         id=_STR,
         organizationId=_STR,
         **{**_RULE_FIELDS, "subjectId": _STR},

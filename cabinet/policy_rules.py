@@ -67,6 +67,8 @@ from modelgate.storage.database import Executor
 log = logging.getLogger("modelgate.cabinet.policy_rules")
 
 MAX_RULES_PER_ORGANIZATION = 1000
+# A content rule may carry 1,000 phrases of 500 characters and 50 patterns of 1,000 (UTF-8, JSON-escaped).
+MAX_RULE_BODY_BYTES = 4 * 1024 * 1024
 
 
 def content_json(content: ContentSpec | None) -> dict[str, Any] | None:
@@ -140,7 +142,7 @@ async def create_policy_rule(request: web.Request) -> web.Response:
     for a content rule, {subjectType, subjectId?, effect, models?, content, description?}."""
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
-    fields = parse_rule_fields(await read_json_object(request))
+    fields = parse_rule_fields(await read_json_object(request, MAX_RULE_BODY_BYTES))
     for required in REQUIRED_FIELDS:
         if required not in fields:
             raise bad_request(f"{required} is required")
@@ -232,7 +234,7 @@ async def update_policy_rule(request: web.Request) -> web.Response:
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
     rule_id = path_id(request, "id", unknown=_not_found())
-    fields = parse_rule_fields(await read_json_object(request))
+    fields = parse_rule_fields(await read_json_object(request, MAX_RULE_BODY_BYTES))
     if not fields:
         raise bad_request(f"give at least one of: {', '.join(sorted(FIELDS))}")
     at = now()

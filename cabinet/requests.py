@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import orjson
@@ -43,20 +44,21 @@ def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
-async def read_json_object(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object, at most 64 KiB decoded (it may be compressed, like the model API's);
-    anything else is a 4xx `CabinetError`. No string in it, key or value at any depth, may hold a NUL: the
-    storage cannot keep one, and no field of the cabinet has a use for it."""
-    content, declared = request_body(request, MAX_BODY_BYTES, _decoding_error)
-    if declared is not None and declared > MAX_BODY_BYTES:
-        raise _too_large()
+async def read_json_object(request: web.Request, max_bytes: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """The request body as a JSON object, at most `max_bytes` decoded (64 KiB unless the endpoint says more;
+    it may be compressed, like the model API's); anything else is a 4xx `CabinetError`. No string in it, key
+    or value at any depth, may hold a NUL: the storage cannot keep one, and no field of the cabinet has a use
+    for it."""
+    content, declared = request_body(request, max_bytes, partial(_decoding_error, max_bytes))
+    if declared is not None and declared > max_bytes:
+        raise _too_large(max_bytes)
     chunks: list[bytes] = []
     size = 0
     # Read the stream ourselves: a chunked body has no Content-Length to check up front.
     while chunk := await content.readany():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise _too_large()
+        if size > max_bytes:
+            raise _too_large(max_bytes)
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw.strip():
@@ -92,8 +94,8 @@ def _holds_nul(value: Any) -> bool:
     return False
 
 
-def _decoding_error(error: BodyDecodingError) -> CabinetError:
-    return _too_large() if error.status == 413 else CabinetError(error.status, error.message)
+def _decoding_error(max_bytes: int, error: BodyDecodingError) -> CabinetError:
+    return _too_large(max_bytes) if error.status == 413 else CabinetError(error.status, error.message)
 
 
 def refuse_unstorable_query(request: web.Request) -> None:
@@ -103,8 +105,8 @@ def refuse_unstorable_query(request: web.Request) -> None:
         raise bad_request(problem)
 
 
-def _too_large() -> CabinetError:
-    return CabinetError(413, f"request body is larger than {MAX_BODY_BYTES // 1024} KiB")
+def _too_large(max_bytes: int) -> CabinetError:
+    return CabinetError(413, f"request body is larger than {max_bytes // 1024} KiB")
 
 
 def required_text(body: Mapping[str, Any], field: str, *, max_length: int = MAX_NAME_LENGTH) -> str:

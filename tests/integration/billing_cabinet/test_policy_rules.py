@@ -40,6 +40,7 @@ async def test_a_rule_is_created_read_listed_updated_and_deleted(cabinet: Billin
         "rpm": 100,
         "tpm": None,
         "description": "the default set",
+        "content": None,
     }
     assert created.body["id"].startswith("pol_")
     assert fetched.body == created.body
@@ -118,7 +119,7 @@ INVALID_BODIES: list[tuple[dict[str, Any], str]] = [
     ({"subjectType": "organization", "models": ["*"]}, "effect is required"),
     ({"subjectType": "team", "effect": "allow", "models": ["*"]}, "subjectType must be one of"),
     ({"subjectType": 1, "effect": "allow", "models": ["*"]}, "subjectType must be one of"),
-    ({"subjectType": "organization", "effect": "block", "models": ["*"]}, "effect must be one of"),
+    ({"subjectType": "organization", "effect": "permit", "models": ["*"]}, "effect must be one of"),
     ({"subjectType": "organization", "effect": "allow", "models": []}, "models must be a non-empty array"),
     ({"subjectType": "organization", "effect": "allow", "models": "gpt-4*"}, "models must be a non-empty"),
     ({"subjectType": "organization", "effect": "allow", "models": ["ok", 3]}, "models[1] must be a pattern"),

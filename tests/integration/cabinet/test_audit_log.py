@@ -66,7 +66,17 @@ async def test_an_entry_names_the_event_actor_target_and_time(cabinet: Cabinet) 
 
     entry = (await cabinet.audit_events(owner))[0]
 
-    assert set(entry) == {"id", "event", "actor", "targetId", "details", "createdAt"}
+    assert set(entry) == {
+        "id",
+        "event",
+        "actor",
+        "targetId",
+        "keyId",
+        "systemId",
+        "route",
+        "details",
+        "createdAt",
+    }
     assert entry["event"] == "system.created"
     assert entry["actor"] == {"type": "user", "id": await cabinet.user_id(owner), "email": owner.email}
     assert entry["targetId"] == system["id"]

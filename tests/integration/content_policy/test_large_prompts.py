@@ -33,3 +33,25 @@ def test_a_4_mib_prompt_against_a_thousand_phrases_and_fifty_patterns_is_served(
         timeout=120,
     )
     assert blocked.status_code == 403, blocked.text[:300]
+
+
+def test_a_rule_with_the_most_and_longest_terms_is_accepted_and_a_larger_body_is_413(stack: Stack) -> None:
+    phrases = [f"{n:04d} " + "ä" * 495 for n in range(1000)]
+    patterns = [f"CASE-{n:02d}-" + "[0-9]" * 198 for n in range(50)]
+    created = stack.cabinet(
+        "POST",
+        "/policy-rules",
+        {
+            "subjectType": "organization",
+            "effect": "flag",
+            "content": {"where": "prompt", "phrases": phrases, "patterns": patterns},
+        },
+    )
+    assert created.status_code == 201, created.text[:300]
+    assert len(created.json()["content"]["phrases"]) == 1000
+    too_large = stack.cabinet(
+        "POST",
+        "/policy-rules",
+        {"subjectType": "organization", "effect": "flag", "description": "x" * (4 * 1024 * 1024)},
+    )
+    assert too_large.status_code == 413
