@@ -48,50 +48,59 @@ def test_a_blocked_prompt_on_messages_is_a_permission_error_in_envelope_b(stack:
     assert stack.anth.requests == []
 
 
-@pytest.mark.parametrize(
-    ("path", "body"),
-    [
-        ("/v1/chat/completions", {"model": "gpt", "messages": [{"role": "user", "content": "x " + SECRET}]}),
-        (
-            "/v1/chat/completions",
-            {"model": "gpt", "messages": [{"role": "user", "content": [{"type": "text", "text": SECRET}]}]},
-        ),
-        (
-            "/v1/chat/completions",
-            {
-                "model": "gpt",
-                "messages": [
-                    {"role": "user", "content": "hi"},
-                    {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {
-                                "id": "call_1",
-                                "type": "function",
-                                "function": {"name": "lookup", "arguments": '{"q": "' + SECRET + '"}'},
-                            }
-                        ],
-                    },
-                    {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
-                ],
-            },
-        ),
-        ("/v1/completions", {"model": "gpt", "prompt": ["fine", "about " + SECRET]}),
-        ("/v1/responses", {"model": "gpt", "input": SECRET}),
-        ("/v1/responses", {"model": "gpt", "input": "hi", "instructions": "mention " + SECRET}),
-        (
-            "/v1/responses",
-            {
-                "model": "gpt",
-                "input": [{"role": "user", "content": [{"type": "input_text", "text": SECRET}]}],
-            },
-        ),
-        ("/v1/embeddings", {"model": "gpt", "input": ["a", SECRET]}),
-        ("/v1/images/generations", {"model": "gpt", "prompt": "a drawing of " + SECRET}),
-        ("/v1/videos", {"model": "gpt", "prompt": "a film about " + SECRET}),
-    ],
-)
+# Every route and form that carries a prompt text, with SECRET in it.
+ROUTE_TEXTS = [
+    ("/v1/chat/completions", {"model": "gpt", "messages": [{"role": "user", "content": "x " + SECRET}]}),
+    (
+        "/v1/chat/completions",
+        {"model": "gpt", "messages": [{"role": "user", "content": [{"type": "text", "text": SECRET}]}]},
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "model": "gpt",
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"q": "' + SECRET + '"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+            ],
+        },
+    ),
+    ("/v1/completions", {"model": "gpt", "prompt": ["fine", "about " + SECRET]}),
+    ("/v1/responses", {"model": "gpt", "input": SECRET}),
+    ("/v1/responses", {"model": "gpt", "input": "hi", "instructions": "mention " + SECRET}),
+    (
+        "/v1/responses",
+        {
+            "model": "gpt",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": SECRET}]}],
+        },
+    ),
+    ("/v1/embeddings", {"model": "gpt", "input": ["a", SECRET]}),
+    ("/v1/images/generations", {"model": "gpt", "prompt": "a drawing of " + SECRET}),
+    ("/v1/videos", {"model": "gpt", "prompt": "a film about " + SECRET}),
+    (
+        "/v1/decisions",
+        {
+            "model": "gpt",
+            "input": "hello",
+            "questions": [{"type": "predicate", "name": "p", "instructions": "Is it about " + SECRET + "?"}],
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), ROUTE_TEXTS)
 def test_a_block_rule_refuses_the_text_wherever_the_route_carries_it(
     stack: Stack, path: str, body: dict
 ) -> None:
@@ -266,3 +275,28 @@ def test_realtime_session_instructions_are_checked_when_the_secret_is_minted(sta
     with stack.openai() as client:
         secret = client.realtime.client_secrets.create(session=session)
     assert secret.session.instructions == "greet [REDACTED:email]"
+
+
+@pytest.mark.parametrize(("path", "body"), ROUTE_TEXTS)
+def test_a_redact_rule_rewrites_the_text_wherever_the_route_carries_it(
+    stack: Stack, path: str, body: dict
+) -> None:
+    stack.rule("redact", phrases=[SECRET])
+    assert stack.post(path, body).status_code == 200
+    [sent] = stack.oai.requests_to(path)
+    assert SECRET not in sent.body.decode().lower()
+    assert "[REDACTED:phrase]" in sent.body.decode()
+
+
+@pytest.mark.parametrize(("path", "body"), ROUTE_TEXTS)
+def test_a_flag_rule_sends_the_text_as_written_and_audits_it(stack: Stack, path: str, body: dict) -> None:
+    rule = stack.rule("flag", phrases=[SECRET])
+    reply = stack.post(path, body)
+    assert reply.status_code == 200
+    [sent] = stack.oai.requests_to(path)
+    assert SECRET in sent.body.decode()
+    [entry] = _audit_eventually(stack, rule["id"])
+    assert (
+        entry["event"] == "content_policy.flagged"
+        and entry["details"]["requestId"] == reply.headers["x-request-id"]
+    )
