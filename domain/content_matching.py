@@ -312,7 +312,7 @@ class _RegexTerm:
 class ContentMatcher:
     """An organization's content terms, compiled once; `find` runs them on a text."""
 
-    __slots__ = ("_combined", "_longest", "_phrases", "_regexes", "_set")
+    __slots__ = ("_ascii_any", "_combined", "_longest", "_phrases", "_regexes", "_set", "joinable")
 
     def __init__(
         self,
@@ -321,12 +321,19 @@ class ContentMatcher:
         combined: re2._Regexp | None,
         regex_set: re2.Set | None,
         longest: int,
+        ascii_any: re2._Regexp | None = None,
     ) -> None:
         self._phrases = phrases
         self._regexes = regexes
         self._combined = combined
         self._set = regex_set
         self._longest = longest
+        # For ASCII text (most prompts), one pass answers "anything here?": the phrases case-insensitively
+        # (ASCII text folds to its lower case), the patterns and detectors as they are.
+        self._ascii_any = ascii_any
+        # Texts joined by newlines can be checked at once when no term is anchored to a text's start or end.
+        # (The built-in detectors never are.)
+        self.joinable = not any(term.label == "pattern" and _anchored(term.regex.pattern) for term in regexes)
 
     @classmethod
     def compile(cls, terms: Sequence[ContentTerm]) -> ContentMatcher:
@@ -345,7 +352,8 @@ class ContentMatcher:
                 longest = max(longest, _regex_longest(term.kind, term.value))
         regexes = tuple(_regex_term(kind, value, tuple(ids)) for (kind, value), ids in regex_rules.items())
         combined, regex_set = _combine(regexes) if regexes else (None, None)
-        return cls(_PhraseIndex.of(phrases) if phrases else None, regexes, combined, regex_set, longest)
+        index = _PhraseIndex.of(phrases) if phrases else None
+        return cls(index, regexes, combined, regex_set, longest, _ascii_program(phrases, regexes))
 
     @property
     def longest_match(self) -> int:
@@ -355,8 +363,21 @@ class ContentMatcher:
     def __bool__(self) -> bool:
         return self._phrases is not None or bool(self._regexes)
 
+    def any_match(self, text: str) -> bool:
+        """Whether `find` may find something in `text`: never False when it would (True may still find
+        nothing); one RE2 pass for an ASCII text."""
+        if self._ascii_any is not None and text.isascii():
+            return self._ascii_any.search(text.encode("ascii")) is not None
+        return bool(self.find(text))
+
     def find(self, text: str) -> list[ContentMatch]:
         """Every match of every rule, sorted by (start, -end, rule_id); offsets index `text`."""
+        if (
+            self._ascii_any is not None
+            and text.isascii()
+            and self._ascii_any.search(text.encode("ascii")) is None
+        ):
+            return []
         matches: list[ContentMatch] = []
         if self._phrases is not None:
             self._phrases.find(text, matches)
@@ -431,6 +452,26 @@ def _regex_term(kind: str, value: str, rule_ids: tuple[str, ...]) -> _RegexTerm:
         return _RegexTerm(_compile_pattern(value, RUN_MAX_MEM), "pattern", rule_ids, None)
     detector = DETECTOR_TABLE[value]
     return _RegexTerm(re2.compile(detector.source, _options(RUN_MAX_MEM)), value, rule_ids, detector.refine)
+
+
+def _anchored(source: str) -> bool:
+    """Whether a pattern may be anchored to the start or end of a text (`^`, `$`, `\\A`, `\\z`; a `^` in a
+    class counts too: the answer may be yes when it is no, never the reverse)."""
+    return "^" in source or "$" in source or "\\A" in source or "\\z" in source
+
+
+def _ascii_program(phrases: dict[str, list[str]], regexes: tuple[_RegexTerm, ...]) -> re2._Regexp | None:
+    """One program telling whether any term may match an ASCII text; None when it would pass the budget."""
+    # A folded phrase with other than ASCII characters never matches an ASCII text.
+    ascii_phrases = [re2.escape(folded) for folded in phrases if folded.isascii()]
+    sources = [f"(?i:{'|'.join(ascii_phrases)})"] if ascii_phrases else []
+    sources += [f"(?:{term.regex.pattern})" for term in regexes]
+    if not sources:
+        return None
+    try:
+        return re2.compile("|".join(sources), _options(COMBINED_MAX_MEM))
+    except re2.error:
+        return None
 
 
 def _combine(regexes: tuple[_RegexTerm, ...]) -> tuple[re2._Regexp, re2.Set]:

@@ -63,11 +63,15 @@ class MatcherGroup:
     """Several matchers searched one after another: the rules' terms when together they exceed what one
     matcher may hold (each rule's own terms always fit: they were checked at creation)."""
 
-    __slots__ = ("_matchers", "longest_match")
+    __slots__ = ("_matchers", "joinable", "longest_match")
 
     def __init__(self, matchers: list[ContentMatcher]) -> None:
         self._matchers = matchers
         self.longest_match = max((m.longest_match for m in matchers), default=0)
+        self.joinable = all(m.joinable for m in matchers)
+
+    def any_match(self, text: str) -> bool:
+        return any(matcher.any_match(text) for matcher in self._matchers)
 
     def find(self, text: str) -> list[ContentMatch]:
         found = [match for matcher in self._matchers for match in matcher.find(text)]

@@ -110,7 +110,12 @@ class PromptPolicy(Plugin):
         payload = ctx.payload
         if payload is None:
             return
-        for slot in prompt_slots(ctx.route.name, payload):
+        slots = prompt_slots(ctx.route.name, payload)
+        matcher = scope.matcher
+        # Most prompts match nothing: their texts are checked at once, in one pass when they are ASCII.
+        if len(slots) > 1 and matcher.joinable and not matcher.any_match("\n".join(s.text for s in slots)):
+            return
+        for slot in slots:
             text = slot.text
             passed = _apply(ctx, scope, "prompt", text, "The request")
             if passed is not None:

@@ -258,3 +258,26 @@ def test_find_time_grows_linearly_from_one_to_four_mebibytes() -> None:
     large_time = best_time(lambda: rules.find(large))
     assert large_time < 5.0
     assert large_time / small_time < 6
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nothing to see here",
+        "Codename 0042 is here",
+        "mail bob@example.com",
+        "PROJECT-7ab-1234",
+        "Straße und Codename 0042",
+        "tab\there",
+    ],
+)
+def test_any_match_is_true_whenever_find_finds_something(text: str) -> None:
+    rules = large_rules()
+    assert rules.any_match(text) is True or rules.find(text) == []
+    assert bool(rules.find(text)) <= rules.any_match(text)
+
+
+def test_a_matcher_with_only_detectors_and_unanchored_patterns_is_joinable() -> None:
+    assert large_rules().joinable is True
+    assert matcher(("r", "pattern", "^secret")).joinable is False
+    assert matcher(("r", "pattern", r"secret\z")).joinable is False

@@ -65,3 +65,11 @@ def test_a_matcher_group_finds_what_each_of_its_matchers_finds_in_order() -> Non
     found = group.find("mail a@b.io about case #7")
     assert [(m.rule_id, m.label, m.start) for m in found] == [("one", "email", 5), ("two", "pattern", 18)]
     assert group.longest_match == max(one.longest_match, two.longest_match)
+
+
+def test_a_matcher_group_says_whether_any_of_its_matchers_may_match() -> None:
+    one = content_matching.ContentMatcher.compile([content_matching.ContentTerm("one", "detector", "email")])
+    two = content_matching.ContentMatcher.compile([content_matching.ContentTerm("two", "pattern", "^case")])
+    group = MatcherGroup([one, two])
+    assert group.any_match("case 7") and group.any_match("a@b.io") and not group.any_match("nothing")
+    assert group.joinable is False  # one of its patterns is anchored to a text's start

@@ -300,3 +300,11 @@ def test_a_flag_rule_sends_the_text_as_written_and_audits_it(stack: Stack, path:
         entry["event"] == "content_policy.flagged"
         and entry["details"]["requestId"] == reply.headers["x-request-id"]
     )
+
+
+def test_a_pattern_anchored_to_a_texts_start_matches_each_text_of_the_prompt(stack: Stack) -> None:
+    stack.rule("block", patterns=["^secret plan$"])
+    messages = [{"role": "system", "content": "be kind"}, {"role": "user", "content": "secret plan"}]
+    assert stack.post("/v1/chat/completions", {"model": "gpt", "messages": messages}).status_code == 403
+    messages[1]["content"] = "the secret plan"
+    assert stack.post("/v1/chat/completions", {"model": "gpt", "messages": messages}).status_code == 200
