@@ -59,11 +59,12 @@ class AnswerBlocked(Exception):
 class _Channel:
     """One text channel: the text not released yet, where it starts, the hits already reported."""
 
-    __slots__ = ("base", "pending", "seen", "template")
+    __slots__ = ("base", "pending", "seen", "template", "watched")
 
     def __init__(self) -> None:
         self.base = 0  # offset of `pending` in the channel's whole text
         self.pending = ""
+        self.watched = 0  # how much of `pending` a flag-only scan has already seen
         self.seen: set[tuple[str, int]] = set()  # (rule, absolute start) of hits given to `seen`
         self.template: tuple[str | None, dict[str, Any]] | None = None  # the last delta event: name, payload
 
@@ -83,6 +84,7 @@ class AnswerStreamGuard:
         "_rewrote",
         "_scan",
         "_seen",
+        "_step",
         "_wholes",
         "_wire",
     )
@@ -102,6 +104,7 @@ class AnswerStreamGuard:
         self._handle = handlers[wire]
         self._scan = scan
         self._keep = max(window - 1, 0)
+        self._step = max(self._keep, 256)  # flag-only: new text gathered between two scans
         self._hold = hold
         self._seen = seen
         self._parser = SseParser()
@@ -144,6 +147,9 @@ class AnswerStreamGuard:
             if not self._hold:
                 for event in self._parser.finish():
                     self._handle(event, [])
+                for channel in self._channels.values():
+                    if len(channel.pending) > channel.watched:
+                        self._watch(channel)
                 return b""
             carry, self._carry = self._carry, b""
             if carry:
@@ -210,16 +216,17 @@ class AnswerStreamGuard:
         pending = channel.pending + text if channel.pending else text
         if not pending:
             return ""
+        if not self._hold:
+            # Nothing is held (flag rules only): the text is scanned once a step of it has gathered, and at
+            # the end, so most deltas cost no scan; what a flag records does not need to be timely.
+            self._released += len(text)
+            channel.pending = pending
+            if len(pending) >= self._keep + self._step:
+                self._watch(channel)
+            return text
         hits = self._scan(pending)
         if hits:
             self._report(channel, hits, channel.base)
-        if not self._hold:
-            # Keep only enough text to find a match that the next delta completes.
-            kept = pending[len(pending) - self._keep :] if self._keep else ""
-            channel.base += len(pending) - len(kept)
-            channel.pending = kept
-            self._released += len(text)
-            return text
         cut = len(pending) if ending else len(pending) - self._keep
         if cut <= 0:
             channel.pending = pending
@@ -234,6 +241,17 @@ class AnswerStreamGuard:
         channel.base += cut
         self._released += len(released)
         return released
+
+    def _watch(self, channel: _Channel) -> None:
+        """Scan a flag-only channel's gathered text; keep enough to find a match the next text completes."""
+        pending = channel.pending
+        hits = self._scan(pending)
+        if hits:
+            self._report(channel, hits, channel.base)
+        kept = pending[len(pending) - self._keep :] if self._keep else ""
+        channel.base += len(pending) - len(kept)
+        channel.pending = kept
+        channel.watched = len(kept)
 
     def _report(self, channel: _Channel, hits: Sequence[Hit], base: int) -> None:
         """Give each new hit to `seen` once (offsets into the channel's whole text); raise on a block hit."""

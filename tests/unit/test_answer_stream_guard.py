@@ -257,6 +257,13 @@ def test_without_hold_a_match_across_chunks_is_still_seen() -> None:
     assert [(hit.rule_id, hit.start, hit.end) for hit in seen] == [("hello", 4, 9)]
 
 
+def test_without_hold_every_match_of_a_long_answer_is_seen_once_with_its_offset() -> None:
+    seen: list[Hit] = []
+    words = ["filler "] * 100 + ["hel", "lo "] + ["filler "] * 100 + ["hello"]
+    run(guard("chat", seen.append, hold=False), chat_stream(*words))
+    assert [(hit.rule_id, hit.start) for hit in seen] == [("hello", 700), ("hello", 1406)]
+
+
 # -- wire shapes --------------------------------------------------------------------------------------
 
 
