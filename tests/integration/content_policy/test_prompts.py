@@ -308,3 +308,25 @@ def test_a_pattern_anchored_to_a_texts_start_matches_each_text_of_the_prompt(sta
     assert stack.post("/v1/chat/completions", {"model": "gpt", "messages": messages}).status_code == 403
     messages[1]["content"] = "the secret plan"
     assert stack.post("/v1/chat/completions", {"model": "gpt", "messages": messages}).status_code == 200
+
+
+def test_a_redacted_request_is_charged_as_usual_and_its_ledger_row_says_redacted(stack: Stack) -> None:
+    stack.rule("redact", detectors=["email"])
+    reply = stack.post(
+        "/v1/chat/completions", {"model": "gpt", "messages": [{"role": "user", "content": f"to {EMAIL}"}]}
+    )
+    assert reply.status_code == 200
+    row = _ledger_row_eventually(stack, reply.headers["x-request-id"])
+    assert row["content_action"] == "redacted" and row["outcome"] == "completed" and row["cost_micros"] > 0
+
+
+def test_a_flagged_messages_prompt_reaches_the_native_row_as_written(stack: Stack) -> None:
+    rule = stack.rule("flag", detectors=["email"])
+    with stack.anthropic() as client:
+        client.messages.create(
+            model="claude", max_tokens=20, messages=[{"role": "user", "content": f"write to {EMAIL}"}]
+        )
+    [sent] = stack.anth.requests_to("/v1/messages")
+    assert sent.json["messages"][0]["content"] == f"write to {EMAIL}"
+    [entry] = _audit_eventually(stack, rule["id"])
+    assert entry["route"] == "messages" and entry["details"]["label"] == "email"
