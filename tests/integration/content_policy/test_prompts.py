@@ -330,3 +330,15 @@ def test_a_flagged_messages_prompt_reaches_the_native_row_as_written(stack: Stac
     assert sent.json["messages"][0]["content"] == f"write to {EMAIL}"
     [entry] = _audit_eventually(stack, rule["id"])
     assert entry["route"] == "messages" and entry["details"]["label"] == "email"
+
+
+def test_a_prompt_redacted_on_messages_reaches_a_chat_row_redacted_after_translation(stack: Stack) -> None:
+    stack.rule("redact", detectors=["email"])
+    reply = stack.post(
+        "/v1/messages",
+        {"model": "gpt", "max_tokens": 20, "messages": [{"role": "user", "content": f"hi {EMAIL}"}]},
+    )
+    assert reply.status_code == 200, reply.text
+    [sent] = stack.oai.requests_to("/v1/chat/completions")
+    assert sent.json["messages"][-1]["content"] == "hi [REDACTED:email]"
+    assert EMAIL not in sent.body.decode()
