@@ -32,7 +32,7 @@ from pathlib import Path
 
 import orjson
 from children import Child
-from gateway_setup import PLAN, _post, register_tenant
+from gateway_setup import PLAN, post_json, register_tenant
 from load_generators import LoadGenerator
 from measurements import check_answers, sequential
 from proc_stats import process_tree
@@ -75,12 +75,12 @@ def add_content_rules(base_url: str, token: str, effect: str, where: str) -> Non
     for kind, values in terms.items():
         content = {"where": where, "phrases": [], "patterns": [], "detectors": [], kind: values}
         rule = {"subjectType": "organization", "effect": effect, "content": content}
-        _post(f"{base_url}/api/policy-rules", rule, token)
+        post_json(f"{base_url}/api/policy-rules", rule, token)
 
 
 def tenant_with_rules(base_url: str, effect: str, where: str = "both") -> str:
     """Register an organization whose owner adds the content rules; return its API key."""
-    session = _post(
+    session = post_json(
         f"{base_url}/api/auth/register",
         {
             "legalName": f"Bench {effect} {where} Org",
@@ -90,7 +90,7 @@ def tenant_with_rules(base_url: str, effect: str, where: str = "both") -> str:
         },
     )
     add_content_rules(base_url, session["token"], effect, where)
-    return _post(f"{base_url}/api/organization/api-keys", {"alias": "bench"}, session["token"])["secret"]
+    return post_json(f"{base_url}/api/organization/api-keys", {"alias": "bench"}, session["token"])["secret"]
 
 
 def body_with_phrase(phrase: str, *, stream: bool) -> bytes:

@@ -96,7 +96,8 @@ def write_config(
     return path
 
 
-def _post(url: str, body: dict, token: str | None = None) -> dict:
+def post_json(url: str, body: dict, token: str | None = None) -> dict:
+    """POST a JSON body to the cabinet (with a Bearer token when given); the JSON answer."""
     headers = {"content-type": "application/json"}
     if token:
         headers["authorization"] = f"Bearer {token}"
@@ -107,7 +108,7 @@ def _post(url: str, body: dict, token: str | None = None) -> dict:
 
 def register_tenant(base_url: str) -> str:
     """Register an organization on the benchmark plan through the cabinet API; return a new API key."""
-    session = _post(
+    session = post_json(
         f"{base_url}/api/auth/register",
         {
             "legalName": "Bench Org",
@@ -116,5 +117,5 @@ def register_tenant(base_url: str) -> str:
             "planCode": PLAN,
         },
     )
-    key = _post(f"{base_url}/api/organization/api-keys", {"alias": "bench"}, session["token"])
+    key = post_json(f"{base_url}/api/organization/api-keys", {"alias": "bench"}, session["token"])
     return key["secret"]
