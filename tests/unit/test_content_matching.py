@@ -254,10 +254,12 @@ def test_find_time_grows_linearly_from_one_to_four_mebibytes() -> None:
     small = unit * ((1 << 20) // len(unit))
     large = small * 4
     assert len(rules.find(small)) > 1000
-    small_time = best_time(lambda: rules.find(small))
-    large_time = best_time(lambda: rules.find(large))
-    assert large_time < 5.0
-    assert large_time / small_time < 6
+    small_time = best_time(lambda: rules.find(small), rounds=5)
+    large_time = best_time(lambda: rules.find(large), rounds=5)
+    # Linear: 4x the text, about 4x the time; quadratic would be 16x. The bound leaves room for a machine
+    # busy with other work during some of the rounds.
+    assert large_time < 10.0
+    assert large_time / small_time < 8
 
 
 @pytest.mark.parametrize(
