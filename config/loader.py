@@ -31,6 +31,7 @@ from .reader import (
     url_prefix,
 )
 from .schema import (
+    HOST_DIALECTS,
     LOG_LEVELS,
     PROVIDER_KINDS,
     REGISTRATION_MODES,
@@ -39,6 +40,7 @@ from .schema import (
     BillingConfig,
     CabinetConfig,
     Config,
+    HostConfig,
     LoggingConfig,
     ModelConfig,
     PlanConfig,
@@ -301,15 +303,39 @@ def _provider(t: Table) -> ProviderConfig | None:
         anthropic_version=t.string("anthropic_version", check=non_empty),
         headers=t.string_pairs("headers", check_name=header_name, check_value=header_value),
     )
-    if not t.has("base_url") and kind not in (ABSENT, "mock"):
-        t.report("base_url", "missing required key (only kind 'mock' may omit it)")
+    host_tables = t.tables("hosts")
+    hosts = _unique(host_tables, _host, "name", "host name")
+    if host_tables and t.has("base_url"):
+        t.report("base_url", "give either base_url or [[providers.hosts]], not both")
+    elif not host_tables and not t.has("base_url") and kind not in (ABSENT, "mock"):
+        t.report(
+            "base_url", "missing required key (only kind 'mock' may omit it, or give [[providers.hosts]])"
+        )
+    if host_tables and kind == "mock":
+        t.report("hosts", "the mock provider has no hosts")
     t.finish()
     if name is ABSENT:
         return None
     if base_url is not ABSENT:
         values["base_url"] = base_url.rstrip("/")
     # A missing kind was reported above; the placeholder never leaves the loader.
-    return ProviderConfig(name=name, kind="" if kind is ABSENT else kind, **values)
+    return ProviderConfig(name=name, kind="" if kind is ABSENT else kind, hosts=hosts, **values)
+
+
+def _host(t: Table) -> HostConfig | None:
+    name = t.string("name", required=True, check=slug)
+    base_url = t.string("base_url", required=True, check=http_url)
+    dialect = t.choice("dialect", HOST_DIALECTS, "host dialect")
+    values = given(
+        api_key=t.string("api_key", check=secret),
+        headers=t.string_pairs("headers", check_name=header_name, check_value=header_value),
+    )
+    t.finish()
+    if name is ABSENT or base_url is ABSENT:
+        return None
+    return HostConfig(
+        name=name, base_url=base_url.rstrip("/"), dialect=None if dialect is ABSENT else dialect, **values
+    )
 
 
 def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | None:
@@ -347,7 +373,13 @@ def _row(t: Table, model_name: str, providers: Mapping[str, ProviderConfig]) -> 
     if provider_name is ABSENT:
         return None
     provider = providers.get(provider_name)
-    if host is ABSENT:
+    if provider is not None and provider.hosts:
+        noun = f"host of provider {provider_name}:"
+        if host is not ABSENT and (problem := membership(noun, host, provider.host_names)):
+            t.report("host", problem)
+        if host is ABSENT:
+            host = None  # one row per host of the provider
+    elif host is ABSENT:
         host = provider.host if provider else None
     upstream_model = model_name if upstream_model is ABSENT else upstream_model
     return RowConfig(provider=provider_name, upstream_model=upstream_model, host=host, **values)

@@ -21,6 +21,8 @@ REQUEST_KINDS = (
     "decisions",
 )
 PROVIDER_KINDS = ("openai", "anthropic", "mock")
+# The wire dialects a host may speak (the mock provider is in-process, never a host).
+HOST_DIALECTS = ("openai", "anthropic")
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -153,6 +155,8 @@ class ProviderConfig:
     native_messages: bool | None = None
     anthropic_version: str = "2023-06-01"
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # often carries credentials
+    # Its hosts (`[[providers.hosts]]`); empty: the provider is served from `base_url` alone.
+    hosts: tuple[HostConfig, ...] = ()
 
     def __post_init__(self) -> None:
         if self.native_messages is None:
@@ -160,10 +164,50 @@ class ProviderConfig:
 
     @property
     def host(self) -> str:
-        """Hostname of base_url, or "mock" for the in-process mock provider."""
+        """Its first host's name: the hostname of base_url, or "mock" for the in-process mock provider."""
+        if self.hosts:
+            return self.hosts[0].name
         if self.kind == "mock":
             return "mock"
         return urlsplit(self.base_url).hostname or ""
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        return tuple(h.name for h in self.hosts) if self.hosts else (self.host,)
+
+    def served_from(self, host: str) -> ProviderConfig:
+        """This provider as one of its hosts serves it: the host's URL, dialect, key and headers over the
+        provider's defaults (itself when it has no hosts)."""
+        found = next((h for h in self.hosts if h.name == host), None)
+        if found is None:
+            return self
+        return ProviderConfig(
+            name=self.name,
+            kind=found.dialect or self.kind,
+            base_url=found.base_url,
+            api_key=found.api_key if found.api_key is not None else self.api_key,
+            connect_timeout=self.connect_timeout,
+            first_byte_timeout=self.first_byte_timeout,
+            read_timeout=self.read_timeout,
+            pool_size=self.pool_size,
+            native_messages=self.native_messages if self.kind == (found.dialect or self.kind) else None,
+            anthropic_version=self.anthropic_version,
+            headers=self.headers + found.headers,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """One place a provider is served from: its own URL, wire dialect and credentials (`[[providers.hosts]]`).
+
+    Unset fields (None, empty) take the provider's: a provider's `base_url`, `kind` and `api_key` are the
+    defaults of its hosts, and a provider with only a `base_url` is one host named by that URL's hostname."""
+
+    name: str
+    base_url: str
+    dialect: str | None = None  # the wire format it speaks; None: the provider's kind
+    api_key: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # added to the provider's
 
 
 @dataclass(frozen=True, slots=True)

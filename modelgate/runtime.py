@@ -24,7 +24,7 @@ from modelgate.proxy.pipeline.videos import VideoList
 from modelgate.proxy.realtime.relay import RealtimeRelay
 from modelgate.proxy.realtime.secrets import ClientSecretIssuer
 from modelgate.proxy.upstream.model_rows import ModelCatalog, RowSelector
-from modelgate.proxy.upstream.providers import Upstream, build_upstream
+from modelgate.proxy.upstream.providers import Upstream, build_upstreams
 
 if TYPE_CHECKING:
     from modelgate.gateway import Gateway
@@ -93,7 +93,7 @@ class ModelRuntime:
 
 def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
     """Upstream clients, catalog, chain and model API for `config`, on the gateway's lasting state."""
-    upstreams = {p.name: build_upstream(p) for p in config.providers}
+    upstreams = build_upstreams(config.providers)
     if gateway.tracer is not None:
         upstreams = {name: gateway.tracer.traced_upstream(u) for name, u in upstreams.items()}
     catalog = ModelCatalog(config, upstreams)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from modelgate.config import Config, ModelConfig
 from modelgate.domain.prices import ModelPrices
+from modelgate.proxy.upstream.providers import upstream_key
 
 if TYPE_CHECKING:
     from modelgate.proxy.upstream.providers import Upstream
@@ -61,23 +62,26 @@ class ModelCatalog:
 
     def __init__(self, config: Config, upstreams: dict[str, Upstream]) -> None:
         self.models: dict[str, ModelEntry] = {}
+        providers = {provider.name: provider for provider in config.providers}
         for model in config.models:
             rows = tuple(
                 RoutingRow(
                     model=model.name,
                     provider=row.provider,
-                    host=row.host or upstreams[row.provider].host,
+                    host=host,
                     upstream_model=row.upstream_model,
                     weight=row.weight,
                     priority=row.priority,
-                    upstream=upstreams[row.provider],
+                    upstream=upstreams[upstream_key(providers[row.provider], host)],
                 )
                 for row in model.rows
+                # A row that names no host of a provider with several is a row per host.
+                for host in ((row.host,) if row.host else providers[row.provider].host_names)
             )
             self.models[model.name] = ModelEntry(
                 model.name, frozenset(model.kinds), rows, model, ModelPrices.of(model)
             )
-        self.provider_names = frozenset(upstreams)
+        self.provider_names = frozenset(providers)
         self.host_names = frozenset(row.host for m in self.models.values() for row in m.rows)
         self.rows_by_key = {row.key: row for m in self.models.values() for row in m.rows}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -258,6 +258,20 @@ class HttpUpstream:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def upstream_key(provider: ProviderConfig, host: str) -> str:
+    """The name of the client serving `provider` from `host`: the provider's name when it has one place."""
+    return f"{provider.name}@{host}" if provider.hosts else provider.name
+
+
+def build_upstreams(providers: Sequence[ProviderConfig]) -> dict[str, Upstream]:
+    """A client per provider, or per host of a provider that has hosts, by `upstream_key`."""
+    upstreams: dict[str, Upstream] = {}
+    for provider in providers:
+        for host in provider.host_names if provider.hosts else (provider.host,):
+            upstreams[upstream_key(provider, host)] = build_upstream(provider.served_from(host))
+    return upstreams
 
 
 def build_upstream(config: ProviderConfig) -> Upstream:

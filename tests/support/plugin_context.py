@@ -39,7 +39,7 @@ from modelgate.proxy.pipeline.route_table import RouteTable
 from modelgate.proxy.state.keys import KeyDirectory, KeyRecord
 from modelgate.proxy.state.objects import ObjectStore
 from modelgate.proxy.upstream.model_rows import ModelCatalog
-from modelgate.proxy.upstream.providers import Upstream, build_upstream
+from modelgate.proxy.upstream.providers import Upstream, build_upstreams
 from modelgate.storage import Database, apply_migrations, open_database
 
 # Two providers (one speaks Messages natively), a model on both, one on the non-native provider only, media
@@ -152,7 +152,7 @@ async def open_services(tmp_path: Path, toml: str = GATEWAY_TOML) -> PluginServi
     """Every collaborator built from the config, on a migrated SQLite database; the ledger keeps its rows in
     memory (no spool) until `ledger.flush()` writes them."""
     config = gateway_config(tmp_path, toml)
-    upstreams = {provider.name: build_upstream(provider) for provider in config.providers}
+    upstreams = build_upstreams(config.providers)
     db = await open_database(config.storage.url)
     await apply_migrations(db)
     counters = InProcessCounters()

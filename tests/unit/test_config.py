@@ -13,6 +13,7 @@ from modelgate.config import (
     CabinetConfig,
     Config,
     ConfigError,
+    HostConfig,
     LoggingConfig,
     ModelConfig,
     PlanConfig,
@@ -37,6 +38,7 @@ EXAMPLE_ENV = {
     "OPENAI_API_KEY": "sk-test",
     "ANTHROPIC_API_KEY": "sk-ant-test",
     "ANTHROPIC_COMPAT_API_KEY": "compat-test",
+    "OPENAI_REGIONS_API_KEY": "sk-regions-test",
 }
 
 PROVIDER = """
@@ -138,6 +140,7 @@ def test_example_file_documents_every_key():
         TracingConfig,
         PluginsConfig,
         ProviderConfig,
+        HostConfig,
         RowConfig,
         PriceConfig,
         ModelConfig,
@@ -150,7 +153,7 @@ def test_example_file_documents_every_key():
     undocumented = [
         key
         for key in keys
-        if not re.search(rf"^#.*\n#? ?{key} = |^\[\[?models\.{key}\]\]?$", text, re.MULTILINE)
+        if not re.search(rf"^#.*\n#? ?{key} = |^\[\[?(models|providers)\.{key}\]\]?$", text, re.MULTILINE)
     ]
 
     assert undocumented == []
@@ -351,7 +354,8 @@ def test_base_url_is_required_unless_kind_is_mock(write):
     path = write(VALID.replace('base_url = "https://api.openai.com/v1/"\n', ""))
 
     assert problems(path) == [
-        "my.toml: providers[0].base_url: missing required key (only kind 'mock' may omit it)"
+        "my.toml: providers[0].base_url: missing required key (only kind 'mock' may omit it, or give"
+        " [[providers.hosts]])"
     ]
 
 
