@@ -81,6 +81,11 @@ class CrashSettlements:
     async def forget(self, writers: set[str]) -> None:
         await self._counters.delete([settled_key(writer) for writer in writers])
 
+    async def release(self, writers: set[str]) -> None:
+        """Release the reservations these dead writers (their processes' counter ids) still held."""
+        for writer in writers:
+            await self._counters.reclaim(writer)
+
     def spooled(self, row_id: str) -> None:
         """The completed row of `row_id` is in the spool (`LedgerWriter.on_row_spooled`)."""
         self._counters.forget_settled(settled_key(writer_of(row_id)), row_id)

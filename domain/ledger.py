@@ -77,6 +77,7 @@ class SettledCharges(Protocol):
     async def settled(self, row_ids: list[str]) -> dict[str, int]: ...
     async def charge(self, organization_id: str, cost: int, row_id: str) -> None: ...
     async def forget(self, writers: set[str]) -> None: ...
+    async def release(self, writers: set[str]) -> None: ...
 
 
 # A ledger row in memory and in the spool: the 15 columns of _INSERT in order, then the budgets charged
@@ -134,13 +135,16 @@ class LedgerWriter:
         batch_size: int,
         max_queue: int = 100_000,
         spool: Spool | None = None,
+        writer_id: str | None = None,
     ) -> None:
         self._db = db
         self._interval = interval
         self._batch_size = batch_size
         self._max_queue = max_queue
         self._spool = spool  # None: memory only (tests of the database side)
-        self._id_prefix = secrets.token_hex(8)
+        # The writer's part of every row id (16 hex digits): with Redis, the id under which this process holds
+        # its share of reservations, so a replay knows whose reservations a crashed admission held.
+        self._id_prefix = writer_id or secrets.token_hex(8)
         self._id_counter = itertools.count(1)
         self._current = _Segment(None)
         self._sealed: list[_Segment] = []  # waiting for the database, oldest first
@@ -203,6 +207,12 @@ class LedgerWriter:
             self._backlog += segment.count
             adopted += segment.count
         if shared is not None and crashed:
+            # The dead processes' reservations go first: charged while still held, a crashed admission would
+            # count twice against the balance until the others noticed the death.
+            try:
+                await shared.release(writers)
+            except Exception as exc:  # the others release them once the dead processes' liveness expires
+                log.warning("ledger: the reservations of stopped processes stay until they expire: %r", exc)
             await self._settle_crashed(shared, crashed)
         # Into this process's own segment, written after the adopted ones. Careful: should this process die
         # before the adopted files are deleted, the next start replays these ids twice (from both files).

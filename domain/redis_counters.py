@@ -309,6 +309,14 @@ class RedisCounters:
             if not self._unsettled:
                 log.warning("redis: every kept settlement is written again")
 
+    async def reclaim(self, process: str) -> None:
+        """Release every reservation a stopped process still holds (a replay of its spool knows it is dead
+        before its liveness key expires)."""
+        if process == self.process:
+            return
+        await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
+        await self._redis.srem(self._processes, process)
+
     async def reclaim_dead(self) -> int:
         """Release the reservations of processes whose liveness key expired; returns how many were dead."""
         dead = 0
@@ -316,8 +324,7 @@ class RedisCounters:
             process = member.decode() if isinstance(member, bytes) else member
             if process == self.process or await self._redis.exists(f"{self._prefix}live:{process}"):
                 continue
-            await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
-            await self._redis.srem(self._processes, process)
+            await self.reclaim(process)
             dead += 1
         if dead:
             log.warning("redis: released the reservations of %d gateway process(es) that stopped", dead)

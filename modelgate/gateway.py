@@ -123,6 +123,8 @@ class Gateway:
                 batch_size=config.billing.ledger_batch_size,
                 max_queue=config.billing.ledger_max_queue,
                 spool=_spool(config),
+                # Row ids name the process that holds their reservations in Redis (see LedgerWriter.open).
+                writer_id=counters.process if isinstance(counters, RedisCounters) else None,
             )
             if bus is not None:  # the counters outlive this process: settlements are recorded by row id
                 settlements = CrashSettlements(counters)

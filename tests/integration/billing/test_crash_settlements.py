@@ -52,7 +52,10 @@ class Process:
         client, prefix = redis
         self.counters = RedisCounters(client, prefix=prefix)
         self.spool = Spool(directory, database_identity(storage_url), fsync="never", fsync_interval=1.0)
-        self.ledger = LedgerWriter(db, interval=600.0, batch_size=100, spool=self.spool)
+        # As the gateway builds it: row ids name the process holding their reservations in Redis.
+        self.ledger = LedgerWriter(
+            db, interval=600.0, batch_size=100, spool=self.spool, writer_id=self.counters.process
+        )
         self.settlements = CrashSettlements(self.counters)
         self.ledger.on_row_spooled = self.settlements.spooled
         self.accounts = Accounts(
@@ -161,6 +164,27 @@ async def test_a_request_killed_before_its_settlement_is_charged_its_crash_cost_
     rows, stored, live = await _restarted(db, redis, tmp_path, storage_url, org_id, 1)
     assert rows == [("crashed", CRASH_COST)]
     assert stored == live == OPENING - CRASH_COST
+
+
+async def test_a_crashed_requests_reservation_is_released_before_its_cost_is_charged(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> None:
+    # Charged while the dead process still held its reservation, the crash cost would count twice against
+    # the balance (balance - reserved) until the others noticed the death by its expired liveness key.
+    org_id = await _organization(db)
+    dead = Process(db, redis, tmp_path / "spool", storage_url)
+    await dead.start()
+    await _admitted(dead, org_id)
+    assert await dead.counters.money(balance_key(org_id)) == (OPENING, RESERVED)
+    await dead.die()
+
+    restarted = Process(db, redis, tmp_path / "spool", storage_url)
+    assert await restarted.start() == 1
+    try:
+        await restarted.counters.written()
+        assert await restarted.counters.money(balance_key(org_id)) == (OPENING - CRASH_COST, 0)
+    finally:
+        await restarted.ledger.stop(5.0)
 
 
 async def test_a_start_cut_short_after_charging_a_crashed_request_does_not_charge_it_again(
