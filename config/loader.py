@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from .reader import (
     ABSENT,
+    Absent,
     ReadContext,
     Table,
     above,
@@ -295,6 +296,8 @@ def _provider(t: Table) -> ProviderConfig | None:
     base_url = t.string("base_url", check=http_url)
     values = given(
         api_key=t.string("api_key", check=secret),
+        api_keys=_keys(t),
+        key_cooldown_seconds=t.number("key_cooldown_seconds", check=at_least(0)),
         connect_timeout=t.number("connect_timeout", check=above(0)),
         first_byte_timeout=t.number("first_byte_timeout", check=above(0)),
         read_timeout=t.number("read_timeout", check=above(0)),
@@ -322,12 +325,25 @@ def _provider(t: Table) -> ProviderConfig | None:
     return ProviderConfig(name=name, kind="" if kind is ABSENT else kind, hosts=hosts, **values)
 
 
+def _keys(t: Table) -> tuple[str, ...] | Absent:
+    """`api_keys`: a non-empty list of keys (the reader refuses one listed twice), not beside `api_key`."""
+    keys = t.strings("api_keys", check=secret)
+    if keys is ABSENT:
+        return ABSENT
+    if t.has("api_key"):
+        t.report("api_keys", "give either api_key or api_keys, not both")
+    if not keys:
+        t.report("api_keys", "must list at least one key")
+    return tuple(keys)
+
+
 def _host(t: Table) -> HostConfig | None:
     name = t.string("name", required=True, check=slug)
     base_url = t.string("base_url", required=True, check=http_url)
     dialect = t.choice("dialect", HOST_DIALECTS, "host dialect")
     values = given(
         api_key=t.string("api_key", check=secret),
+        api_keys=_keys(t),
         headers=t.string_pairs("headers", check_name=header_name, check_value=header_value),
     )
     t.finish()

@@ -147,6 +147,9 @@ class ProviderConfig:
     kind: str
     base_url: str = ""
     api_key: str | None = field(default=None, repr=False)
+    # Several keys used in turn (instead of api_key); one refused or throttled rests on its own.
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    key_cooldown_seconds: float = 60.0
     connect_timeout: float = 5.0
     first_byte_timeout: float = 60.0
     read_timeout: float = 60.0
@@ -172,6 +175,11 @@ class ProviderConfig:
         return urlsplit(self.base_url).hostname or ""
 
     @property
+    def credentials(self) -> tuple[str, ...]:
+        """The keys sent upstream, in turn: api_keys, else api_key, else none."""
+        return self.api_keys or ((self.api_key,) if self.api_key else ())
+
+    @property
     def host_names(self) -> tuple[str, ...]:
         return tuple(h.name for h in self.hosts) if self.hosts else (self.host,)
 
@@ -185,7 +193,9 @@ class ProviderConfig:
             name=self.name,
             kind=found.dialect or self.kind,
             base_url=found.base_url,
-            api_key=found.api_key if found.api_key is not None else self.api_key,
+            api_key=found.api_key if found.api_key is not None or found.api_keys else self.api_key,
+            api_keys=found.api_keys or (() if found.api_key is not None else self.api_keys),
+            key_cooldown_seconds=self.key_cooldown_seconds,
             connect_timeout=self.connect_timeout,
             first_byte_timeout=self.first_byte_timeout,
             read_timeout=self.read_timeout,
@@ -207,6 +217,7 @@ class HostConfig:
     base_url: str
     dialect: str | None = None  # the wire format it speaks; None: the provider's kind
     api_key: str | None = field(default=None, repr=False)
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # added to the provider's
 
 

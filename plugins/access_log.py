@@ -61,6 +61,7 @@ class AccessLog(Plugin):
             "model": ctx.model.name if ctx.model is not None else _requested_model(ctx),
             "row": row.key if row else None,
             "provider": row.provider if row else None,
+            "upstream_key": ctx.credential or None,  # a fingerprint, never the key
             "status": status,
             "stream": ctx.stream,
             "latency_ms": round(latency * 1000, 2),

@@ -113,6 +113,7 @@ class RequestContext:
     rows: list[RoutingRow] = field(default_factory=list)
     stream: bool = False
     row: RoutingRow | None = None
+    credential: str = ""  # the fingerprint of the provider key that served it (proxy/upstream/key_ring.py)
     status: int = 0
     bytes_sent: int = 0
     error: Exception | None = None

@@ -125,6 +125,7 @@ class Forwarder:
                 attempts.failed(row, "unreachable", "could not be reached", exc.__cause__ or exc)
                 continue
             status = upstream.status
+            ctx.credential = getattr(upstream, "credential", "")
             if _failover_status(status, route.has_id):
                 failed = True
                 upstream.close()

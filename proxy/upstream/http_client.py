@@ -124,6 +124,7 @@ class UpstreamAnswer:
         "_paused",
         "_read_timeout",
         "_waiter",
+        "credential",
         "headers",
         "raw_headers",
         "received",
@@ -135,6 +136,7 @@ class UpstreamAnswer:
     ) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
+        self.credential = ""  # the fingerprint of the key it was asked with (proxy/upstream/key_ring.py)
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.received = False  # any byte of an answer arrived on the connection for this request
         self._conn: _Connection | None = conn

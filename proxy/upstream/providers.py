@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
@@ -19,7 +20,14 @@ import aiohttp
 from yarl import URL
 
 from modelgate.config import ProviderConfig
-from modelgate.proxy.upstream.http_client import ConnectionPool, HttpClient, UpstreamBrokeOff, UpstreamTimeout
+from modelgate.proxy.upstream.http_client import (
+    ConnectionPool,
+    HttpClient,
+    UpstreamAnswer,
+    UpstreamBrokeOff,
+    UpstreamTimeout,
+)
+from modelgate.proxy.upstream.key_ring import Credential, KeyRing, fingerprint
 
 
 class UpstreamFailure(Exception):
@@ -103,11 +111,17 @@ class HttpUpstream:
         }
         if config.kind == "anthropic":
             headers["anthropic-version"] = config.anthropic_version
-            if config.api_key:
-                headers["x-api-key"] = config.api_key
-        elif config.api_key:
-            headers["authorization"] = f"Bearer {config.api_key}"
         headers.update({k.lower(): v for k, v in config.headers})
+        # The keys go per request (proxy/upstream/key_ring.py), never in the fixed head.
+        auth = "x-api-key" if config.kind == "anthropic" else "authorization"
+        self._keys = KeyRing(
+            [
+                Credential(auth, value, _header_line(auth, value), fingerprint(key))
+                for key in config.credentials
+                for value in (key if auth == "x-api-key" else f"Bearer {key}",)
+            ],
+            config.key_cooldown_seconds,
+        )
         self._headers = headers
         self._pool_size = config.pool_size
         self._session: aiohttp.ClientSession | None = None
@@ -198,8 +212,28 @@ class HttpUpstream:
         if self._speaks_messages:
             for name, value in self._messages_headers(path, client_headers):
                 head += _header_line(name, value)
+        keys = self._keys
+        credential = keys.pick()
+        if credential is None:
+            return await self._request(head + b"\r\n", body)
+        tried: list[Credential] = []
+        while True:
+            answer = await self._request(head + credential.line + b"\r\n", body)
+            answer.credential = credential.fingerprint
+            if not keys.answered(credential, answer.status, answer.headers):
+                return answer
+            # Refused or throttled: the key rests, and a sibling that does not takes the request (nothing of
+            # this answer was read; its body is in memory, so it can be sent again).
+            tried.append(credential)
+            sibling = keys.pick(tried)
+            if sibling is None or sibling.cooled_until > time.monotonic():
+                return answer  # every key rests: the row fails like any refused one
+            answer.close()
+            credential = sibling
+
+    async def _request(self, head: bytes, body: bytes | None) -> UpstreamAnswer:
         try:
-            return await self._client.request(head + b"\r\n", body, self._first_byte_timeout)
+            return await self._client.request(head, body, self._first_byte_timeout)
         except UpstreamTimeout as exc:
             raise UpstreamFailure(f"{self.name}: no response within {self._first_byte_timeout:g}s") from exc
         except TimeoutError as exc:
@@ -214,6 +248,9 @@ class HttpUpstream:
         headers = self._headers.copy()
         headers["x-request-id"] = request_id
         headers["content-type"] = body.content_type
+        credential = self._keys.pick()  # an upload cannot be sent again: one key, noted if it is refused
+        if credential is not None:
+            headers[credential.header] = credential.value
         if body.length is not None:
             headers["content-length"] = str(body.length)
         if self._speaks_messages:
@@ -223,11 +260,15 @@ class HttpUpstream:
         # with the request; aiohttp's read timeout starts once the last byte of the body is out.
         try:
             session = self._aiohttp()
-            return await session.request(method, url, data=body, headers=headers, allow_redirects=False)
+            answer = await session.request(method, url, data=body, headers=headers, allow_redirects=False)
         except TimeoutError as exc:
             raise UpstreamFailure(f"{self.name}: no response within {self._read_timeout:g}s") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamFailure(f"{self.name}: {exc.__class__.__name__}") from exc
+        if credential is not None:
+            answer.credential = credential.fingerprint
+            self._keys.answered(credential, answer.status, answer.headers)
+        return answer
 
     async def connect_realtime(self, model: str, request_id: str) -> aiohttp.ClientWebSocketResponse:
         """The provider's realtime WebSocket, `{base_url}/realtime?model=…`, with the provider's key."""
@@ -235,6 +276,9 @@ class HttpUpstream:
         url = ("wss" if scheme == "https" else "ws") + "://" + rest + "/realtime"
         headers = {k: v for k, v in self._headers.items() if k not in ("content-type", "accept-encoding")}
         headers["x-request-id"] = request_id
+        credential = self._keys.pick()
+        if credential is not None:
+            headers[credential.header] = credential.value
         try:
             async with asyncio.timeout(self._first_byte_timeout):
                 return await self._aiohttp().ws_connect(

@@ -22,7 +22,7 @@ class FakeContext:
     """Everything routes need; the thread-safe parts are shared with the FakeUpstream facade."""
 
     name: str
-    api_key: str | None
+    api_key: str | tuple[str, ...] | None  # several: any of them is accepted
     models: tuple[str, ...]
     log: RequestLog = field(default_factory=RequestLog)
     faults: FaultBook = field(default_factory=FaultBook)

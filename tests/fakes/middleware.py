@@ -14,19 +14,22 @@ from .records import RecordedRequest
 from .sse import drop_connection
 
 
-def check_auth(request: web.Request, api_key: str | None, vendor: Vendor) -> None:
-    """Each vendor's own credential header; the fake accepts anything when it has no key.
+def check_auth(request: web.Request, api_key: str | tuple[str, ...] | None, vendor: Vendor) -> None:
+    """Each vendor's own credential header; the fake accepts anything when it has no key, and any of its
+    keys when it has several.
 
     Anthropic takes `x-api-key` or `Authorization: Bearer` (the anthropic SDK 2.x sends the latter).
     """
     if api_key is None:
         return
-    bearer = request.headers.get("authorization") == f"Bearer {api_key}"
+    keys = (api_key,) if isinstance(api_key, str) else api_key
+    authorization = request.headers.get("authorization", "")
+    bearer = authorization.startswith("Bearer ") and authorization[7:] in keys
     if vendor is Vendor.OPENAI:
         if not bearer:
             raise UpstreamError(401, "Incorrect API key provided.", code="invalid_api_key")
         return
-    if not bearer and request.headers.get("x-api-key") != api_key:
+    if not bearer and request.headers.get("x-api-key") not in keys:
         raise UpstreamError(401, "invalid x-api-key")
     if "anthropic-version" not in request.headers:
         raise UpstreamError(401, "anthropic-version: header is required")

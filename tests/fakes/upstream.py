@@ -63,7 +63,11 @@ class FakeUpstream:
     """An OpenAI + Anthropic lookalike that records requests and misbehaves on demand."""
 
     def __init__(
-        self, name: str = "fake", *, api_key: str | None = None, models: Iterable[str] = DEFAULT_MODELS
+        self,
+        name: str = "fake",
+        *,
+        api_key: str | tuple[str, ...] | None = None,
+        models: Iterable[str] = DEFAULT_MODELS,
     ) -> None:
         self.name = name
         self.api_key = api_key

@@ -122,3 +122,24 @@ def test_a_provider_with_a_base_url_is_one_host_named_by_its_hostname(tmp_path: 
     assert list(upstreams) == ["p"]
     [row] = ModelCatalog(config, upstreams).get("m").rows
     assert row.host == "api.example.com" and row.upstream is upstreams["p"]
+
+
+def test_a_hosts_keys_come_from_the_host_else_the_provider(tmp_path: Path) -> None:
+    text = HOSTS.format(row="", extra="").replace('api_key = "us-key"', 'api_keys = ["us-1", "us-2"]')
+    path = tmp_path / "keys.toml"
+    path.write_text(text, encoding="utf-8")
+    [provider] = load_config(path, env={}, chain=chain_plugins()).providers
+    assert provider.served_from("us").credentials == ("us-1", "us-2")
+    assert provider.served_from("eu").credentials == ("provider-key",)
+
+
+def test_api_key_and_api_keys_are_not_given_together_and_api_keys_is_not_empty(tmp_path: Path) -> None:
+    assert problems(tmp_path, extra='api_keys = ["a", "b"]') == [
+        "providers[0].api_keys: give either api_key or api_keys, not both"
+    ]
+    text = HOSTS.format(row="", extra="").replace('api_key = "us-key"', "api_keys = []")
+    path = tmp_path / "empty.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={}, chain=chain_plugins())
+    assert any("api_keys: must list at least one key" in p for p in caught.value.problems)
