@@ -49,9 +49,9 @@ class KeyRing:
     def pick(self, exclude: Sequence[Credential] = ()) -> Credential | None:
         """The next key that is not resting (nor in `exclude`); when all rest, the one that is back first."""
         keys = self._keys
-        if not keys:
-            return None
         count = len(keys)
+        if count < 2:  # most hosts have one key: it serves, resting or not
+            return keys[0] if keys and keys[0] not in exclude else None
         now = time.monotonic()
         for offset in range(count):
             credential = keys[(self._next + offset) % count]

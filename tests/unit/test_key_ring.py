@@ -42,3 +42,10 @@ def test_when_every_key_rests_the_one_back_first_is_picked_and_exclude_is_honour
 def test_a_fingerprint_is_short_and_not_the_key() -> None:
     assert len(fingerprint("sk-secret")) == 8 and "secret" not in fingerprint("sk-secret")
     assert fingerprint("sk-secret") == fingerprint("sk-secret") != fingerprint("sk-other")
+
+
+def test_a_single_key_serves_even_while_it_rests() -> None:
+    keys, (a,) = ring("a")
+    keys.answered(a, 401, {})
+    assert keys.pick() is a and keys.pick(exclude=[a]) is None
+    assert KeyRing([]).pick() is None
