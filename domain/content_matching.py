@@ -384,7 +384,7 @@ class ContentMatcher:
         if self._combined is not None:
             self._find_regexes(text, matches)
         if len(matches) > 1:
-            matches.sort(key=_order)
+            matches.sort(key=match_order)
         return matches
 
     def _find_regexes(self, text: str, matches: list[ContentMatch]) -> None:
@@ -431,7 +431,8 @@ def _char_offsets(data: bytes, offsets: set[int]) -> dict[int, int]:
     return chars
 
 
-def _order(match: ContentMatch) -> tuple[int, int, str]:
+def match_order(match: ContentMatch) -> tuple[int, int, str]:
+    """How `find` orders its matches: by start, the longest first, then by rule."""
     return match.start, -match.end, match.rule_id
 
 

@@ -17,13 +17,11 @@ from modelgate.domain.content_matching import (
     ContentRuleError,
     ContentTerm,
     check_term,
+    match_order,
 )
 from modelgate.domain.policy_rules import PolicyRule
 
 log = logging.getLogger("modelgate.content_rules")
-
-# When two rules match the same text, the strongest action is taken.
-ACTION_STRENGTH = {"flag": 1, "redact": 2, "block": 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +73,7 @@ class MatcherGroup:
 
     def find(self, text: str) -> list[ContentMatch]:
         found = [match for matcher in self._matchers for match in matcher.find(text)]
-        found.sort(key=lambda m: (m.start, -m.end, m.rule_id))
+        found.sort(key=match_order)
         return found
 
 

@@ -29,7 +29,7 @@ from modelgate.plugins.stream_errors import stream_error_event
 from modelgate.proxy.content.answer_stream import AnswerBlocked, AnswerStreamGuard
 from modelgate.proxy.content.answer_texts import answer_slots
 from modelgate.proxy.content.prompt_texts import prompt_slots
-from modelgate.proxy.content.redaction import Hit, redact
+from modelgate.proxy.content.redaction import Hit, redact, strongest
 from modelgate.proxy.observability.metrics import GatewayMetrics
 from modelgate.proxy.pipeline.chain import Plugin, StreamCut
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
@@ -67,22 +67,16 @@ def _blocked(hit: Hit, what: str) -> PolicyBlocked:
     return PolicyBlocked(f"{what} was blocked by content rule {hit.rule_id} of your organization ({term}).")
 
 
-def _first_block(hits: list[Hit]) -> Hit | None:
-    return next((hit for hit in hits if hit.action == "block"), None)
-
-
 def _apply(ctx: RequestContext, scope: ContentScope, where: str, text: str, what: str) -> str | None:
     """The text as it may pass (None: unchanged); PolicyBlocked when a block rule matches it."""
     hits = hits_in(scope, text)
     if not hits:
         return None
     _record(ctx, where, hits)
-    block = _first_block(hits)
-    if block is not None:
-        raise _blocked(block, what)
-    if any(hit.action == "redact" for hit in hits):
-        return redact(text, hits)
-    return None
+    strongest_hit = strongest(hits)
+    if strongest_hit.action == "block":
+        raise _blocked(strongest_hit, what)
+    return redact(text, hits) if strongest_hit.action == "redact" else None
 
 
 def _scope(ctx: RequestContext, side: str) -> ContentScope | None:

@@ -13,6 +13,7 @@ from aiohttp import web
 from modelgate.domain.counters import MoneyAsk, WindowAsk
 from modelgate.domain.ledger import LedgerEntry
 from modelgate.domain.usage import Usage
+from modelgate.proxy.content.redaction import strongest
 from modelgate.proxy.pipeline.envelopes import Envelope
 
 if TYPE_CHECKING:
@@ -183,10 +184,10 @@ def entry_for(
     )
 
 
-_CONTENT_ACTIONS = (("block", "blocked"), ("redact", "redacted"), ("flag", "flagged"))
+_CONTENT_ACTIONS = {"block": "blocked", "redact": "redacted", "flag": "flagged"}
 
 
 def content_action(hits: list[tuple[str, Hit]]) -> str:
     """What content rules did to a request (its ledger row): the strongest of blocked, redacted, flagged"""
-    actions = {hit.action for _, hit in hits}
-    return next((done for action, done in _CONTENT_ACTIONS if action in actions), "")
+    found = strongest([hit for _, hit in hits])
+    return _CONTENT_ACTIONS[found.action] if found else ""
