@@ -189,12 +189,13 @@ class ProviderConfig:
         found = next((h for h in self.hosts if h.name == host), None)
         if found is None:
             return self
+        own_keys = found.api_key is not None or bool(found.api_keys)  # a host's keys replace the provider's
         return ProviderConfig(
             name=self.name,
             kind=found.dialect or self.kind,
             base_url=found.base_url,
-            api_key=found.api_key if found.api_key is not None or found.api_keys else self.api_key,
-            api_keys=found.api_keys or (() if found.api_key is not None else self.api_keys),
+            api_key=found.api_key if own_keys else self.api_key,
+            api_keys=found.api_keys if own_keys else self.api_keys,
             key_cooldown_seconds=self.key_cooldown_seconds,
             connect_timeout=self.connect_timeout,
             first_byte_timeout=self.first_byte_timeout,

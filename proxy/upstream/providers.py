@@ -115,12 +115,7 @@ class HttpUpstream:
         # The keys go per request (proxy/upstream/key_ring.py), never in the fixed head.
         auth = "x-api-key" if config.kind == "anthropic" else "authorization"
         self._keys = KeyRing(
-            [
-                Credential(auth, value, _header_line(auth, value), fingerprint(key))
-                for key in config.credentials
-                for value in (key if auth == "x-api-key" else f"Bearer {key}",)
-            ],
-            config.key_cooldown_seconds,
+            [_credential(auth, key) for key in config.credentials], config.key_cooldown_seconds
         )
         self._headers = headers
         self._pool_size = config.pool_size
@@ -302,6 +297,12 @@ class HttpUpstream:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _credential(header: str, key: str) -> Credential:
+    """A key as the header that carries it: `x-api-key: KEY`, else `authorization: Bearer KEY`."""
+    value = key if header == "x-api-key" else f"Bearer {key}"
+    return Credential(header, value, _header_line(header, value), fingerprint(key))
 
 
 def upstream_key(provider: ProviderConfig, host: str) -> str:
