@@ -113,6 +113,16 @@ async def _admitted(process: Process, org_id: str) -> str:
     return process.ledger.admit(_entry(org_id, CRASH_COST, "crashed"))
 
 
+async def _one_admitted(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> tuple[str, Process, str]:
+    """(organization, process, row id): a new organization and a started process that admitted one request."""
+    org_id = await _organization(db)
+    process = Process(db, redis, tmp_path / "spool", storage_url)
+    await process.start()
+    return org_id, process, await _admitted(process, org_id)
+
+
 async def _books(db: Database, process: Process, org_id: str) -> tuple[list[tuple[str, int]], int, int]:
     """(outcome, cost) of every stored row, the stored balance and Redis's balance, all written."""
     await process.ledger.flush()
@@ -140,10 +150,7 @@ async def _restarted(
 async def test_a_request_killed_after_its_settlement_is_charged_what_redis_settled(
     db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
 ) -> None:
-    org_id = await _organization(db)
-    dead = Process(db, redis, tmp_path / "spool", storage_url)
-    await dead.start()
-    row_id = await _admitted(dead, org_id)
+    org_id, dead, row_id = await _one_admitted(db, redis, tmp_path, storage_url)
     await dead.accounts.settle_all([(balance_key(org_id), RESERVED)], SETTLED, row_id)
     await dead.die()  # before its completed row reached the spool
 
@@ -155,10 +162,7 @@ async def test_a_request_killed_after_its_settlement_is_charged_what_redis_settl
 async def test_a_request_killed_before_its_settlement_is_charged_its_crash_cost_in_redis_too(
     db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
 ) -> None:
-    org_id = await _organization(db)
-    dead = Process(db, redis, tmp_path / "spool", storage_url)
-    await dead.start()
-    await _admitted(dead, org_id)
+    org_id, dead, _ = await _one_admitted(db, redis, tmp_path, storage_url)
     await dead.die()
 
     rows, stored, live = await _restarted(db, redis, tmp_path, storage_url, org_id, 1)
@@ -171,10 +175,7 @@ async def test_a_crashed_requests_reservation_is_released_before_its_cost_is_cha
 ) -> None:
     # Charged while the dead process still held its reservation, the crash cost would count twice against
     # the balance (balance - reserved) until the others noticed the death by its expired liveness key.
-    org_id = await _organization(db)
-    dead = Process(db, redis, tmp_path / "spool", storage_url)
-    await dead.start()
-    await _admitted(dead, org_id)
+    org_id, dead, _ = await _one_admitted(db, redis, tmp_path, storage_url)
     assert await dead.counters.money(balance_key(org_id)) == (OPENING, RESERVED)
     await dead.die()
 
@@ -190,10 +191,7 @@ async def test_a_crashed_requests_reservation_is_released_before_its_cost_is_cha
 async def test_a_start_cut_short_after_charging_a_crashed_request_does_not_charge_it_again(
     db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
 ) -> None:
-    org_id = await _organization(db)
-    dead = Process(db, redis, tmp_path / "spool", storage_url)
-    await dead.start()
-    row_id = await _admitted(dead, org_id)
+    org_id, dead, row_id = await _one_admitted(db, redis, tmp_path, storage_url)
     await dead.die()
     # A first restart charged the crash cost in Redis and died before writing the row or deleting the file.
     cut_short = Process(db, redis, tmp_path / "other-spool", storage_url)
@@ -233,10 +231,7 @@ async def test_the_records_of_a_dead_writer_are_dropped_once_its_spool_is_replay
     db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
 ) -> None:
     client, prefix = redis
-    org_id = await _organization(db)
-    dead = Process(db, redis, tmp_path / "spool", storage_url)
-    await dead.start()
-    row_id = await _admitted(dead, org_id)
+    org_id, dead, row_id = await _one_admitted(db, redis, tmp_path, storage_url)
     await dead.accounts.settle_all([(balance_key(org_id), RESERVED)], SETTLED, row_id)
     await dead.die()
 
@@ -249,10 +244,7 @@ async def test_the_records_of_a_dead_writer_are_dropped_once_its_spool_is_replay
 async def test_a_withdrawn_admission_is_not_charged_as_crashed(
     db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
 ) -> None:
-    org_id = await _organization(db)
-    dead = Process(db, redis, tmp_path / "spool", storage_url)
-    await dead.start()
-    withdrawn = await _admitted(dead, org_id)
+    org_id, dead, withdrawn = await _one_admitted(db, redis, tmp_path, storage_url)
     await dead.accounts.settle_all([(balance_key(org_id), RESERVED)], 0, withdrawn)
     dead.ledger.withdraw(withdrawn)  # a realtime response.create the provider rejected: no row of its own
     await dead.die()
