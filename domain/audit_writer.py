@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections import deque
 
@@ -59,7 +60,7 @@ class AuditWriter:
             log.error("audit queue full: %d entries were dropped while the database was away", self._dropped)
             self._dropped = 0
         while self._queue:
-            batch = [self._queue[i] for i in range(min(self._batch_size, len(self._queue)))]
+            batch = list(itertools.islice(self._queue, self._batch_size))
             async with self._db.transaction() as tx:
                 await record_many(tx, batch)
             for _ in batch:
