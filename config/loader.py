@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .dialects import default_base_url, read_options
 from .reader import (
     ABSENT,
     Absent,
@@ -307,7 +308,7 @@ def _provider(t: Table) -> ProviderConfig | None:
         headers=t.string_pairs("headers", check_name=header_name, check_value=header_value),
     )
     host_tables = t.tables("hosts")
-    hosts = _unique(host_tables, _host, "name", "host name")
+    hosts = _unique(host_tables, partial(_host, provider_kind=kind), "name", "host name")
     if host_tables and t.has("base_url"):
         t.report("base_url", "give either base_url or [[providers.hosts]], not both")
     elif not host_tables and not t.has("base_url") and kind not in (ABSENT, "mock"):
@@ -337,20 +338,30 @@ def _keys(t: Table) -> tuple[str, ...] | Absent:
     return tuple(keys)
 
 
-def _host(t: Table) -> HostConfig | None:
+def _host(t: Table, provider_kind: str | Absent) -> HostConfig | None:
     name = t.string("name", required=True, check=slug)
-    base_url = t.string("base_url", required=True, check=http_url)
+    base_url = t.string("base_url", check=http_url)
     dialect = t.choice("dialect", HOST_DIALECTS, "host dialect")
     values = given(
         api_key=t.string("api_key", check=secret),
         api_keys=_keys(t),
         headers=t.string_pairs("headers", check_name=header_name, check_value=header_value),
     )
+    speaks = dialect if dialect is not ABSENT else provider_kind
+    options = read_options(t, speaks) if isinstance(speaks, str) else {}
+    if base_url is ABSENT and isinstance(speaks, str):
+        base_url = default_base_url(speaks, options) or ABSENT
+        if base_url is ABSENT:
+            t.report("base_url", f"missing required key (dialect {speaks!r} has no default URL)")
     t.finish()
     if name is ABSENT or base_url is ABSENT:
         return None
     return HostConfig(
-        name=name, base_url=base_url.rstrip("/"), dialect=None if dialect is ABSENT else dialect, **values
+        name=name,
+        base_url=base_url.rstrip("/"),
+        dialect=None if dialect is ABSENT else dialect,
+        options=tuple(options.items()),
+        **values,
     )
 
 

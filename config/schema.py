@@ -22,7 +22,21 @@ REQUEST_KINDS = (
 )
 PROVIDER_KINDS = ("openai", "anthropic", "mock")
 # The wire dialects a host may speak (the mock provider is in-process, never a host).
-HOST_DIALECTS = ("openai", "anthropic")
+HOST_DIALECTS = ("openai", "anthropic", "azure_openai", "bedrock", "vertex", "gemini")
+
+
+def dialect_family(dialect: str, provider_kind: str) -> str:
+    """The wire family (`openai` or `anthropic`) the gateway speaks with a host of this dialect.
+
+    Azure and Gemini serve OpenAI-style chat; Bedrock and Vertex serve both families, chosen by the
+    provider's kind: an `anthropic` provider's models go through Bedrock's InvokeModel / Vertex's rawPredict
+    in the Anthropic Messages format, an `openai` provider's through Bedrock's Converse / Vertex's Gemini API.
+    """
+    if dialect in ("azure_openai", "gemini"):
+        return "openai"
+    if dialect in ("bedrock", "vertex"):
+        return provider_kind if provider_kind in ("openai", "anthropic") else "openai"
+    return dialect
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -160,6 +174,11 @@ class ProviderConfig:
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # often carries credentials
     # Its hosts (`[[providers.hosts]]`); empty: the provider is served from `base_url` alone.
     hosts: tuple[HostConfig, ...] = ()
+    # How it is reached (one of HOST_DIALECTS; empty: its kind) and that dialect's options
+    # (config/dialects.py).
+    # Set on the record `served_from` makes for one host; `kind` is then the dialect's wire family.
+    dialect: str = ""
+    options: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # may carry credentials
 
     def __post_init__(self) -> None:
         if self.native_messages is None:
@@ -173,6 +192,10 @@ class ProviderConfig:
         if self.kind == "mock":
             return "mock"
         return urlsplit(self.base_url).hostname or ""
+
+    def option(self, name: str, default: str | None = None) -> str | None:
+        """One of its dialect's options (`[[providers.hosts]]`), or default."""
+        return next((value for key, value in self.options if key == name), default)
 
     @property
     def credentials(self) -> tuple[str, ...]:
@@ -190,9 +213,11 @@ class ProviderConfig:
         if found is None:
             return self
         own_keys = found.api_key is not None or bool(found.api_keys)  # a host's keys replace the provider's
+        dialect = found.dialect or self.kind
+        kind = dialect_family(dialect, self.kind)
         return ProviderConfig(
             name=self.name,
-            kind=found.dialect or self.kind,
+            kind=kind,
             base_url=found.base_url,
             api_key=found.api_key if own_keys else self.api_key,
             api_keys=found.api_keys if own_keys else self.api_keys,
@@ -201,9 +226,11 @@ class ProviderConfig:
             first_byte_timeout=self.first_byte_timeout,
             read_timeout=self.read_timeout,
             pool_size=self.pool_size,
-            native_messages=self.native_messages if self.kind == (found.dialect or self.kind) else None,
+            native_messages=self.native_messages if self.kind == kind else None,
             anthropic_version=self.anthropic_version,
             headers=self.headers + found.headers,
+            dialect=dialect,
+            options=found.options,
         )
 
 
@@ -220,6 +247,8 @@ class HostConfig:
     api_key: str | None = field(default=None, repr=False)
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # added to the provider's
+    # Its dialect's options (config/dialects.py): region, project, api_version, preset, credentials…
+    options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)

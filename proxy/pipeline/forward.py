@@ -124,6 +124,11 @@ class Forwarder:
                 failed = True
                 attempts.failed(row, "unreachable", "could not be reached", exc.__cause__ or exc)
                 continue
+            except InvalidRequest as refusal:
+                # The row's host cannot serve this route or request (its dialect has no such call): another
+                # row may. Not a row failure: no cool-down.
+                translation_refusal = refusal
+                continue
             status = upstream.status
             ctx.credential = getattr(upstream, "credential", "")
             if _failover_status(status, route.has_id):

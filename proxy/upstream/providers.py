@@ -88,7 +88,9 @@ class HttpUpstream:
     through an aiohttp ClientSession, created on first use.
     """
 
-    def __init__(self, config: ProviderConfig) -> None:
+    def __init__(self, config: ProviderConfig, *, key_header: str | None = None) -> None:
+        """`key_header` names the header its keys go in (a dialect's own, e.g. `api-key`); by default
+        `x-api-key` for an Anthropic-kind provider, else `authorization: Bearer`."""
         self.name = config.name
         self.kind = config.kind
         parts = urlsplit(config.base_url)
@@ -113,7 +115,7 @@ class HttpUpstream:
             headers["anthropic-version"] = config.anthropic_version
         headers.update({k.lower(): v for k, v in config.headers})
         # The keys go per request (proxy/upstream/key_ring.py), never in the fixed head.
-        auth = "x-api-key" if config.kind == "anthropic" else "authorization"
+        auth = key_header or ("x-api-key" if config.kind == "anthropic" else "authorization")
         self._keys = KeyRing(
             [_credential(auth, key) for key in config.credentials], config.key_cooldown_seconds
         )
@@ -207,6 +209,42 @@ class HttpUpstream:
         if self._speaks_messages:
             for name, value in self._messages_headers(path, client_headers):
                 head += _header_line(name, value)
+        return await self._with_keys(head, body)
+
+    async def exchange(
+        self,
+        method: str,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes | None,
+        request_id: str,
+    ) -> UpstreamAnswer:
+        """One request to `target` (the whole request target: this host's path and query, as the dialect
+        built it) with `headers` after the fixed ones, and the key ring's key, if it has keys, per try.
+
+        For a dialect (proxy/upstream/dialects/) whose paths, headers or signature depend on the request."""
+        if _UNSAFE_IN_TARGET.search(target):
+            target = quote(target, safe="/?=&%:@!$'()*+,;-._~")
+        head = f"{method} {target} HTTP/1.1\r\n".encode("ascii") + self._fixed_headers
+        head += b"x-request-id: " + request_id.encode("ascii") + b"\r\n"
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            head += b"content-length: %d\r\n" % len(body or b"")
+        head += b"".join(_header_line(name, value) for name, value in headers)
+        return await self._with_keys(head, body)
+
+    @property
+    def base_path(self) -> str:
+        """The path of its base URL, without the trailing slash (empty for a bare origin)."""
+        return self._base_path
+
+    @property
+    def authority(self) -> str:
+        """The `host` header it sends (host, and port if the URL names one)."""
+        return self._fixed_headers[6:].split(b"\r\n", 1)[0].decode("ascii")
+
+    async def _with_keys(self, head: bytes, body: bytes | None) -> UpstreamAnswer:
+        """Send `head` (without its closing blank line) and body with a key of the ring; a key refused or
+        throttled rests, and a sibling that does not takes the request."""
         keys = self._keys
         credential = keys.pick()
         if credential is None:
@@ -217,8 +255,7 @@ class HttpUpstream:
             answer.credential = credential.fingerprint
             if not keys.answered(credential, answer.status, answer.headers):
                 return answer
-            # Refused or throttled: the key rests, and a sibling that does not takes the request (nothing of
-            # this answer was read; its body is in memory, so it can be sent again).
+            # Nothing of this answer was read; its body is in memory, so it can be sent again.
             tried.append(credential)
             sibling = keys.pick(tried)
             if sibling is None or sibling.cooled_until > time.monotonic():
@@ -300,8 +337,9 @@ class HttpUpstream:
 
 
 def _credential(header: str, key: str) -> Credential:
-    """A key as the header that carries it: `x-api-key: KEY`, else `authorization: Bearer KEY`."""
-    value = key if header == "x-api-key" else f"Bearer {key}"
+    """A key as the header that carries it: `authorization: Bearer KEY`, else the key itself (`x-api-key`,
+    Azure's `api-key`, Gemini's `x-goog-api-key`)."""
+    value = f"Bearer {key}" if header == "authorization" else key
     return Credential(header, value, _header_line(header, value), fingerprint(key))
 
 
@@ -325,4 +363,8 @@ def build_upstream(config: ProviderConfig) -> Upstream:
         from modelgate.proxy.upstream.mock_provider import MockUpstream
 
         return MockUpstream(config.name)
+    if config.dialect not in ("", "openai", "anthropic") or config.option("preset"):
+        from modelgate.proxy.upstream.dialects import dialect_upstream
+
+        return dialect_upstream(config)
     return HttpUpstream(config)

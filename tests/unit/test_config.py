@@ -28,6 +28,7 @@ from modelgate.config import (
     TracingConfig,
     load_config,
 )
+from modelgate.config.dialects import ALL_OPTIONS
 from modelgate.plugins import chain_plugins
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "modelgate.example.toml"
@@ -114,7 +115,19 @@ def test_example_file_loads_when_its_env_vars_are_set():
     assert config.provider("openai").api_key == "sk-test"
     assert config.storage.url == "postgresql://modelgate:pg-secret@127.0.0.1:5432/modelgate"
     assert {p.kind for p in config.providers} == {"openai", "anthropic", "mock"}
-    assert [p.name for p in config.providers if p.native_messages] == ["anthropic", "anthropic-compat"]
+    assert [p.name for p in config.providers if p.native_messages] == [
+        "anthropic",
+        "anthropic-compat",
+        "clouds",
+    ]
+    clouds = config.provider("clouds")
+    bedrock, vertex, azure = (clouds.served_from(host) for host in ("bedrock", "vertex", "azure"))
+    assert (bedrock.kind, bedrock.base_url) == (
+        "anthropic",
+        "https://bedrock-runtime.us-east-1.amazonaws.com",
+    )
+    assert (vertex.kind, vertex.base_url) == ("anthropic", "https://us-east5-aiplatform.googleapis.com")
+    assert (azure.kind, azure.dialect, azure.native_messages) == ("openai", "azure_openai", False)
     assert {plan.code for plan in config.plans} == {"free", "pro", "enterprise"}
     assert len(config.models) >= 3
 
@@ -146,7 +159,8 @@ def test_example_file_documents_every_key():
         ModelConfig,
         PlanConfig,
     )
-    keys = {f.name for record in records for f in dataclasses.fields(record)}
+    # A host's dialect options are keys of their own in the file (config/dialects.py), not one `options` key.
+    keys = {f.name for record in records for f in dataclasses.fields(record)} - {"options"} | ALL_OPTIONS
 
     # A key is a comment line followed by `key = ...` (itself possibly commented out), or a sub-table
     # header such as [models.prices] that the comments around it explain.
