@@ -47,7 +47,7 @@ def default_base_url(dialect: str, options: dict[str, str]) -> str | None:
     if dialect == "gemini":
         return "https://generativelanguage.googleapis.com"
     if dialect == "openai" and options.get("preset"):
-        return PRESET_URLS[options["preset"]]
+        return PRESET_URLS.get(options["preset"])
     return None
 
 

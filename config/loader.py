@@ -351,7 +351,10 @@ def _host(t: Table, provider_kind: str | Absent) -> HostConfig | None:
     options = read_options(t, speaks) if isinstance(speaks, str) else {}
     if base_url is ABSENT and isinstance(speaks, str):
         base_url = default_base_url(speaks, options) or ABSENT
-        if base_url is ABSENT:
+        if base_url is ABSENT and speaks not in (
+            "bedrock",
+            "vertex",
+        ):  # theirs: a region, reported if missing
             t.report("base_url", f"missing required key (dialect {speaks!r} has no default URL)")
     t.finish()
     if name is ABSENT or base_url is ABSENT:
