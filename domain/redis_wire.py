@@ -1,7 +1,7 @@
 """A lean Redis connection for the counters' two hot scripts: one connection per process, commands
-pipelined on it (each call writes at once; replies are matched to calls in order), encoded and parsed by
-hiredis. A call costs a fraction of the Python that redis-py's asyncio client, with a connection pool,
-spends on it (bench/results/design-measurements.md).
+pipelined on it (a turn of the event loop's calls in one write; replies are matched to calls in order),
+encoded and parsed by hiredis. A call costs a fraction of the Python that redis-py's asyncio client, with a
+connection pool, spends on it (bench/results/design-measurements.md).
 
 Errors are redis-py's exceptions, so callers handle one family: `ConnectionError` when Redis cannot be
 reached or a reply takes longer than `timeout` (the connection is then dropped and every call waiting on
@@ -33,16 +33,32 @@ class Script:
 
 
 class _Wire(asyncio.Protocol):
-    """One connection: writes requests, hands replies to the calls waiting for them in order."""
+    """One connection: writes requests, hands replies to the calls waiting for them in order.
+
+    The commands of one turn of the event loop go out in one write at its end (`send`): under load several
+    requests reach the counters in the same turn, and a write is a system call that costs more than the
+    command itself; Redis then answers them in one read too. A lone command waits one turn of the loop."""
 
     def __init__(self) -> None:
         self.reader = hiredis.Reader(replyError=ResponseError)
         self.waiting: deque[tuple[asyncio.Future, float]] = deque()
         self.transport: asyncio.Transport | None = None
         self.lost = False
+        self._outgoing: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def send(self, command: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        outgoing = self._outgoing
+        if not outgoing:
+            loop.call_soon(self._flush)
+        outgoing.append(command)
+
+    def _flush(self) -> None:
+        outgoing, self._outgoing = self._outgoing, []
+        if not self.lost:  # else connection_lost already failed their calls
+            self.transport.write(outgoing[0] if len(outgoing) == 1 else b"".join(outgoing))
 
     def data_received(self, data: bytes) -> None:
         reader = self.reader
@@ -99,11 +115,12 @@ class RedisWire:
         wire = self._wire
         if wire is None or wire.lost:
             wire = await self._connect()
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         wire.waiting.append((future, time.monotonic()))
-        wire.transport.write(hiredis.pack_command(parts))  # RESP, encoded in C
+        wire.send(hiredis.pack_command(parts), loop)  # RESP, encoded in C
         if self._watchdog is None:
-            self._watchdog = asyncio.get_running_loop().call_later(self._timeout, self._watch)
+            self._watchdog = loop.call_later(self._timeout, self._watch)
         reply = await future
         if isinstance(reply, ResponseError):
             raise reply

@@ -67,3 +67,32 @@ async def test_a_redis_that_does_not_answer_fails_the_call_after_the_timeout_and
     finally:
         wire.close()
         silent.close()
+
+
+async def test_the_calls_of_one_turn_of_the_loop_go_out_in_one_write_and_keep_their_order() -> None:
+    # A stand-in Redis that notes each read and answers every command it got with its position.
+    reads: list[bytes] = []
+    answered = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        while data := await reader.read(65536):
+            reads.append(data)
+            count = data.count(b"*2\r\n")  # each ECHO is an array of two
+            writer.write(b"".join(b":%d\r\n" % (answered + n) for n in range(count)))
+            answered += count
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    wire = RedisWire("127.0.0.1", port)
+    try:
+        assert await wire.call("ECHO", "warm-up") == 0  # connected: the next calls share a turn
+        reads.clear()
+        replies = await asyncio.gather(*(wire.call("ECHO", f"call-{n}") for n in range(20)))
+        assert replies == list(range(1, 21))
+        assert len(reads) == 1 and reads[0].count(b"*2\r\n") == 20
+        assert await wire.call("ECHO", "alone") == 21  # a lone call still goes out at the end of its turn
+    finally:
+        wire.close()
+        server.close()
+        await server.wait_closed()
