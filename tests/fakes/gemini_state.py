@@ -1,0 +1,116 @@
+"""What GeminiFake knows and saw (keys, project, the service account's public key, tokens it issued,
+thought signatures it gave out, queued faults), and the checks of its token endpoint."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import orjson
+from aiohttp import web
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from .records import RequestLog
+
+STATE: web.AppKey[GeminiState] = web.AppKey("gemini_state")
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
+def google_error(status: int, google_status: str, message: str, reason: str | None = None) -> web.Response:
+    """An error as Google's APIs answer one."""
+    error: dict[str, Any] = {"code": status, "message": message, "status": google_status}
+    if reason:
+        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason}]
+    return web.json_response({"error": error}, status=status)
+
+
+class GeminiState:
+    """Shared by the server loop and the test thread."""
+
+    def __init__(self, api_keys: tuple[str, ...], models: tuple[str, ...], project: str, region: str) -> None:
+        self.api_keys = api_keys
+        self.models = models
+        self.project = project
+        self.region = region
+        self.api_version = "v1beta"
+        self.public_key: rsa.RSAPublicKey | None = None
+        self.client_email = ""
+        self.expires_in = 3600
+        self.refuse_tokens = False
+        self.malformed = False
+        self.token_requests = 0
+        self.log = RequestLog()
+        self.signatures: set[str] = set()
+        self._tokens: dict[str, float] = {}
+        self._counter = itertools.count(1)
+        self._faults: deque[tuple[int, Any]] = deque()
+        self._lock = threading.Lock()
+
+    def issue_token(self) -> str:
+        with self._lock:
+            token = f"ya29.fake-{next(self._counter)}"
+            self._tokens[token] = time.time() + self.expires_in
+            return token
+
+    def knows_token(self, token: str) -> bool:
+        with self._lock:
+            return self._tokens.get(token, 0.0) > time.time()
+
+    @property
+    def tokens_issued(self) -> list[str]:
+        with self._lock:
+            return list(self._tokens)
+
+    def add_fault(self, status: int, body: Any, times: int = 1) -> None:
+        with self._lock:
+            self._faults.extend([(status, body)] * times)
+
+    def next_fault(self) -> tuple[int, Any] | None:
+        with self._lock:
+            return self._faults.popleft() if self._faults else None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+        self.log.clear()
+        self.malformed = False
+        self.refuse_tokens = False
+
+
+def _b64(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+
+
+def verify_assertion(assertion: str, state: GeminiState, token_url: str) -> str | None:
+    """What is wrong with a JWT-bearer assertion, else None: RS256 signed by the service account's key, for
+    this token endpoint, asking for the cloud-platform scope, not expired."""
+    if state.public_key is None:
+        return "no service account is known"
+    try:
+        head, claims, signature = assertion.split(".")
+        header = orjson.loads(_b64(head))
+        payload = orjson.loads(_b64(claims))
+        state.public_key.verify(
+            _b64(signature), f"{head}.{claims}".encode(), padding.PKCS1v15(), hashes.SHA256()
+        )
+    except (ValueError, orjson.JSONDecodeError):
+        return "the assertion is not a JWT"
+    except InvalidSignature:
+        return "the assertion's signature does not verify"
+    if header.get("alg") != "RS256":
+        return f"alg must be RS256, got {header.get('alg')!r}"
+    if payload.get("iss") != state.client_email:
+        return f"unknown issuer {payload.get('iss')!r}"
+    if payload.get("aud") != token_url:
+        return f"audience {payload.get('aud')!r} is not {token_url!r}"
+    if CLOUD_PLATFORM not in str(payload.get("scope", "")).split():
+        return f"scope {payload.get('scope')!r} lacks cloud-platform"
+    if not payload.get("exp", 0) > time.time():
+        return "the assertion expired"
+    return None

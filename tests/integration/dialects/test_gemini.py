@@ -1,0 +1,362 @@
+"""The Gemini API dialect end to end: the real gateway in front of GeminiFake, driven by the official
+`openai` and `anthropic` SDKs. Chat and Messages, plain and streamed, with tools over several turns (the
+thought signature goes back with the call), images, usage in the ledger, failover of a throttled host, a
+blocked prompt's 400, Gemini's errors in the client's envelope, a malformed answer ending cleanly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.fakes.gemini_host import GeminiFake
+from tests.fakes.gemini_routes import USAGE
+from tests.integration.media.conftest import ledger_row
+from tests.support.gateway import Tenant, ThreadedGateway, register_tenant, write_config
+
+KEYS = ("gemini-key-one", "gemini-key-two")
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a text up",
+            "parameters": {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "limit": {"type": ["integer", "null"]}},
+                "required": ["text"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
+PNG = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9"
+    "awAAAABJRU5ErkJggg=="
+)
+
+
+def gemini_toml(storage_url: str, fake: GeminiFake) -> str:
+    return f"""
+[storage]
+url = "{storage_url}"
+
+[routing]
+failure_threshold = 100
+
+[[providers]]
+name = "google"
+kind = "openai"
+
+[[providers.hosts]]
+name = "first"
+dialect = "gemini"
+base_url = "{fake.base_url}"
+api_key = "{KEYS[0]}"
+
+[[providers.hosts]]
+name = "second"
+dialect = "gemini"
+base_url = "{fake.base_url}"
+api_key = "{KEYS[1]}"
+
+[[models]]
+name = "gem"
+kinds = ["chat", "messages"]
+[[models.rows]]
+provider = "google"
+host = "first"
+upstream_model = "gemini-2.5-flash"
+[[models.rows]]
+provider = "google"
+host = "second"
+upstream_model = "gemini-2.5-flash"
+priority = 1
+
+[[models]]
+name = "gem3"
+kinds = ["chat", "messages"]
+[[models.rows]]
+provider = "google"
+host = "first"
+upstream_model = "gemini-3-pro-preview"
+
+[[models]]
+name = "embed"
+kinds = ["embeddings"]
+[[models.rows]]
+provider = "google"
+host = "first"
+upstream_model = "text-embedding-004"
+
+[[plans]]
+code = "free"
+rpm = 0
+tpm = 0
+"""
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[GeminiFake]:
+    with GeminiFake(api_keys=KEYS) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory, fake) -> Iterator[tuple[ThreadedGateway, Tenant]]:
+    workdir = tmp_path_factory.mktemp("gemini")
+    config = write_config(workdir / "gemini.toml", gemini_toml(f"sqlite:///{workdir / 'gw.db'}", fake))
+    with ThreadedGateway(config) as gateway:
+        yield gateway, register_tenant(gateway.base_url)
+
+
+@pytest.fixture
+def client(running, fake) -> Iterator[openai.OpenAI]:
+    fake.state.clear()
+    gateway, tenant = running
+    with openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=0) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def claude(running, fake) -> Iterator[anthropic.Anthropic]:
+    fake.state.clear()
+    gateway, tenant = running
+    with anthropic.Anthropic(base_url=gateway.base_url, api_key=tenant.api_key, max_retries=0) as sdk:
+        yield sdk
+
+
+def test_chat_reaches_generate_content_with_the_key_and_comes_back_as_a_chat_completion(client, fake) -> None:
+    answer = client.chat.completions.create(
+        model="gem",
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}],
+        max_tokens=50,
+        temperature=0.2,
+        stop=["END"],
+    )
+    assert answer.choices[0].message.content == "echo: hello"  # the thought part is left out
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.usage.prompt_tokens == USAGE["promptTokenCount"]
+    assert answer.usage.completion_tokens == USAGE["candidatesTokenCount"] + USAGE["thoughtsTokenCount"]
+    assert answer.usage.prompt_tokens_details.cached_tokens == USAGE["cachedContentTokenCount"]
+    [sent] = fake.requests
+    assert sent.path == "/v1beta/models/gemini-2.5-flash:generateContent"
+    assert sent.headers["x-goog-api-key"] == KEYS[0] and "authorization" not in sent.headers
+    assert sent.json["systemInstruction"]["parts"] == [{"text": "Be brief."}]
+    assert sent.json["contents"] == [{"role": "user", "parts": [{"text": "hello"}]}]
+    config = sent.json["generationConfig"]
+    assert config == {"maxOutputTokens": 50, "temperature": 0.2, "stopSequences": ["END"]}
+
+
+def test_usage_reaches_the_ledger(running, client) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="gem", messages=[{"role": "user", "content": "count me"}]
+    )
+    row = ledger_row(running[0].storage_url, raw.headers["x-request-id"])
+    assert row["input_tokens"] == USAGE["promptTokenCount"]
+    assert row["output_tokens"] == USAGE["candidatesTokenCount"] + USAGE["thoughtsTokenCount"]
+
+
+def test_a_streamed_chat_arrives_as_chunks_with_usage_and_done(running, client, fake) -> None:
+    stream = client.chat.completions.create(
+        model="gem",
+        messages=[{"role": "user", "content": "stream this please"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "echo: stream this please"
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "stop"
+    ]
+    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == USAGE["promptTokenCount"]
+    [sent] = fake.requests
+    assert sent.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent" and sent.query == {
+        "alt": "sse"
+    }
+
+
+def test_a_stream_without_include_usage_has_no_usage_chunk(running, client) -> None:
+    gateway, tenant = running
+    with httpx.stream(
+        "POST",
+        f"{gateway.base_url}/v1/chat/completions",
+        json={"model": "gem", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        headers={"authorization": f"Bearer {tenant.api_key}"},
+        timeout=30,
+    ) as reply:
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        frames = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    assert all(json.loads(f)["choices"] for f in frames[:-1])
+    row = ledger_row(gateway.storage_url, reply.headers["x-request-id"])
+    assert row["input_tokens"] == USAGE["promptTokenCount"]  # metered all the same
+
+
+def test_tool_calls_go_round_trip_with_the_thought_signature(client, fake) -> None:
+    messages: list = [{"role": "user", "content": "find cats"}]
+    first = client.chat.completions.create(model="gem3", messages=messages, tools=TOOLS, tool_choice="auto")
+    assert first.choices[0].finish_reason == "tool_calls"
+    [call] = first.choices[0].message.tool_calls
+    assert call.function.name == "lookup" and json.loads(call.function.arguments) == {"text": "find cats"}
+    messages += [first.choices[0].message.model_dump(exclude_none=True)]
+    messages += [{"role": "tool", "tool_call_id": call.id, "content": "42 cats"}]
+    second = client.chat.completions.create(model="gem3", messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "tool said: 42 cats"
+    sent = fake.requests
+    declaration = sent[0].json["tools"][0]["functionDeclarations"][0]
+    assert (
+        "additionalProperties" not in declaration["parameters"] and "$schema" not in declaration["parameters"]
+    )
+    assert declaration["parameters"]["properties"]["limit"] == {"type": "integer", "nullable": True}
+    assert sent[0].json["toolConfig"] == {"functionCallingConfig": {"mode": "AUTO"}}
+    model_turn, answer_turn = sent[1].json["contents"][1:]
+    assert model_turn["parts"][0]["thoughtSignature"] in fake.state.signatures  # the fake checked it too
+    assert answer_turn["parts"] == [
+        {"functionResponse": {"name": "lookup", "response": {"result": "42 cats"}}}
+    ]
+
+
+def test_a_named_tool_choice_is_any_with_that_function(client, fake) -> None:
+    client.chat.completions.create(
+        model="gem",
+        messages=[{"role": "user", "content": "x"}],
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "lookup"}},
+    )
+    config = fake.requests[0].json["toolConfig"]["functionCallingConfig"]
+    assert config == {"mode": "ANY", "allowedFunctionNames": ["lookup"]}
+
+
+def test_streamed_tool_calls_come_as_deltas_with_an_index(client) -> None:
+    stream = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "find dogs"}], tools=TOOLS, stream=True
+    )
+    calls = [t for c in stream if c.choices for t in c.choices[0].delta.tool_calls or ()]
+    assert [(t.index, t.function.name) for t in calls] == [(0, "lookup")]
+    assert calls[0].id.startswith("call_") and json.loads(calls[0].function.arguments) == {
+        "text": "find dogs"
+    }
+
+
+def test_an_image_goes_inline(client, fake) -> None:
+    content = [{"type": "text", "text": "what is it"}, {"type": "image_url", "image_url": {"url": PNG}}]
+    answer = client.chat.completions.create(model="gem", messages=[{"role": "user", "content": content}])
+    assert answer.choices[0].message.content == "echo: what is it"
+    parts = fake.requests[0].json["contents"][0]["parts"]
+    assert parts[1] == {"inlineData": {"mimeType": "image/png", "data": PNG.split(",", 1)[1]}}
+
+
+def test_an_image_url_of_unknown_type_is_the_clients_400(client, fake) -> None:
+    content = [{"type": "image_url", "image_url": {"url": "https://example.com/picture"}}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="gem", messages=[{"role": "user", "content": content}])
+    assert "media type" in caught.value.message
+    assert fake.requests == []
+
+
+def test_messages_through_the_anthropic_sdk_plain_and_with_tools(claude) -> None:
+    message = claude.messages.create(model="gem", max_tokens=30, messages=[{"role": "user", "content": "hi"}])
+    assert message.content[0].text == "echo: hi" and message.stop_reason == "end_turn"
+    assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
+    tools = [
+        {"name": "lookup", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}
+    ]
+    asked = [{"role": "user", "content": "look up owls"}]
+    called = claude.messages.create(model="gem3", max_tokens=30, messages=asked, tools=tools)
+    [use] = [b for b in called.content if b.type == "tool_use"]
+    assert called.stop_reason == "tool_use" and use.input == {"text": "look up owls"}
+    result = {"type": "tool_result", "tool_use_id": use.id, "content": "owls found"}
+    asked += [{"role": "assistant", "content": called.content}, {"role": "user", "content": [result]}]
+    final = claude.messages.create(model="gem3", max_tokens=30, messages=asked, tools=tools)
+    assert final.content[0].text == "tool said: owls found"
+
+
+def test_messages_streamed_through_the_anthropic_sdk(claude) -> None:
+    with claude.messages.stream(
+        model="gem", max_tokens=30, messages=[{"role": "user", "content": "hi there"}]
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "echo: hi there" and final.usage.output_tokens > 0
+    tools = [
+        {"name": "lookup", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}
+    ]
+    with claude.messages.stream(
+        model="gem", max_tokens=30, messages=[{"role": "user", "content": "owls"}], tools=tools
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[-1].input == {"text": "owls"}
+
+
+def test_a_throttled_host_fails_over_to_the_second(client, fake) -> None:
+    quota = {"error": {"code": 429, "message": "Resource has been exhausted", "status": "RESOURCE_EXHAUSTED"}}
+    fake.add_fault(429, quota)
+    answer = client.chat.completions.create(model="gem", messages=[{"role": "user", "content": "again"}])
+    assert answer.choices[0].message.content == "echo: again"
+    assert [r.headers["x-goog-api-key"] for r in fake.requests] == list(KEYS)
+
+
+def test_a_blocked_prompt_is_a_clear_400(client) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="gem", messages=[{"role": "user", "content": "blocked words"}])
+    assert "content filter" in caught.value.message and "SAFETY" in caught.value.message
+    with pytest.raises(openai.BadRequestError) as caught:
+        list(
+            client.chat.completions.create(
+                model="gem", messages=[{"role": "user", "content": "blocked words"}], stream=True
+            )
+        )
+    assert "content filter" in caught.value.message
+
+
+def test_a_filtered_answer_finishes_with_content_filter(client) -> None:
+    answer = client.chat.completions.create(model="gem", messages=[{"role": "user", "content": "forbidden"}])
+    assert answer.choices[0].finish_reason == "content_filter" and answer.choices[0].message.content is None
+
+
+def test_an_invalid_argument_reaches_the_client_with_geminis_message(client, fake) -> None:
+    bad = {"error": {"code": 400, "message": "Invalid value at 'temperature'", "status": "INVALID_ARGUMENT"}}
+    fake.add_fault(400, bad)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="gem", messages=[{"role": "user", "content": "x"}])
+    assert "Invalid value at 'temperature'" in caught.value.message
+    assert len(fake.requests) == 1  # the client's fault: no failover
+
+
+def test_a_malformed_answer_ends_cleanly(client, fake) -> None:
+    fake.state.malformed = True
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model="gem", messages=[{"role": "user", "content": "x"}])
+    assert caught.value.status_code in (502, 503)
+    with pytest.raises((openai.APIStatusError, openai.APIError)):
+        list(
+            client.chat.completions.create(
+                model="gem", messages=[{"role": "user", "content": "x"}], stream=True
+            )
+        )
+
+
+def test_embeddings_go_to_batch_embed_contents(client, fake) -> None:
+    answer = client.embeddings.create(model="embed", input=["ab", "abcd"])
+    assert [d.embedding[0] for d in answer.data] == [2.0, 4.0]
+    assert answer.usage.prompt_tokens == 2  # estimated: Gemini reports none
+    assert fake.requests[0].path == "/v1beta/models/text-embedding-004:batchEmbedContents"
+
+
+def test_a_route_gemini_has_no_call_for_is_a_400(running) -> None:
+    gateway, tenant = running
+    reply = httpx.post(
+        f"{gateway.base_url}/v1/completions",
+        json={"model": "gem", "prompt": "hi"},
+        headers={"authorization": f"Bearer {tenant.api_key}"},
+        timeout=30,
+    )
+    assert 400 <= reply.status_code < 500 and reply.status_code != 500
