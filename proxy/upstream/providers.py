@@ -277,22 +277,34 @@ class HttpUpstream:
         self, method: str, path: str, body: StreamedBody, request_id: str, client_headers: Any
     ) -> aiohttp.ClientResponse:
         """A multipart upload relayed as it arrives, through aiohttp's client (it streams request bodies)."""
-        headers = self._headers.copy()
-        headers["x-request-id"] = request_id
-        headers["content-type"] = body.content_type
+        extra = self._messages_headers(path, client_headers) if self._speaks_messages else []
+        return await self.upload(method, self._row_path(path), extra, body, request_id)
+
+    async def upload(
+        self,
+        method: str,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: StreamedBody,
+        request_id: str,
+    ) -> aiohttp.ClientResponse:
+        """A multipart upload relayed as it arrives to `target` (this host's path and query), with `headers`
+        after the fixed ones and one key of the ring. For a dialect whose paths are its own (Azure's)."""
+        sent = self._headers.copy()
+        sent["x-request-id"] = request_id
+        sent["content-type"] = body.content_type
         credential = self._keys.pick()  # an upload cannot be sent again: one key, noted if it is refused
         if credential is not None:
-            headers[credential.header] = credential.value
+            sent[credential.header] = credential.value
         if body.length is not None:
-            headers["content-length"] = str(body.length)
-        if self._speaks_messages:
-            headers.update(self._messages_headers(path, client_headers))
-        url = URL(self._origin + self._row_path(path))
+            sent["content-length"] = str(body.length)
+        sent.update(headers)
+        url = URL(self._origin + target)
         # An upload takes as long as the client takes to send it, so the first-byte deadline cannot start
         # with the request; aiohttp's read timeout starts once the last byte of the body is out.
         try:
             session = self._aiohttp()
-            answer = await session.request(method, url, data=body, headers=headers, allow_redirects=False)
+            answer = await session.request(method, url, data=body, headers=sent, allow_redirects=False)
         except TimeoutError as exc:
             raise UpstreamFailure(f"{self.name}: no response within {self._read_timeout:g}s") from exc
         except aiohttp.ClientError as exc:
