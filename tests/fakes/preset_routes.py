@@ -83,7 +83,8 @@ class PresetFake(FakeUpstream):
         return self.base_url + preset_path(self.preset)
 
     def fail_next(self, status: int, body: Any, times: int = 1) -> None:
-        """Answer the next `times` chat requests with `status` and `body` (JSON, or bytes as they are)."""
+        """Answer the next `times` chat requests with `status` and `body` (JSON, or bytes as they are: a
+        stream when they start with `data:` or an SSE comment)."""
         with self._lock:
             self._faults.extend([(status, body)] * times)
 
@@ -176,7 +177,9 @@ class PresetFake(FakeUpstream):
         if fault is not None:
             status, body = fault
             data = body if isinstance(body, bytes) else orjson.dumps(body)
-            return web.Response(status=status, body=data, content_type="application/json")
+            streamed = data.startswith((b"data:", b":"))
+            content_type = "text/event-stream" if streamed else "application/json"
+            return web.Response(status=status, body=data, content_type=content_type)
         body = orjson.loads(raw)
         refused = self._refusal(body)
         if refused is not None:

@@ -302,3 +302,11 @@ def test_a_malformed_event_mentioning_usage_is_relayed_as_it_came() -> None:
     out = _relay(source, (11,))
     assert b'data: {"usage": {broken\n\n' in out
     assert b'"estimated":true' in out.split(b"broken", 1)[1]
+
+
+@pytest.mark.parametrize("upstream", ["openrouter"], indirect=True)
+def test_openrouter_stream_opening_with_an_error_is_that_error(upstream) -> None:
+    error = b'data: {"id": "x", "error": {"code": 429, "message": "slow down"}}\n\n'
+    assert upstream._stream_error(b": OPENROUTER PROCESSING\n\n" + error).status == 429
+    assert upstream._stream_error(_chunk({"role": "assistant", "content": "error"})) is None
+    assert upstream._stream_error(b": OPENROUTER PROCESSING\n\n") is None

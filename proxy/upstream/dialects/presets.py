@@ -42,6 +42,7 @@ from modelgate.proxy.upstream.dialects.base import (
     DialectUpstream,
     LocalAnswer,
     TranslatedAnswer,
+    first_bytes,
     json_error,
 )
 from modelgate.proxy.upstream.providers import StreamedBody, UpstreamResponse
@@ -202,12 +203,27 @@ class PresetUpstream(DialectUpstream):
                 usage["completion_tokens"],
                 extra={"request_id": request_id},
             )
-            return TranslatedAnswer(answer, headers=headers, stream=transform)
+            pending = b""
+            if self.quirks.errors_in_ok_answers:  # an error before the first token comes as the first event
+                pending = await first_bytes(answer, _first_data_event)
+                error = self._stream_error(pending)
+                if error is not None:
+                    answer.close()
+                    return error
+            return TranslatedAnswer(answer, headers=headers, stream=transform, pending=pending)
         if not self.quirks.errors_in_ok_answers:
             return answer
         body = await answer.read()
         answer.close()
         return self._ok_or_error(body)
+
+    def _stream_error(self, opening: bytes) -> LocalAnswer | None:
+        """The error a stream opens with (OpenRouter's `data: {"error": {...}}` before any choice), if so."""
+        line = next((line for line in opening.splitlines() if line.startswith(b"data:")), b"")
+        if b'"error"' not in line:
+            return None
+        answer = self._ok_or_error(line[5:].strip())
+        return answer if answer.status != 200 else None
 
     def _ok_or_error(self, body: bytes) -> LocalAnswer:
         """A 200 answer as it is, or the error it carries (OpenRouter's `{"error": {"code": 502, ...}}`)."""
@@ -265,6 +281,12 @@ class PresetUpstream(DialectUpstream):
         return json_error(
             status, _message_of(document), "openai", type_=type_ if isinstance(type_, str) else None
         )
+
+
+def _first_data_event(read: bytes) -> bool:
+    """Whether `read` holds a complete `data:` event (comments before it are keep-alives)."""
+    end = complete_events_end(read)
+    return any(line.startswith(b"data:") for line in read[:end].splitlines())
 
 
 def _message_of(document: Any) -> str:

@@ -221,6 +221,14 @@ def test_messages_plain_and_streamed_with_tools(claude, fakes, running, preset) 
     assert sent["stream"] is True and ("stream_options" in sent) == (preset != "mistral")
 
 
+OPENROUTER_STREAM_ERROR = (
+    b": OPENROUTER PROCESSING\n\n"
+    b'data: {"id": "x", "object": "chat.completion.chunk",'
+    b' "error": {"code": 503, "message": "no provider"}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
 @pytest.mark.parametrize(
     ("model", "status", "body"),
     [
@@ -228,15 +236,21 @@ def test_messages_plain_and_streamed_with_tools(claude, fakes, running, preset) 
         ("groq-then-ollama", 498, {"error": {"message": "capacity exceeded", "type": "capacity_exceeded"}}),
         # OpenRouter out of credits
         ("openrouter-then-mistral", 402, {"error": {"code": 402, "message": "Insufficient credits"}}),
-        # OpenRouter's error inside a 200 answer
+        # OpenRouter's error inside a 200 answer, whole or as the stream's first event
         ("openrouter-then-mistral", 200, {"error": {"code": 502, "message": "upstream model is down"}}),
+        ("openrouter-then-mistral", 200, OPENROUTER_STREAM_ERROR),
     ],
 )
 def test_a_host_that_cannot_serve_now_fails_over_to_the_next_row(client, fakes, model, status, body) -> None:
     first, second = FAILOVER_MODELS[model]
     fakes[first].fail_next(status, body)
-    answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
-    assert answer.choices[0].message.content == "echo: x"
+    messages = [{"role": "user", "content": "x"}]
+    if isinstance(body, bytes):  # a stream
+        with client.chat.completions.create(model=model, messages=messages, stream=True) as stream:
+            text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    else:
+        text = client.chat.completions.create(model=model, messages=messages).choices[0].message.content
+    assert text == "echo: x"
     assert len(fakes[first].requests) == 1 and len(fakes[second].requests) == 1
 
 
