@@ -20,6 +20,7 @@ from .records import RequestLog
 
 STATE: web.AppKey[GeminiState] = web.AppKey("gemini_state")
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
 
 
 def google_error(status: int, google_status: str, message: str, reason: str | None = None) -> web.Response:
@@ -107,8 +108,8 @@ def verify_assertion(assertion: str, state: GeminiState, token_url: str) -> str 
         return f"alg must be RS256, got {header.get('alg')!r}"
     if payload.get("iss") != state.client_email:
         return f"unknown issuer {payload.get('iss')!r}"
-    if payload.get("aud") != token_url:
-        return f"audience {payload.get('aud')!r} is not {token_url!r}"
+    if payload.get("aud") not in (token_url, GOOGLE_TOKEN_URI):  # google-auth names Google's endpoint
+        return f"audience {payload.get('aud')!r} is not this token endpoint"
     if CLOUD_PLATFORM not in str(payload.get("scope", "")).split():
         return f"scope {payload.get('scope')!r} lacks cloud-platform"
     if not payload.get("exp", 0) > time.time():
