@@ -19,6 +19,7 @@ from modelgate.config import ProviderConfig
 from tests.fakes.gemini_claude import CLAUDE_USAGE
 from tests.fakes.gemini_host import PROJECT, REGION, GeminiFake
 from tests.fakes.gemini_routes import USAGE
+from tests.integration.dialects.google_sdks import anthropic_sdk, openai_sdk
 from tests.integration.media.conftest import ledger_row
 from tests.support.gateway import Tenant, ThreadedGateway, register_tenant, write_config
 
@@ -170,17 +171,13 @@ def running(tmp_path_factory, fake) -> Iterator[tuple[ThreadedGateway, Tenant]]:
 
 @pytest.fixture
 def client(running, fake) -> Iterator[openai.OpenAI]:
-    fake.state.clear()
-    gateway, tenant = running
-    with openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=0) as sdk:
+    with openai_sdk(running, fake) as sdk:
         yield sdk
 
 
 @pytest.fixture
 def claude(running, fake) -> Iterator[anthropic.Anthropic]:
-    fake.state.clear()
-    gateway, tenant = running
-    with anthropic.Anthropic(base_url=gateway.base_url, api_key=tenant.api_key, max_retries=0) as sdk:
+    with anthropic_sdk(running, fake) as sdk:
         yield sdk
 
 
