@@ -208,7 +208,7 @@ class Gateway:
         """Flush what must be flushed (ledger, object bindings), then close clients and storage."""
         if self.allowances is not None:
             await self.allowances.stop()
-        # Their ledger rows and settlements come first (realtime sessions still closing among them).
+        # Their ledger rows and settlements come first (a realtime session that outlived its close too).
         await self.completions.drain(self.config.server.shutdown_grace_seconds)
         await self.counters.flush()  # the rows that follow their settlements' batch (UsageMetering)
         # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.

@@ -1,7 +1,8 @@
 """The HTTP server: one aiohttp application on one event loop serving /v1, /api, /healthz, /readyz, /metrics.
 
-Graceful shutdown on SIGTERM/SIGINT: /readyz answers 503 (for `server.drain_seconds`, still serving), then
-stop accepting, let in-flight requests and streams finish within the configured grace period, flush, exit 0.
+Graceful shutdown on SIGTERM/SIGINT: realtime sessions are closed (1001 going away) and new ones refused,
+/readyz answers 503 (for `server.drain_seconds`, still serving), then stop accepting, let in-flight requests
+and streams finish within the configured grace period, flush, exit 0.
 SIGHUP reloads the config file (modelgate/reload.py). `--workers N` runs N such processes sharing one port
 (SO_REUSEPORT); the parent forwards SIGTERM, SIGINT and SIGHUP to them.
 """
@@ -83,8 +84,6 @@ def build_app(gateway: Gateway) -> web.Application:
     middlewares = [forwarded_client_middleware(trusted_proxies)] if trusted_proxies else []
     app = web.Application(client_max_size=_CLIENT_MAX_SIZE, middlewares=middlewares)
     app[GATEWAY] = gateway
-    # Open realtime sessions are closed (1001 going away) at once, not waited for through the grace period.
-    app.on_shutdown.append(lambda _app: gateway.realtime.sessions.close_all())
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler(gateway))
@@ -174,6 +173,7 @@ async def serve(
     )
     await runner.setup()
     log_flusher = asyncio.get_running_loop().create_task(flush_logs_periodically(), name="log-flush")
+    realtime_closed: asyncio.Task | None = None
     try:
         for listener in listeners:
             await web.SockSite(runner, listener, backlog=1024).start()
@@ -195,6 +195,8 @@ async def serve(
             ready.set()
         await stop.wait()
         gateway.shutting_down = True
+        # Realtime sessions are told at once (1001 going away), not waited out: see _close_realtime.
+        realtime_closed = loop.create_task(_close_realtime(gateway), name="close-realtime")
         drain = gateway.config.server.drain_seconds
         if drain > 0:
             log.info("draining: /readyz answers 503; still serving for %gs", drain)
@@ -203,11 +205,19 @@ async def serve(
             "shutting down: waiting up to %gs for in-flight requests", config.server.shutdown_grace_seconds
         )
     finally:
+        await (realtime_closed or _close_realtime(gateway))
         await runner.cleanup()
         await gateway.stop()
         log.info("stopped")
         log_flusher.cancel()
         flush_logs()
+
+
+async def _close_realtime(gateway: Gateway) -> None:
+    """Close the realtime sessions and wait (within the grace period) until their responses are settled and
+    written. Before aiohttp's shutdown: from its start it drops every byte a client sends, WebSocket frames
+    included, so a session could no longer hear its client's `response.create` or close."""
+    await gateway.realtime.sessions.close_all(gateway.config.server.shutdown_grace_seconds)
 
 
 def run(config: Config, *, host: str, port: int, workers: int) -> int:

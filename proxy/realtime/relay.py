@@ -8,6 +8,12 @@ back-pressure on each side; when either side closes, the other is closed with th
 response is reserved, settled and written to the ledger on its own as the session goes
 (proxy.realtime.billing); when the client leaves mid-response, the running responses are cancelled upstream
 and their usage awaited for a moment, so what was generated is charged.
+
+When the gateway stops, the server closes every session before aiohttp's own shutdown begins (from then on
+aiohttp drops every byte a client sends, WebSocket frames included, so a session could neither hear a
+`response.create` nor the client's close): the client is told 1001 going away and its closing handshake is
+completed, the running responses are cancelled and settled as above, and a session still being established
+is refused with 503 instead of being upgraded.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,6 +49,9 @@ MAX_FRAME = 16 * 1024 * 1024
 _GOING_AWAY = 1001
 # How long a session whose client left waits for the usage of the responses it cancels upstream.
 _DRAIN_SECONDS = 2.0
+# How long a close the gateway starts waits for the client's close frame before dropping the connection.
+_CLOSE_HANDSHAKE_SECONDS = 2.0
+_SHUTTING_DOWN = "the gateway is shutting down; connect again to open a new realtime session"
 
 
 def _close_code(code: int | None, fallback: int = 1000) -> int:
@@ -53,11 +62,24 @@ def _close_code(code: int | None, fallback: int = 1000) -> int:
 
 
 class RealtimeSessions:
-    """The open sessions of this process, so a shutdown closes them (1001 going away) instead of waiting."""
+    """The realtime sessions of this process, so a shutdown closes them (1001 going away) instead of waiting
+    them out, and refuses new ones."""
 
     def __init__(self) -> None:
         self._open: set[web.WebSocketResponse] = set()
-        self.stopping = False  # sessions ending now end because the gateway stops
+        self._closing = asyncio.Event()
+        self._handlers = 0  # realtime handlers running: connecting, relaying or settling
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the gateway stops: sessions ending now end because of it, and new ones are refused."""
+        return self._closing.is_set()
+
+    async def closing(self) -> None:
+        """Return once the gateway starts closing its sessions."""
+        await self._closing.wait()
 
     def add(self, client: web.WebSocketResponse) -> None:
         self._open.add(client)
@@ -68,10 +90,26 @@ class RealtimeSessions:
     def __len__(self) -> int:
         return len(self._open)
 
-    async def close_all(self) -> None:
-        self.stopping = True
-        for client in list(self._open):
-            await client.close(code=_GOING_AWAY, message=b"server shutting down")
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[None]:
+        """The span of one realtime handler, from before its upstream connect to its session's last row."""
+        self._handlers += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._handlers -= 1
+            if self._handlers == 0:
+                self._idle.set()
+
+    async def close_all(self, seconds: float) -> None:
+        """Tell every session to close and refuse new ones; wait (at most `seconds`) until every realtime
+        handler has ended, so the rows of their responses are written while the ledger still runs."""
+        self._closing.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), seconds)
+        except TimeoutError:
+            log.warning("%d realtime session(s) still closing after %gs", self._handlers, seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +167,23 @@ class RealtimeRelay:
         self._ledger = ledger
 
     async def handle(self, ctx: RequestContext) -> web.StreamResponse:
-        client = web.WebSocketResponse(max_msg_size=MAX_FRAME, autoping=True)
+        with self._sessions.handling():
+            return await self._handle(ctx)
+
+    async def _handle(self, ctx: RequestContext) -> web.StreamResponse:
+        client = web.WebSocketResponse(
+            max_msg_size=MAX_FRAME, autoping=True, timeout=_CLOSE_HANDSHAKE_SECONDS
+        )
         if not client.can_prepare(ctx.request).ok:
             raise InvalidRequest(
                 "GET /v1/realtime is a WebSocket endpoint: send an `Upgrade: websocket` request"
             )
+        if self._sessions.stopping:
+            raise ServiceUnavailable(_SHUTTING_DOWN)
         upstream, row = await self._connect(ctx)
         try:
+            if self._sessions.stopping:  # it began while the provider answered: not upgraded, secret unused
+                raise ServiceUnavailable(_SHUTTING_DOWN)
             # The provider accepted the session: the secret is used from here on, before the client sees its
             # 101 (so a connect after that is 404, never the 409 of one still being established).
             ctx.realtime.established = True
@@ -239,22 +287,33 @@ class RealtimeRelay:
 
         to_upstream = asyncio.ensure_future(_pump(client, upstream, client_text))
         to_client = asyncio.ensure_future(_pump(upstream, client, upstream_text))
+        stopping = asyncio.ensure_future(self._sessions.closing())
+        tasks = (to_upstream, to_client, stopping)
         try:
-            done, _ = await asyncio.wait((to_upstream, to_client), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (to_upstream, to_client):
+            for task in tasks:
                 task.cancel()
-            for task in (to_upstream, to_client):
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if to_upstream in done:  # the client closed (or went away, or the gateway stops): pass its code on
+        if to_upstream in done:  # the client closed (or went away): pass its code on
             ending = "shutdown" if self._sessions.stopping else "client_closed"
             await self._drain(upstream, billing, ending)
             await upstream.close(code=_close_code(to_upstream.result(), _GOING_AWAY))
             return ending
-        # the provider closed: the client gets its code
-        await client.close(code=_close_code(to_client.result()))
-        return "upstream_error"
+        if to_client in done:  # the provider closed: the client gets its code
+            await client.close(code=_close_code(to_client.result()))
+            return "upstream_error"
+        # The gateway stops. The client is told at once, and its close awaited (nobody reads it any more: a
+        # frame it sent meanwhile is dropped, never forwarded), while the running responses are cancelled
+        # upstream and their usage awaited.
+        await asyncio.gather(
+            client.close(code=_GOING_AWAY, message=b"server shutting down"),
+            self._drain(upstream, billing, "shutdown"),
+        )
+        await upstream.close(code=_GOING_AWAY)
+        return "shutdown"
 
     async def _drain(
         self, upstream: aiohttp.ClientWebSocketResponse, billing: SessionBilling, ending: str

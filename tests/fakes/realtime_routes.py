@@ -2,7 +2,9 @@
 
 Text events are echoed as `{"type": "echo", "event": …}`, binary frames are echoed as they are;
 `response.create` is answered with a `response.done` carrying usage, `session.update` with
-`session.updated`, and `{"type": "fake.close", "code": N}` makes the fake close the socket with code N.
+`session.updated`, and `{"type": "fake.close", "code": N}` makes the fake close the socket with code N;
+after `{"type": "fake.hold_cancels", "gate": NAME}` the fake answers each `response.cancel` of that session
+only once the test releases gate NAME (a test learns the gateway has cancelled, and decides when usage comes).
 A test can hold every handshake at a gate (`realtime.hold_gate`) to keep a connect "being established",
 and switch on `response.created` announcements, held responses and server VAD (see RealtimeLog).
 """
@@ -113,6 +115,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     log.opened(session)
     await ws.prepare(request)
     closed_by = "client"
+    cancel_gate: str | None = None
     try:
         async for message in ws:
             if message.type is WSMsgType.BINARY:
@@ -131,6 +134,12 @@ async def realtime(request: web.Request) -> web.StreamResponse:
                 closed_by = "fake"
                 await ws.close(code=int(event.get("code", 1000)), message=b"closed by the fake")
                 break
+            if event.get("type") == "fake.hold_cancels":
+                cancel_gate = str(event.get("gate"))
+                continue
+            if event.get("type") == "response.cancel" and cancel_gate is not None:
+                if not await ctx.unless_stopping(ctx.gates.wait(cancel_gate)):
+                    break
             for reply in _answer(log, session, event):
                 await ws.send_str(orjson.dumps(reply).decode())
     finally:

@@ -1,15 +1,24 @@
-"""Graceful shutdown: SIGTERM stops accepting but lets a stream in flight finish, then exits 0."""
+"""Graceful shutdown: SIGTERM stops accepting but lets a stream in flight finish, closes realtime sessions
+(1001 going away) charging what their running responses used, then exits 0."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 
+from modelgate.storage import open_database
 from tests.fakes import FakeUpstream, Fault
-from tests.support.gateway import GatewayProcess, register_tenant
+from tests.fakes.realtime_routes import PARTIAL_USAGE
+from tests.support.gateway import GatewayProcess, Tenant, register_tenant
+
+# The realtime model's prices: free input, 20 µ per output token; 100 output tokens at most per response.
+REALTIME_OUTPUT_PER_MTOK = 20
+REALTIME_MAX_TOKENS = 100
 
 
 def _config(tmp_path: Path, upstream: FakeUpstream) -> Path:
@@ -31,6 +40,16 @@ name = "slow-chat"
 kinds = ["chat"]
 [[models.rows]]
 provider = "slow"
+
+[[models]]
+name = "slow-realtime"
+kinds = ["realtime"]
+default_max_tokens = {REALTIME_MAX_TOKENS}
+[[models.rows]]
+provider = "slow"
+[models.prices]
+input_per_mtok = 0.0
+output_per_mtok = {REALTIME_OUTPUT_PER_MTOK}
 
 [[plans]]
 code = "free"
@@ -84,3 +103,59 @@ def test_sigterm_lets_an_in_flight_stream_finish_and_exits_zero(tmp_path: Path) 
             assert gateway.wait(timeout=30) == 0
         finally:
             gateway.kill()
+
+
+async def _realtime_response_cut_by_sigterm(
+    gateway: GatewayProcess, upstream: FakeUpstream, tenant: Tenant
+) -> int:
+    """A session with one response running when the gateway gets SIGTERM; the close code the client sees."""
+    auth = {"authorization": f"Bearer {tenant.api_key}"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        minted = await http.post(
+            f"{gateway.base_url}/v1/realtime/client_secrets", json={"model": "slow-realtime"}, headers=auth
+        )
+    assert minted.status_code == 200, minted.text
+    params = {"client_secret": minted.json()["value"], "model": "slow-realtime"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
+        ws = await client.ws_connect(f"{gateway.base_url}/v1/realtime", params=params, headers=auth)
+        await ws.send_json({"type": "fake.hold_cancels", "gate": "cancel"})
+        await ws.send_json({"type": "response.create"})
+        while (await ws.receive_json(timeout=10))["type"] != "response.output_audio.delta":
+            pass
+        gateway.terminate()
+        assert await asyncio.to_thread(upstream.wait_held, "cancel", 10), (
+            "the running response was not cancelled"
+        )
+        await ws.send_json({"type": "response.create"})  # crosses the gateway's close: dropped, not forwarded
+        await ws.close()
+        upstream.release("cancel")
+        return ws.close_code
+
+
+async def _rows(storage_url: str) -> list[tuple]:
+    db = await open_database(storage_url)
+    try:
+        rows = await db.fetch(
+            "SELECT status, outcome, output_tokens, cost_micros FROM usage_ledger WHERE request_id LIKE '%:%'"
+        )
+        return [(r["status"], r["outcome"], r["output_tokens"], r["cost_micros"]) for r in rows]
+    finally:
+        await db.close()
+
+
+def test_sigterm_closes_a_realtime_session_and_charges_its_running_response(tmp_path: Path) -> None:
+    with FakeUpstream("slow") as upstream:
+        upstream.realtime.announce_responses = upstream.realtime.hold_responses = True
+        gateway = GatewayProcess(_config(tmp_path, upstream), cwd=tmp_path).start()
+        try:
+            tenant = register_tenant(gateway.base_url)
+            assert asyncio.run(_realtime_response_cut_by_sigterm(gateway, upstream, tenant)) == 1001
+            assert gateway.wait(timeout=30) == 0
+        finally:
+            gateway.kill()
+        (session,) = upstream.realtime.sessions
+        assert session.received("response.create") == 1
+    cost = PARTIAL_USAGE["output_tokens"] * REALTIME_OUTPUT_PER_MTOK
+    assert asyncio.run(_rows(gateway.storage_url)) == [
+        (200, "shutdown", PARTIAL_USAGE["output_tokens"], cost)
+    ]

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
 import pytest
 
+from modelgate.storage import open_database
 from tests.fakes import FakeUpstream
+from tests.fakes.realtime_routes import PARTIAL_USAGE, USAGE
 from tests.support.gateway import Tenant, ThreadedGateway, register_tenant, write_config
 
 UPSTREAM_KEY = "upstream-realtime-key"
@@ -22,6 +26,11 @@ INPUT_PER_MTOK = 5.0
 OUTPUT_PER_MTOK = 20.0
 # realtime-tight: input is free, so one response's worst case is exactly its output allowance.
 TIGHT_MAX_TOKENS = 100
+# realtime-tight: the model name, one response reserved (its worst case), one charged, one cancelled.
+TIGHT = "realtime-tight"
+WORST = math.ceil(TIGHT_MAX_TOKENS * OUTPUT_PER_MTOK)  # one realtime-tight response, reserved
+ANSWER = math.ceil(USAGE["output_tokens"] * OUTPUT_PER_MTOK)  # one realtime-tight response, charged
+CANCELLED = math.ceil(PARTIAL_USAGE["output_tokens"] * OUTPUT_PER_MTOK)
 
 
 def realtime_toml(
@@ -235,3 +244,61 @@ async def receive_json(ws: aiohttp.ClientWebSocketResponse) -> dict:
     message = await asyncio.wait_for(ws.receive(), timeout=10)
     assert message.type is aiohttp.WSMsgType.TEXT, message
     return message.json()
+
+
+# -- billing ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite-in-process", "postgres-redis"])
+def billed(request: pytest.FixtureRequest, start_gateway) -> RealtimeStack:
+    """A gateway of this test's own, on one of the two storage and counter backends."""
+    if request.param == "sqlite-in-process":
+        return start_gateway()
+    return start_gateway(
+        storage_url=request.getfixturevalue("pg_server_url"), redis_url=request.getfixturevalue("redis_url")
+    )
+
+
+async def funded_tenant(stack: RealtimeStack, micros: int) -> Tenant:
+    return await asyncio.to_thread(stack.tenant, fund_usd=micros / 1_000_000)
+
+
+async def query_rows(storage_url: str, sql: str, email: str) -> list[dict[str, Any]]:
+    db = await open_database(storage_url)
+    try:
+        return [dict(row) for row in await db.fetch(sql, email)]
+    finally:
+        await db.close()
+
+
+async def response_rows(storage_url: str, email: str) -> list[dict[str, Any]]:
+    """The organization's ledger rows of realtime responses (`<session request id>:<response>`), in order."""
+    return await query_rows(
+        storage_url,
+        "SELECT l.request_id, l.status, l.outcome, l.input_tokens, l.cached_input_tokens, l.output_tokens,"
+        " l.cost_micros FROM usage_ledger l JOIN users u ON u.organization_id = l.organization_id"
+        " WHERE u.email = $1 AND l.request_id LIKE '%:%' ORDER BY l.created_at, l.id",
+        email,
+    )
+
+
+async def stored_balance(storage_url: str, email: str) -> int:
+    rows = await query_rows(
+        storage_url,
+        "SELECT o.balance_micros FROM organizations o JOIN users u ON u.organization_id = o.id"
+        " WHERE u.email = $1",
+        email,
+    )
+    return rows[0]["balance_micros"]
+
+
+async def receive_until(ws: aiohttp.ClientWebSocketResponse, last: Callable[[dict], bool]) -> list[dict]:
+    """Events from the gateway up to and including the first one `last` accepts."""
+    events = []
+    while not events or not last(events[-1]):
+        events.append(await receive_json(ws))
+    return events
+
+
+def row_summary(row: dict[str, Any]) -> tuple:
+    return row["status"], row["outcome"], row["output_tokens"], row["cost_micros"]

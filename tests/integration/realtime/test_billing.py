@@ -18,71 +18,28 @@ from typing import Any
 
 import aiohttp
 import httpx
-import pytest
 
-from modelgate.storage import open_database
 from tests.fakes.media_records import RealtimeSession
-from tests.fakes.realtime_routes import PARTIAL_USAGE, USAGE
+from tests.fakes.realtime_routes import USAGE
 from tests.integration.realtime.conftest import (
+    ANSWER,
+    CANCELLED,
     INPUT_PER_MTOK,
     OUTPUT_PER_MTOK,
-    TIGHT_MAX_TOKENS,
-    RealtimeStack,
+    TIGHT,
+    WORST,
     connect,
+    funded_tenant,
     mint,
+    query_rows,
     receive_json,
+    receive_until,
     refused,
+    response_rows,
+    row_summary,
     session,
+    stored_balance,
 )
-from tests.support.gateway import Tenant
-
-TIGHT = "realtime-tight"
-WORST = math.ceil(TIGHT_MAX_TOKENS * OUTPUT_PER_MTOK)  # one realtime-tight response, reserved
-ANSWER = math.ceil(USAGE["output_tokens"] * OUTPUT_PER_MTOK)  # one realtime-tight response, charged
-CANCELLED = math.ceil(PARTIAL_USAGE["output_tokens"] * OUTPUT_PER_MTOK)
-
-
-@pytest.fixture(params=["sqlite-in-process", "postgres-redis"])
-def billed(request: pytest.FixtureRequest, start_gateway) -> RealtimeStack:
-    """A gateway of this test's own, on one of the two storage and counter backends."""
-    if request.param == "sqlite-in-process":
-        return start_gateway()
-    return start_gateway(
-        storage_url=request.getfixturevalue("pg_server_url"), redis_url=request.getfixturevalue("redis_url")
-    )
-
-
-async def _tenant(stack: RealtimeStack, micros: int) -> Tenant:
-    return await asyncio.to_thread(stack.tenant, fund_usd=micros / 1_000_000)
-
-
-async def _query(storage_url: str, sql: str, email: str) -> list[dict[str, Any]]:
-    db = await open_database(storage_url)
-    try:
-        return [dict(row) for row in await db.fetch(sql, email)]
-    finally:
-        await db.close()
-
-
-async def _response_rows(storage_url: str, email: str) -> list[dict[str, Any]]:
-    """The organization's ledger rows of realtime responses (`<session request id>:<response>`), in order."""
-    return await _query(
-        storage_url,
-        "SELECT l.request_id, l.status, l.outcome, l.input_tokens, l.cached_input_tokens, l.output_tokens,"
-        " l.cost_micros FROM usage_ledger l JOIN users u ON u.organization_id = l.organization_id"
-        " WHERE u.email = $1 AND l.request_id LIKE '%:%' ORDER BY l.created_at, l.id",
-        email,
-    )
-
-
-async def _balance(storage_url: str, email: str) -> int:
-    rows = await _query(
-        storage_url,
-        "SELECT o.balance_micros FROM organizations o JOIN users u ON u.organization_id = o.id"
-        " WHERE u.email = $1",
-        email,
-    )
-    return rows[0]["balance_micros"]
 
 
 async def _until(read: Callable[[], Awaitable[Any]], expected: Callable[[Any], bool]) -> Any:
@@ -97,18 +54,6 @@ async def _until(read: Callable[[], Awaitable[Any]], expected: Callable[[Any], b
         await asyncio.sleep(0.05)
 
 
-async def _receive_until(ws: aiohttp.ClientWebSocketResponse, last: Callable[[dict], bool]) -> list[dict]:
-    """Events from the gateway up to and including the first one `last` accepts."""
-    events = []
-    while not events or not last(events[-1]):
-        events.append(await receive_json(ws))
-    return events
-
-
-def _summary(row: dict[str, Any]) -> tuple:
-    return row["status"], row["outcome"], row["output_tokens"], row["cost_micros"]
-
-
 def _kind(error_event: dict) -> tuple[str, str]:
     return error_event["error"]["type"], error_event["error"]["code"]
 
@@ -119,9 +64,9 @@ def _cancelled_ids(upstream: RealtimeSession) -> list[str | None]:
 
 
 async def test_each_response_done_writes_its_row_and_moves_the_balance_at_once(billed) -> None:
-    tenant = await _tenant(billed, 1_000_000_000)
+    tenant = await funded_tenant(billed, 1_000_000_000)
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
-    start = await _balance(storage, tenant.email)
+    start = await stored_balance(storage, tenant.email)
     secret = await asyncio.to_thread(mint, base, tenant)
     uncached = USAGE["input_tokens"] - USAGE["input_token_details"]["cached_tokens"]
     # Cached input has no price of its own in this config: it costs nothing, the rest at the token prices.
@@ -133,7 +78,7 @@ async def test_each_response_done_writes_its_row_and_moves_the_balance_at_once(b
             done = await receive_json(ws)
             assert done["type"] == "response.done"
             # Written while the session is still open, one row per response.
-            rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r, n=count: len(r) == n)
+            rows = await _until(lambda: response_rows(storage, tenant.email), lambda r, n=count: len(r) == n)
             assert rows[-1]["request_id"].endswith(":" + done["response"]["id"])
             assert (rows[-1]["input_tokens"], rows[-1]["cached_input_tokens"], rows[-1]["output_tokens"]) == (
                 USAGE["input_tokens"],
@@ -145,16 +90,18 @@ async def test_each_response_done_writes_its_row_and_moves_the_balance_at_once(b
                 "completed",
                 cost,
             )
-            await _until(lambda: _balance(storage, tenant.email), lambda b, n=count: b == start - n * cost)
+            await _until(
+                lambda: stored_balance(storage, tenant.email), lambda b, n=count: b == start - n * cost
+            )
         await ws.close()
     assert await asyncio.to_thread(billed.alpha.realtime.wait_closed, 1)
-    await _until(lambda: _balance(storage, tenant.email), lambda b: b == start - 3 * cost)
+    await _until(lambda: stored_balance(storage, tenant.email), lambda b: b == start - 3 * cost)
 
 
 async def test_a_balance_for_two_responses_runs_two_and_refuses_the_third_in_the_open_session(billed) -> None:
     # Two responses fit one after the other (each settles to 400 µ); the third's 2000 µ no longer does.
     funded = WORST + ANSWER + ANSWER // 2
-    tenant = await _tenant(billed, funded)
+    tenant = await funded_tenant(billed, funded)
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
     async with session() as client:
@@ -177,18 +124,18 @@ async def test_a_balance_for_two_responses_runs_two_and_refuses_the_third_in_the
         (upstream,) = billed.alpha.realtime.sessions
         assert upstream.received("response.create") == 2  # the third never reached the provider
         await ws.close()
-    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 3)
-    assert [_summary(row) for row in rows] == [
+    rows = await _until(lambda: response_rows(storage, tenant.email), lambda r: len(r) == 3)
+    assert [row_summary(row) for row in rows] == [
         (200, "completed", 20, ANSWER),
         (200, "completed", 20, ANSWER),
         (402, "refused", 0, 0),
     ]
-    await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - 2 * ANSWER)
+    await _until(lambda: stored_balance(storage, tenant.email), lambda b: b == funded - 2 * ANSWER)
 
 
 async def test_a_server_started_response_over_the_balance_is_cancelled_upstream(billed) -> None:
     funded = WORST + ANSWER // 2  # one response fits; after it (400 µ) the next 2000 µ does not
-    tenant = await _tenant(billed, funded)
+    tenant = await funded_tenant(billed, funded)
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     realtime = billed.alpha.realtime
     realtime.announce_responses = realtime.server_vad = True
@@ -196,11 +143,11 @@ async def test_a_server_started_response_over_the_balance_is_cancelled_upstream(
     async with session() as client:
         ws = await connect(client, base, tenant, secret, TIGHT)
         await ws.send_json({"type": "response.create"})
-        events = await _receive_until(ws, lambda e: e["type"] == "response.done")
+        events = await receive_until(ws, lambda e: e["type"] == "response.done")
         assert [e["type"] for e in events] == ["response.created", "response.done"]
         realtime.hold_responses = True  # the server's own response runs until it is cancelled
         await ws.send_json({"type": "input_audio_buffer.commit"})  # server VAD starts a response
-        events = await _receive_until(ws, lambda e: e["type"] == "response.done")
+        events = await receive_until(ws, lambda e: e["type"] == "response.done")
         server_id = next(e["response"]["id"] for e in events if e["type"] == "response.created")
         (error,) = [e for e in events if e["type"] == "error"]
         assert (error["error"]["type"], error["error"]["code"]) == (
@@ -215,16 +162,16 @@ async def test_a_server_started_response_over_the_balance_is_cancelled_upstream(
         await ws.send_json({"type": "ping"})
         assert (await receive_json(ws))["type"] == "echo"
         await ws.close()
-    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 2)
-    assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER), (402, "refused", 0, 0)]
+    rows = await _until(lambda: response_rows(storage, tenant.email), lambda r: len(r) == 2)
+    assert [row_summary(row) for row in rows] == [(200, "completed", 20, ANSWER), (402, "refused", 0, 0)]
     assert rows[1]["request_id"].endswith(":" + server_id)
-    await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - ANSWER)
+    await _until(lambda: stored_balance(storage, tenant.email), lambda b: b == funded - ANSWER)
 
 
 async def test_a_client_killed_mid_response_is_charged_its_usage_and_holds_nothing(billed) -> None:
     # Room for one response; if the killed one's 2000 µ stayed held, the next session could not start.
     funded = WORST + CANCELLED + 50
-    tenant = await _tenant(billed, funded)
+    tenant = await funded_tenant(billed, funded)
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     realtime = billed.alpha.realtime
     realtime.announce_responses = realtime.hold_responses = True
@@ -232,7 +179,7 @@ async def test_a_client_killed_mid_response_is_charged_its_usage_and_holds_nothi
     async with session() as client:
         ws = await connect(client, base, tenant, secret, TIGHT)
         await ws.send_json({"type": "response.create"})
-        events = await _receive_until(ws, lambda e: e["type"] == "response.output_audio.delta")
+        events = await receive_until(ws, lambda e: e["type"] == "response.output_audio.delta")
         response_id = events[0]["response"]["id"]
         # The client dies: its socket ends with no WebSocket close frame.
         ws.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
@@ -240,22 +187,22 @@ async def test_a_client_killed_mid_response_is_charged_its_usage_and_holds_nothi
     (upstream,) = realtime.sessions
     # The gateway cancelled the running response and charged the usage it reported.
     assert _cancelled_ids(upstream) == [response_id]
-    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
-    assert [_summary(row) for row in rows] == [(200, "client_closed", 5, CANCELLED)]
+    rows = await _until(lambda: response_rows(storage, tenant.email), lambda r: len(r) == 1)
+    assert [row_summary(row) for row in rows] == [(200, "client_closed", 5, CANCELLED)]
     realtime.hold_responses = False
     secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
     async with session() as client:
         ws = await connect(client, base, tenant, secret, TIGHT)
         await ws.send_json({"type": "response.create"})
-        events = await _receive_until(ws, lambda e: e["type"] in ("response.done", "error"))
+        events = await receive_until(ws, lambda e: e["type"] in ("response.done", "error"))
         assert events[-1]["type"] == "response.done"
         await ws.close()
-    await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - CANCELLED - ANSWER)
+    await _until(lambda: stored_balance(storage, tenant.email), lambda b: b == funded - CANCELLED - ANSWER)
 
 
 async def test_an_upstream_gone_mid_response_releases_its_reservation(billed) -> None:
     funded = WORST + 50
-    tenant = await _tenant(billed, funded)
+    tenant = await funded_tenant(billed, funded)
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     realtime = billed.alpha.realtime
     realtime.announce_responses = realtime.hold_responses = True
@@ -263,24 +210,24 @@ async def test_an_upstream_gone_mid_response_releases_its_reservation(billed) ->
     async with session() as client:
         ws = await connect(client, base, tenant, secret, TIGHT)
         await ws.send_json({"type": "response.create"})
-        await _receive_until(ws, lambda e: e["type"] == "response.output_audio.delta")
+        await receive_until(ws, lambda e: e["type"] == "response.output_audio.delta")
         await ws.send_json({"type": "fake.close", "code": 4002})
         message = await ws.receive(timeout=10)
         assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 4002
-    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
-    assert [_summary(row) for row in rows] == [(502, "upstream_error", 0, 0)]
+    rows = await _until(lambda: response_rows(storage, tenant.email), lambda r: len(r) == 1)
+    assert [row_summary(row) for row in rows] == [(502, "upstream_error", 0, 0)]
     realtime.hold_responses = False
     secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
     async with session() as client:
         ws = await connect(client, base, tenant, secret, TIGHT)  # 402 if the lost response still held 2000 µ
         await ws.send_json({"type": "response.create"})
-        events = await _receive_until(ws, lambda e: e["type"] in ("response.done", "error"))
+        events = await receive_until(ws, lambda e: e["type"] in ("response.done", "error"))
         assert events[-1]["type"] == "response.done"
         await ws.close()
 
 
 async def test_a_session_that_cannot_afford_one_response_is_402_before_the_upgrade(billed) -> None:
-    tenant = await _tenant(billed, WORST - 1)
+    tenant = await funded_tenant(billed, WORST - 1)
     base = billed.gateway.base_url
     secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
     async with session() as client:
@@ -289,7 +236,7 @@ async def test_a_session_that_cannot_afford_one_response_is_402_before_the_upgra
 
 
 async def test_the_connect_holds_nothing_so_one_response_may_use_the_whole_balance(billed) -> None:
-    tenant = await _tenant(billed, WORST)
+    tenant = await funded_tenant(billed, WORST)
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
     async with session() as client:
@@ -297,12 +244,12 @@ async def test_the_connect_holds_nothing_so_one_response_may_use_the_whole_balan
         await ws.send_json({"type": "response.create"})
         assert (await receive_json(ws))["type"] == "response.done"
         await ws.close()
-    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
-    assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)]
+    rows = await _until(lambda: response_rows(storage, tenant.email), lambda r: len(r) == 1)
+    assert [row_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)]
 
 
 async def test_a_policy_budget_is_reserved_and_charged_per_response(billed) -> None:
-    tenant = await _tenant(billed, 1_000_000_000)  # the balance is ample: the budget is what runs out
+    tenant = await funded_tenant(billed, 1_000_000_000)  # the balance is ample: the budget is what runs out
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     budget = WORST + ANSWER + ANSWER // 2
     rule = await asyncio.to_thread(
@@ -330,7 +277,7 @@ async def test_a_policy_budget_is_reserved_and_charged_per_response(billed) -> N
         assert "budget" in error["error"]["message"]
         await ws.close()
     spent = await _until(
-        lambda: _query(
+        lambda: query_rows(
             storage,
             "SELECT s.spent_micros FROM policy_budget_spend s JOIN policy_rules r ON r.id = s.rule_id"
             " JOIN users u ON u.organization_id = r.organization_id WHERE u.email = $1",
@@ -341,27 +288,9 @@ async def test_a_policy_budget_is_reserved_and_charged_per_response(billed) -> N
     assert spent == [{"spent_micros": 2 * ANSWER}]
 
 
-async def test_a_graceful_stop_mid_response_charges_what_the_response_used(start_gateway) -> None:
-    own = start_gateway()
-    tenant = await _tenant(own, WORST + CANCELLED)
-    base, storage = own.gateway.base_url, own.gateway.storage_url
-    own.alpha.realtime.announce_responses = own.alpha.realtime.hold_responses = True
-    secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
-    async with session() as client:
-        ws = await connect(client, base, tenant, secret, TIGHT)
-        await ws.send_json({"type": "response.create"})
-        await _receive_until(ws, lambda e: e["type"] == "response.output_audio.delta")
-        await asyncio.to_thread(own.gateway.stop)  # closes the session (1001), then flushes the ledger
-        message = await ws.receive(timeout=10)
-        assert message.type is aiohttp.WSMsgType.CLOSE and message.data == 1001
-    rows = await _response_rows(storage, tenant.email)
-    assert [_summary(row) for row in rows] == [(200, "shutdown", 5, CANCELLED)]
-    assert await _balance(storage, tenant.email) == WORST
-
-
 async def test_responses_the_server_starts_are_reserved_and_charged_like_the_clients(billed) -> None:
     funded = WORST + ANSWER  # room for two responses, one after the other
-    tenant = await _tenant(billed, funded)
+    tenant = await funded_tenant(billed, funded)
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     realtime = billed.alpha.realtime
     realtime.server_vad = realtime.announce_responses = True
@@ -369,7 +298,7 @@ async def test_responses_the_server_starts_are_reserved_and_charged_like_the_cli
     async with session() as client:
         ws = await connect(client, base, tenant, secret, TIGHT)
         await ws.send_json({"type": "input_audio_buffer.commit"})  # reserved at its response.created
-        events = await _receive_until(ws, lambda e: e["type"] == "response.done")
+        events = await receive_until(ws, lambda e: e["type"] == "response.done")
         assert [e["type"] for e in events] == [
             "input_audio_buffer.committed",
             "response.created",
@@ -377,16 +306,16 @@ async def test_responses_the_server_starts_are_reserved_and_charged_like_the_cli
         ]
         realtime.announce_responses = False  # an upstream that reports only the response's end
         await ws.send_json({"type": "input_audio_buffer.commit"})
-        events = await _receive_until(ws, lambda e: e["type"] == "response.done")
+        events = await receive_until(ws, lambda e: e["type"] == "response.done")
         assert [e["type"] for e in events] == ["input_audio_buffer.committed", "response.done"]
         await ws.close()
-    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 2)
-    assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)] * 2
-    await _until(lambda: _balance(storage, tenant.email), lambda b: b == funded - 2 * ANSWER)
+    rows = await _until(lambda: response_rows(storage, tenant.email), lambda r: len(r) == 2)
+    assert [row_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)] * 2
+    await _until(lambda: stored_balance(storage, tenant.email), lambda b: b == funded - 2 * ANSWER)
 
 
 async def test_a_response_create_is_reserved_whatever_text_it_carries(billed) -> None:
-    tenant = await _tenant(billed, WORST + ANSWER // 2)  # one response fits, not two
+    tenant = await funded_tenant(billed, WORST + ANSWER // 2)  # one response fits, not two
     base = billed.gateway.base_url
     secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
     # Text that names another event type must not make the gateway take it for that event.
@@ -402,7 +331,7 @@ async def test_a_response_create_is_reserved_whatever_text_it_carries(billed) ->
 
 
 async def test_a_response_create_the_provider_rejects_gives_its_reservation_back(billed) -> None:
-    tenant = await _tenant(billed, WORST + 50)  # room for one response's reservation at a time
+    tenant = await funded_tenant(billed, WORST + 50)  # room for one response's reservation at a time
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     realtime = billed.alpha.realtime
     realtime.reject_responses = True
@@ -416,5 +345,5 @@ async def test_a_response_create_the_provider_rejects_gives_its_reservation_back
         await ws.send_json({"type": "response.create"})  # refused if the rejected one still held 2000 µ
         assert (await receive_json(ws))["type"] == "response.done"
         await ws.close()
-    rows = await _until(lambda: _response_rows(storage, tenant.email), lambda r: len(r) == 1)
-    assert [_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)]
+    rows = await _until(lambda: response_rows(storage, tenant.email), lambda r: len(r) == 1)
+    assert [row_summary(row) for row in rows] == [(200, "completed", 20, ANSWER)]
