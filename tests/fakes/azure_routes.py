@@ -45,11 +45,25 @@ START_TIMEOUT = 5.0
 
 @dataclass(frozen=True, slots=True)
 class AzureFault:
-    """An answer the fake gives instead of the model's: status, JSON body, headers."""
+    """An answer the fake gives instead of the model's: status, body (JSON, or bytes sent as they are
+    with the headers' content-type), headers."""
 
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+
+    def answer(self) -> web.Response:
+        if isinstance(self.body, bytes):
+            return web.Response(status=self.status, body=self.body, headers=self.headers)
+        return web.json_response(self.body, status=self.status, headers=self.headers, dumps=_dumps)
+
+
+def malformed(streamed: bool) -> AzureFault:
+    """A 200 whose body cannot be read: JSON cut short, or an event stream whose second event is."""
+    if streamed:
+        body = b'data: {"choices":[],"prompt_filter_results":[]}\n\ndata: {"id":"x","choices":[{"ind\n\n'
+        return AzureFault(200, body, {"content-type": "text/event-stream"})
+    return AzureFault(200, b'{"id":"chatcmpl-1","choices":[{"index":0,', {"content-type": "application/json"})
 
 
 def throttled(retry_after: int = 7) -> AzureFault:
@@ -188,12 +202,10 @@ async def _admit(request: web.Request, v1: bool) -> tuple[str, web.Response | No
             return "", _azure_error(404, "404", "Resource not found")
         deployment = request.match_info["deployment"]
     if deployment not in state.deployments:
-        fault = deployment_not_found()
-        return deployment, web.json_response(fault.body, status=fault.status, dumps=_dumps)
+        return deployment, deployment_not_found().answer()
     fault = state.next_fault()
     if fault is not None:
-        answer = web.json_response(fault.body, status=fault.status, headers=fault.headers, dumps=_dumps)
-        return deployment, answer
+        return deployment, fault.answer()
     return deployment, None
 
 

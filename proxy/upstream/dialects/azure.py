@@ -31,6 +31,7 @@ from modelgate.proxy.upstream.dialects.base import (
     DialectUpstream,
     LocalAnswer,
     TranslatedAnswer,
+    broken,
     json_error,
 )
 from modelgate.proxy.upstream.providers import StreamedBody, UpstreamResponse
@@ -51,7 +52,6 @@ DEPLOYMENT_CALLS = frozenset(
 # The streams whose opening chunk may be the prompt's filter verdict alone.
 _CHAT_STREAMS = frozenset(("chat/completions", "completions"))
 _MAX_ERROR_BODY = 64 * 1024
-_PROMPT_VERDICT = b'"prompt_filter_results"'
 _CONTENT_FILTER_CODES = ("content_filter", "ResponsibleAIPolicyViolation")
 
 
@@ -159,9 +159,11 @@ class AzureUpstream(DialectUpstream):
             local.credential = getattr(answer, "credential", "")
             return local
         content_type = answer.headers.get("content-type", "")
-        if call.route in _CHAT_STREAMS and content_type.startswith("text/event-stream"):
+        if content_type.startswith("text/event-stream") and call.route in _CHAT_STREAMS:
             headers = {name: value for name, value in answer.headers.items() if name != "content-length"}
-            return TranslatedAnswer(answer, headers=headers, stream=PromptVerdictDrop())
+            return TranslatedAnswer(answer, headers=headers, stream=AzureChatStream())
+        if content_type.startswith("application/json") and call.body is not None:  # not an upload's
+            return TranslatedAnswer(answer, headers=dict(answer.headers), body=checked_json)
         return answer
 
     async def close(self) -> None:
@@ -170,54 +172,58 @@ class AzureUpstream(DialectUpstream):
         await super().close()
 
 
-class PromptVerdictDrop:
-    """An Azure chat stream without the chunk that carries only the prompt's filter verdict.
+class AzureChatStream:
+    """An Azure chat stream as OpenAI's: each event checked readable, and without the chunk that carries
+    only the prompt's filter verdict (it comes first; once a chunk with a choice has passed, none is looked
+    for). Events pass as they came, whole: an incomplete one waits for its end."""
 
-    Only events naming `prompt_filter_results` are decoded; once a chunk with a choice has passed (the verdict
-    comes first), the rest of the stream passes as it arrives."""
-
-    __slots__ = ("_carry", "_passing")
+    __slots__ = ("_carry", "_past_verdict")
 
     def __init__(self) -> None:
         self._carry = b""
-        self._passing = False
+        self._past_verdict = False
 
     def feed(self, chunk: bytes) -> bytes:
-        if self._passing:
-            return chunk
-        data = self._carry + chunk
+        data = self._carry + chunk if self._carry else chunk
         end = complete_events_end(data)
         if not end:
             self._carry = data
             return b""
         complete, self._carry = data[:end], data[end:]
-        out = self._events(complete)
-        if self._passing and self._carry:
-            out += self._carry  # an event begun after the choices started: no longer looked at
-            self._carry = b""
-        return out
+        kept: list[bytes] = []
+        start = 0
+        while start < end:
+            stop = _event_end(complete, start)
+            event = complete[start:stop]
+            start = stop
+            if self._keeps(event):
+                kept.append(event)
+        return b"".join(kept)
 
     def finish(self) -> bytes:
         tail, self._carry = self._carry, b""
+        if tail.strip():
+            raise broken("an Azure chat stream ended inside an event")
         return tail
 
-    def _events(self, complete: bytes) -> bytes:
-        kept: list[bytes] = []
-        start = 0
-        while start < len(complete):
-            end = _event_end(complete, start)
-            event = complete[start:end]
-            start = end
-            if self._passing:
-                kept.append(event)
+    def _keeps(self, event: bytes) -> bool:
+        for line in event.splitlines():
+            if not line.startswith(b"data:"):
                 continue
-            verdict_only = _verdict_only(event)
-            if verdict_only is None:
-                kept.append(event)
-            elif not verdict_only:
-                kept.append(event)
-                self._passing = True
-        return b"".join(kept)
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return True
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                raise broken("an Azure chat stream event is not JSON") from None
+            if self._past_verdict or not isinstance(chunk, dict):
+                return True
+            if chunk.get("choices"):
+                self._past_verdict = True
+                return True
+            return "prompt_filter_results" not in chunk or chunk.get("usage") is not None
+        return True
 
 
 def _event_end(data: bytes, start: int) -> int:
@@ -227,25 +233,13 @@ def _event_end(data: bytes, start: int) -> int:
     return min(ends) if ends else len(data)
 
 
-def _verdict_only(event: bytes) -> bool | None:
-    """True for the chunk that carries the prompt's verdict and nothing else, False for a chunk with a
-    choice, None for anything else (a comment, `[DONE]`, a chunk of no interest)."""
-    for line in event.splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if _PROMPT_VERDICT not in data:
-            return None if data == b"[DONE]" or b'"choices":[]' in data.replace(b" ", b"") else False
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return None  # not ours to judge: passed on for the client's reader to report
-        if not isinstance(chunk, dict):
-            return None
-        if chunk.get("choices"):
-            return False
-        return chunk.get("usage") is None
-    return None
+def checked_json(body: bytes) -> bytes:
+    """A plain answer as it came, once it is known to be JSON."""
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise broken("an Azure answer is not JSON") from None
+    return body
 
 
 def azure_error(status: int, raw: bytes) -> tuple[int, bytes]:

@@ -24,6 +24,7 @@ from tests.fakes.azure_routes import (
     TENANT,
     AzureFake,
     deployment_not_found,
+    malformed,
     throttled,
 )
 from tests.integration.media.conftest import ledger_row
@@ -54,7 +55,7 @@ ANTHROPIC_TOOLS = [
 ]
 
 
-def _host(name: str, base_url: str, **options: str) -> str:
+def _host(name: str, base_url: str, **options: str | tuple[str, ...]) -> str:
     lines = [
         f"{key} = {json.dumps(value) if isinstance(value, str) else json.dumps(list(value))}"
         for key, value in options.items()
@@ -100,7 +101,7 @@ def azure_toml(storage_url: str, main: AzureFake, spare: AzureFake) -> str:
         _model("by-token", ["chat", "messages", "audio_transcriptions"], "entra"),
         _model("short-token", ["chat"], "shortentra"),
         _model("bad-token", ["chat"], "badentra"),
-        _model("on-v1", ["chat", "responses"], "v1"),
+        _model("on-v1", ["chat", "messages", "responses"], "v1"),
         _model("missing", ["chat"], "keyed", "spare", deployment="no-such-deployment"),
         _model("busy", ["chat"], "busy", "spare"),
         _model("video", ["videos"], "keyed"),
@@ -336,6 +337,25 @@ def test_every_row_refusing_is_an_outage_not_a_500(client, main, spare) -> None:
     with pytest.raises(openai.APIStatusError) as caught:
         client.chat.completions.create(model="gpt", messages=_ask("anyone"))
     assert caught.value.status_code in (502, 503)
+
+
+def test_a_malformed_plain_answer_ends_cleanly(client, claude, main) -> None:
+    main.state.add_fault(malformed(streamed=False), times=2)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model="on-v1", messages=_ask("garbled"))
+    assert caught.value.status_code in (502, 503)
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        claude.messages.create(model="on-v1", max_tokens=20, messages=_ask("garbled"))
+    assert refused.value.status_code in (502, 503)
+
+
+def test_a_malformed_stream_ends_cleanly(client, claude, main) -> None:
+    main.state.add_fault(malformed(streamed=True), times=2)
+    with pytest.raises(openai.APIError):
+        list(client.chat.completions.create(model="on-v1", messages=_ask("garbled"), stream=True))
+    with pytest.raises(anthropic.APIError):
+        with claude.messages.stream(model="on-v1", max_tokens=20, messages=_ask("garbled")) as stream:
+            stream.get_final_message()
 
 
 # -- Entra ID --------------------------------------------------------------------------------------------
