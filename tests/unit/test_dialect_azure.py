@@ -265,6 +265,10 @@ def test_a_stream_ending_inside_an_event_breaks() -> None:
         run(AzureChatStream(), [ROLE + b'data: {"choi'])
 
 
+def test_a_last_event_without_its_blank_line_is_kept() -> None:
+    assert run(AzureChatStream(), [VERDICT + ROLE + b"data: [DONE]"]) == ROLE + b"data: [DONE]"
+
+
 def test_a_filtered_stream_reaches_a_messages_client_as_a_refusal() -> None:
     translated = MessagesEventStream("gpt")
     out = translated.feed(run(AzureChatStream(), [STREAM])) + translated.finish()

@@ -202,9 +202,8 @@ class AzureChatStream:
 
     def finish(self) -> bytes:
         tail, self._carry = self._carry, b""
-        if tail.strip():
-            raise broken("an Azure chat stream ended inside an event")
-        return tail
+        # The last event without its blank line is whole if it reads (an unreadable one raises).
+        return tail if tail.strip() and self._keeps(tail) else b""
 
     def _keeps(self, event: bytes) -> bool:
         for line in event.splitlines():
