@@ -56,6 +56,7 @@ class LedgerEntry:
     outcome: str = "completed"
     row_id: str | None = None  # given by `admit`; None: a fresh id at `add`
     content_action: str = ""  # what content rules did: blocked, redacted, flagged (or nothing)
+    usage_estimated: bool = False  # its tokens were estimated, not reported by the provider
 
 
 CRASHED = "crashed"
@@ -85,8 +86,10 @@ class SettledCharges(Protocol):
 LedgerRow = tuple
 _COLUMNS = 15
 _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
-# Optional, after the budgets (spool lines written before it existed end at the budgets): the content action.
+# Optional, after the budgets (spool lines written before they existed end earlier): the content action, then
+# whether the usage was estimated (written only when true, the content action then written even if empty).
 _CONTENT = 16
+_ESTIMATED = 17
 # An admission in the spool: this marker, then the row to charge should the request never complete.
 _ADMITTED = "admitted"
 # An admission that ended without a row (nothing to charge): this marker, then its row id.
@@ -95,7 +98,8 @@ _WITHDRAWN = "withdrawn"
 _INSERT = (
     "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
     " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at, units, outcome,"
-    " content_action) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+    " content_action, usage_estimated)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 )
 _BALANCE = "UPDATE organizations SET balance_micros = balance_micros - $1 WHERE id = $2"
 _BUDGET = (
@@ -385,7 +389,7 @@ class LedgerWriter:
                 (
                     *row[:_COLUMNS],
                     tuple(tuple(budget) for budget in row[_BUDGETS]),
-                    *row[_CONTENT : _CONTENT + 1],
+                    *row[_CONTENT : _ESTIMATED + 1],
                 )
             )
             if len(chunk) == size:
@@ -428,7 +432,9 @@ class LedgerWriter:
                     spend[row[_ORGANIZATION]] += cost
                     for budget in row[_BUDGETS]:
                         budgets[budget] += cost
-            await tx.executemany(_INSERT, [(*row[:_COLUMNS], _content_action(row)) for row in chunk])
+            await tx.executemany(
+                _INSERT, [(*row[:_COLUMNS], _content_action(row), _usage_estimated(row)) for row in chunk]
+            )
             for organization_id, amount in spend.items():
                 await tx.execute(_BALANCE, amount, organization_id)
             for (rule_id, period_start), amount in budgets.items():
@@ -572,12 +578,22 @@ def _row(entry: LedgerEntry, row_id: str) -> LedgerRow:
         entry.units,
         entry.outcome,
         entry.budgets,
-        *((entry.content_action,) if entry.content_action else ()),
+        *(
+            (entry.content_action, True)
+            if entry.usage_estimated
+            else (entry.content_action,)
+            if entry.content_action
+            else ()
+        ),
     )
 
 
 def _content_action(row: LedgerRow) -> str:
     return row[_CONTENT] if len(row) > _CONTENT else ""
+
+
+def _usage_estimated(row: LedgerRow) -> bool:
+    return len(row) > _ESTIMATED and row[_ESTIMATED] is True
 
 
 async def _ids_written(tx: Executor, ids: list[str]) -> set[str]:

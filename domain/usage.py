@@ -48,6 +48,10 @@ class Usage:
     images: int = 0
     audio_seconds: float = 0.0
     video_seconds: float = 0.0
+    # Counted by an estimate, not reported by the provider: a host that reports none (its client marks its
+    # usage `"estimated": true`), or the gateway's own estimate of an answer cut short
+    # (plugins/billing_gate.py).
+    estimated: bool = False
 
 
 def _int(value: Any) -> int:
@@ -70,6 +74,8 @@ def merge_usage(target: Usage, usage: dict) -> None:
     target.input_tokens = max(target.input_tokens, input_tokens)
     target.cached_input_tokens = max(target.cached_input_tokens, cached)
     target.output_tokens = max(target.output_tokens, output_tokens)
+    if usage.get("estimated") is True:
+        target.estimated = True
 
 
 def usage_objects(document: Any) -> list[dict]:

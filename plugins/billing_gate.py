@@ -114,8 +114,11 @@ def delivered_usage(ctx: RequestContext) -> Usage:
     ):  # an estimate never passes the output allowance the provider was held to
         relayed = min(relayed, ctx.admission.max_output_tokens)
     if usage is None:
-        return Usage(input_tokens=len(ctx.body) // BYTES_PER_TOKEN, output_tokens=relayed)
+        return Usage(input_tokens=len(ctx.body) // BYTES_PER_TOKEN, output_tokens=relayed, estimated=True)
     if not usage.input_tokens:
         usage.input_tokens = len(ctx.body) // BYTES_PER_TOKEN
-    usage.output_tokens = max(usage.output_tokens, relayed)
+        usage.estimated = True
+    if relayed > usage.output_tokens:
+        usage.output_tokens = relayed
+        usage.estimated = True
     return usage

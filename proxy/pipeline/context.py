@@ -181,6 +181,7 @@ def entry_for(
         outcome=outcome,
         row_id=row_id,
         content_action=content_action(ctx.content_hits) if ctx.content_hits else "",
+        usage_estimated=usage.estimated if usage else False,
     )
 
 

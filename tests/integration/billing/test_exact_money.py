@@ -154,8 +154,8 @@ async def _rows(storage_url: str, request_ids: list[str]) -> list[dict]:
             rows = []
             for request_id in request_ids:
                 rows += await db.fetch(
-                    "SELECT request_id, status, outcome, input_tokens, output_tokens, cost_micros"
-                    " FROM usage_ledger WHERE request_id = $1",
+                    "SELECT request_id, status, outcome, input_tokens, output_tokens, cost_micros,"
+                    " usage_estimated FROM usage_ledger WHERE request_id = $1",
                     request_id,
                 )
             if {row["request_id"] for row in rows} >= set(request_ids) or time.monotonic() > deadline:
@@ -271,6 +271,7 @@ def test_fifty_streams_read_to_the_end_are_completed_and_charged_the_reported_us
         prompt, completion = expected[row["request_id"]]
         assert (row["status"], row["outcome"]) == (200, "completed"), str(row)
         assert (row["input_tokens"], row["output_tokens"]) == (prompt, completion), str(row)
+        assert not row["usage_estimated"], str(row)  # the provider reported it
         assert row["cost_micros"] == prompt * INPUT_MICROS + completion * OUTPUT_MICROS, str(row)
     balance, spent = organization(gateway.storage_url, tenant.email)
     assert spent == sum(p * INPUT_MICROS + c * OUTPUT_MICROS for p, c in expected.values())
@@ -371,6 +372,7 @@ def test_a_stream_the_provider_breaks_off_is_charged_for_the_relayed_content_wit
     row = rows[0]
     assert row["outcome"] == "upstream_error", str(row)
     assert 1 <= row["output_tokens"] <= max_tokens, str(row)
+    assert row["usage_estimated"], "counted from the relayed text, not reported: the row says so"
     assert 0 < row["cost_micros"] <= chat_reservation(sizes.by_request_id[request_id], max_tokens), str(row)
 
 

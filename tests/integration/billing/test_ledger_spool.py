@@ -7,6 +7,7 @@ in front of the machine's PostgreSQL (tests/fakes/tcp_proxy.py), never by stoppi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import threading
@@ -329,6 +330,33 @@ async def test_pending_cost_counts_rows_that_are_only_in_the_spool(
     assert request_ids == sorted(f"req_spool_{n}" for n in range(7))
     assert balance == 10_000 - sum(100 + n for n in range(7))
     assert writer.pending_cost(org_id) == 0
+
+
+async def test_the_content_action_and_the_estimate_mark_survive_the_spool_and_a_replay(
+    db: Database, tmp_path: Path, storage_url: str
+) -> None:
+    org_id = await _organization(db, 10_000)
+    marks = [("", False), ("flagged", False), ("", True), ("redacted", True)]
+    directory = tmp_path / "spool"
+    first, first_spool = _writer(db, directory, storage_url, max_queue=1)
+    await first.open()
+    for n, (action, estimated) in enumerate(marks[:2]):
+        first.add(dataclasses.replace(_entry(org_id, n), content_action=action, usage_estimated=estimated))
+    assert await first.flush() == 2  # read back from the spool (a queue of one)
+    for n, (action, estimated) in enumerate(marks[2:], start=2):
+        first.add(dataclasses.replace(_entry(org_id, n), content_action=action, usage_estimated=estimated))
+    await first_spool.close()  # and dies: the last two are replayed by the next process
+
+    second, _ = _writer(db, directory, storage_url)
+    assert await second.open() == 2
+    assert await second.flush() == 2
+    await second.stop(5.0)
+    rows = await db.fetch(
+        "SELECT request_id, content_action, usage_estimated FROM usage_ledger WHERE organization_id = $1",
+        org_id,
+    )
+    stored = {row["request_id"]: (row["content_action"], bool(row["usage_estimated"])) for row in rows}
+    assert stored == {f"req_spool_{n}": mark for n, mark in enumerate(marks)}
 
 
 async def test_a_row_added_after_the_stop_never_lands_in_a_reused_descriptor(

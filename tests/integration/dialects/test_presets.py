@@ -175,9 +175,11 @@ def test_streamed_chat_with_tools_and_usage(client, fakes, running, preset) -> N
         assert usages[-1]["estimated"] is True
         assert usages[-1]["prompt_tokens"] == row["input_tokens"] > 0
         assert usages[-1]["completion_tokens"] == row["output_tokens"] > 0
+        assert row["usage_estimated"]
     else:
         assert "estimated" not in usages[-1]
         assert (row["input_tokens"], row["output_tokens"]) == (PROMPT_TOKENS, COMPLETION_TOKENS)
+        assert not row["usage_estimated"]
 
 
 def test_groq_usage_in_x_groq_is_lifted_into_a_usage_chunk(client, fakes) -> None:

@@ -261,8 +261,8 @@ def ledger_row(storage_url: str, request_id: str, timeout: float = 10.0) -> dict
         db = await open_database(storage_url)
         try:
             return await db.fetchrow(
-                "SELECT model, status, units, cost_micros, input_tokens, output_tokens FROM usage_ledger"
-                " WHERE request_id = $1",
+                "SELECT model, status, units, cost_micros, input_tokens, output_tokens, usage_estimated"
+                " FROM usage_ledger WHERE request_id = $1",
                 request_id,
             )
         finally:
