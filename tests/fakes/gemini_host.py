@@ -94,7 +94,7 @@ class GeminiFake:
     def service_account_file(self, directory: Path) -> Path:
         """A service-account JSON with a freshly generated key, known to this fake, tokens from its /token."""
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.state.public_key = key.public_key()
+        self.state.public_keys.append(key.public_key())
         self.state.client_email = CLIENT_EMAIL
         pem = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -108,6 +108,6 @@ class GeminiFake:
             "client_id": "1234567890",
             "token_uri": f"{self.base_url}/token",
         }
-        path = directory / "service-account.json"
+        path = directory / f"service-account-{len(self.state.public_keys)}.json"
         path.write_bytes(orjson.dumps(info))
         return path

@@ -40,7 +40,7 @@ class GeminiState:
         self.project = project
         self.region = region
         self.api_version = "v1beta"
-        self.public_key: rsa.RSAPublicKey | None = None
+        self.public_keys: list[rsa.RSAPublicKey] = []  # of every service account file made for it
         self.client_email = ""
         self.expires_in = 3600
         self.refuse_tokens = False
@@ -88,22 +88,26 @@ def _b64(segment: str) -> bytes:
     return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
 
 
+def _verifies(key: rsa.RSAPublicKey, signature: bytes, signed: bytes) -> bool:
+    try:
+        key.verify(signature, signed, padding.PKCS1v15(), hashes.SHA256())
+    except InvalidSignature:
+        return False
+    return True
+
+
 def verify_assertion(assertion: str, state: GeminiState, token_url: str) -> str | None:
     """What is wrong with a JWT-bearer assertion, else None: RS256 signed by the service account's key, for
     this token endpoint, asking for the cloud-platform scope, not expired."""
-    if state.public_key is None:
-        return "no service account is known"
     try:
         head, claims, signature = assertion.split(".")
         header = orjson.loads(_b64(head))
         payload = orjson.loads(_b64(claims))
-        state.public_key.verify(
-            _b64(signature), f"{head}.{claims}".encode(), padding.PKCS1v15(), hashes.SHA256()
-        )
+        signed, raw_signature = f"{head}.{claims}".encode(), _b64(signature)
     except (ValueError, orjson.JSONDecodeError):
         return "the assertion is not a JWT"
-    except InvalidSignature:
-        return "the assertion's signature does not verify"
+    if not any(_verifies(key, raw_signature, signed) for key in state.public_keys):
+        return "the assertion's signature does not verify with any known service account key"
     if header.get("alg") != "RS256":
         return f"alg must be RS256, got {header.get('alg')!r}"
     if payload.get("iss") != state.client_email:

@@ -7,6 +7,7 @@ envelope."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from collections.abc import Iterator
@@ -366,6 +367,30 @@ def test_a_token_failure_with_no_other_row_is_a_clean_503(client, fake) -> None:
         fake.state.refuse_tokens = False
     assert caught.value.status_code in (502, 503)
     assert fake.requests == []  # nothing went to a model without a token
+
+
+def test_requests_waiting_for_a_token_share_one_refresh(tmp_path, fake) -> None:
+    from modelgate.proxy.upstream.dialects.vertex_auth import GoogleToken
+
+    token = GoogleToken(str(fake.service_account_file(tmp_path)), "vertex")
+    before = fake.state.token_requests
+
+    async def many() -> list[str]:
+        return await asyncio.gather(*(token.bearer() for _ in range(8)))
+
+    bearers = asyncio.run(many())
+    assert len(set(bearers)) == 1 and bearers[0].startswith("Bearer ya29.")
+    assert fake.state.token_requests == before + 1
+
+
+def test_a_token_signed_by_a_key_google_does_not_know_is_an_upstream_failure(tmp_path, fake) -> None:
+    from modelgate.proxy.upstream.dialects.vertex_auth import GoogleToken
+    from modelgate.proxy.upstream.providers import UpstreamFailure
+
+    credentials = fake.service_account_file(tmp_path)
+    fake.state.public_keys.pop()  # the key was revoked: its signature no longer verifies
+    with pytest.raises(UpstreamFailure, match="could not get a Google access token"):
+        asyncio.run(GoogleToken(str(credentials), "vertex").bearer())
 
 
 def test_missing_google_auth_is_a_clear_error(monkeypatch) -> None:
