@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import struct
+import subprocess
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +32,7 @@ from modelgate.proxy.upstream.dialects.bedrock_converse import (
     converse_to_chat,
 )
 from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
+from modelgate.proxy.upstream.providers import UpstreamFailure
 from tests.fakes.bedrock_wire import event_frame, exception_frame, frame, signature_problem, with_bad_crc
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
@@ -347,7 +351,9 @@ CONVERSE_STREAM = b"".join(
 
 
 def _run(transform: ConverseStreamToChat | InvokeStreamToMessages, pieces: list[bytes]) -> bytes:
-    return b"".join(transform.feed(piece) for piece in pieces) + transform.finish()
+    """The rewritten stream (its `created` times made equal: the runs may straddle a second)."""
+    out = b"".join(transform.feed(piece) for piece in pieces) + transform.finish()
+    return re.sub(rb'"created":\d+', b'"created":0', out)
 
 
 def _events(sse: bytes) -> list[dict]:
@@ -502,9 +508,7 @@ kind = "{kind}"
 name = "h"
 dialect = "bedrock"
 region = "eu-west-3"
-aws_access_key_id = "AKIDUNIT"
-aws_secret_access_key = "unit-secret"
-aws_session_token = "unit-token"
+{credentials}
 
 [[models]]
 name = "m"
@@ -515,14 +519,22 @@ provider = "p"
 [[plans]]
 code = "free"
 """
+STATIC = (
+    'aws_access_key_id = "AKIDUNIT"\naws_secret_access_key = "unit-secret"\naws_session_token = "unit-token"'
+)
+
+
+def _upstream(tmp_path: Path, kind: str, credentials: str) -> BedrockUpstream:
+    path = tmp_path / "bedrock.toml"
+    path.write_text(TEMPLATE.format(kind=kind, credentials=credentials), encoding="utf-8")
+    client = dialect_upstream(load_config(path, env={}, chain=chain_plugins()).provider("p").served_from("h"))
+    assert isinstance(client, BedrockUpstream)
+    return client
 
 
 @pytest.fixture
 def upstream(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BedrockUpstream]:
-    path = tmp_path / "bedrock.toml"
-    path.write_text(TEMPLATE.format(kind=request.param), encoding="utf-8")
-    client = dialect_upstream(load_config(path, env={}, chain=chain_plugins()).provider("p").served_from("h"))
-    assert isinstance(client, BedrockUpstream)
+    client = _upstream(tmp_path, request.param, STATIC)
     yield client
     asyncio.run(client.close())
 
@@ -628,3 +640,63 @@ def test_an_exception_frame_opening_a_stream_is_the_whole_answer(upstream: Bedro
         "type": "rate_limit_error",
         "message": "Bedrock throttlingException: Too many tokens",
     }
+
+
+# -- credentials ---------------------------------------------------------------------------------------------
+
+# A credential_process that hands out credentials expiring in five minutes (inside botocore's refresh
+# window), numbered by how often it ran.
+CREDENTIAL_PROCESS = """
+import datetime, json, pathlib, sys
+runs = pathlib.Path(sys.argv[1])
+n = int(runs.read_text()) + 1 if runs.exists() else 1
+runs.write_text(str(n))
+expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=5)
+print(json.dumps({"Version": 1, "AccessKeyId": f"ASIAPROC{n}", "SecretAccessKey": "s", "SessionToken": "t",
+                  "Expiration": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}))
+"""
+CHAT_BODY = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
+
+
+def _key_id(call_headers: list[tuple[str, str]]) -> str:
+    return dict(call_headers)["authorization"].split("Credential=")[1].split("/")[0]
+
+
+def test_credentials_near_expiry_from_the_chain_are_refreshed_for_the_next_request(
+    tmp_path, monkeypatch
+) -> None:
+    script = tmp_path / "creds.py"
+    script.write_text(CREDENTIAL_PROCESS, encoding="utf-8")
+    config = tmp_path / "aws_config"
+    config.write_text(f"[profile proc]\ncredential_process = {sys.executable} {script} {tmp_path / 'runs'}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    upstream = _upstream(tmp_path, "openai", 'aws_profile = "proc"')
+
+    async def two_requests() -> list[str]:
+        calls = [await upstream.prepare("POST", "/v1/chat/completions", CHAT_BODY, {}) for _ in range(2)]
+        return [_key_id(call.headers) for call in calls]
+
+    first, second = asyncio.run(two_requests())
+    assert first.startswith("ASIAPROC") and second.startswith("ASIAPROC") and first != second
+
+
+def test_no_credentials_is_a_failure_of_the_request_naming_where_they_were_looked_for(tmp_path) -> None:
+    upstream = _upstream(tmp_path, "openai", 'aws_profile = "no-such-profile-here"')
+    with pytest.raises(
+        UpstreamFailure, match="no AWS credentials for Bedrock from profile 'no-such-profile-here'"
+    ):
+        asyncio.run(upstream.prepare("POST", "/v1/chat/completions", CHAT_BODY, {}))
+
+
+def test_without_botocore_the_error_says_which_extra_to_install() -> None:
+    code = (
+        "import sys; sys.modules['botocore'] = None\n"
+        "from modelgate.proxy.upstream.dialects.bedrock_auth import require_botocore\n"
+        "require_botocore()\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert ran.returncode != 0
+    assert "RuntimeError: the bedrock dialect needs botocore: pip install modelgate[bedrock]" in ran.stderr

@@ -82,7 +82,7 @@ class EventStreamDecoder:
         buffer += chunk
         frames: list[Frame] = []
         start = 0
-        while (length := frame_length(memoryview(buffer)[start:])) is not None:
+        while (length := frame_length(buffer[start : start + _PRELUDE])) is not None:
             if not _MIN_FRAME <= length <= MAX_FRAME:
                 raise broken(f"event-stream frame claims {length} bytes")
             if len(buffer) - start < length:
