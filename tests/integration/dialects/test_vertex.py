@@ -8,6 +8,7 @@ envelope."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -326,6 +327,27 @@ def test_application_default_credentials_serve_a_host_without_a_file(client, fak
     answer = client.chat.completions.create(model="gem-adc", messages=[{"role": "user", "content": "adc"}])
     assert answer.choices[0].message.content == "echo: adc"
     _bearer_is_issued(fake)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("model", ["claude", "gem"])
+def test_both_sdks_get_tool_calls_from_both_families(client, claude, model: str, stream: bool) -> None:
+    asked = [{"role": "user", "content": "find moles"}]
+    chat = client.chat.completions.create(model=model, messages=asked, tools=CHAT_TOOLS, stream=stream)
+    if stream:
+        calls = [t for c in chat if c.choices for t in c.choices[0].delta.tool_calls or ()]
+        name, arguments = calls[0].function.name, "".join(t.function.arguments or "" for t in calls)
+    else:
+        [call] = chat.choices[0].message.tool_calls
+        name, arguments = call.function.name, call.function.arguments
+    assert name == "lookup" and json.loads(arguments) == {"text": "find moles"}
+    if stream:
+        with claude.messages.stream(model=model, max_tokens=20, messages=asked, tools=CLAUDE_TOOLS) as events:
+            message = events.get_final_message()
+    else:
+        message = claude.messages.create(model=model, max_tokens=20, messages=asked, tools=CLAUDE_TOOLS)
+    [use] = [b for b in message.content if b.type == "tool_use"]
+    assert message.stop_reason == "tool_use" and (use.name, use.input) == ("lookup", {"text": "find moles"})
 
 
 # -- tokens ------------------------------------------------------------------------------------------
