@@ -225,6 +225,18 @@ def test_streamed_messages_with_tools_on_claude(claude, east) -> None:
     assert final.content[0].type == "tool_use" and final.content[0].input == {"city": "Paris"}
 
 
+def test_chat_with_tools_on_claude_comes_back_as_tool_calls(client, east) -> None:
+    answer = client.chat.completions.create(model="claude", messages=_ask("weather in Paris?"), tools=TOOLS)
+    [call] = answer.choices[0].message.tool_calls
+    assert (call.id, call.function.name, answer.choices[0].finish_reason) == (
+        TOOL_ID,
+        "get_weather",
+        "tool_calls",
+    )
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert east.requests[0].json["tools"][0]["input_schema"]["required"] == ["city"]
+
+
 def test_streamed_chat_with_tools_on_claude_brings_tool_calls(client, east) -> None:
     chunks = list(
         client.chat.completions.create(
@@ -354,6 +366,21 @@ def test_messages_with_tools_on_llama_are_translated_to_converse(claude, east) -
     )
     assert message.content[-1].type == "tool_use" and message.content[-1].input == {"city": "Paris"}
     assert _paths(east) == ["/model/meta.llama3-1-70b-instruct-v1%3A0/converse"]
+
+
+def test_streamed_messages_with_tools_on_llama(claude, east) -> None:
+    with claude.messages.stream(
+        model="llama", max_tokens=50, messages=_ask("weather?"), tools=ANTHROPIC_TOOLS
+    ) as stream:
+        final = stream.get_final_message()
+    [block] = [b for b in final.content if b.type == "tool_use"]
+    assert (block.id, block.name, block.input, final.stop_reason) == (
+        TOOL_ID,
+        "get_weather",
+        {"city": "Paris"},
+        "tool_use",
+    )
+    assert _paths(east) == ["/model/meta.llama3-1-70b-instruct-v1%3A0/converse-stream"]
 
 
 def test_streamed_messages_on_llama(claude, east) -> None:
