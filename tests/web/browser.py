@@ -1,0 +1,138 @@
+"""The browser side of the web tests: the system Chromium (skipped locally, required under CI=true), contexts
+that record script errors and CSP violations, signing a context in through the cabinet API, opening a page by
+its hash route, screenshots for docs/screenshots/, and the axe-core accessibility check."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.support.services import IN_CI
+from tests.web.web_gateway import REPOSITORY, Account
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, BrowserContext, Page
+
+CHROMIUM = Path(os.environ.get("MODELGATE_TEST_CHROMIUM", "/usr/bin/chromium"))
+AXE = REPOSITORY / "tests" / "oidc_provider" / "node_modules" / "axe-core" / "axe.min.js"
+SCREENSHOTS = REPOSITORY / "docs" / "screenshots"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+# How long a page may take to show its content (the gateway is local; this bounds a broken page).
+PAGE_TIMEOUT_MS = 10_000
+BLOCKING_IMPACTS = ("serious", "critical")
+
+
+def require_browser() -> None:
+    """Skip (locally) or fail (CI=true) when Playwright, the system Chromium or axe-core is missing."""
+    problem = None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        problem = "the playwright package is not installed: pip install -e '.[test]'"
+    if problem is None and not CHROMIUM.is_file():
+        problem = f"{CHROMIUM} is missing: apt-get install chromium chromium-driver"
+    if problem is None and not AXE.is_file():
+        problem = f"{AXE} is missing: npm ci --prefix tests/oidc_provider"
+    if problem is not None:
+        message = f"the web cabinet's browser tests cannot run: {problem}"
+        if IN_CI:
+            pytest.fail(f"{message} (CI=true: browser tests must run)")
+        pytest.skip(message)
+
+
+@dataclass
+class Problems:
+    """What went wrong inside the pages of one context: uncaught script errors and CSP refusals."""
+
+    errors: list[str] = field(default_factory=list)
+
+    def watch(self, page: Page) -> None:
+        page.on("pageerror", lambda exc: self.errors.append(f"{page.url}: uncaught {exc}"))
+        page.on("console", lambda msg: self._console(page, msg.type, msg.text))
+
+    def _console(self, page: Page, kind: str, text: str) -> None:
+        if kind == "error" and "Content Security Policy" in text:
+            self.errors.append(f"{page.url}: {text}")
+
+
+class Contexts:
+    """Browser contexts of one test (each its own cookie jar), closed after it."""
+
+    def __init__(self, browser: Browser, base_url: str) -> None:
+        self.browser = browser
+        self.base_url = base_url
+        self.problems = Problems()
+        self._open: list[BrowserContext] = []
+
+    def new(self, *, viewport: dict[str, int] | None = None, **options: Any) -> BrowserContext:
+        """A fresh context on the gateway (1280 by 800 unless told), its pages watched for errors."""
+        context = self.browser.new_context(base_url=self.base_url, viewport=viewport or DESKTOP, **options)
+        context.set_default_timeout(PAGE_TIMEOUT_MS)
+        context.on("page", self.problems.watch)
+        self._open.append(context)
+        return context
+
+    def page(self, **options: Any) -> Page:
+        """A page in a fresh context."""
+        return self.new(**options).new_page()
+
+    def signed_in(self, account: Account, **options: Any) -> BrowserContext:
+        """A context holding the account's session cookie, set by POST /api/auth/login as the page would."""
+        context = self.new(**options)
+        credentials = {"email": account.email, "password": account.password}
+        reply = context.request.post("/api/auth/login", data=credentials)
+        assert reply.ok, f"login of {account.email}: {reply.status} {reply.text()}"
+        return context
+
+    def close(self) -> None:
+        for context in self._open:
+            context.close()
+
+
+def open_route(page: Page, route: str) -> Page:
+    """Open `/#/<route>` and wait until the page has rendered its heading and finished loading."""
+    page.goto(f"/#/{route}")
+    return settle(page)
+
+
+def settle(page: Page) -> Page:
+    """Wait until the page shows a level-1 heading and no loading indicator."""
+    page.get_by_role("heading", level=1).first.wait_for()
+    page.locator("[aria-busy='true'], .loading").first.wait_for(state="detached")
+    return page
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Save the whole page to docs/screenshots/<name>.png."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def axe_violations(page: Page) -> list[dict[str, Any]]:
+    """axe-core's violations of serious or critical impact on the page as it is now."""
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']})).violations")
+    return [v for v in found if v.get("impact") in BLOCKING_IMPACTS]
+
+
+def describe_violations(violations: list[dict[str, Any]]) -> str:
+    """The violations as a reader wants them: rule, impact, what to do, and the elements."""
+    lines = []
+    for violation in violations:
+        rule = f"{violation['id']}: {violation['help']} ({violation['helpUrl']})"
+        lines.append(f"[{violation['impact']}] {rule}")
+        for node in violation["nodes"][:5]:
+            summary = re.sub(r"\s+", " ", node.get("failureSummary", ""))
+            lines.append(f"    at {' '.join(node['target'])}: {node['html'][:160]}")
+            lines.append(f"       {summary[:300]}")
+        if len(violation["nodes"]) > 5:
+            lines.append(f"    … and {len(violation['nodes']) - 5} more elements")
+    return "\n".join(lines)
