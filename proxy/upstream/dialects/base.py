@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import orjson
 
 from modelgate.config import ProviderConfig
+from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
 from modelgate.proxy.upstream.providers import HttpUpstream, StreamedBody, UpstreamResponse
 
@@ -197,8 +198,6 @@ class DialectUpstream:
         self, method: str, path: str, body: StreamedBody, request_id: str, client_headers: Any
     ) -> UpstreamResponse:
         """A multipart upload relayed as it arrives; no dialect but Azure's takes one."""
-        from modelgate.domain.errors import InvalidRequest
-
         raise InvalidRequest(f"{path} is not served by host {self.host} of provider {self.name}")
 
     async def close(self) -> None:
@@ -250,6 +249,18 @@ def _anthropic_type(status: int) -> str:
         429: "rate_limit_error",
         529: "overloaded_error",
     }.get(status, "invalid_request_error" if status < 500 else "api_error")
+
+
+def json_payload(body: bytes | None) -> dict[str, Any]:
+    """The request's JSON object, for a dialect that rewrites it (the gateway checked it is one; anything
+    else is the client's 400)."""
+    try:
+        payload = orjson.loads(body or b"")
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("the request body is not JSON") from None
+    if not isinstance(payload, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return payload
 
 
 def broken(what: str) -> UpstreamBrokeOff:

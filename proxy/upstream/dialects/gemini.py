@@ -26,6 +26,7 @@ from modelgate.proxy.upstream.dialects.base import (
     TranslatedAnswer,
     broken,
     first_bytes,
+    json_payload,
 )
 from modelgate.proxy.upstream.dialects.gemini_answers import (
     ChatChunks,
@@ -40,17 +41,6 @@ from modelgate.proxy.upstream.providers import UpstreamFailure, UpstreamResponse
 
 _JSON = {"content-type": "application/json"}
 _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
-
-
-def json_payload(body: bytes | None) -> dict[str, Any]:
-    """The request's JSON object (the gateway checked it is one; anything else is the client's 400)."""
-    try:
-        payload = orjson.loads(body or b"")
-    except orjson.JSONDecodeError:
-        raise InvalidRequest("the request body is not JSON") from None
-    if not isinstance(payload, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    return payload
 
 
 def model_segment(model: Any) -> str:

@@ -44,6 +44,7 @@ from modelgate.proxy.upstream.dialects.base import (
     TranslatedAnswer,
     first_bytes,
     json_error,
+    json_payload,
 )
 from modelgate.proxy.upstream.providers import StreamedBody, UpstreamResponse
 
@@ -131,12 +132,7 @@ class PresetUpstream(DialectUpstream):
 
     async def prepare(self, method: str, path: str, body: bytes | None, client_headers: Any) -> Call:
         target = self.http.base_path + path[3:]  # the preset's base URL ends where OpenAI's /v1 does
-        try:
-            payload = orjson.loads(body or b"{}")
-        except orjson.JSONDecodeError:
-            raise InvalidRequest("request body is not JSON") from None
-        if not isinstance(payload, dict):
-            raise InvalidRequest("request body must be a JSON object")
+        payload = json_payload(body)
         options = payload.get("stream_options")
         want_usage = isinstance(options, dict) and options.get("include_usage") is True
         self._apply(payload)

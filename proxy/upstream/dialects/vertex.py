@@ -18,8 +18,14 @@ import orjson
 
 from modelgate.config import ProviderConfig
 from modelgate.domain.errors import InvalidRequest
-from modelgate.proxy.upstream.dialects.base import Call, DialectUpstream, LocalAnswer, json_error
-from modelgate.proxy.upstream.dialects.gemini import GeminiChat, json_payload, model_segment, read_whole
+from modelgate.proxy.upstream.dialects.base import (
+    Call,
+    DialectUpstream,
+    LocalAnswer,
+    json_error,
+    json_payload,
+)
+from modelgate.proxy.upstream.dialects.gemini import GeminiChat, model_segment, read_whole
 from modelgate.proxy.upstream.dialects.vertex_auth import GoogleToken
 from modelgate.proxy.upstream.providers import UpstreamResponse
 
