@@ -15,6 +15,11 @@ import pytest
 from tests.support.services import IN_CI
 from tests.web.web_gateway import REPOSITORY, Account
 
+try:
+    from playwright.sync_api import expect
+except ImportError:  # require_browser() skips the tests (fails them under CI) with the reason
+    expect = None
+
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, Page
 
@@ -95,16 +100,21 @@ class Contexts:
             context.close()
 
 
-def open_route(page: Page, route: str) -> Page:
-    """Open `/#/<route>` and wait until the page has rendered its heading and finished loading."""
+def open_route(page: Page, route: str, title: str | re.Pattern[str] | None = None) -> Page:
+    """Open `/#/<route>` and wait until the page shows its title and has finished loading."""
     page.goto(f"/#/{route}")
-    return settle(page)
+    return settle(page, title)
 
 
-def settle(page: Page) -> Page:
-    """Wait until the page shows a level-1 heading and no loading indicator."""
-    page.get_by_role("heading", level=1).first.wait_for()
-    page.locator("[aria-busy='true'], .loading").first.wait_for(state="detached")
+def settle(page: Page, title: str | re.Pattern[str] | None = None) -> Page:
+    """Wait until the page heading reads `title` (any page's, when None) and nothing in the page is loading
+    (no `.loading` state, no form or region marked `aria-busy`)."""
+    heading = page.locator("#page-title")
+    if title is None:
+        expect(heading).not_to_have_text("modelgate")
+    else:
+        expect(heading).to_have_text(title)
+    expect(page.locator("#page .loading, #page [aria-busy='true']")).to_have_count(0)
     return page
 
 
@@ -136,3 +146,31 @@ def describe_violations(violations: list[dict[str, Any]]) -> str:
         if len(violation["nodes"]) > 5:
             lines.append(f"    … and {len(violation['nodes']) - 5} more elements")
     return "\n".join(lines)
+
+
+def sign_in_on_page(page: Page, account: Account) -> Page:
+    """Sign in with e-mail and password on the sign-in page; waits for the overview."""
+    open_route(page, "login")
+    page.get_by_label(re.compile("e-?mail", re.IGNORECASE)).fill(account.email)
+    page.get_by_label(re.compile("^password", re.IGNORECASE)).fill(account.password)
+    page.get_by_role("button", name=re.compile("^sign in$", re.IGNORECASE)).click()
+    return settle(page, "Overview")
+
+
+def fetch_from_page(
+    page: Page, method: str, path: str, body: Any = None, headers: Any = None
+) -> dict[str, Any]:
+    """A `fetch()` made by the page's own script: {status, body} (the browser adds the cookie by itself)."""
+    return page.evaluate(
+        """async ([method, path, body, headers]) => {
+            const init = {method, headers: {...(headers || {})}, credentials: "same-origin"};
+            if (body !== null) {
+                init.headers["content-type"] = "application/json";
+                init.body = JSON.stringify(body);
+            }
+            const reply = await fetch(path, init);
+            const text = await reply.text();
+            return {status: reply.status, body: text ? JSON.parse(text) : null};
+        }""",
+        [method, path, body, headers or {}],
+    )

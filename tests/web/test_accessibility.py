@@ -1,0 +1,110 @@
+"""Every page, as an owner of an organization with some history, passes axe-core (no violation of serious or
+critical impact) and is saved to docs/screenshots/; the signed-out pages too; at a phone's width the nav
+opens from its menu button and leads to the pages, with nothing wider than the screen."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.web.browser import (
+    PHONE,
+    Contexts,
+    axe_violations,
+    describe_violations,
+    expect,
+    open_route,
+    screenshot,
+    settle,
+)
+from tests.web.web_gateway import Account, WebGateway
+
+SIGNED_IN_PAGES = [
+    ("overview", "Overview"),
+    ("keys", "API keys"),
+    ("usage", "Usage"),
+    ("members", "Members"),
+    ("systems", "Systems"),
+    ("rules", "Policy rules"),
+    ("invoices", "Invoices"),
+    ("audit", "Audit log"),
+    ("sso", "Single sign-on"),
+]
+SIGNED_OUT_PAGES = [
+    ("login", "Sign in"),
+    ("register", "Register"),
+    ("accept-invitation", "Accept invitation"),
+]
+
+
+@pytest.fixture(scope="module")
+def owner(gateway: WebGateway) -> Account:
+    """An organization with a paid invoice, keys (one revoked), a system, traffic, a member and a pending
+    invitation: every page has something to show."""
+    owner = gateway.funded("a11y")
+    system = gateway.api("POST", "/systems", owner, {"name": "support-bot"})
+    key = gateway.api(
+        "POST", "/organization/api-keys", owner, {"alias": "support-bot-prod", "systemId": system["id"]}
+    )
+    old = gateway.create_key(owner, "old-laptop")
+    gateway.api("POST", f"/organization/api-keys/{old['id']}/revoke", owner)
+    gateway.chat_when_ready(key["secret"])
+    for text in ("what is the weather", "summarise this"):
+        gateway.chat(key["secret"], text)
+    gateway.add_member(owner, "member")
+    gateway.invite(owner, "admin")
+    return owner
+
+
+@pytest.mark.parametrize(("route", "title"), SIGNED_IN_PAGES, ids=[route for route, _ in SIGNED_IN_PAGES])
+def test_each_signed_in_page_passes_axe_and_is_photographed(
+    contexts: Contexts, owner: Account, route: str, title: str
+) -> None:
+    screenshot(open_route(contexts.signed_in(owner).new_page(), route, title), route)
+
+    # axe-core is injected as a script: only this context ignores the page's CSP to allow it.
+    page = open_route(contexts.signed_in(owner, bypass_csp=True).new_page(), route, title)
+    violations = axe_violations(page)
+
+    assert not violations, f"axe-core on #/{route}:\n{describe_violations(violations)}"
+
+
+@pytest.mark.parametrize(("route", "title"), SIGNED_OUT_PAGES, ids=[route for route, _ in SIGNED_OUT_PAGES])
+def test_each_signed_out_page_passes_axe_and_is_photographed(
+    contexts: Contexts, gateway: WebGateway, route: str, title: str
+) -> None:
+    if route == "accept-invitation":
+        route = f"accept-invitation?token={gateway.invite(gateway.register('a11y-out'), 'member')[1]}"
+    screenshot(open_route(contexts.page(), route, title), route.split("?")[0])
+
+    page = open_route(contexts.page(bypass_csp=True), route, title)
+    violations = axe_violations(page)
+
+    assert not violations, f"axe-core on #/{route}:\n{describe_violations(violations)}"
+
+
+def test_at_phone_width_the_nav_opens_from_the_menu_and_nothing_overflows(
+    contexts: Contexts, owner: Account
+) -> None:
+    page = open_route(contexts.signed_in(owner, viewport=PHONE).new_page(), "overview", "Overview")
+    screenshot(page, "overview-phone")
+    keys_link = page.get_by_role("navigation", name="Main").get_by_role("link", name="API keys")
+    menu = page.get_by_role("button", name="Menu")
+
+    expect(menu).to_be_visible()
+    expect(keys_link).to_be_hidden()
+    menu.click()
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    keys_link.click()
+    settle(page, "API keys")
+
+    expect(keys_link).to_be_hidden()  # the menu closes after navigating
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    screenshot(page, "keys-phone")
+    # Keyboard users: Escape closes an open menu and gives the focus back to its button.
+    menu.click()
+    page.keyboard.press("Escape")
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    expect(menu).to_be_focused()
+    assert re.search(r"#/keys$", page.url)

@@ -1,0 +1,48 @@
+"""Every API error reaches the user as the API's own message, in the page: a duplicate key alias and a
+duplicate system name are refused by the server (the form cannot know), and the page says why."""
+
+from __future__ import annotations
+
+import re
+
+from modelgate.cabinet.account import BAD_CREDENTIALS
+from tests.web.browser import Contexts, expect, open_route
+from tests.web.web_gateway import WebGateway
+
+
+def test_a_duplicate_key_alias_shows_the_api_message(contexts: Contexts, gateway: WebGateway) -> None:
+    owner = gateway.funded("errors")
+    gateway.create_key(owner, "taken")
+    page = open_route(contexts.signed_in(owner).new_page(), "keys", "API keys")
+
+    page.get_by_label(re.compile("^alias", re.IGNORECASE)).fill("taken")
+    page.get_by_role("button", name=re.compile("create", re.IGNORECASE)).click()
+
+    expect(page.get_by_role("alert").filter(has_text="alias already exists")).to_be_visible()
+
+
+def test_a_duplicate_system_name_shows_the_api_message(contexts: Contexts, gateway: WebGateway) -> None:
+    owner = gateway.funded("errors")
+    gateway.api("POST", "/systems", owner, {"name": "billing-bot"})
+    page = open_route(contexts.signed_in(owner).new_page(), "systems", "Systems")
+
+    page.get_by_label(re.compile("^name", re.IGNORECASE)).fill("billing-bot")
+    page.get_by_role("button", name=re.compile("create|add", re.IGNORECASE)).click()
+
+    expect(
+        page.get_by_role("alert").filter(has_text="a system named 'billing-bot' already exists")
+    ).to_be_visible()
+
+
+def test_a_wrong_password_shows_the_api_message_on_the_sign_in_page(
+    contexts: Contexts, gateway: WebGateway
+) -> None:
+    owner = gateway.register("wrong-password")
+    page = open_route(contexts.page(), "login", "Sign in")
+
+    page.get_by_label(re.compile("e-?mail", re.IGNORECASE)).fill(owner.email)
+    page.get_by_label("Password").fill("not the password at all")
+    page.get_by_role("button", name="Sign in").click()
+
+    expect(page.get_by_role("alert").filter(has_text=BAD_CREDENTIALS)).to_be_visible()
+    expect(page.locator("#page-title")).to_have_text("Sign in")

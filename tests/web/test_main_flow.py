@@ -1,0 +1,100 @@
+"""The owner's first day in the browser: register, see the unpaid invoice, get paid up by the operator's
+CLI, create a key and copy its secret, call the model with the official `openai` SDK, find the request in
+the usage chart and table, revoke the key, and see the next request refused."""
+
+from __future__ import annotations
+
+import re
+
+import openai
+import pytest
+
+from tests.web.browser import Contexts, expect, open_route, screenshot, settle
+from tests.web.web_gateway import MODEL, PASSWORD, WebGateway, eventually, unique_email
+
+SECRET = re.compile(r"sk-[A-Za-z0-9_-]{20,}")
+
+
+def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
+    contexts: Contexts, gateway: WebGateway
+) -> None:
+    context = contexts.new(permissions=["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    email = unique_email("flow")
+
+    # Register.
+    open_route(page, "register", "Register")
+    screenshot(page, "register")
+    page.get_by_label("Organization legal name").fill("Flow Ltd")
+    page.get_by_label("Your e-mail").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Create organization").click()
+    settle(page, "Overview")
+
+    # The unpaid invoice is announced, with what to do about it.
+    unpaid = page.locator(".notice").filter(has_text=re.compile("invoice", re.IGNORECASE))
+    expect(unpaid.first).to_be_visible()
+    expect(unpaid.first).to_contain_text(re.compile("unpaid|open|not paid", re.IGNORECASE))
+    screenshot(page, "overview-unpaid")
+
+    # The operator pays the invoice and tops the balance up with the CLI.
+    session = page.request.get("/api/auth/session").json()
+    organization_id = session["organization"]["id"]
+    invoices = page.request.get("/api/invoices").json()["invoices"]
+    [invoice_id] = [row["id"] for row in invoices if row["status"] == "open"]
+    assert f"invoice {invoice_id}" in gateway.billing("mark-paid", invoice_id)
+    assert "credited 20.00 USD" in gateway.top_up(organization_id, 20)
+    page.reload()
+    settle(page, "Overview")
+    expect(page.locator(".notice").filter(has_text=re.compile("unpaid", re.IGNORECASE))).to_have_count(0)
+    expect(page.locator("#page")).to_contain_text("$20.00")
+
+    # Create a key; its secret is shown once, with a copy button and a warning.
+    open_route(page, "keys", "API keys")
+    page.get_by_label(re.compile("^alias", re.IGNORECASE)).fill("flow-app")
+    page.get_by_role("button", name=re.compile("create", re.IGNORECASE)).click()
+    panel = page.locator(".secret-panel, .key-secret, [data-secret]").first
+    expect(panel).to_contain_text(SECRET)
+    expect(panel).to_contain_text(re.compile("only once|shown once|won.t see it again", re.IGNORECASE))
+    found = SECRET.search(panel.inner_text())
+    assert found is not None
+    secret = found.group(0)
+    screenshot(page, "keys-created")
+    panel.get_by_role("button", name=re.compile("copy", re.IGNORECASE)).click()
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+
+    # The key works with the official SDK (once the gateway heard of the payment).
+    forwarded_before = len(gateway.upstream.requests_to("/v1/chat/completions"))
+    answer = gateway.chat_when_ready(secret)
+    assert answer.startswith("echo: ")
+    assert len(gateway.upstream.requests_to("/v1/chat/completions")) == forwarded_before + 1
+
+    # The request shows in the usage table and chart (after the ledger flush).
+    usage = eventually(lambda: page.request.get("/api/usage").json()["totals"]["requests"], within=10)
+    assert usage == 1
+    open_route(page, "usage", "Usage")
+    page.reload()
+    settle(page, "Usage")
+    table = page.locator("#page table")
+    expect(table.first).to_contain_text("$0.25")
+    chart = page.locator("#page svg").first
+    expect(chart).to_be_visible()
+    assert chart.locator("rect, path").count() > 0
+    page.get_by_label(re.compile("group by", re.IGNORECASE)).select_option("model")
+    settle(page, "Usage")
+    expect(page.locator("#page table").first).to_contain_text(MODEL)
+    screenshot(page, "usage")
+
+    # Revoke it, confirming in the dialog; the next request is refused.
+    open_route(page, "keys", "API keys")
+    row = page.locator("tr").filter(has_text="flow-app")
+    row.get_by_role("button", name=re.compile("revoke", re.IGNORECASE)).click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("flow-app")
+    dialog.get_by_role("button", name=re.compile("revoke", re.IGNORECASE)).click()
+    expect(page.locator("tr").filter(has_text="flow-app")).to_contain_text(
+        re.compile("revoked", re.IGNORECASE)
+    )
+    with pytest.raises(openai.AuthenticationError) as refused:
+        gateway.chat(secret)
+    assert refused.value.status_code == 401
