@@ -1,0 +1,92 @@
+// Pieces the admin pages share (members, systems, rules, audit, SSO): who may manage, a form in a
+// modal <dialog>, a button that runs an API call and reports its error, and list parsing for text areas.
+
+import { session } from "../session.js";
+import { announce, errorText, form, h, uid } from "../ui.js";
+
+/** The roles that manage the organization (the API's owner/admin checks). */
+export const MANAGER_ROLES = ["owner", "admin"];
+
+/** Whether the signed-in user may change things on the admin pages. */
+export function canManage() {
+  return MANAGER_ROLES.includes(session.role);
+}
+
+/**
+ * A form in a modal dialog: `openFormDialog({title, intro, fields, submitLabel, onSubmit})`.
+ * The dialog closes when `await onSubmit(values)` succeeds; an error it throws stays in the form.
+ * Escape or Cancel closes it without sending. Resolves true when saved, false when cancelled.
+ */
+export function openFormDialog({ title, intro = null, fields, submitLabel = "Save", busyLabel = "Saving…", onSubmit, extra = null }) {
+  return new Promise((resolve) => {
+    const titleId = uid("dialog-title");
+    let saved = false;
+    const cancel = h("button", { type: "button", class: "button" }, "Cancel");
+    const dialogForm = form(
+      fields,
+      async (values, element) => {
+        await onSubmit(values, element);
+        saved = true;
+        dialog.close();
+      },
+      { submitLabel, busyLabel, secondary: cancel, extra, label: title },
+    );
+    const dialog = h(
+      "dialog",
+      { class: "confirm-dialog form-dialog", "aria-labelledby": titleId },
+      h("h2", { id: titleId }, title),
+      intro ? h("p", { class: "muted" }, intro) : null,
+      dialogForm,
+    );
+    cancel.addEventListener("click", () => dialog.close());
+    dialog.addEventListener("close", () => {
+      dialog.remove();
+      resolve(saved);
+    });
+    document.body.append(dialog);
+    dialog.showModal();
+    const first = dialogForm.querySelector("input:not([type=hidden]), select, textarea");
+    if (first) first.focus();
+  });
+}
+
+/**
+ * A button that runs `await action()`; while it runs the button is disabled, and an error is announced
+ * as readable text at the top of the page. `ariaLabel` names the row it acts on for screen readers.
+ */
+export function actionButton(label, action, { danger = false, ariaLabel = null } = {}) {
+  const button = h("button", { type: "button", class: ["button", "small", danger ? "danger" : null], "aria-label": ariaLabel }, label);
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    try {
+      await action();
+    } catch (exc) {
+      announce("error", errorText(exc));
+      document.getElementById("main")?.scrollIntoView({ block: "start" });
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
+/** The non-empty lines of a text area, trimmed. */
+export function linesOf(text) {
+  return String(text || "")
+    .split(/\r?\n/)
+    .map((line) => line.trim())
+    .filter(Boolean);
+}
+
+/** The items of a list typed with commas, spaces or new lines between them. */
+export function itemsOf(text) {
+  return String(text || "")
+    .split(/[\s,]+/)
+    .map((item) => item.trim())
+    .filter(Boolean);
+}
+
+/** A value in a <code> element, or a dash for none. */
+export function code(value) {
+  return value === null || value === undefined || value === "" ? "—" : h("code", {}, String(value));
+}

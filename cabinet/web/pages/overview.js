@@ -1,0 +1,204 @@
+// The overview: plan, balance or credit, the invoice state with what to do next, this month's spend against
+// the budgets of the policy rules, and a chart of this month's daily spend by model.
+
+import { api } from "../api.js";
+import { barChart } from "../chart.js";
+import { href, page } from "../router.js";
+import { session } from "../session.js";
+import { emptyState, formatDate, formatMoney, formatNumber, h, loading, notice, section, table } from "../ui.js";
+import { globMatches, limitSeries, monthStart, shortDay, spendByDayAndModel, usageReport, utcToday } from "../usage_data.js";
+
+const ADMIN = ["owner", "admin"];
+
+function isAdmin() {
+  return ADMIN.includes(session.role);
+}
+
+function stat(label, value, ...detail) {
+  return h("div", { class: "card stat" }, h("span", { class: "stat-label" }, label), h("span", { class: "stat-value" }, value), detail.length ? h("span", { class: "stat-detail" }, ...detail) : null);
+}
+
+/** What the invoice and balance state mean for the user, and what to do next. */
+function billingNotice(billing, activeKeys) {
+  const money = (micros) => formatMoney(micros, billing.currency);
+  const open = billing.openInvoices || [];
+  const owed = open.reduce((sum, invoice) => sum + invoice.amountMicros, 0);
+  if (!billing.activated && billing.creditLimitMicros <= 0) {
+    if (open.length > 0) {
+      const first = open[0];
+      return notice(
+        "warning",
+        h(
+          "div",
+          { class: "notice-body" },
+          h("strong", {}, "Your first invoice is unpaid: pay it to start using the API."),
+          h("p", {}, `Invoice ${first.id} over ${money(first.amountMicros)} (plan ${first.planCode}) was opened ${formatDate(first.createdAt)}. Pay it as agreed with your gateway operator; model requests work as soon as it is marked paid (or your balance is topped up).`),
+          h("p", {}, h("a", { href: href("/invoices") }, "See your invoices")),
+        ),
+      );
+    }
+    return notice("warning", h("div", { class: "notice-body" }, h("strong", {}, "Your organization is not active yet."), h("p", {}, "Ask your gateway operator to top up your balance: model requests work once it is done.")));
+  }
+  if (open.length > 0) {
+    return notice(
+      "warning",
+      h("div", { class: "notice-body" }, h("strong", {}, `${open.length === 1 ? "An invoice is" : `${open.length} invoices are`} unpaid (${money(owed)}).`), h("p", {}, "Pay it to keep your plan in good standing. "), h("p", {}, h("a", { href: href("/invoices") }, "See your invoices"))),
+    );
+  }
+  const available = billing.balanceMicros + billing.creditLimitMicros;
+  if (available <= 0) {
+    return notice("error", h("div", { class: "notice-body" }, h("strong", {}, "Your balance is used up."), h("p", {}, "Model requests are refused (402) until your gateway operator tops it up.")));
+  }
+  const next = activeKeys > 0
+    ? h("p", {}, "Your applications use the API with your organization's keys. ", h("a", { href: href("/usage") }, "See usage"))
+    : isAdmin()
+      ? h("p", {}, "Next: ", h("a", { href: href("/keys") }, "create an API key"), " for your first application.")
+      : h("p", {}, "Ask an owner or admin of your organization for an API key.");
+  return notice("success", h("div", { class: "notice-body" }, h("strong", {}, "Your organization can use the API."), next));
+}
+
+function summaryCards(data) {
+  const billing = data.billing;
+  const money = (micros) => formatMoney(micros, billing.currency);
+  const plan = billing.plan;
+  const credit = billing.creditLimitMicros > 0;
+  const activeKeys = data.apiKeys.filter((key) => key.status === "active").length;
+  return h(
+    "div",
+    { class: "cards" },
+    stat("Plan", plan ? plan.name : data.organization.planCode, plan ? `${money(plan.monthlyFeeMicros)} per month` : null),
+    credit
+      ? stat("Balance", money(billing.balanceMicros), `Credit limit ${money(billing.creditLimitMicros)}; available ${money(billing.balanceMicros + billing.creditLimitMicros)}`)
+      : stat("Balance", money(billing.balanceMicros), billing.activated ? `Active since ${formatDate(billing.activatedAt, false)}` : "Not active yet"),
+    stat("Spend this month", money(billing.usage.costMicros), `${formatNumber(billing.usage.requests)} requests since ${formatDate(billing.usage.since, false)}`),
+    stat("API keys", formatNumber(activeKeys), h("a", { href: href("/keys") }, activeKeys === 1 ? "1 active key" : `${activeKeys} active keys`)),
+  );
+}
+
+function subjectName(rule, data) {
+  if (rule.subjectType === "organization") return "Organization";
+  if (rule.subjectType === "key") {
+    const key = data.apiKeys.find((item) => item.id === rule.subjectId);
+    return `Key ${key ? key.alias : rule.subjectId}`;
+  }
+  const system = data.systems.find((item) => item.id === rule.subjectId);
+  return `System ${system ? system.name : rule.subjectId}`;
+}
+
+/** The spend a budget rule has used in its period, from the usage reports (exact for whole-subject rules). */
+function budgetSpend(rule, spend, groups) {
+  const today = utcToday();
+  const period = rule.budget.period === "day" ? "day" : "month";
+  const everyModel = rule.models.includes("*");
+  if (rule.subjectType === "organization") {
+    let total = 0;
+    spend.models.forEach((model) => {
+      if (!everyModel && !rule.models.some((glob) => globMatches(glob, model))) return;
+      const values = spend.cost.get(model);
+      total += period === "day" ? values[spend.days.indexOf(today)] || 0 : values.reduce((a, b) => a + b, 0);
+    });
+    return { micros: total, exact: true };
+  }
+  const report = groups[`${rule.subjectType}:${period}`];
+  const column = rule.subjectType === "key" ? "keyId" : "systemId";
+  const row = report ? report.rows.find((item) => item[column] === rule.subjectId) : null;
+  // The usage report sums every model of a key or system; a rule on some models only sees part of it.
+  return { micros: row ? row.costMicros : 0, exact: everyModel };
+}
+
+async function budgetsSection(rules, data, spend) {
+  const budgets = rules.filter((rule) => rule.budget && rule.effect === "allow");
+  const title = "Spend against budgets";
+  if (budgets.length === 0) {
+    return section(title, emptyState("No budgets are set. A policy rule with a budget caps the spend of the organization, a system or a key.", isAdmin() ? h("p", {}, h("a", { href: href("/rules") }, "Set a budget in policy rules")) : null));
+  }
+  const today = utcToday();
+  const from = monthStart(today);
+  const needed = new Set(budgets.filter((rule) => rule.subjectType !== "organization").map((rule) => `${rule.subjectType}:${rule.budget.period === "day" ? "day" : "month"}`));
+  const groups = {};
+  await Promise.all(
+    [...needed].map(async (name) => {
+      const [subject, period] = name.split(":");
+      groups[name] = await usageReport(period === "day" ? today : from, today, subject);
+    }),
+  );
+  const money = (micros) => formatMoney(micros, data.billing.currency);
+  return section(
+    title,
+    h(
+      "ul",
+      { class: "budget-list" },
+      budgets.map((rule) => {
+        const used = budgetSpend(rule, spend, groups);
+        const limit = rule.budget.amountMicros;
+        const share = limit > 0 ? Math.min(1, used.micros / limit) : used.micros > 0 ? 1 : 0;
+        const label = `${subjectName(rule, data)} · ${rule.models.join(", ")}`;
+        const labelId = `budget-${rule.id}`;
+        return h(
+          "li",
+          { class: "meter" },
+          h("span", { id: labelId }, h("strong", {}, label), rule.description ? ` — ${rule.description}` : ""),
+          h("progress", { max: 100, value: Math.round(share * 100), "aria-labelledby": labelId }),
+          h("span", { class: "muted" }, `${money(used.micros)} of ${money(limit)} this ${rule.budget.period === "day" ? "day (UTC)" : "month"} (${Math.round(share * 100)}%)`, used.exact ? "" : " — spend of the subject on every model"),
+        );
+      }),
+    ),
+  );
+}
+
+function dailyChart(spend, currency) {
+  const title = "Daily spend by model this month";
+  const money = (micros) => formatMoney(micros, currency);
+  if (spend.models.length === 0) return section(title, emptyState("No spend this month yet. Requests through your API keys show up here by day and model."));
+  const series = limitSeries(spend.models.map((model) => ({ name: model, values: spend.cost.get(model) })));
+  const chart = barChart({ title, categories: spend.days, series, format: money, categoryLabel: shortDay });
+  const rows = spend.days.map((day, index) => ({ day, index })).filter(({ day }) => spend.perDay.has(day));
+  const columns = [
+    { label: "Day (UTC)", render: (row) => row.day },
+    ...series.map((item) => ({ label: item.name, numeric: true, render: (row) => money(item.values[row.index]) })),
+    { label: "Total", numeric: true, render: (row) => money(series.reduce((sum, item) => sum + item.values[row.index], 0)) },
+  ];
+  return section(
+    title,
+    chart,
+    h("details", { class: "table-alternative" }, h("summary", {}, "Show the chart as a table"), table(columns, rows, { caption: "Spend by day and model", rowHeaders: true, empty: "No spend this month." })),
+  );
+}
+
+function openInvoices(billing) {
+  if (!billing.openInvoices || billing.openInvoices.length === 0) return null;
+  return section(
+    "Unpaid invoices",
+    table(
+      [
+        { label: "Invoice", render: (row) => h("code", {}, row.id) },
+        { label: "Plan", key: "planCode" },
+        { label: "Amount", numeric: true, render: (row) => formatMoney(row.amountMicros, billing.currency) },
+        { label: "Opened", render: (row) => formatDate(row.createdAt) },
+      ],
+      billing.openInvoices,
+      { caption: "Unpaid invoices" },
+    ),
+  );
+}
+
+async function render(main) {
+  loading(main);
+  const today = utcToday();
+  const [data, rules, spend] = await Promise.all([
+    api("GET", "/overview"),
+    api("GET", "/policy-rules").then((answer) => answer.policyRules || []),
+    spendByDayAndModel(monthStart(today), today),
+  ]);
+  const activeKeys = data.apiKeys.filter((key) => key.status === "active").length;
+  const budgets = await budgetsSection(rules, data, spend);
+  main.replaceChildren(
+    billingNotice(data.billing, activeKeys),
+    summaryCards(data),
+    budgets,
+    dailyChart(spend, data.billing.currency),
+    openInvoices(data.billing),
+  );
+}
+
+page("/overview", { title: "Overview", render });

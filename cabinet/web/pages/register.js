@@ -1,0 +1,86 @@
+// Register an organization: its legal name, the owner's e-mail and password, and a plan.
+
+import { api } from "../api.js";
+import { href, page } from "../router.js";
+import { signInOptions, startSession } from "../session.js";
+import { afterSignIn } from "./login.js";
+import { form, h, notice } from "../ui.js";
+
+const MIN_PASSWORD_LENGTH = 10;
+const DEFAULT_PLAN = "free";
+
+function planField(options) {
+  const plans = options && Array.isArray(options.plans) ? options.plans : null;
+  if (plans && plans.length > 0) {
+    return {
+      label: "Plan",
+      name: "planCode",
+      type: "select",
+      required: true,
+      options: plans.map((plan) => ({ value: plan.code, label: plan.name && plan.name !== plan.code ? `${plan.name} (${plan.code})` : plan.code })),
+      value: plans[0].code,
+    };
+  }
+  return {
+    label: "Plan code",
+    name: "planCode",
+    required: true,
+    value: DEFAULT_PLAN,
+    maxlength: 100,
+    hint: `The code of the plan your operator offers; "${DEFAULT_PLAN}" is the default.`,
+  };
+}
+
+async function render(main, params) {
+  const options = await signInOptions();
+  const mode = options ? options.registration : "open";
+  if (mode === "closed") {
+    main.replaceChildren(
+      notice("info", "Registration is closed on this gateway. Ask an owner or admin of your organization for an invitation."),
+      h("p", {}, h("a", { href: href("/login") }, "Sign in")),
+    );
+    return;
+  }
+  const fields = [
+    { label: "Organization legal name", name: "legalName", required: true, autocomplete: "organization", maxlength: 200 },
+    { label: "Your e-mail", name: "email", type: "email", required: true, autocomplete: "username", maxlength: 320 },
+    {
+      label: "Password",
+      name: "password",
+      type: "password",
+      required: true,
+      autocomplete: "new-password",
+      minlength: MIN_PASSWORD_LENGTH,
+      hint: `At least ${MIN_PASSWORD_LENGTH} characters, not your e-mail address.`,
+      validate: (value, values) => (value.trim().toLowerCase() === values.email.trim().toLowerCase() ? "The password must not be your e-mail address." : null),
+    },
+    planField(options),
+  ];
+  if (mode === "invite_only" || params.invitation) {
+    fields.push({
+      label: "Registration invitation",
+      name: "invitationToken",
+      required: mode === "invite_only",
+      value: params.invitation || "",
+      hint: "The invitation token your operator gave you; it brings its own plan.",
+    });
+  }
+  const registerForm = form(
+    fields,
+    async (values) => {
+      const body = { legalName: values.legalName, email: values.email, password: values.password, planCode: values.planCode };
+      if (values.invitationToken) body.invitationToken = values.invitationToken;
+      const answer = await api("POST", "/auth/register", body);
+      await startSession(answer);
+      afterSignIn({});
+    },
+    { submitLabel: "Create organization", busyLabel: "Creating…", label: "Register an organization" },
+  );
+  main.replaceChildren(
+    h("p", {}, "Create your organization and its owner account. Your first invoice opens with the plan; the API works once it is paid."),
+    h("div", { class: "card narrow" }, registerForm),
+    h("p", {}, "Already registered? ", h("a", { href: href("/login") }, "Sign in"), "."),
+  );
+}
+
+page("/register", { title: "Register", public: true, render });

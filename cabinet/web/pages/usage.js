@@ -1,0 +1,154 @@
+// Usage: a date range and a grouping (day, model, key, system), a bar chart and a table of the same rows,
+// and a CSV file of them made in the browser.
+
+import { api } from "../api.js";
+import { barChart } from "../chart.js";
+import { navigate, page } from "../router.js";
+import { emptyState, form, formatMoney, formatNumber, h, loading, section, table } from "../ui.js";
+import { addDays, shortDay, usageReport, utcToday } from "../usage_data.js";
+
+const GROUPINGS = [
+  { value: "day", label: "Day" },
+  { value: "model", label: "Model" },
+  { value: "key", label: "API key" },
+  { value: "system", label: "System" },
+];
+const METRICS = [
+  { value: "costMicros", label: "Cost" },
+  { value: "requests", label: "Requests" },
+  { value: "inputTokens", label: "Input tokens" },
+  { value: "outputTokens", label: "Output tokens" },
+];
+const DEFAULT_DAYS = 30;
+const MAX_DAYS = 366;
+const GROUP_COLUMNS = { day: "day", model: "model", key: "keyId", system: "systemId" };
+const GROUP_HEADINGS = { day: "Day (UTC)", model: "Model", key: "API key", system: "System" };
+const NONE = { day: "", model: "(unknown model)", key: "(no key)", system: "(no system)" };
+
+function csvCell(value) {
+  const text = value === null || value === undefined ? "" : String(value);
+  // Quote what needs it, and keep spreadsheets from reading a cell as a formula.
+  const safe = /^[=+\-@\t\r]/.test(text) ? `'${text}` : text;
+  return /[",\n\r]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
+}
+
+/** The report as CSV text: one line per row, money in currency units. */
+export function usageCsv(report, names) {
+  const column = GROUP_COLUMNS[report.groupBy];
+  const header = [report.groupBy, ...(report.groupBy === "key" || report.groupBy === "system" ? ["name"] : []), "requests", "input_tokens", "cached_input_tokens", "output_tokens", `cost_${report.currency.toLowerCase()}`];
+  const lines = [header];
+  for (const row of report.rows) {
+    const id = row[column];
+    lines.push([
+      id ?? "",
+      ...(report.groupBy === "key" || report.groupBy === "system" ? [names(id)] : []),
+      row.requests,
+      row.inputTokens,
+      row.cachedInputTokens,
+      row.outputTokens,
+      (row.costMicros / 1_000_000).toFixed(6),
+    ]);
+  }
+  return `${lines.map((line) => line.map(csvCell).join(",")).join("\r\n")}\r\n`;
+}
+
+function dayCount(from, to) {
+  return Math.round((Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / 86_400_000) + 1;
+}
+
+function readParams(params) {
+  const today = utcToday();
+  const valid = (value) => typeof value === "string" && /^\d{4}-\d{2}-\d{2}$/.test(value);
+  const to = valid(params.to) ? params.to : today;
+  const from = valid(params.from) ? params.from : addDays(to, -(DEFAULT_DAYS - 1));
+  const groupBy = GROUPINGS.some((g) => g.value === params.groupBy) ? params.groupBy : "day";
+  const metric = METRICS.some((m) => m.value === params.metric) ? params.metric : "costMicros";
+  return { from, to, groupBy, metric };
+}
+
+async function render(main, params) {
+  const query = readParams(params);
+  const rangeForm = form(
+    [
+      { label: "From", name: "from", type: "date", required: true, value: query.from },
+      {
+        label: "To",
+        name: "to",
+        type: "date",
+        required: true,
+        value: query.to,
+        validate: (to, values) => {
+          if (values.from > to) return "The end date must not be before the start date.";
+          if (dayCount(values.from, to) > MAX_DAYS) return `The range may span at most ${MAX_DAYS} days.`;
+          return null;
+        },
+      },
+      { label: "Group by", name: "groupBy", type: "select", options: GROUPINGS, value: query.groupBy },
+      { label: "Chart", name: "metric", type: "select", options: METRICS, value: query.metric },
+    ],
+    async (values) => navigate("/usage", values),
+    { submitLabel: "Show", busyLabel: "Loading…", class: "form-inline", label: "Usage range and grouping" },
+  );
+  const results = h("div", { class: "page" });
+  main.replaceChildren(section("Range", rangeForm), results);
+  loading(results);
+
+  const [report, overview] = await Promise.all([
+    usageReport(query.from, query.to, query.groupBy),
+    query.groupBy === "key" || query.groupBy === "system" ? api("GET", "/overview") : Promise.resolve(null),
+  ]);
+  const money = (micros) => formatMoney(micros, report.currency);
+  const column = GROUP_COLUMNS[report.groupBy];
+  const names = (id) => {
+    if (id === null || id === undefined) return NONE[report.groupBy];
+    if (report.groupBy === "key") {
+      const key = overview.apiKeys.find((item) => item.id === id);
+      return key ? key.alias : id;
+    }
+    if (report.groupBy === "system") {
+      const system = overview.systems.find((item) => item.id === id);
+      return system ? system.name : id;
+    }
+    return id;
+  };
+  const label = (row) => (report.groupBy === "day" ? row.day : names(row[column]));
+  const metric = METRICS.find((m) => m.value === query.metric);
+  const format = query.metric === "costMicros" ? money : formatNumber;
+  const title = `${metric.label} by ${GROUPINGS.find((g) => g.value === report.groupBy).label.toLowerCase()}, ${report.from} to ${report.to}`;
+
+  const hasUsage = report.totals.requests > 0;
+  const csvLink = h("a", { class: "button", download: `usage-${report.from}-${report.to}-by-${report.groupBy}.csv`, href: URL.createObjectURL(new Blob([usageCsv(report, names)], { type: "text/csv" })) }, "Download CSV");
+
+  const columns = [
+    { label: GROUP_HEADINGS[report.groupBy], render: (row) => (report.groupBy === "key" || report.groupBy === "system" ? h("span", { title: row[column] || "" }, label(row)) : label(row)) },
+    { label: "Requests", numeric: true, render: (row) => formatNumber(row.requests) },
+    { label: "Input tokens", numeric: true, render: (row) => formatNumber(row.inputTokens) },
+    { label: "Cached input", numeric: true, render: (row) => formatNumber(row.cachedInputTokens) },
+    { label: "Output tokens", numeric: true, render: (row) => formatNumber(row.outputTokens) },
+    { label: "Cost", numeric: true, render: (row) => money(row.costMicros) },
+  ];
+  const totals = report.totals;
+  const footer = ["Total", formatNumber(totals.requests), formatNumber(totals.inputTokens), formatNumber(totals.cachedInputTokens), formatNumber(totals.outputTokens), money(totals.costMicros)];
+
+  results.replaceChildren(
+    section(
+      "Chart",
+      hasUsage
+        ? barChart({
+            title,
+            categories: report.rows.map((row) => label(row)),
+            series: [{ name: metric.label, values: report.rows.map((row) => row[query.metric]) }],
+            format,
+            categoryLabel: report.groupBy === "day" ? shortDay : String,
+          })
+        : emptyState(`No usage from ${report.from} to ${report.to}.`),
+    ),
+    section(
+      "Table",
+      h("div", { class: "form-actions" }, csvLink, h("span", { class: "muted" }, `${report.rows.length} rows; days are UTC days.`)),
+      table(columns, report.rows, { caption: title.replace(/^[^ ]+/, "Usage"), rowHeaders: true, footer, empty: `No usage from ${report.from} to ${report.to}.` }),
+    ),
+  );
+}
+
+page("/usage", { title: "Usage", render });

@@ -1,0 +1,91 @@
+// Reading GET /api/usage for charts: UTC day ranges, spend by day and model (the API groups by one
+// dimension at a time, so the model split is read per day that had usage), and display names of groups.
+
+import { api } from "./api.js";
+
+/** Today's UTC date as YYYY-MM-DD (the ledger's days are UTC days). */
+export function utcToday() {
+  return new Date().toISOString().slice(0, 10);
+}
+
+/** The first day of the UTC month of `day` (YYYY-MM-DD). */
+export function monthStart(day) {
+  return `${day.slice(0, 8)}01`;
+}
+
+/** `day` moved by `days` (YYYY-MM-DD in, YYYY-MM-DD out). */
+export function addDays(day, days) {
+  const date = new Date(`${day}T00:00:00Z`);
+  date.setUTCDate(date.getUTCDate() + days);
+  return date.toISOString().slice(0, 10);
+}
+
+/** "2026-11-24" → "Nov 24" (the short label of a chart bar). */
+export function shortDay(day) {
+  const date = new Date(`${day}T00:00:00Z`);
+  if (Number.isNaN(date.getTime())) return String(day);
+  return new Intl.DateTimeFormat("en-US", { month: "short", day: "numeric", timeZone: "UTC" }).format(date);
+}
+
+/** GET /api/usage?from&to&groupBy. */
+export function usageReport(from, to, groupBy) {
+  return api("GET", "/usage", undefined, { query: { from, to, groupBy } });
+}
+
+/**
+ * Spend by day and model over from..to: {days: [day], models: [name], cost: Map(model → [micros per day]),
+ * byDay: the groupBy=day report}. Models are ordered by their total, costliest first.
+ */
+export async function spendByDayAndModel(from, to) {
+  const byDay = await usageReport(from, to, "day");
+  const busyDays = byDay.rows.filter((row) => row.requests > 0 || row.costMicros > 0).map((row) => row.day);
+  const reports = await Promise.all(busyDays.map((day) => usageReport(day, day, "model")));
+  const days = byDay.rows.map((row) => row.day);
+  const cost = new Map();
+  const totals = new Map();
+  reports.forEach((report, index) => {
+    const at = days.indexOf(busyDays[index]);
+    for (const row of report.rows) {
+      const model = row.model ?? "(unknown model)";
+      if (!cost.has(model)) cost.set(model, new Array(days.length).fill(0));
+      cost.get(model)[at] += row.costMicros;
+      totals.set(model, (totals.get(model) || 0) + row.costMicros);
+    }
+  });
+  const models = [...cost.keys()].sort((a, b) => totals.get(b) - totals.get(a) || a.localeCompare(b));
+  return { days, models, cost, totals, byDay, perDay: new Map(busyDays.map((day, index) => [day, reports[index]])) };
+}
+
+/** Whether a model name matches a policy rule glob (fnmatch: `*`, `?`, `[seq]`, `[!seq]`; case-sensitive). */
+export function globMatches(glob, name) {
+  let pattern = "";
+  for (let i = 0; i < glob.length; i += 1) {
+    const c = glob[i];
+    if (c === "*") pattern += ".*";
+    else if (c === "?") pattern += ".";
+    else if (c === "[") {
+      const end = glob.indexOf("]", i + 2);
+      if (end === -1) pattern += "\\[";
+      else {
+        let body = glob.slice(i + 1, end);
+        if (body.startsWith("!")) body = `^${body.slice(1)}`;
+        pattern += `[${body.replace(/\\/g, "\\\\")}]`;
+        i = end;
+      }
+    } else pattern += c.replace(/[.+^${}()|\\\]]/g, "\\$&");
+  }
+  try {
+    return new RegExp(`^${pattern}$`, "s").test(name);
+  } catch {
+    return glob === name;
+  }
+}
+
+/** Group the series beyond the `keep` largest into one "Other" series. */
+export function limitSeries(series, keep = 8) {
+  if (series.length <= keep + 1) return series;
+  const kept = series.slice(0, keep);
+  const rest = series.slice(keep);
+  const values = rest[0].values.map((_, index) => rest.reduce((sum, item) => sum + (item.values[index] || 0), 0));
+  return [...kept, { name: `Other (${rest.length} models)`, values, other: true }];
+}
