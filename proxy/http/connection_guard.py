@@ -162,7 +162,19 @@ class GuardedConnection(RequestHandler):
         if in_body:
             self._body_seen = self._loop.time()
         count = self._request_count
-        super().data_received(data)
+        if in_body and (self._close or self._force_close) and self.transport is not None:
+            # A graceful stop marks every connection closing (aiohttp's pre_shutdown, then shutdown's
+            # _force_close flag while it waits for handlers) and aiohttp then drops all it receives, so the
+            # body of a request already being served would never arrive: its handler waited out the whole
+            # grace. The body is still read; nothing after it is (the connection closes).
+            close, force_close = self._close, self._force_close
+            self._close = self._force_close = False
+            try:
+                super().data_received(data)
+            finally:
+                self._close, self._force_close = close, force_close
+        else:
+            super().data_received(data)
         if self._request_count != count:
             self._heads_arrived(self._request_count - count, body if in_body else None)
         elif data and not in_body and self._payload_parser is None and not self._upgraded:

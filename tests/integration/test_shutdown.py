@@ -159,3 +159,35 @@ def test_sigterm_closes_a_realtime_session_and_charges_its_running_response(tmp_
     assert asyncio.run(_rows(gateway.storage_url)) == [
         (200, "shutdown", PARTIAL_USAGE["output_tokens"], cost)
     ]
+
+
+def test_sigterm_lets_a_request_whose_body_is_still_arriving_finish(tmp_path: Path) -> None:
+    with FakeUpstream("slow") as upstream:
+        gateway = GatewayProcess(_config(tmp_path, upstream), cwd=tmp_path).start()
+        try:
+            tenant = register_tenant(gateway.base_url)
+            body = b'{"model": "slow-chat", "messages": [{"role": "user", "content": "late body"}]}'
+            head = (
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {tenant.api_key}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as client:
+                client.sendall(head + body[:20])
+                gateway.terminate()
+                deadline = time.monotonic() + 10
+                while _accepts_connections(gateway.port) and time.monotonic() < deadline:
+                    time.sleep(0.02)  # bounded wait for the listener to close after the signal
+                assert not _accepts_connections(gateway.port), "still accepting after SIGTERM"
+                client.sendall(body[20:])  # the rest arrives once the stop has begun
+                answer = b""
+                while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                    piece = client.recv(65536)  # the socket's 10 s timeout bounds each wait
+                    if not piece:
+                        break
+                    answer += piece
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+            assert b"late body" in answer  # the fake echoes the prompt: the whole body reached it
+            assert gateway.wait(timeout=30) == 0
+        finally:
+            gateway.kill()
