@@ -16,8 +16,9 @@ export function canManage() {
  * A form in a modal dialog: `openFormDialog({title, intro, fields, submitLabel, onSubmit})`.
  * The dialog closes when `await onSubmit(values)` succeeds; an error it throws stays in the form.
  * Escape or Cancel closes it without sending. Resolves true when saved, false when cancelled.
+ * `setup(formElement)` may wire the form (show and hide fields) before it is shown.
  */
-export function openFormDialog({ title, intro = null, fields, submitLabel = "Save", busyLabel = "Saving…", onSubmit, extra = null }) {
+export function openFormDialog({ title, intro = null, fields, submitLabel = "Save", busyLabel = "Saving…", onSubmit, extra = null, setup = null }) {
   return new Promise((resolve) => {
     const titleId = uid("dialog-title");
     let saved = false;
@@ -43,9 +44,10 @@ export function openFormDialog({ title, intro = null, fields, submitLabel = "Sav
       dialog.remove();
       resolve(saved);
     });
+    if (setup) setup(dialogForm);
     document.body.append(dialog);
     dialog.showModal();
-    const first = dialogForm.querySelector("input:not([type=hidden]), select, textarea");
+    const first = [...dialogForm.querySelectorAll("input, select, textarea")].find((control) => !control.disabled && control.offsetParent !== null);
     if (first) first.focus();
   });
 }

@@ -1,1 +1,190 @@
-// Placeholder: the audit page is written by the pages helper (issue #18); it registers itself with page() from ../router.js.
+// The audit log (owner/admin): who did what to which object, newest first, filtered by event (or a prefix
+// such as "content_policy."), rule, key, system and route, read page by page with the API's cursor.
+
+import { api } from "../api.js";
+import { page, replaceParams } from "../router.js";
+import { form, formatDate, h, loading, section, table } from "../ui.js";
+import { MANAGER_ROLES, code } from "./admin_kit.js";
+
+const FILTERS = [
+  { name: "event", label: "Event", hint: "An event name, or a prefix ending in a dot (content_policy.)", list: "audit-events" },
+  { name: "ruleId", label: "Rule or target id", hint: "The object an entry concerns (pol_…, key_…, sys_…)" },
+  { name: "keyId", label: "API key id", hint: "Requests made with this key" },
+  { name: "systemId", label: "System id", hint: "Requests of this system" },
+  { name: "route", label: "Route", hint: "A model API route, e.g. /v1/chat/completions" },
+];
+const PAGE_SIZES = ["25", "50", "100", "200"];
+const DEFAULT_PAGE_SIZE = "50";
+const MAX_FILTER_LENGTH = 200;
+// Suggestions for the event filter; any other name is accepted too.
+const KNOWN_EVENTS = [
+  "api_key.",
+  "api_key.created",
+  "api_key.revoked",
+  "auth.",
+  "auth.sso_login",
+  "auth.sso_failed",
+  "content_policy.",
+  "content_policy.blocked",
+  "content_policy.redacted",
+  "content_policy.flagged",
+  "invitation.",
+  "member.",
+  "oidc_provider.",
+  "plan.changed",
+  "policy_rule.",
+  "system.",
+];
+
+function actorText(actor) {
+  if (!actor) return "—";
+  if (actor.email) return actor.email;
+  const kind = actor.type === "management_key" ? "management key" : actor.type === "api_key" ? "API key" : actor.type;
+  return [`${kind} `, code(actor.id)];
+}
+
+function detailsText(details) {
+  if (!details || Object.keys(details).length === 0) return h("span", { class: "muted" }, "—");
+  return h("code", { class: "audit-details" }, JSON.stringify(details));
+}
+
+function requestText(entry) {
+  const parts = [];
+  if (entry.keyId) parts.push(h("span", {}, "key ", code(entry.keyId)));
+  if (entry.systemId) parts.push(h("span", {}, "system ", code(entry.systemId)));
+  if (entry.route) parts.push(h("span", {}, "route ", code(entry.route)));
+  if (parts.length === 0) return h("span", { class: "muted" }, "—");
+  return h("span", { class: "audit-request" }, parts);
+}
+
+function entriesTable(entries) {
+  return table(
+    [
+      { label: "When", render: (e) => formatDate(e.createdAt) },
+      { label: "Event", render: (e) => code(e.event) },
+      { label: "Actor", render: (e) => actorText(e.actor) },
+      { label: "Target", render: (e) => code(e.targetId) },
+      { label: "Request", render: requestText },
+      { label: "Details", class: "wrap", render: (e) => detailsText(e.details) },
+    ],
+    entries,
+    { empty: "No audit entries match.", label: "Audit entries" },
+  );
+}
+
+function filtersOf(params) {
+  const filters = {};
+  for (const { name } of FILTERS) if (params[name]) filters[name] = params[name];
+  filters.limit = PAGE_SIZES.includes(params.limit) ? params.limit : DEFAULT_PAGE_SIZE;
+  return filters;
+}
+
+async function render(main, params) {
+  loading(main);
+  let filters = filtersOf(params);
+  // The cursors of the pages before the current one: the API pages forward only, so "Newer" goes back here.
+  let previous = [];
+  let cursor = null;
+  const results = h("div", { "aria-live": "polite" });
+  const pager = h("nav", { class: "pager", "aria-label": "Audit log pages" });
+
+  const newer = h("button", { type: "button", class: "button" }, "← Newer");
+  const older = h("button", { type: "button", class: "button" }, "Older →");
+  const position = h("span", { class: "muted pager-position" });
+  pager.append(newer, position, older);
+
+  async function show(at) {
+    newer.disabled = older.disabled = true;
+    results.setAttribute("aria-busy", "true");
+    try {
+      const answer = await api("GET", "/audit-log", undefined, { query: { ...filters, cursor: at } });
+      cursor = at;
+      results.replaceChildren(entriesTable(answer.entries));
+      newer.disabled = previous.length === 0;
+      older.disabled = !answer.nextCursor;
+      older.dataset.cursor = answer.nextCursor || "";
+      position.textContent = `Page ${previous.length + 1}`;
+      pager.hidden = previous.length === 0 && !answer.nextCursor;
+    } finally {
+      results.removeAttribute("aria-busy");
+    }
+  }
+
+  async function turn(action) {
+    try {
+      await action();
+    } catch (exc) {
+      results.replaceChildren(h("p", { class: "notice notice-error", role: "alert" }, exc.message));
+    }
+  }
+
+  older.addEventListener("click", () =>
+    turn(async () => {
+      const next = older.dataset.cursor;
+      previous.push(cursor);
+      try {
+        await show(next);
+      } catch (exc) {
+        previous.pop();
+        throw exc;
+      }
+    }),
+  );
+  newer.addEventListener("click", () =>
+    turn(async () => {
+      const back = previous.pop();
+      try {
+        await show(back === undefined ? null : back);
+      } catch (exc) {
+        previous.push(back);
+        throw exc;
+      }
+    }),
+  );
+
+  const filterForm = form(
+    [
+      ...FILTERS.map((f) => ({
+        label: f.label,
+        name: f.name,
+        value: filters[f.name] || "",
+        hint: f.hint,
+        maxlength: MAX_FILTER_LENGTH,
+        autocomplete: "off",
+        list: f.list || null,
+      })),
+      { label: "Entries per page", name: "limit", type: "select", value: filters.limit, options: PAGE_SIZES },
+    ],
+    async (values) => {
+      filters = filtersOf(values);
+      previous = [];
+      replaceParams(Object.fromEntries(Object.entries(filters).filter(([name, value]) => !(name === "limit" && value === DEFAULT_PAGE_SIZE))));
+      await show(null);
+    },
+    {
+      submitLabel: "Apply filters",
+      busyLabel: "Loading…",
+      class: "form-inline audit-filters",
+      label: "Filter the audit log",
+      extra: h("datalist", { id: "audit-events" }, KNOWN_EVENTS.map((name) => h("option", { value: name }))),
+    },
+  );
+  const clear = h("button", { type: "button", class: "button" }, "Clear filters");
+  clear.addEventListener("click", () => {
+    for (const wrapper of filterForm.fields) if (wrapper.fieldName !== "limit") wrapper.control.value = "";
+    filterForm.requestSubmit();
+  });
+  filterForm.querySelector(".form-actions").append(clear);
+
+  await show(null);
+  main.replaceChildren(
+    section(
+      "Filters",
+      h("p", { class: "muted" }, "Entries are newest first. Every filter given must match; the log has no date filter, so page on to go further back."),
+      filterForm,
+    ),
+    section("Entries", results, pager),
+  );
+}
+
+page("/audit", { title: "Audit log", roles: MANAGER_ROLES, render });

@@ -106,7 +106,8 @@ async function revokeInvitation(invitation, redraw) {
 
 function invitationsBlock(invitations, redraw) {
   const pending = invitations.filter((i) => i.status === "pending");
-  const past = invitations.filter((i) => i.status !== "pending");
+  // Accepted invitations are members now (listed above); the rest ended without one.
+  const past = invitations.filter((i) => i.status === "revoked" || i.status === "expired");
   const pendingTable = table(
     [
       { label: "E-mail", key: "email" },
@@ -127,7 +128,7 @@ function invitationsBlock(invitations, redraw) {
       : h(
           "details",
           { class: "table-alternative" },
-          h("summary", {}, `Earlier invitations (${past.length})`),
+          h("summary", {}, `Revoked and expired invitations (${past.length})`),
           table(
             [
               { label: "E-mail", key: "email" },
@@ -136,7 +137,7 @@ function invitationsBlock(invitations, redraw) {
               { label: "Sent", render: (i) => formatDate(i.createdAt) },
             ],
             past,
-            { label: "Earlier invitations" },
+            { label: "Revoked and expired invitations" },
           ),
         );
   return [pendingTable, history];
