@@ -3,7 +3,7 @@
 import { api } from "./api.js";
 import { currentRoute, href, navPages, onNavigate, startRouter } from "./router.js";
 import { dropSession, loadSession, onSessionChange, session, signedIn, signInOptions, signOut, startSession } from "./session.js";
-import { errorText, h, notice } from "./ui.js";
+import { errorText, h, notice, show } from "./ui.js";
 
 import "./pages/register.js";
 import "./pages/login.js";
@@ -37,13 +37,13 @@ function drawAccount() {
 
 function drawNav(path) {
   const list = byId("nav-list");
-  list.replaceChildren(
+  show(list,
     ...navPages().map((entry) =>
       h("li", {}, h("a", { href: href(entry.path), "aria-current": entry.path === path ? "page" : null }, entry.navLabel || entry.title)),
     ),
   );
   const actions = byId("nav-actions");
-  actions.replaceChildren(
+  show(actions,
     signedIn() ? h("button", { type: "button", class: "button nav-signout", onclick: () => signOut() }, "Sign out") : null,
   );
 }

@@ -123,7 +123,7 @@ export function barChart(options) {
     bars,
     svg("g", { class: "chart-axis" }, xLabels),
   );
-  return h("figure", { class: "chart" }, chart, series.length > 1 ? legend(series) : null);
+  return h("figure", { class: "chart" }, chart, series.length > 1 || options.legend ? legend(series) : null);
 }
 
 function summary(categories, labels, totals, format) {

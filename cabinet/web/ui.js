@@ -40,6 +40,13 @@ export function setAttributes(element, attrs) {
   return element;
 }
 
+/** Replace an element's content with children as `h()` takes them (null and false skipped, arrays flattened). */
+export function show(element, ...children) {
+  element.replaceChildren();
+  appendChildren(element, children);
+  return element;
+}
+
 /** `h("p", {class: "x"}, "text", child)`: an element whose text is always text (textContent), never markup. */
 export function h(tag, attrs, ...children) {
   const element = document.createElement(tag);
@@ -212,7 +219,7 @@ export function table(columns, rows, options = {}) {
   );
   if (options.rowHeaders) element.querySelectorAll("tbody th").forEach((th) => th.setAttribute("scope", "row"));
   // A focusable region, so keyboard users can scroll a wide table sideways.
-  return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": options.label || options.caption || "Table" }, element);
+  return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": `${options.label || options.caption || "Data"} (table)` }, element);
 }
 
 /** Show the loading state in a page container. */

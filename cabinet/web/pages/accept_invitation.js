@@ -3,7 +3,7 @@
 import { api } from "../api.js";
 import { href, navigate, page } from "../router.js";
 import { startSession } from "../session.js";
-import { flash, form, h } from "../ui.js";
+import { flash, form, h, show } from "../ui.js";
 
 const MIN_PASSWORD_LENGTH = 10;
 
@@ -35,9 +35,9 @@ async function render(main, params) {
       );
       navigate("/overview");
     },
-    { submitLabel: "Accept invitation", busyLabel: "Accepting…", label: "Accept the invitation" },
+    { submitLabel: "Accept invitation", busyLabel: "Accepting…" },
   );
-  main.replaceChildren(
+  show(main,
     h("p", {}, "You have been invited to an organization on modelgate. Accept to join it and sign in."),
     h("div", { class: "card narrow" }, acceptForm),
     h("p", {}, "Already a member? ", h("a", { href: href("/login") }, "Sign in"), "."),

@@ -2,13 +2,13 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { badge, formatDate, formatMoney, h, loading, notice, section, table } from "../ui.js";
+import { badge, formatDate, formatMoney, h, loading, notice, section, table, show } from "../ui.js";
 
 const KINDS = { plan: "Plan fee", top_up: "Balance top-up" };
 
 function nextStep(invoice, money) {
   if (invoice.status === "open") return `Pay ${money(invoice.amountMicros)} quoting ${invoice.id}; the operator marks it paid.`;
-  if (invoice.status === "paid") return `Paid ${formatDate(invoice.paidAt)}`;
+  if (invoice.status === "paid") return `Paid ${formatDate(invoice.paidAt, false)}`;
   if (invoice.status === "void") return "Cancelled: nothing to pay.";
   return "";
 }
@@ -36,7 +36,7 @@ async function render(main) {
       ),
     );
   }
-  main.replaceChildren(
+  show(main,
     summary,
     section(
       "All invoices",
@@ -47,7 +47,7 @@ async function render(main) {
           { label: "Plan", key: "planCode" },
           { label: "Amount", numeric: true, render: (row) => money(row.amountMicros) },
           { label: "Status", render: (row) => badge(row.status) },
-          { label: "Period", render: (row) => (row.kind === "plan" ? `Month from ${formatDate(row.createdAt, false)}` : formatDate(row.createdAt, false)) },
+          { label: "Period", render: (row) => (row.kind === "plan" ? `Month from ${formatDate(row.createdAt, false)}` : `Paid in ${formatDate(row.createdAt, false)}`) },
           { label: "What to do", class: "wrap", render: (row) => nextStep(row, money) },
         ],
         invoices,

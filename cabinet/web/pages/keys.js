@@ -4,7 +4,7 @@
 import { api } from "../api.js";
 import { page, replaceParams } from "../router.js";
 import { session } from "../session.js";
-import { announce, badge, confirmDialog, copyButton, emptyState, form, h, loading, section, table } from "../ui.js";
+import { announce, badge, confirmDialog, copyButton, emptyState, form, h, loading, section, table, show } from "../ui.js";
 
 const ADMIN = ["owner", "admin"];
 
@@ -67,11 +67,10 @@ async function render(main, params) {
   function drawList() {
     const shown = keys.filter((key) => matches(key, systems, filterText));
     const columns = [
-      { label: "Alias", render: (key) => h("strong", {}, key.alias) },
+      { label: "Alias", render: (key) => [h("strong", {}, key.alias), h("br"), h("code", { class: "muted small" }, key.id)] },
       { label: "Status", render: (key) => badge(key.status) },
       { label: "System", render: (key) => systemName(systems, key.systemId) || h("span", { class: "muted" }, "—") },
       { label: "Owner", key: "ownerEmail" },
-      { label: "Key id", render: (key) => h("code", {}, key.id) },
     ];
     if (admin) {
       columns.push({
@@ -80,7 +79,7 @@ async function render(main, params) {
       });
     }
     const active = keys.filter((key) => key.status === "active").length;
-    listArea.replaceChildren(
+    show(listArea,
       h("p", { class: "muted", role: "status" }, keys.length === 0 ? "" : `${shown.length} of ${keys.length} keys shown; ${active} active.`),
       keys.length === 0
         ? emptyState(admin ? "No API keys yet. Create one above for your first application." : "No API keys yet. An owner or admin creates them.")
@@ -116,11 +115,11 @@ async function render(main, params) {
         const created = await api("POST", "/organization/api-keys", body);
         element.reset();
         const panel = secretPanel(created, () => filter.focus());
-        secretArea.replaceChildren(panel);
+        show(secretArea, panel);
         panel.focus();
         await reload();
       },
-      { submitLabel: "Create key", busyLabel: "Creating…", label: "Create an API key" },
+      { submitLabel: "Create key", busyLabel: "Creating…" },
     );
     createSection = section(
       "Create an API key",
@@ -129,11 +128,12 @@ async function render(main, params) {
     );
   }
 
-  main.replaceChildren(
+  show(main,
     secretArea,
     createSection,
     section(
       "Keys",
+      admin ? null : h("p", { class: "muted" }, "Owners and admins create and revoke keys; ask one of them for a key."),
       h("div", { class: "toolbar" }, h("div", { class: "field" }, h("label", { for: "key-filter" }, "Filter keys"), filter)),
       listArea,
     ),

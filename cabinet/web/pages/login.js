@@ -3,7 +3,7 @@
 import { api } from "../api.js";
 import { href, navigate, page, pageAt } from "../router.js";
 import { signInOptions, startSession } from "../session.js";
-import { form, h, notice, section } from "../ui.js";
+import { form, h, notice, section, show } from "../ui.js";
 
 /** Where to go after signing in: the page the user wanted (`next`), else the overview. */
 export function afterSignIn(params) {
@@ -40,10 +40,10 @@ async function render(main, params) {
       await startSession(answer);
       afterSignIn(params);
     },
-    { submitLabel: "Sign in", busyLabel: "Signing in…", label: "Sign in with e-mail and password" },
+    { submitLabel: "Sign in", busyLabel: "Signing in…" },
   );
   const registration = options ? options.registration : "open";
-  main.replaceChildren(
+  show(main,
     params.expired ? notice("info", "Your session has ended. Sign in again to continue.") : null,
     h("div", { class: "card narrow" }, passwordForm),
     ssoSection(options && options.providers),

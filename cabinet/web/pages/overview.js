@@ -5,7 +5,7 @@ import { api } from "../api.js";
 import { barChart } from "../chart.js";
 import { href, page } from "../router.js";
 import { session } from "../session.js";
-import { emptyState, formatDate, formatMoney, formatNumber, h, loading, notice, section, table } from "../ui.js";
+import { emptyState, formatDate, formatMoney, formatNumber, h, loading, notice, section, table, show } from "../ui.js";
 import { globMatches, limitSeries, monthStart, shortDay, spendByDayAndModel, usageReport, utcToday } from "../usage_data.js";
 
 const ADMIN = ["owner", "admin"];
@@ -151,7 +151,7 @@ function dailyChart(spend, currency) {
   const money = (micros) => formatMoney(micros, currency);
   if (spend.models.length === 0) return section(title, emptyState("No spend this month yet. Requests through your API keys show up here by day and model."));
   const series = limitSeries(spend.models.map((model) => ({ name: model, values: spend.cost.get(model) })));
-  const chart = barChart({ title, categories: spend.days, series, format: money, categoryLabel: shortDay });
+  const chart = barChart({ title, categories: spend.days, series, format: money, categoryLabel: shortDay, legend: true });
   const rows = spend.days.map((day, index) => ({ day, index })).filter(({ day }) => spend.perDay.has(day));
   const columns = [
     { label: "Day (UTC)", render: (row) => row.day },
@@ -192,7 +192,7 @@ async function render(main) {
   ]);
   const activeKeys = data.apiKeys.filter((key) => key.status === "active").length;
   const budgets = await budgetsSection(rules, data, spend);
-  main.replaceChildren(
+  show(main,
     billingNotice(data.billing, activeKeys),
     summaryCards(data),
     budgets,

@@ -4,7 +4,7 @@ import { api } from "../api.js";
 import { href, page } from "../router.js";
 import { signInOptions, startSession } from "../session.js";
 import { afterSignIn } from "./login.js";
-import { form, h, notice } from "../ui.js";
+import { form, h, notice, show } from "../ui.js";
 
 const MIN_PASSWORD_LENGTH = 10;
 const DEFAULT_PLAN = "free";
@@ -35,7 +35,7 @@ async function render(main, params) {
   const options = await signInOptions();
   const mode = options ? options.registration : "open";
   if (mode === "closed") {
-    main.replaceChildren(
+    show(main,
       notice("info", "Registration is closed on this gateway. Ask an owner or admin of your organization for an invitation."),
       h("p", {}, h("a", { href: href("/login") }, "Sign in")),
     );
@@ -74,9 +74,9 @@ async function render(main, params) {
       await startSession(answer);
       afterSignIn({});
     },
-    { submitLabel: "Create organization", busyLabel: "Creating…", label: "Register an organization" },
+    { submitLabel: "Create organization", busyLabel: "Creating…" },
   );
-  main.replaceChildren(
+  show(main,
     h("p", {}, "Create your organization and its owner account. Your first invoice opens with the plan; the API works once it is paid."),
     h("div", { class: "card narrow" }, registerForm),
     h("p", {}, "Already registered? ", h("a", { href: href("/login") }, "Sign in"), "."),

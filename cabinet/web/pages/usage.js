@@ -4,7 +4,7 @@
 import { api } from "../api.js";
 import { barChart } from "../chart.js";
 import { navigate, page } from "../router.js";
-import { emptyState, form, formatMoney, formatNumber, h, loading, section, table } from "../ui.js";
+import { emptyState, form, formatMoney, formatNumber, h, loading, section, table, show } from "../ui.js";
 import { addDays, shortDay, usageReport, utcToday } from "../usage_data.js";
 
 const GROUPINGS = [
@@ -87,10 +87,10 @@ async function render(main, params) {
       { label: "Chart", name: "metric", type: "select", options: METRICS, value: query.metric },
     ],
     async (values) => navigate("/usage", values),
-    { submitLabel: "Show", busyLabel: "Loading…", class: "form-inline", label: "Usage range and grouping" },
+    { submitLabel: "Show", busyLabel: "Loading…", class: "form-inline" },
   );
   const results = h("div", { class: "page" });
-  main.replaceChildren(section("Range", rangeForm), results);
+  show(main, section("Range", rangeForm), results);
   loading(results);
 
   const [report, overview] = await Promise.all([
@@ -130,7 +130,7 @@ async function render(main, params) {
   const totals = report.totals;
   const footer = ["Total", formatNumber(totals.requests), formatNumber(totals.inputTokens), formatNumber(totals.cachedInputTokens), formatNumber(totals.outputTokens), money(totals.costMicros)];
 
-  results.replaceChildren(
+  show(results,
     section(
       "Chart",
       hasUsage
