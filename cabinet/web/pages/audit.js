@@ -3,8 +3,8 @@
 
 import { api } from "../api.js";
 import { page, replaceParams } from "../router.js";
-import { form, formatDate, h, loading, section, table } from "../ui.js";
-import { MANAGER_ROLES, code } from "./admin_kit.js";
+import { form, formatDate, h, loading, section } from "../ui.js";
+import { MANAGER_ROLES, code, stackedTable } from "./admin_kit.js";
 
 const FILTERS = [
   { name: "event", label: "Event", hint: "An event name, or a prefix ending in a dot (content_policy.)", list: "audit-events" },
@@ -39,33 +39,40 @@ const KNOWN_EVENTS = [
 function actorText(actor) {
   if (!actor) return "—";
   if (actor.email) return actor.email;
-  const kind = actor.type === "management_key" ? "management key" : actor.type === "api_key" ? "API key" : actor.type;
-  return [`${kind} `, code(actor.id)];
+  const kind = { management_key: "management key", api_key: "API key", user: "user" }[actor.type] || actor.type;
+  return actor.id ? [`${kind} `, code(actor.id)] : kind;
 }
 
+/** The details object as "name: value" lines (nested values as JSON), never as markup. */
 function detailsText(details) {
-  if (!details || Object.keys(details).length === 0) return h("span", { class: "muted" }, "—");
-  return h("code", { class: "audit-details" }, JSON.stringify(details));
+  const entries = Object.entries(details || {});
+  if (entries.length === 0) return null;
+  return h(
+    "dl",
+    { class: "audit-details" },
+    entries.map(([name, value]) => [h("dt", {}, name), h("dd", {}, typeof value === "string" ? value : JSON.stringify(value))]),
+  );
 }
 
-function requestText(entry) {
-  const parts = [];
-  if (entry.keyId) parts.push(h("span", {}, "key ", code(entry.keyId)));
-  if (entry.systemId) parts.push(h("span", {}, "system ", code(entry.systemId)));
-  if (entry.route) parts.push(h("span", {}, "route ", code(entry.route)));
+/** What the entry concerns: its target and, for model API requests, the key, system and route. */
+function objectsText(entry) {
+  const parts = [
+    ["target", entry.targetId],
+    ["key", entry.keyId],
+    ["system", entry.systemId],
+    ["route", entry.route],
+  ].filter(([, value]) => value);
   if (parts.length === 0) return h("span", { class: "muted" }, "—");
-  return h("span", { class: "audit-request" }, parts);
+  return h("span", { class: "audit-objects" }, parts.map(([name, value]) => h("span", {}, `${name} `, code(value))));
 }
 
 function entriesTable(entries) {
-  return table(
+  return stackedTable(
     [
       { label: "When", render: (e) => formatDate(e.createdAt) },
-      { label: "Event", render: (e) => code(e.event) },
-      { label: "Actor", render: (e) => actorText(e.actor) },
-      { label: "Target", render: (e) => code(e.targetId) },
-      { label: "Request", render: requestText },
-      { label: "Details", class: "wrap", render: (e) => detailsText(e.details) },
+      { label: "Event", class: "wrap", render: (e) => [code(e.event), detailsText(e.details)] },
+      { label: "Actor", class: "wrap", render: (e) => actorText(e.actor) },
+      { label: "Concerns", class: "wrap", render: objectsText },
     ],
     entries,
     { empty: "No audit entries match.", label: "Audit entries" },

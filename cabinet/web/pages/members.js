@@ -4,8 +4,8 @@
 import { api } from "../api.js";
 import { page } from "../router.js";
 import { session } from "../session.js";
-import { announce, badge, confirmDialog, copyButton, form, formatDate, h, loading, section, table } from "../ui.js";
-import { actionButton, canManage, openFormDialog } from "./admin_kit.js";
+import { announce, badge, confirmDialog, copyButton, form, formatDate, h, loading, section } from "../ui.js";
+import { actionButton, canManage, openFormDialog, stackedTable } from "./admin_kit.js";
 
 const ROLE_LABELS = { owner: "Owner", admin: "Admin", member: "Member" };
 const ROLE_HINT = "Owners and admins manage keys, members, systems, rules and single sign-on; members see the organization and its usage.";
@@ -77,7 +77,7 @@ function memberActions(member, redraw) {
   return h(
     "div",
     { class: "row-actions" },
-    actionButton("Change role", () => changeRole(member, redraw), { ariaLabel: `Change the role of ${member.email}` }),
+    actionButton("Change role", () => changeRole(member, redraw), { ariaLabel: `Change role of ${member.email}` }),
     actionButton("Remove", () => removeMember(member, redraw), { danger: true, ariaLabel: `Remove ${member.email}` }),
   );
 }
@@ -90,7 +90,7 @@ function membersTable(members, manage, redraw) {
     { label: "Member since", render: (m) => formatDate(m.createdAt, false) },
   ];
   if (manage) columns.push({ label: "Actions", render: (m) => memberActions(m, redraw) });
-  return table(columns, members, { empty: "No members yet.", label: "Members" });
+  return stackedTable(columns, members, { empty: "No members yet.", label: "Members" });
 }
 
 async function revokeInvitation(invitation, redraw) {
@@ -108,7 +108,7 @@ function invitationsBlock(invitations, redraw) {
   const pending = invitations.filter((i) => i.status === "pending");
   // Accepted invitations are members now (listed above); the rest ended without one.
   const past = invitations.filter((i) => i.status === "revoked" || i.status === "expired");
-  const pendingTable = table(
+  const pendingTable = stackedTable(
     [
       { label: "E-mail", key: "email" },
       { label: "Role", render: (i) => badge(i.role) },
@@ -129,7 +129,7 @@ function invitationsBlock(invitations, redraw) {
           "details",
           { class: "table-alternative" },
           h("summary", {}, `Revoked and expired invitations (${past.length})`),
-          table(
+          stackedTable(
             [
               { label: "E-mail", key: "email" },
               { label: "Role", render: (i) => badge(i.role) },

@@ -4,8 +4,8 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { announce, badge, confirmDialog, form, formatMoney, formatNumber, h, loading, section, table } from "../ui.js";
-import { actionButton, canManage, code, itemsOf, linesOf, openFormDialog } from "./admin_kit.js";
+import { announce, badge, confirmDialog, form, formatMoney, formatNumber, h, loading, section } from "../ui.js";
+import { actionButton, canManage, code, itemsOf, linesOf, openFormDialog, stackedTable } from "./admin_kit.js";
 
 const ACCESS_EFFECTS = ["allow", "deny"];
 const CONTENT_EFFECTS = ["block", "redact", "flag"];
@@ -234,7 +234,6 @@ function modelsText(rule) {
 }
 
 function rateText(value) {
-  if (value === null || value === undefined) return h("span", { class: "muted" }, "plan");
   return value === 0 ? "no per-key limit" : formatNumber(value);
 }
 
@@ -286,31 +285,42 @@ function actionsColumn(context, redraw) {
   };
 }
 
+/** The models of a rule, with its description beneath. */
+function modelsCell(rule) {
+  return [modelsText(rule), rule.description ? h("p", { class: "rule-description muted" }, rule.description) : null];
+}
+
+function limitsText(rule) {
+  if (rule.effect !== "allow") return h("span", { class: "muted" }, "—");
+  const budget = rule.budget ? `${formatMoney(rule.budget.amountMicros)} per ${rule.budget.period}` : null;
+  const rates = [];
+  if (rule.rpm !== null && rule.rpm !== undefined) rates.push(`RPM ${rateText(rule.rpm)}`);
+  if (rule.tpm !== null && rule.tpm !== undefined) rates.push(`TPM ${rateText(rule.tpm)}`);
+  if (!budget && rates.length === 0) return h("span", { class: "muted" }, "plan limits");
+  return h("span", { class: "rule-limits-text" }, budget ? h("span", {}, budget) : null, rates.length ? h("span", {}, rates.join(" · ")) : null);
+}
+
 function accessTable(rules, context, manage, redraw) {
   const columns = [
     { label: "Effect", render: (r) => badge(r.effect) },
     { label: "Applies to", render: (r) => subjectText(r, context) },
-    { label: "Models", class: "wrap", render: modelsText },
-    { label: "Budget", render: (r) => (r.budget ? `${formatMoney(r.budget.amountMicros)} per ${r.budget.period}` : h("span", { class: "muted" }, "—")) },
-    { label: "RPM", numeric: true, render: (r) => (r.effect === "allow" ? rateText(r.rpm) : "—") },
-    { label: "TPM", numeric: true, render: (r) => (r.effect === "allow" ? rateText(r.tpm) : "—") },
-    { label: "Description", class: "wrap", render: (r) => r.description || "" },
+    { label: "Models", class: "wrap", render: modelsCell },
+    { label: "Budget and rate limits", render: limitsText },
   ];
   if (manage) columns.push(actionsColumn(context, redraw));
-  return table(columns, rules, { empty: "No access rules: every model is enabled for every key, within the plan's limits.", label: "Access rules" });
+  return stackedTable(columns, rules, { empty: "No access rules: every model is enabled for every key, within the plan's limits.", label: "Access rules" });
 }
 
 function contentTable(rules, context, manage, redraw) {
   const columns = [
     { label: "Effect", render: (r) => badge(r.effect) },
     { label: "Applies to", render: (r) => subjectText(r, context) },
-    { label: "Models", class: "wrap", render: modelsText },
+    { label: "Models", class: "wrap", render: modelsCell },
     { label: "Looks in", render: (r) => WHERE_LABELS[r.content.where] || r.content.where },
     { label: "Looks for", class: "wrap", render: (r) => termsText(r.content) },
-    { label: "Description", class: "wrap", render: (r) => r.description || "" },
   ];
   if (manage) columns.push(actionsColumn(context, redraw));
-  return table(columns, rules, { empty: "No content rules: prompts and answers pass unscanned.", label: "Content rules" });
+  return stackedTable(columns, rules, { empty: "No content rules: prompts and answers pass unscanned.", label: "Content rules" });
 }
 
 function precedence() {

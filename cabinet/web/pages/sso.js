@@ -3,8 +3,8 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { announce, badge, confirmDialog, form, formatDate, h, loading, section, table } from "../ui.js";
-import { MANAGER_ROLES, actionButton, code, itemsOf, openFormDialog } from "./admin_kit.js";
+import { announce, badge, confirmDialog, form, formatDate, h, loading, section } from "../ui.js";
+import { MANAGER_ROLES, actionButton, code, itemsOf, openFormDialog, stackedTable } from "./admin_kit.js";
 
 const AUTH_METHODS = [
   { value: "client_secret_basic", label: "client_secret_basic (HTTP Basic)" },
@@ -120,7 +120,7 @@ function statusCell(p) {
 }
 
 function providersTable(providers, handlers) {
-  return table(
+  return stackedTable(
     [
       { label: "Name", key: "name" },
       { label: "Issuer", class: "wrap", render: (p) => code(p.issuer) },
@@ -134,7 +134,7 @@ function providersTable(providers, handlers) {
           h(
             "div",
             { class: "row-actions" },
-            actionButton(p.discovered ? "Discover again" : "Discover", () => handlers.discover(p), { ariaLabel: `Discover the endpoints of ${p.name}` }),
+            actionButton(p.discovered ? "Discover again" : "Discover", () => handlers.discover(p), { ariaLabel: `${p.discovered ? "Discover again" : "Discover"}: ${p.name}` }),
             actionButton("Edit", () => handlers.edit(p), { ariaLabel: `Edit ${p.name}` }),
             actionButton("Delete", () => handlers.remove(p), { danger: true, ariaLabel: `Delete ${p.name}` }),
           ),

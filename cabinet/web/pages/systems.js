@@ -3,8 +3,8 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { announce, confirmDialog, form, formatDate, h, loading, section, table } from "../ui.js";
-import { actionButton, canManage, code, openFormDialog } from "./admin_kit.js";
+import { announce, confirmDialog, form, formatDate, h, loading, section } from "../ui.js";
+import { actionButton, canManage, code, openFormDialog, stackedTable } from "./admin_kit.js";
 
 const MAX_NAME_LENGTH = 200;
 const MAX_DESCRIPTION_LENGTH = 2000;
@@ -68,7 +68,7 @@ function systemsTable(systems, manage, redraw) {
         ),
     });
   }
-  return table(columns, systems, {
+  return stackedTable(columns, systems, {
     empty: manage ? "No systems yet. Create one to group API keys and give them their own rules." : "No systems yet.",
     label: "Systems",
   });
