@@ -98,7 +98,9 @@ export function field(spec) {
     control = h("input", { type, ...common });
     if (value !== undefined && value !== null) control.value = String(value);
   }
-  const labelElement = h("label", { for: id }, label, required ? h("span", { class: "required", "aria-hidden": "true" }, " *") : null);
+  // No marker inside the label: its text stays the field's exact name. Required fields carry `required`;
+  // pages say "Optional" in the hint of the others.
+  const labelElement = h("label", { for: id }, label);
   const wrapper = h(
     "div",
     { class: ["field", type === "checkbox" ? "field-checkbox" : null, extraClass] },
@@ -242,7 +244,7 @@ export function notice(kind, ...content) {
 export function announce(kind, text) {
   const region = document.getElementById("notices");
   if (!region) return;
-  region.replaceChildren(notice(kind, text, h("button", { type: "button", class: "link-button dismiss", "aria-label": "Dismiss message", onclick: () => region.replaceChildren() }, "×")));
+  region.replaceChildren(notice(kind, h("span", { class: "notice-text" }, text), h("button", { type: "button", class: "link-button dismiss", "aria-label": "Dismiss message", onclick: () => region.replaceChildren() }, "×")));
 }
 
 let pendingFlash = null;

@@ -104,7 +104,7 @@ async function render(main, params) {
           name: "systemId",
           type: "select",
           options: [{ value: "", label: "No system" }, ...systems.map((system) => ({ value: system.id, label: system.name }))],
-          hint: systems.length ? "Policy rules of the system apply to its keys." : "No systems yet: the key belongs to the organization.",
+          hint: systems.length ? "Optional. Policy rules of the system apply to its keys." : "Optional; there are no systems yet, so the key belongs to the organization.",
         },
         { label: "Owner e-mail", name: "ownerEmail", type: "email", maxlength: 320, hint: "Optional; defaults to you.", list: "member-emails" },
       ],

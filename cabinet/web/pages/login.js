@@ -3,7 +3,7 @@
 import { api } from "../api.js";
 import { href, navigate, page, pageAt } from "../router.js";
 import { signInOptions, startSession } from "../session.js";
-import { form, h, notice, section, show } from "../ui.js";
+import { form, h, notice, show } from "../ui.js";
 
 /** Where to go after signing in: the page the user wanted (`next`), else the overview. */
 export function afterSignIn(params) {
@@ -12,20 +12,53 @@ export function afterSignIn(params) {
   else navigate("/overview");
 }
 
-function ssoSection(providers) {
-  if (!providers || providers.length === 0) return null;
-  return section(
-    "Single sign-on",
-    h("p", { class: "muted" }, "Sign in with your company's identity provider."),
+const EMAIL_SHAPE = /^[^@\s]+@[^@\s]+\.[^@\s]+$/;
+const LOOKUP_DELAY_MS = 350;
+
+/** The SSO providers for an e-mail's domain (the gateway names a provider only to its own domains). */
+async function providersFor(email) {
+  try {
+    const options = await api("GET", "/auth/sign-in-options", undefined, { query: { email } });
+    return (options && options.providers) || [];
+  } catch {
+    return [];
+  }
+}
+
+function ssoLinks(providers) {
+  if (providers.length === 0) return [];
+  return [
+    h("h2", {}, "Single sign-on"),
+    h("p", { class: "muted" }, "Your organization signs you in with its identity provider:"),
     h(
       "div",
       { class: "sso-buttons" },
       providers.map((provider) =>
         // A link, not a button: it leaves the cabinet for the provider's login page.
-        h("a", { class: "button", href: `/api/auth/oidc/${encodeURIComponent(provider.id)}/login` }, `Sign in with ${provider.name || provider.id}`),
+        h("a", { class: "button", href: provider.loginUrl || `/api/auth/oidc/${encodeURIComponent(provider.id)}/login` }, `Sign in with ${provider.name || provider.id}`),
       ),
     ),
-  );
+  ];
+}
+
+/** Show the SSO providers of the typed e-mail's domain below the form, looked up as the user types. */
+function watchEmail(emailInput, area) {
+  let timer = null;
+  let asked = "";
+  const lookUp = async () => {
+    const email = emailInput.value.trim();
+    if (email === asked) return;
+    asked = email;
+    const providers = EMAIL_SHAPE.test(email) ? await providersFor(email) : [];
+    if (asked !== email) return;
+    show(area, ssoLinks(providers));
+    area.hidden = providers.length === 0;
+  };
+  emailInput.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(lookUp, LOOKUP_DELAY_MS);
+  });
+  emailInput.addEventListener("change", lookUp);
 }
 
 async function render(main, params) {
@@ -43,10 +76,13 @@ async function render(main, params) {
     { submitLabel: "Sign in", busyLabel: "Signing in…" },
   );
   const registration = options ? options.registration : "open";
+  const ssoArea = h("section", { class: "card narrow", "aria-live": "polite", hidden: true });
+  watchEmail(passwordForm.querySelector("input[name=email]"), ssoArea);
   show(main,
     params.expired ? notice("info", "Your session has ended. Sign in again to continue.") : null,
     h("div", { class: "card narrow" }, passwordForm),
-    ssoSection(options && options.providers),
+    ssoArea,
+    h("p", { class: "muted" }, "Single sign-on: type your e-mail address and your organization's identity provider shows up here."),
     registration === "closed"
       ? null
       : h("p", {}, "New to modelgate? ", h("a", { href: href("/register") }, "Register your organization"), "."),

@@ -4,10 +4,17 @@ import { api } from "../api.js";
 import { href, page } from "../router.js";
 import { signInOptions, startSession } from "../session.js";
 import { afterSignIn } from "./login.js";
-import { form, h, notice, show } from "../ui.js";
+import { form, formatMoney, h, notice, show } from "../ui.js";
 
 const MIN_PASSWORD_LENGTH = 10;
 const DEFAULT_PLAN = "free";
+
+function planLabel(plan, currency) {
+  const name = plan.name && plan.name !== plan.code ? `${plan.name} (${plan.code})` : plan.code;
+  const fee = typeof plan.monthlyFeeMicros === "number" ? plan.monthlyFeeMicros : typeof plan.monthlyFee === "number" ? Math.round(plan.monthlyFee * 1_000_000) : null;
+  if (fee === null) return name;
+  return fee === 0 ? `${name}: no monthly fee` : `${name}: ${formatMoney(fee, currency)} per month`;
+}
 
 function planField(options) {
   const plans = options && Array.isArray(options.plans) ? options.plans : null;
@@ -17,7 +24,7 @@ function planField(options) {
       name: "planCode",
       type: "select",
       required: true,
-      options: plans.map((plan) => ({ value: plan.code, label: plan.name && plan.name !== plan.code ? `${plan.name} (${plan.code})` : plan.code })),
+      options: plans.map((plan) => ({ value: plan.code, label: planLabel(plan, options.currency) })),
       value: plans[0].code,
     };
   }
