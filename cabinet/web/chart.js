@@ -8,7 +8,7 @@ export const PALETTE = ["#1f5fbf", "#c2410c", "#15803d", "#7e22ce", "#be185d", "
 /** The colour of the series that gathers the rest. */
 export const OTHER_COLOR = "#57534e";
 
-const CHAR_WIDTH = 7;
+const CHAR_WIDTH = 7.5;
 const FONT_HEIGHT = 12;
 
 /** The colour of series number `index` (`other: true` for the "everything else" series). */
@@ -61,7 +61,7 @@ export function barChart(options) {
   for (let value = 0; value <= top + step / 2; value += step) ticks.push(value);
 
   const tickTexts = ticks.map((value) => format(value));
-  const left = Math.max(...tickTexts.map((text) => text.length)) * CHAR_WIDTH + 14;
+  const left = Math.max(...tickTexts.map((text) => text.length)) * CHAR_WIDTH + 18;
   const labels = categories.map((category) => categoryLabel(category));
   const longestLabel = Math.max(1, ...labels.map((text) => text.length));
   const plotWidth = Math.max(40, width - left - 12);

@@ -10,6 +10,8 @@ const NAV_ORDER = ["/overview", "/keys", "/usage", "/members", "/systems", "/rul
 const SIGNED_OUT_NAV = ["/login", "/register"];
 const navListeners = new Set();
 let renderCount = 0;
+// Set by the first navigation after the page loaded (focus moves to the heading only from then on).
+let navigated = false;
 
 function normalize(path) {
   let clean = String(path || "").replace(/^#/, "");
@@ -59,6 +61,7 @@ export function href(path, params) {
 /** Go to a page; re-renders even when the hash does not change. */
 export function navigate(path, params) {
   const target = href(path, params);
+  navigated = true;
   if (location.hash === target) render();
   else location.hash = target;
 }
@@ -134,7 +137,8 @@ export async function render() {
   }
   if (count === renderCount) showPendingFlash();
   // Move focus to the new heading (screen readers announce the page), unless the page focused a control itself.
-  if (count === renderCount && !(container && container.contains(document.activeElement))) focusTitle();
+  // Not on the first page shown: there, the skip link stays the first stop of the keyboard.
+  if (count === renderCount && navigated && !(container && container.contains(document.activeElement))) focusTitle();
 }
 
 function focusTitle() {
@@ -143,6 +147,9 @@ function focusTitle() {
 
 /** Start routing: render now and on every hash change. */
 export function startRouter() {
-  window.addEventListener("hashchange", () => render());
+  window.addEventListener("hashchange", () => {
+    navigated = true;
+    render();
+  });
   return render();
 }

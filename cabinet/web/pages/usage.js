@@ -23,6 +23,7 @@ const DEFAULT_DAYS = 30;
 const MAX_DAYS = 366;
 const GROUP_COLUMNS = { day: "day", model: "model", key: "keyId", system: "systemId" };
 const GROUP_HEADINGS = { day: "Day (UTC)", model: "Model", key: "API key", system: "System" };
+const GROUP_WORDS = { day: "day", model: "model", key: "API key", system: "system" };
 const NONE = { day: "", model: "(unknown model)", key: "(no key)", system: "(no system)" };
 
 function csvCell(value) {
@@ -114,7 +115,7 @@ async function render(main, params) {
   const label = (row) => (report.groupBy === "day" ? row.day : names(row[column]));
   const metric = METRICS.find((m) => m.value === query.metric);
   const format = query.metric === "costMicros" ? money : formatNumber;
-  const title = `${metric.label} by ${GROUPINGS.find((g) => g.value === report.groupBy).label.toLowerCase()}, ${report.from} to ${report.to}`;
+  const title = `${metric.label} by ${GROUP_WORDS[report.groupBy]}, ${report.from} to ${report.to}`;
 
   const hasUsage = report.totals.requests > 0;
   const csvLink = h("a", { class: "button", download: `usage-${report.from}-${report.to}-by-${report.groupBy}.csv`, href: URL.createObjectURL(new Blob([usageCsv(report, names)], { type: "text/csv" })) }, "Download CSV");
