@@ -25,6 +25,7 @@ from modelgate.cabinet.services import CabinetServices, services_of
 from modelgate.cabinet.sessions import end_other_sessions, end_session
 from modelgate.cabinet.throttle import LoginThrottle
 from modelgate.cabinet.users import set_password_hash, user_by_email, user_in_organization
+from modelgate.cabinet.web_security import clear_session_cookie, signed_in_response
 from modelgate.domain.audit_log import Actor, record
 
 # One message for an unknown e-mail and a wrong password, so the answer does not reveal which it was.
@@ -90,25 +91,27 @@ async def login(request: web.Request) -> web.Response:
             target_id=user.id,
             details={"address": request.remote, "method": "password"},
         )
-    return json_response({"token": token, "email": user.email})
+    return signed_in_response(request, services.config, {"token": token, "email": user.email}, token)
 
 
 async def current_session(request: web.Request) -> web.Response:
-    """GET /auth/session → the caller (user or management key), its organization and the session expiry."""
+    """GET /auth/session → the caller (user or management key), its organization and the session expiry;
+    with the session cookie also the `csrfToken` the web cabinet sends on requests that change state."""
     principal = await authenticate(request)
     org = await require_organization(services_of(request).db, principal.organization_id)
-    return json_response(
-        {
-            "kind": principal.kind,
-            "user": {"id": principal.user_id, "email": principal.email, "role": principal.role},
-            "organization": {"id": org.id, "legalName": org.legal_name, "planCode": org.plan_code},
-            "expiresAt": isoformat(principal.expires_at),
-        }
-    )
+    body = {
+        "kind": principal.kind,
+        "user": {"id": principal.user_id, "email": principal.email, "role": principal.role},
+        "organization": {"id": org.id, "legalName": org.legal_name, "planCode": org.plan_code},
+        "expiresAt": isoformat(principal.expires_at),
+    }
+    if principal.csrf_token is not None:
+        body["csrfToken"] = principal.csrf_token
+    return json_response(body)
 
 
 async def logout(request: web.Request) -> web.Response:
-    """POST /auth/logout → ends the session of the presented token."""
+    """POST /auth/logout → ends the session of the presented token (or cookie) and drops the cookie."""
     services = services_of(request)
     principal = await authenticate(request)
     session_id = require_session(principal, "logout")
@@ -123,7 +126,9 @@ async def logout(request: web.Request) -> web.Response:
             at,
             target_id=principal.user_id,
         )
-    return json_response({"ok": True})
+    response = json_response({"ok": True})
+    clear_session_cookie(request, response, services.config)
+    return response
 
 
 async def change_password(request: web.Request) -> web.Response:

@@ -1,5 +1,6 @@
-"""Bearer authentication of cabinet requests: a session token or a management key, checked in the
-database on every request so that logout, expiry and revocation take effect at once."""
+"""Authentication of cabinet requests: a Bearer session token or management key, else the web cabinet's
+session cookie (with its CSRF token on requests that change state), checked in the database on every request
+so that logout, expiry and revocation take effect at once."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ from aiohttp import web
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.sessions import live_session
+from modelgate.cabinet.sessions import SessionHolder, live_session
 from modelgate.cabinet.users import ROLES, first_owner_email
+from modelgate.cabinet.web_security import (
+    CSRF_FAILURE,
+    SAFE_METHODS,
+    SESSION_COOKIE,
+    cleared_cookie_header,
+    csrf_header_matches,
+    csrf_token,
+)
 from modelgate.domain.management_keys import active_management_key
 from modelgate.domain.tokens import API_KEY_PREFIX, MANAGEMENT_KEY_PREFIX, hash_token
 from modelgate.storage.database import Executor
@@ -34,6 +43,8 @@ class Principal:
     session_id: str | None = None
     key_id: str | None = None
     expires_at: float | None = None
+    # Set only when the session cookie authenticated the request: the web cabinet reads it from the session.
+    csrf_token: str | None = None
 
 
 def _unauthorized(message: str) -> CabinetError:
@@ -73,6 +84,10 @@ async def resolve_bearer(ex: Executor, token: str, at: float) -> Principal:
     holder = await live_session(ex, token, at)
     if holder is None:
         raise _unauthorized("invalid or expired session token")
+    return _session_principal(holder)
+
+
+def _session_principal(holder: SessionHolder, csrf: str | None = None) -> Principal:
     return Principal(
         user_id=holder.user_id,
         email=holder.email,
@@ -81,13 +96,37 @@ async def resolve_bearer(ex: Executor, token: str, at: float) -> Principal:
         kind=SESSION,
         session_id=holder.session_id,
         expires_at=holder.expires_at,
+        csrf_token=csrf,
     )
 
 
+async def resolve_cookie(request: web.Request, token: str) -> Principal:
+    """The principal of a session cookie; 401 (dropping the cookie) when its session is over, 403 when the
+    request changes state without the session's CSRF token."""
+    services = services_of(request)
+    # The cookie only ever holds a session token: a key put there is as unknown as a made-up token.
+    holder = await live_session(services.db, token, now()) if token.isascii() else None
+    if holder is None:
+        raise CabinetError(
+            401,
+            "invalid or expired session",
+            headers={"Set-Cookie": cleared_cookie_header(request, services.config)},
+        )
+    if request.method not in SAFE_METHODS and not csrf_header_matches(request, token):
+        raise CabinetError(403, CSRF_FAILURE)
+    return _session_principal(holder, csrf_token(token))
+
+
 async def authenticate(request: web.Request, *, roles: tuple[str, ...] = ROLES) -> Principal:
-    """The caller of this request; 401 when not authenticated, 403 when its role is not in `roles`."""
-    token = bearer_token(request.headers.get("Authorization"))
-    principal = await resolve_bearer(services_of(request).db, token, now())
+    """The caller of this request: by `Authorization: Bearer` first, else by the session cookie; 401 when
+    not authenticated, 403 when its role is not in `roles` (or a cookie request lacks its CSRF token)."""
+    authorization = request.headers.get("Authorization")
+    cookie = request.cookies.get(SESSION_COOKIE) if authorization is None else None
+    if cookie:
+        principal = await resolve_cookie(request, cookie)
+    else:
+        token = bearer_token(authorization)
+        principal = await resolve_bearer(services_of(request).db, token, now())
     if principal.role not in roles:
         raise CabinetError(403, f"this action requires the {' or '.join(roles)} role")
     return principal

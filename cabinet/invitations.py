@@ -36,6 +36,7 @@ from modelgate.cabinet.requests import (
 )
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.users import ADMIN_ROLES, ROLES, User, insert_user, user_by_email
+from modelgate.cabinet.web_security import signed_in_response
 from modelgate.domain.audit_log import Actor, record
 from modelgate.domain.tokens import hash_token, new_id, new_opaque_token
 from modelgate.storage import IntegrityViolation
@@ -207,6 +208,9 @@ async def accept_invitation(request: web.Request) -> web.Response:
     except IntegrityViolation as exc:
         # The e-mail got an account (registration elsewhere) between our check and the insert.
         raise CabinetError(409, "this e-mail already has an account in another organization") from exc
-    return json_response(
-        {"token": session_token, "email": user.email, "passwordSet": user.password_hash is not None}
+    return signed_in_response(
+        request,
+        services.config,
+        {"token": session_token, "email": user.email, "passwordSet": user.password_hash is not None},
+        session_token,
     )

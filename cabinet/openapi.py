@@ -34,11 +34,18 @@ _TIME = {"type": "string", "format": "date-time"}
 _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _ROLE = {"type": "string", "enum": ["owner", "admin", "member"]}
 _STATUS = {"type": "string", "enum": ["active", "revoked"]}
+# The web cabinet's session (cabinet/web_security.py): only for a browser page of this gateway.
+_CSRF_TOKEN = {
+    "type": "string",
+    "description": "Only when the session cookie mg_session is set or used: send it as X-CSRF-Token on"
+    " POST, PATCH, PUT and DELETE requests the cookie authenticates",
+}
 
 _ERRORS = {
     400: "Invalid request (message says which field or rule)",
-    401: "Missing, unknown, expired or revoked bearer token; a model API key is not accepted",
-    403: "The caller's role does not allow this action",
+    401: "Missing, unknown, expired or revoked bearer token (or session cookie); a model API key is not"
+    " accepted",
+    403: "The caller's role does not allow this action, or a cookie request lacks its X-CSRF-Token",
     404: "Unknown id, or one of another organization",
     409: "Conflict with the current state (for single sign-on: server.public_url is not configured)",
     413: "Body larger than 64 KiB",
@@ -134,6 +141,22 @@ PATHS: dict[str, dict[str, Any]] = {
         ),
     },
     "/auth/session": {"get": _op("The current session", (200, "Session"))},
+    "/auth/sign-in-options": {
+        "get": _op(
+            "What a sign-in page shows: the gateway's version, the registration mode, the self-service plans,"
+            " and the single sign-on providers of the e-mail's domain",
+            (200, "SignInOptions"),
+            public=True,
+            errors=(400,),
+            params=(
+                _query_param(
+                    "email",
+                    _STR,
+                    "An e-mail address: the providers that allow its domain are listed (none without it)",
+                ),
+            ),
+        ),
+    },
     "/auth/logout": {"post": _op("End the current session", (200, "Ok"))},
     "/auth/password": {
         "post": _op(
@@ -455,7 +478,30 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "LoginRequest": _obj(("email", "password"), email=_STR, password=_STR),
-    "AuthResponse": _obj(("token", "email"), token=_STR, email=_STR),
+    "AuthResponse": _obj(("token", "email"), token=_STR, email=_STR, csrfToken=_CSRF_TOKEN),
+    "SignInOptions": _obj(
+        ("name", "version", "registration", "currency", "plans", "providers"),
+        name=_STR,
+        version=_STR,
+        registration={"type": "string", "enum": ["open", "invite_only", "closed"]},
+        currency=_STR,
+        plans={
+            "type": "array",
+            "description": "The plans self-registration may choose",
+            "items": _obj(
+                ("code", "name", "monthlyFeeMicros"),
+                code=_STR,
+                name=_STR,
+                monthlyFeeMicros={"type": "integer"},
+            ),
+        },
+        providers={
+            "type": "array",
+            "description": "Discovered identity providers that allow the e-mail's domain"
+            " (none without server.public_url)",
+            "items": _obj(("id", "name", "loginUrl"), id=_STR, name=_STR, loginUrl=_STR),
+        },
+    ),
     "PasswordChangeRequest": _obj(
         ("newPassword",),
         currentPassword={"type": "string", "description": "Required unless the account has no password yet"},
@@ -470,6 +516,7 @@ SCHEMAS: dict[str, Any] = {
         user=_CALLER,
         organization=_ORGANIZATION,
         expiresAt=_NULLABLE_TIME,
+        csrfToken=_CSRF_TOKEN,
     ),
     "Member": _MEMBER,
     "MemberList": _obj(("members",), members={"type": "array", "items": _ref("Member")}),
@@ -491,6 +538,7 @@ SCHEMAS: dict[str, Any] = {
         ("token", "email", "passwordSet"),
         token=_STR,
         email=_STR,
+        csrfToken=_CSRF_TOKEN,
         passwordSet={
             "type": "boolean",
             "description": "false: no password yet (set one with POST /auth/password, or use SSO)",
@@ -556,7 +604,7 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "modelgate cabinet API", "version": "1"},
         "servers": [{"url": public_url.rstrip("/") or "/"}],
-        "security": [{"bearer": []}],
+        "security": [{"bearer": []}, {"sessionCookie": []}],
         "paths": {PREFIX + path: item for path, item in {**PATHS, **BILLING_PATHS}.items()},
         "components": {
             "schemas": {**SCHEMAS, **BILLING_SCHEMAS},
@@ -565,6 +613,14 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "A session token or a management key (sk-mgmt-…); model keys are refused.",
+                },
+                "sessionCookie": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": "mg_session",
+                    "description": "The web cabinet's session (HttpOnly, SameSite=Strict, Path=/api), set"
+                    " by a sign-in from a page of this gateway; requests that change state also need"
+                    " X-CSRF-Token. Used only without an Authorization header.",
                 },
                 **OPERATOR_SECURITY_SCHEMES,
             },

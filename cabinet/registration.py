@@ -20,7 +20,6 @@ from modelgate.cabinet.registration_invitations import (
 from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
-    json_response,
     read_json_object,
     required_email,
     required_secret,
@@ -28,6 +27,7 @@ from modelgate.cabinet.requests import (
 )
 from modelgate.cabinet.services import CabinetServices, services_of
 from modelgate.cabinet.users import insert_user, user_by_email
+from modelgate.cabinet.web_security import signed_in_response
 from modelgate.config import PlanConfig
 from modelgate.domain.audit_log import Actor, record
 from modelgate.domain.organizations import insert_organization
@@ -126,4 +126,4 @@ async def register(request: web.Request) -> web.Response:
     except IntegrityViolation as exc:
         # Another registration took the e-mail between our check and the insert.
         raise _email_taken() from exc
-    return json_response({"token": token, "email": email}, status=201)
+    return signed_in_response(request, services.config, {"token": token, "email": email}, token, status=201)

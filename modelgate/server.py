@@ -1,4 +1,5 @@
-"""The HTTP server: one aiohttp application on one event loop serving /v1, /api, /healthz, /readyz, /metrics.
+"""The HTTP server: one aiohttp application on one event loop serving /v1, /api, the web cabinet (/ and
+/assets/), /healthz, /readyz, /metrics.
 
 Graceful shutdown on SIGTERM/SIGINT: realtime sessions are closed (1001 going away) and new ones refused,
 /readyz answers 503 (for `server.drain_seconds`, still serving), then stop accepting, let in-flight requests
@@ -22,6 +23,7 @@ from aiohttp import web
 
 from modelgate.cabinet.app import build_cabinet_app
 from modelgate.cabinet.services import CabinetServices
+from modelgate.cabinet.web_assets import WebAssets, add_web_routes
 from modelgate.config import Config
 from modelgate.gateway import Gateway
 from modelgate.proxy.http.client_address import forwarded_client_middleware
@@ -78,7 +80,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    """The root application: the model API at /v1, the cabinet at /api, health endpoints."""
+    """The root application: the model API at /v1, the cabinet at /api and its web app at / and /assets/,
+    health endpoints."""
     trusted_proxies = gateway.config.server.trusted_proxies
     # Only when configured: a middleware costs every request, and the default trusts no forwarded header.
     middlewares = [forwarded_client_middleware(trusted_proxies)] if trusted_proxies else []
@@ -101,6 +104,7 @@ def build_app(gateway: Gateway) -> web.Application:
     gateway.follow_config(lambda config: setattr(services, "config", config))
     cabinet = build_cabinet_app(services)
     app.add_subapp("/api", cabinet)
+    add_web_routes(app.router, WebAssets.load())
     return app
 
 

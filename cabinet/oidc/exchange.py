@@ -18,8 +18,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.oidc.sign_ins import StoredLoginCode, insert_login_code, take_login_code
-from modelgate.cabinet.requests import CabinetError, json_response, read_json_object, required_secret
+from modelgate.cabinet.requests import CabinetError, read_json_object, required_secret
 from modelgate.cabinet.services import services_of
+from modelgate.cabinet.web_security import signed_in_response
 from modelgate.domain.tokens import hash_token, new_opaque_token
 from modelgate.storage.database import Executor
 
@@ -63,7 +64,8 @@ def _invalid_code() -> CabinetError:
 
 
 async def redeem_login_code(request: web.Request) -> web.Response:
-    """POST /auth/oidc/exchange {code} → {token, email}; each code works once, for a minute."""
+    """POST /auth/oidc/exchange {code} → {token, email} (and the session cookie); each code works once, for a
+    minute."""
     services = services_of(request)
     code = required_secret(await read_json_object(request), "code")
     if len(code) > _MAX_CODE_LENGTH:
@@ -75,4 +77,4 @@ async def redeem_login_code(request: web.Request) -> web.Response:
     token = _unseal(code, stored.sealed_token)
     if token is None:
         raise _invalid_code()
-    return json_response({"token": token, "email": stored.email})
+    return signed_in_response(request, services.config, {"token": token, "email": stored.email}, token)

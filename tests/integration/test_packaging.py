@@ -77,6 +77,19 @@ def test_the_wheel_holds_every_module_migration_and_config_file(wheel: zipfile.Z
     assert expected - names == set()
 
 
+def test_the_wheel_holds_the_web_cabinet(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    web = REPOSITORY / "cabinet" / "web"
+    shipped = {
+        "modelgate/" + path.relative_to(REPOSITORY).as_posix()
+        for path in web.rglob("*")
+        if path.is_file() and not path.name.startswith(".")
+    }
+    assert "modelgate/cabinet/web/index.html" in shipped
+    assert any(name.startswith("modelgate/cabinet/web/pages/") for name in shipped)
+    assert shipped - names == set()
+
+
 def test_the_modelgate_command_is_the_cli_main(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [name for name in wheel.namelist() if name.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
