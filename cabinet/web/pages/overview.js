@@ -5,7 +5,7 @@ import { api } from "../api.js";
 import { barChart } from "../chart.js";
 import { href, page } from "../router.js";
 import { session } from "../session.js";
-import { emptyState, formatDate, formatMoney, formatNumber, h, loading, notice, section, table, show } from "../ui.js";
+import { emptyState, errorText, formatDate, formatMoney, formatNumber, h, loading, notice, section, show, table } from "../ui.js";
 import { globMatches, limitSeries, monthStart, shortDay, spendByDayAndModel, usageReport, utcToday } from "../usage_data.js";
 
 const ADMIN = ["owner", "admin"];
@@ -86,27 +86,21 @@ function subjectName(rule, data) {
 }
 
 /** The spend a budget rule has used in its period, from the usage reports (exact for whole-subject rules). */
-function budgetSpend(rule, spend, groups) {
-  const today = utcToday();
+function budgetSpend(rule, groups) {
   const period = rule.budget.period === "day" ? "day" : "month";
   const everyModel = rule.models.includes("*");
-  if (rule.subjectType === "organization") {
-    let total = 0;
-    spend.models.forEach((model) => {
-      if (!everyModel && !rule.models.some((glob) => globMatches(glob, model))) return;
-      const values = spend.cost.get(model);
-      total += period === "day" ? values[spend.days.indexOf(today)] || 0 : values.reduce((a, b) => a + b, 0);
-    });
-    return { micros: total, exact: true };
-  }
   const report = groups[`${rule.subjectType}:${period}`];
+  if (rule.subjectType === "organization") {
+    const rows = report.rows.filter((row) => everyModel || rule.models.some((glob) => globMatches(glob, row.model ?? "")));
+    return { micros: rows.reduce((sum, row) => sum + row.costMicros, 0), exact: true };
+  }
   const column = rule.subjectType === "key" ? "keyId" : "systemId";
-  const row = report ? report.rows.find((item) => item[column] === rule.subjectId) : null;
+  const row = report.rows.find((item) => item[column] === rule.subjectId);
   // The usage report sums every model of a key or system; a rule on some models only sees part of it.
   return { micros: row ? row.costMicros : 0, exact: everyModel };
 }
 
-async function budgetsSection(rules, data, spend) {
+async function budgetsSection(rules, data) {
   const budgets = rules.filter((rule) => rule.budget && rule.effect === "allow");
   const title = "Spend against budgets";
   if (budgets.length === 0) {
@@ -114,12 +108,13 @@ async function budgetsSection(rules, data, spend) {
   }
   const today = utcToday();
   const from = monthStart(today);
-  const needed = new Set(budgets.filter((rule) => rule.subjectType !== "organization").map((rule) => `${rule.subjectType}:${rule.budget.period === "day" ? "day" : "month"}`));
+  // One usage report per grouping and period the budgets need (an organization's budget sums its models).
+  const needed = new Set(budgets.map((rule) => `${rule.subjectType}:${rule.budget.period === "day" ? "day" : "month"}`));
   const groups = {};
   await Promise.all(
     [...needed].map(async (name) => {
       const [subject, period] = name.split(":");
-      groups[name] = await usageReport(period === "day" ? today : from, today, subject);
+      groups[name] = await usageReport(period === "day" ? today : from, today, subject === "organization" ? "model" : subject);
     }),
   );
   const money = (micros) => formatMoney(micros, data.billing.currency);
@@ -129,17 +124,21 @@ async function budgetsSection(rules, data, spend) {
       "ul",
       { class: "budget-list" },
       budgets.map((rule) => {
-        const used = budgetSpend(rule, spend, groups);
+        const used = budgetSpend(rule, groups);
         const limit = rule.budget.amountMicros;
-        const share = limit > 0 ? Math.min(1, used.micros / limit) : used.micros > 0 ? 1 : 0;
+        const usedMicros = used.micros;
+        const ratio = limit > 0 ? usedMicros / limit : usedMicros > 0 ? 1 : 0;
+        const state = ratio >= 1 ? "over" : ratio >= 0.8 ? "near" : "ok";
         const label = `${subjectName(rule, data)} · ${rule.models.join(", ")}`;
         const labelId = `budget-${rule.id}`;
+        const period = rule.budget.period === "day" ? "day (UTC)" : "month";
         return h(
           "li",
-          { class: "meter" },
+          { class: ["meter", `meter-${state}`] },
           h("span", { id: labelId }, h("strong", {}, label), rule.description ? ` — ${rule.description}` : ""),
-          h("progress", { max: 100, value: Math.round(share * 100), "aria-labelledby": labelId }),
-          h("span", { class: "muted" }, `${money(used.micros)} of ${money(limit)} this ${rule.budget.period === "day" ? "day (UTC)" : "month"} (${Math.round(share * 100)}%)`, used.exact ? "" : " — spend of the subject on every model"),
+          h("progress", { max: 100, value: Math.round(Math.min(1, ratio) * 100), "aria-labelledby": labelId }),
+          h("span", { class: "muted" }, `${money(usedMicros)} of ${money(limit)} this ${period} (${Math.round(ratio * 100)}%)`, used.exact ? "" : " — spend of the subject on every model"),
+          state === "over" ? h("strong", { class: "meter-warning" }, `Budget used up: requests that cost money are refused (402) until the ${rule.budget.period === "day" ? "day" : "month"} ends or the budget is raised.`) : null,
         );
       }),
     ),
@@ -182,23 +181,25 @@ function openInvoices(billing) {
   );
 }
 
+/** The chart needs a usage report per day with spend, so it fills in after the rest of the page. */
+async function fillDailyChart(slot, currency) {
+  const today = utcToday();
+  try {
+    const spend = await spendByDayAndModel(monthStart(today), today);
+    slot.replaceWith(dailyChart(spend, currency));
+  } catch (exc) {
+    show(slot, h("h2", {}, "Daily spend by model this month"), notice("error", `The chart could not be loaded: ${errorText(exc)}`));
+  }
+}
+
 async function render(main) {
   loading(main);
-  const today = utcToday();
-  const [data, rules, spend] = await Promise.all([
-    api("GET", "/overview"),
-    api("GET", "/policy-rules").then((answer) => answer.policyRules || []),
-    spendByDayAndModel(monthStart(today), today),
-  ]);
+  const [data, rules] = await Promise.all([api("GET", "/overview"), api("GET", "/policy-rules").then((answer) => answer.policyRules || [])]);
   const activeKeys = data.apiKeys.filter((key) => key.status === "active").length;
-  const budgets = await budgetsSection(rules, data, spend);
-  show(main,
-    billingNotice(data.billing, activeKeys),
-    summaryCards(data),
-    budgets,
-    dailyChart(spend, data.billing.currency),
-    openInvoices(data.billing),
-  );
+  const budgets = await budgetsSection(rules, data);
+  const chartSlot = section("Daily spend by model this month", h("p", { class: "loading", role: "status" }, "Loading the chart…"));
+  show(main, billingNotice(data.billing, activeKeys), summaryCards(data), budgets, chartSlot, openInvoices(data.billing));
+  await fillDailyChart(chartSlot, data.billing.currency);
 }
 
 page("/overview", { title: "Overview", render });
