@@ -20,6 +20,7 @@ const METRICS = [
   { value: "outputTokens", label: "Output tokens" },
 ];
 const DEFAULT_DAYS = 30;
+let csvUrl = null;
 const MAX_DAYS = 366;
 const GROUP_COLUMNS = { day: "day", model: "model", key: "keyId", system: "systemId" };
 const GROUP_HEADINGS = { day: "Day (UTC)", model: "Model", key: "API key", system: "System" };
@@ -118,7 +119,10 @@ async function render(main, params) {
   const title = `${metric.label} by ${GROUP_WORDS[report.groupBy]}, ${report.from} to ${report.to}`;
 
   const hasUsage = report.totals.requests > 0;
-  const csvLink = h("a", { class: "button", download: `usage-${report.from}-${report.to}-by-${report.groupBy}.csv`, href: URL.createObjectURL(new Blob([usageCsv(report, names)], { type: "text/csv" })) }, "Download CSV");
+  // One file URL at a time: the previous report's is released when a new one is shown.
+  if (csvUrl) URL.revokeObjectURL(csvUrl);
+  csvUrl = URL.createObjectURL(new Blob([usageCsv(report, names)], { type: "text/csv;charset=utf-8" }));
+  const csvLink = h("a", { class: "button", download: `usage-${report.from}-${report.to}-by-${report.groupBy}.csv`, href: csvUrl }, "Download CSV");
 
   const columns = [
     { label: GROUP_HEADINGS[report.groupBy], render: (row) => (report.groupBy === "key" || report.groupBy === "system" ? h("span", { title: row[column] || "" }, label(row)) : label(row)) },
