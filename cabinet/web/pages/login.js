@@ -2,7 +2,7 @@
 
 import { api } from "../api.js";
 import { href, navigate, page, pageAt } from "../router.js";
-import { signInOptions, startSession } from "../session.js";
+import { session, signedIn, signInOptions, startSession } from "../session.js";
 import { form, h, notice, show } from "../ui.js";
 
 /** Where to go after signing in: the page the user wanted (`next`), else the overview. */
@@ -80,6 +80,7 @@ async function render(main, params) {
   watchEmail(passwordForm.querySelector("input[name=email]"), ssoArea);
   show(main,
     params.expired ? notice("info", "Your session has ended. Sign in again to continue.") : null,
+    signedIn() ? notice("info", h("span", {}, `You are signed in as ${session.user.email}. `, h("a", { href: href("/overview") }, "Go to the overview"), " or sign in as someone else.")) : null,
     h("div", { class: "card narrow" }, passwordForm),
     ssoArea,
     h("p", { class: "muted" }, "Single sign-on: type your e-mail address and your organization's identity provider shows up here."),

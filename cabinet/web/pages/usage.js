@@ -86,7 +86,7 @@ async function render(main, params) {
         },
       },
       { label: "Group by", name: "groupBy", type: "select", options: GROUPINGS, value: query.groupBy },
-      { label: "Chart", name: "metric", type: "select", options: METRICS, value: query.metric },
+      { label: "Chart shows", name: "metric", type: "select", options: METRICS, value: query.metric },
     ],
     async (values) => navigate("/usage", values),
     { submitLabel: "Show", busyLabel: "Loading…", class: "form-inline" },
