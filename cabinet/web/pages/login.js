@@ -42,7 +42,7 @@ function ssoLinks(providers) {
 }
 
 /** Show the SSO providers of the typed e-mail's domain below the form, looked up as the user types. */
-function watchEmail(emailInput, area) {
+function watchEmail(emailInput, area, hint) {
   let timer = null;
   let asked = "";
   const lookUp = async () => {
@@ -53,6 +53,7 @@ function watchEmail(emailInput, area) {
     if (asked !== email) return;
     show(area, ssoLinks(providers));
     area.hidden = providers.length === 0;
+    hint.hidden = providers.length > 0;
   };
   emailInput.addEventListener("input", () => {
     clearTimeout(timer);
@@ -77,13 +78,14 @@ async function render(main, params) {
   );
   const registration = options ? options.registration : "open";
   const ssoArea = h("section", { class: "card narrow", "aria-live": "polite", hidden: true });
-  watchEmail(passwordForm.querySelector("input[name=email]"), ssoArea);
+  const ssoHint = h("p", { class: "muted" }, "Single sign-on: type your e-mail address and your organization's identity provider shows up here.");
+  watchEmail(passwordForm.querySelector("input[name=email]"), ssoArea, ssoHint);
   show(main,
     params.expired ? notice("info", "Your session has ended. Sign in again to continue.") : null,
     signedIn() ? notice("info", h("span", {}, `You are signed in as ${session.user.email}. `, h("a", { href: href("/overview") }, "Go to the overview"), " or sign in as someone else.")) : null,
     h("div", { class: "card narrow" }, passwordForm),
     ssoArea,
-    h("p", { class: "muted" }, "Single sign-on: type your e-mail address and your organization's identity provider shows up here."),
+    ssoHint,
     registration === "closed"
       ? null
       : h("p", {}, "New to modelgate? ", h("a", { href: href("/register") }, "Register your organization"), "."),
