@@ -135,6 +135,13 @@ async function render(main, params) {
   const totals = report.totals;
   const footer = ["Total", formatNumber(totals.requests), formatNumber(totals.inputTokens), formatNumber(totals.cachedInputTokens), formatNumber(totals.outputTokens), money(totals.costMicros)];
 
+  // By day the report lists every day of the range; the table keeps the days with usage (the chart and the
+  // CSV keep them all).
+  const tableRows = report.groupBy === "day" ? report.rows.filter((row) => row.requests > 0 || row.costMicros > 0) : report.rows;
+  const skipped = report.rows.length - tableRows.length;
+  const tableNote = report.groupBy === "day"
+    ? `Days are UTC days${skipped ? `; ${skipped} days without usage are left out of the table (the CSV has every day)` : ""}.`
+    : `${report.rows.length} rows.`;
   show(results,
     section(
       "Chart",
@@ -150,8 +157,8 @@ async function render(main, params) {
     ),
     section(
       "Table",
-      h("div", { class: "form-actions" }, csvLink, h("span", { class: "muted" }, `${report.rows.length} rows; days are UTC days.`)),
-      table(columns, report.rows, { caption: title.replace(/^[^ ]+/, "Usage"), rowHeaders: true, footer, empty: `No usage from ${report.from} to ${report.to}.` }),
+      h("div", { class: "form-actions" }, csvLink, h("span", { class: "muted" }, tableNote)),
+      table(columns, tableRows, { caption: title.replace(/^[^ ]+/, "Usage"), rowHeaders: true, footer, empty: `No usage from ${report.from} to ${report.to}.` }),
     ),
   );
 }
