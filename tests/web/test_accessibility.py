@@ -5,6 +5,8 @@ opens from its menu button and leads to the pages, with nothing wider than the s
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +21,9 @@ from tests.web.browser import (
     settle,
 )
 from tests.web.web_gateway import Account, WebGateway
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 SIGNED_IN_PAGES = [
     ("overview", "Overview"),
@@ -57,15 +62,25 @@ def owner(gateway: WebGateway) -> Account:
     return owner
 
 
+@pytest.fixture(scope="module")
+def owner_pages(browser: Browser, gateway: WebGateway, owner: Account) -> Iterator[tuple[Page, Page]]:
+    """The owner's pages for the whole module: one as the app runs (for the screenshots), and one in a
+    context that ignores the CSP, only so that axe-core can be injected."""
+    contexts = Contexts(browser, gateway.base_url)
+    pages = (contexts.signed_in(owner).new_page(), contexts.signed_in(owner, bypass_csp=True).new_page())
+    yield pages
+    contexts.close()
+    assert not contexts.problems.errors, "errors in the pages:\n" + "\n".join(contexts.problems.errors)
+
+
 @pytest.mark.parametrize(("route", "title"), SIGNED_IN_PAGES, ids=[route for route, _ in SIGNED_IN_PAGES])
 def test_each_signed_in_page_passes_axe_and_is_photographed(
-    contexts: Contexts, owner: Account, route: str, title: str
+    owner_pages: tuple[Page, Page], route: str, title: str
 ) -> None:
-    screenshot(open_route(contexts.signed_in(owner).new_page(), route, title), route)
+    shown, checked = owner_pages
+    screenshot(open_route(shown, route, title), route)
 
-    # axe-core is injected as a script: only this context ignores the page's CSP to allow it.
-    page = open_route(contexts.signed_in(owner, bypass_csp=True).new_page(), route, title)
-    violations = axe_violations(page)
+    violations = axe_violations(open_route(checked, route, title))
 
     assert not violations, f"axe-core on #/{route}:\n{describe_violations(violations)}"
 
@@ -78,8 +93,7 @@ def test_each_signed_out_page_passes_axe_and_is_photographed(
         route = f"accept-invitation?token={gateway.invite(gateway.register('a11y-out'), 'member')[1]}"
     screenshot(open_route(contexts.page(), route, title), route.split("?")[0])
 
-    page = open_route(contexts.page(bypass_csp=True), route, title)
-    violations = axe_violations(page)
+    violations = axe_violations(open_route(contexts.page(bypass_csp=True), route, title))
 
     assert not violations, f"axe-core on #/{route}:\n{describe_violations(violations)}"
 

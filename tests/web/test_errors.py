@@ -6,23 +6,23 @@ from __future__ import annotations
 import re
 
 from modelgate.cabinet.account import BAD_CREDENTIALS
-from tests.web.browser import Contexts, expect, open_route
+from tests.web.browser import Contexts, expect, labelled, open_route
 from tests.web.web_gateway import WebGateway
 
 
 def test_a_duplicate_key_alias_shows_the_api_message(contexts: Contexts, gateway: WebGateway) -> None:
-    owner = gateway.funded("errors")
+    owner = gateway.register("errors")
     gateway.create_key(owner, "taken")
     page = open_route(contexts.signed_in(owner).new_page(), "keys", "API keys")
 
-    page.get_by_label(re.compile("^alias", re.IGNORECASE)).fill("taken")
-    page.get_by_role("button", name=re.compile("create", re.IGNORECASE)).click()
+    page.get_by_label(labelled("Alias")).fill("taken")
+    page.get_by_role("button", name="Create key", exact=True).click()
 
     expect(page.get_by_role("alert").filter(has_text="alias already exists")).to_be_visible()
 
 
 def test_a_duplicate_system_name_shows_the_api_message(contexts: Contexts, gateway: WebGateway) -> None:
-    owner = gateway.funded("errors")
+    owner = gateway.register("errors")
     gateway.api("POST", "/systems", owner, {"name": "billing-bot"})
     page = open_route(contexts.signed_in(owner).new_page(), "systems", "Systems")
 
@@ -40,9 +40,9 @@ def test_a_wrong_password_shows_the_api_message_on_the_sign_in_page(
     owner = gateway.register("wrong-password")
     page = open_route(contexts.page(), "login", "Sign in")
 
-    page.get_by_label(re.compile("e-?mail", re.IGNORECASE)).fill(owner.email)
-    page.get_by_label("Password").fill("not the password at all")
-    page.get_by_role("button", name="Sign in").click()
+    page.get_by_label(labelled("E-mail")).fill(owner.email)
+    page.get_by_label(labelled("Password")).fill("not the password at all")
+    page.get_by_role("button", name="Sign in", exact=True).click()
 
     expect(page.get_by_role("alert").filter(has_text=BAD_CREDENTIALS)).to_be_visible()
     expect(page.locator("#page-title")).to_have_text("Sign in")

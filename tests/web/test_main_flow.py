@@ -9,7 +9,7 @@ import re
 import openai
 import pytest
 
-from tests.web.browser import Contexts, expect, open_route, screenshot, settle
+from tests.web.browser import Contexts, expect, labelled, open_route, screenshot, settle
 from tests.web.web_gateway import MODEL, PASSWORD, WebGateway, eventually, unique_email
 
 SECRET = re.compile(r"sk-[A-Za-z0-9_-]{20,}")
@@ -51,11 +51,11 @@ def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
 
     # Create a key; its secret is shown once, with a copy button and a warning.
     open_route(page, "keys", "API keys")
-    page.get_by_label(re.compile("^alias", re.IGNORECASE)).fill("flow-app")
-    page.get_by_role("button", name=re.compile("create", re.IGNORECASE)).click()
+    page.get_by_label(labelled("Alias")).fill("flow-app")
+    page.get_by_role("button", name="Create key", exact=True).click()
     panel = page.locator(".secret-panel, .key-secret, [data-secret]").first
     expect(panel).to_contain_text(SECRET)
-    expect(panel).to_contain_text(re.compile("only once|shown once|won.t see it again", re.IGNORECASE))
+    expect(panel).to_contain_text(re.compile("not be shown again|shown only (once|now)", re.IGNORECASE))
     found = SECRET.search(panel.inner_text())
     assert found is not None
     secret = found.group(0)
@@ -80,7 +80,8 @@ def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
     chart = page.locator("#page svg").first
     expect(chart).to_be_visible()
     assert chart.locator("rect, path").count() > 0
-    page.get_by_label(re.compile("group by", re.IGNORECASE)).select_option("model")
+    page.get_by_label(labelled("Group by")).select_option("model")
+    page.get_by_role("button", name="Show", exact=True).click()
     settle(page, "Usage")
     expect(page.locator("#page table").first).to_contain_text(MODEL)
     screenshot(page, "usage")
