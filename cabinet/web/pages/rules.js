@@ -374,7 +374,9 @@ async function render(main) {
       createSlot.replaceChildren(createForm);
     };
     drawCreateForm();
-    parts.push(h("details", { class: "card create-rule" }, h("summary", {}, "Create a rule"), createSlot));
+    // Open at first, when there is no rule to look at yet.
+    const none = accessSlot.querySelector("table") === null && contentSlot.querySelector("table") === null;
+    parts.push(h("details", { class: "card create-rule", open: none }, h("summary", {}, "Create a rule"), createSlot));
   } else {
     parts.push(h("p", { class: "muted" }, "Only owners and admins change rules."));
   }

@@ -68,7 +68,7 @@ function providerFields(provider = null) {
     },
     { label: "Token endpoint authentication", name: "tokenAuthMethod", type: "select", value: p.tokenAuthMethod || "client_secret_basic", options: AUTH_METHODS },
     { label: "Scopes", name: "scopes", required: true, value: p.scopes ? p.scopes.join(" ") : DEFAULT_SCOPES, validate: validateScopes, autocomplete: "off", hint: "Separated by spaces; must include openid." },
-    { label: "Allowed e-mail domains", name: "allowedDomains", required: true, value: p.allowedDomains ? p.allowedDomains.join(", ") : "", validate: validateDomains, autocomplete: "off", hint: "Only addresses in these domains may sign in (comma-separated)." },
+    { label: "Allowed domains", name: "allowedDomains", required: true, value: p.allowedDomains ? p.allowedDomains.join(", ") : "", validate: validateDomains, autocomplete: "off", hint: "Only e-mail addresses in these domains may sign in (comma-separated, e.g. example.com)." },
     { label: "Role of users it creates", name: "defaultRole", type: "select", value: p.defaultRole || "member", options: ROLES },
     { label: "Create unknown users on their first sign-in", name: "autoProvision", type: "checkbox", value: Boolean(p.autoProvision) },
     { label: "Assume PKCE S256 when the discovery document does not list it (Entra ID)", name: "assumePkceS256", type: "checkbox", value: Boolean(p.assumePkceS256) },
@@ -115,19 +115,26 @@ function discoveryPanel(result) {
 }
 
 function statusCell(p) {
-  if (p.discovered) return h("span", {}, badge("active"), h("span", { class: "muted" }, ` ready since ${formatDate(p.discoveredAt)}`));
-  return h("span", {}, badge("pending"), h("span", { class: "muted" }, " discover to enable sign-in"));
+  if (p.discovered) return h("span", { class: "sso-status" }, badge("active"), h("span", { class: "muted" }, `discovered ${formatDate(p.discoveredAt, false)}`));
+  return h("span", { class: "sso-status" }, badge("pending"), h("span", { class: "muted" }, "not discovered yet"));
+}
+
+function nameCell(p) {
+  return [p.name, h("span", { class: "sso-sub muted" }, "client ", code(p.clientId))];
+}
+
+function audienceCell(p) {
+  const joining = p.autoProvision ? `others join as ${p.defaultRole}` : "existing users only";
+  return [p.allowedDomains.join(", "), h("span", { class: "sso-sub muted" }, joining)];
 }
 
 function providersTable(providers, handlers) {
   return stackedTable(
     [
-      { label: "Name", key: "name" },
+      { label: "Name", class: "wrap", render: nameCell },
       { label: "Issuer", class: "wrap", render: (p) => code(p.issuer) },
-      { label: "Client id", render: (p) => code(p.clientId) },
-      { label: "Domains", class: "wrap", render: (p) => p.allowedDomains.join(", ") },
-      { label: "New users", render: (p) => (p.autoProvision ? `created as ${p.defaultRole}` : "invited only") },
-      { label: "Sign-in", render: statusCell },
+      { label: "Who may sign in", class: "wrap", render: audienceCell },
+      { label: "Status", render: statusCell },
       {
         label: "Actions",
         render: (p) =>
@@ -221,7 +228,7 @@ async function render(main) {
     ),
     section("Identity providers", listSlot),
     resultSlot,
-    h("details", { class: "card" }, h("summary", {}, "Add an identity provider"), createSlot),
+    section("Add an identity provider", createSlot),
   );
 }
 
