@@ -128,6 +128,7 @@ export async function render() {
     container = show(entry.title, notice("info", `This page is not available for your role (${session.role}).`));
   } else {
     container = show(entry.title);
+    focusTitle();
     try {
       // A fresh container per render: a slow page that finishes after the user moved on writes nowhere visible.
       await entry.render(container, params);
@@ -136,13 +137,15 @@ export async function render() {
     }
   }
   if (count === renderCount) showPendingFlash();
-  // Move focus to the new heading (screen readers announce the page), unless the page focused a control itself.
-  // Not on the first page shown: there, the skip link stays the first stop of the keyboard.
-  if (count === renderCount && navigated && !(container && container.contains(document.activeElement))) focusTitle();
+  if (!entry || !allowed(entry)) focusTitle();
 }
 
+/**
+ * Move focus to the new page's heading, so screen readers announce it and Tab continues in the page (a page
+ * may then focus a control itself). Not on the first page shown: there the skip link stays the first stop.
+ */
 function focusTitle() {
-  document.getElementById("page-title").focus({ preventScroll: true });
+  if (navigated) document.getElementById("page-title").focus({ preventScroll: true });
 }
 
 /** Start routing: render now and on every hash change. */
