@@ -40,6 +40,8 @@ function planField(options) {
 
 async function render(main, params) {
   const options = await signInOptions();
+  // An operator's registration invitation link: #/register?invitation=<token>.
+  const invitation = params.invitation || params.invitationToken || "";
   const mode = options ? options.registration : "open";
   if (mode === "closed") {
     show(main,
@@ -63,12 +65,12 @@ async function render(main, params) {
     },
     planField(options),
   ];
-  if (mode === "invite_only" || params.invitation) {
+  if (mode === "invite_only" || invitation) {
     fields.push({
       label: "Registration invitation",
       name: "invitationToken",
       required: mode === "invite_only",
-      value: params.invitation || "",
+      value: invitation,
       hint: "The invitation token your operator gave you; it brings its own plan.",
     });
   }
