@@ -55,10 +55,13 @@ export function openFormDialog({ title, intro = null, fields, submitLabel = "Sav
 /**
  * A button that runs `await action()`; while it runs the button is disabled, and an error is announced
  * as readable text at the top of the page. `ariaLabel` names the row it acts on for screen readers.
+ * When the action redrew the list the button was in, the focus goes to the heading of its section
+ * (keyboard users keep their place instead of starting again at the top of the page).
  */
 export function actionButton(label, action, { danger = false, ariaLabel = null } = {}) {
   const button = h("button", { type: "button", class: ["button", "small", danger ? "danger" : null], "aria-label": ariaLabel }, label);
   button.addEventListener("click", async () => {
+    const home = button.closest("section");
     button.disabled = true;
     try {
       await action();
@@ -67,9 +70,17 @@ export function actionButton(label, action, { danger = false, ariaLabel = null }
       document.getElementById("main")?.scrollIntoView({ block: "start" });
     } finally {
       button.disabled = false;
+      if (!button.isConnected) focusHeading(home);
     }
   });
   return button;
+}
+
+function focusHeading(container) {
+  const heading = container && container.isConnected ? container.querySelector("h2") : null;
+  if (!heading) return;
+  heading.setAttribute("tabindex", "-1");
+  heading.focus();
 }
 
 /** The non-empty lines of a text area, trimmed. */

@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { page, replaceParams } from "../router.js";
-import { form, formatDate, h, loading, section } from "../ui.js";
+import { errorText, form, formatDate, h, loading, notice, section } from "../ui.js";
 import { MANAGER_ROLES, code, stackedTable } from "./admin_kit.js";
 
 const FILTERS = [
@@ -100,6 +100,13 @@ async function render(main, params) {
   const position = h("span", { class: "muted pager-position" });
   pager.append(newer, position, older);
 
+  function setButtons() {
+    newer.disabled = previous.length === 0;
+    older.disabled = !older.dataset.cursor;
+    position.textContent = `Page ${previous.length + 1}`;
+    pager.hidden = previous.length === 0 && !older.dataset.cursor;
+  }
+
   async function show(at) {
     newer.disabled = older.disabled = true;
     results.setAttribute("aria-busy", "true");
@@ -107,13 +114,10 @@ async function render(main, params) {
       const answer = await api("GET", "/audit-log", undefined, { query: { ...filters, cursor: at } });
       cursor = at;
       results.replaceChildren(entriesTable(answer.entries));
-      newer.disabled = previous.length === 0;
-      older.disabled = !answer.nextCursor;
       older.dataset.cursor = answer.nextCursor || "";
-      position.textContent = `Page ${previous.length + 1}`;
-      pager.hidden = previous.length === 0 && !answer.nextCursor;
     } finally {
       results.removeAttribute("aria-busy");
+      setButtons();
     }
   }
 
@@ -121,8 +125,11 @@ async function render(main, params) {
     try {
       await action();
     } catch (exc) {
-      results.replaceChildren(h("p", { class: "notice notice-error", role: "alert" }, exc.message));
+      results.replaceChildren(notice("error", errorText(exc)));
+      setButtons();
     }
+    // A pager button that just became disabled dropped the focus: give it to the page of entries.
+    if (document.activeElement === document.body || document.activeElement === null) results.querySelector(".table-wrap")?.focus();
   }
 
   older.addEventListener("click", () =>
