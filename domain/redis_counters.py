@@ -66,9 +66,12 @@ class RedisCounters:
         self._windows = prefix + "w:"
         self._live = f"{prefix}live:{self.process}"
         self._processes = f"{prefix}processes"
-        # Settlements Redis did not take (it was unreachable): retried until it does, so spend is never lost
-        # and the reservation stays held meanwhile.
-        self._unsettled: deque[tuple[str, int, int]] = deque()
+        # Batches Redis did not answer (unreachable, or its answer lost): sent again, the same and in order,
+        # until it does, so spend is never lost nor charged twice and reservations stay held meanwhile.
+        self._kept: deque[tuple[list[str], list[int | str]]] = deque()
+        self._batches = 0  # the number of the last batch made (redis_scripts.COMPLETE)
+        self._applied = prefix + "applied"
+        self._sending = asyncio.Lock()
         # What follows requests, queued for the next batch: (operation, key, argument, argument).
         self._queue: list[tuple[str, str, int | str, int | str]] = []
         self._queued_written: asyncio.Future | None = None  # resolved once the queued batch is written
@@ -78,7 +81,6 @@ class RedisCounters:
         self._reclaim = client.register_script(scripts.RECLAIM)
         self._reserve = client.register_script(scripts.RESERVE)
         self._init = client.register_script(scripts.INIT)
-        self._settle = client.register_script(scripts.SETTLE)
         self._apply = client.register_script(scripts.APPLY)
         self._admit = client.register_script(scripts.ADMIT)
         # The two scripts of every request go over one lean pipelined connection (redis-py otherwise).
@@ -233,7 +235,8 @@ class RedisCounters:
     async def _write_batch(self, batch: list[tuple[str, str, int | str, int | str]]) -> None:
         prefix = self._prefix
         keys = []
-        args: list[int | str] = [self.process]
+        self._batches += 1
+        args: list[int | str] = [self.process, self._batches]
         for operation, key, first, second in batch:
             keys.append(prefix + key)
             args += (operation, first, second)
@@ -241,18 +244,32 @@ class RedisCounters:
             for key, row_id in self._forgotten:
                 keys.append(prefix + key)
                 args += ("f", row_id, 0)
-            self._forgotten = []  # lost with a failed batch: a record left over only waits for its expiry
-        try:
-            await self._complete(keys=keys, args=args)
-        except RedisError as exc:
-            failed = [(key, first, -second) for operation, key, first, second in batch if operation == "s"]
-            if failed and not self._unsettled:
-                log.error(
-                    "redis: settling failed (%r); settlements are kept and retried until it is back", exc
-                )
-            elif not failed:
-                log.error("redis: %d window corrections or claim releases were lost: %r", len(batch), exc)
-            self._unsettled.extend(failed)  # type: ignore[arg-type]
+            self._forgotten = []
+        keys.append(self._applied)
+        async with self._sending:
+            kept = self._kept
+            try:
+                if kept:  # an earlier batch waits to be sent again: this one goes after it
+                    kept.append((keys, args))
+                    await self._send_kept()
+                else:
+                    await self._complete(keys=keys, args=args)
+            except RedisError as exc:
+                if not kept:
+                    log.error(
+                        "redis: writing counters failed (%r); kept and written again once it is back", exc
+                    )
+                    kept.append((keys, args))
+
+    async def _send_kept(self) -> None:
+        """Send the kept batches again, oldest first, until one fails (it and the later ones stay kept)."""
+        kept = self._kept
+        while kept:
+            keys, args = kept[0]
+            await self._complete(keys=keys, args=args)  # applied once, even if an earlier try was applied
+            kept.popleft()
+            if not kept:
+                log.warning("redis: every kept batch of counters is written again")
 
     async def flush(self) -> None:
         """Wait until everything queued so far is written (or kept for retry)."""
@@ -302,12 +319,10 @@ class RedisCounters:
         await pipe.execute()
 
     async def retry_settlements(self) -> None:
-        while self._unsettled:
-            key, reserved, actual = self._unsettled[0]
-            await self._settle(keys=[self._prefix + key], args=[reserved, -actual, self.process])
-            self._unsettled.popleft()
-            if not self._unsettled:
-                log.warning("redis: every kept settlement is written again")
+        """Send again the batches Redis did not answer (raises while it still does not)."""
+        if self._kept:
+            async with self._sending:
+                await self._send_kept()
 
     async def reclaim(self, process: str) -> None:
         """Release every reservation a stopped process still holds (a replay of its spool knows it is dead
@@ -316,6 +331,7 @@ class RedisCounters:
             return
         await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
         await self._redis.srem(self._processes, process)
+        await self._redis.hdel(self._applied, process)
 
     async def reclaim_dead(self) -> int:
         """Release the reservations of processes whose liveness key expired; returns how many were dead."""
@@ -384,6 +400,8 @@ class RedisCounters:
             await self._reclaim(keys=[self._held], args=[self.process])
             await self._redis.delete(self._live)
             await self._redis.srem(self._processes, self.process)
+            if not self._kept:  # nothing of it will be sent again: its batch number is no longer needed
+                await self._redis.hdel(self._applied, self.process)
         except RedisError as exc:
             log.error("redis: could not hand back this process's reservations at stop: %r", exc)
         if self._wire is not None:

@@ -39,21 +39,6 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 return 1
 """
-# A reservation already released by `_RECLAIM` (this process was taken for dead) is not released twice.
-SETTLE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local mine = 'p:' .. ARGV[3]
-  local held = tonumber(redis.call('HGET', KEYS[1], mine) or '0')
-  local release = math.min(held, tonumber(ARGV[1]))
-  if release > 0 then
-    local text = string.format('%d', -release)
-    redis.call('HINCRBY', KEYS[1], 'r', text)
-    if redis.call('HINCRBY', KEYS[1], mine, text) == 0 then redis.call('HDEL', KEYS[1], mine) end
-  end
-  redis.call('HINCRBY', KEYS[1], 'b', ARGV[2])
-end
-return 1
-"""
 # KEYS[1] = held:<dead process>; ARGV[1] = the dead process. Releases what it still held, everywhere.
 RECLAIM = """
 local mine = 'p:' .. ARGV[1]
@@ -218,16 +203,24 @@ end
 return out
 """
 )
-# After requests, one round trip for a batch. ARGV[1] = process; then per key three values: an operation
-# and its two arguments. 's' settles (reserved, -cost) like SETTLE; 'w' corrects a window's bucket (second,
+# After requests, one round trip for a batch. ARGV[1] = process, ARGV[2] = the batch's number (a process
+# numbers its batches 1, 2, 3… and sends them in that order, a batch Redis did not answer again before any
+# later one); the last key is the hash of the number each process's last applied batch had: a batch sent
+# again after Redis applied it but its answer was lost (a timeout) is not applied twice. Then per other key
+# three values: an operation and its two arguments. 's' settles (reserved, -cost): it releases at most what
+# this process still holds of the reservation (one `RECLAIM` already released is not released twice) and
+# charges the cost; 'w' corrects a window's bucket (second,
 # delta), and its total, if the bucket still counts; 'm' records a request's settled cost (row id, cost) in
 # a writer's hash, which lives a week past its last record; 'f' forgets one (row id); 'd' deletes the key
 # (a released request id claim; arguments unused).
 COMPLETE = """
+local applied = KEYS[#KEYS]
+if tonumber(ARGV[2]) <= tonumber(redis.call('HGET', applied, ARGV[1]) or '0') then return 0 end
+redis.call('HSET', applied, ARGV[1], ARGV[2])
 local mine = 'p:' .. ARGV[1]
 local kept = {}
-for k = 1, #KEYS do
-  local op, x, y, key = ARGV[3 * k - 1], ARGV[3 * k], ARGV[3 * k + 1], KEYS[k]
+for k = 1, #KEYS - 1 do
+  local op, x, y, key = ARGV[3 * k], ARGV[3 * k + 1], ARGV[3 * k + 2], KEYS[k]
   if op == 's' then
     if redis.call('EXISTS', key) == 1 then
       local held = tonumber(redis.call('HGET', key, mine) or '0')
@@ -256,5 +249,5 @@ for k = 1, #KEYS do
     redis.call('DEL', key)
   end
 end
-return #KEYS
+return #KEYS - 1
 """

@@ -3,7 +3,9 @@
 An outage without touching the machine's PostgreSQL: `cut()` resets every relayed connection, and every
 new one is reset as soon as it is accepted (counted in `refused`, so a test can see a client retry) until
 `restore()`. `stall()` is the partition instead: connections are reset, and new ones are accepted and then
-never answered. Runs on its own loop in a daemon thread; every public method is safe to call from a test.
+never answered. `swallow_replies()` is the ambiguous failure: requests still reach the server, which acts on
+them, but its replies are dropped, so the client times out not knowing whether they were applied. Runs on
+its own loop in a daemon thread; every public method is safe to call from a test.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 START_TIMEOUT = 5.0
@@ -28,6 +31,7 @@ class TcpProxy:
         self.refused = 0  # connections reset on arrival while cut (or held unanswered while stalled)
         self._cut_off = False
         self._stalled = False
+        self._swallowing = False
         self._held: set[asyncio.StreamWriter] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -66,9 +70,13 @@ class TcpProxy:
         self._call(self._cut())
         self._stalled = True
 
+    def swallow_replies(self) -> None:
+        """Keep relaying requests to the server but drop every reply, until `restore()`."""
+        self._swallowing = True
+
     def restore(self) -> None:
-        """Relay new connections again."""
-        self._cut_off = self._stalled = False
+        """Relay new connections (and replies) again."""
+        self._cut_off = self._stalled = self._swallowing = False
 
     def stop(self) -> None:
         if self._loop is None:
@@ -125,7 +133,7 @@ class TcpProxy:
         try:
             await asyncio.gather(
                 _pump(client_reader, target_writer),
-                _pump(target_reader, client_writer),
+                _pump(target_reader, client_writer, lambda: self._swallowing),
                 return_exceptions=True,
             )
         finally:
@@ -142,10 +150,15 @@ class TcpProxy:
         self.stop()
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy one direction until end of stream; then close the other side's writing half."""
+async def _pump(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dropping: Callable[[], bool] = lambda: False
+) -> None:
+    """Copy one direction until end of stream (dropping what arrives while `dropping()`); then close the
+    other side's writing half."""
     try:
         while data := await reader.read(_CHUNK):
+            if dropping():
+                continue
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():

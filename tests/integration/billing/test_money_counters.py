@@ -184,3 +184,35 @@ async def test_a_clean_stop_hands_back_what_the_process_held(redis_url: str) -> 
     finally:
         await other.close()
         await client.aclose()
+
+
+async def test_a_batch_redis_applied_but_never_answered_is_not_applied_again_by_its_retry(
+    redis_url: str,
+) -> None:
+    from redis.asyncio import Redis
+
+    from tests.fakes.tcp_proxy import TcpProxy
+
+    prefix = f"mgtest:{secrets.token_hex(4)}:"
+    direct = Redis.from_url(redis_url)
+    with TcpProxy(6379) as proxy:
+        # The counters reach Redis through the proxy, and give a reply up after half a second.
+        client = Redis(host="127.0.0.1", port=proxy.port, socket_timeout=0.5)
+        counters = RedisCounters(client, prefix=prefix)
+        try:
+            assert await counters.reserve("bal", 6, True, 0, _fixed(MoneyState(10, True))) == Reserve.OK
+            proxy.swallow_replies()  # Redis runs the settlement; its answer never comes back
+            await counters.settle("bal", 6, 5)
+            await counters.adjust("tpm", 1, 0)  # another operation of the same batch, applied once as well
+            await counters.flush()  # times out: the batch is kept for a retry
+            assert await direct.hmget(f"{prefix}bal", "b", "r") == [b"5", b"0"]  # and yet it was applied
+            proxy.restore()
+            await counters.retry_settlements()
+            await counters.settle("bal", 0, 1)  # a later batch goes through as usual
+            await counters.flush()
+            assert await direct.hmget(f"{prefix}bal", "b", "r") == [b"4", b"0"]
+        finally:
+            proxy.restore()
+            await counters.close()
+            await client.aclose()
+            await direct.aclose()
