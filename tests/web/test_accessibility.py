@@ -45,12 +45,29 @@ SIGNED_OUT_PAGES = [
 
 @pytest.fixture(scope="module")
 def owner(gateway: WebGateway) -> Account:
-    """An organization with a paid invoice, keys (one revoked), a system, traffic, a member and a pending
-    invitation: every page has something to show."""
+    """An organization with a paid invoice, keys (one revoked), a system with a budget, a content rule,
+    traffic, a member and a pending invitation: every page has something to show."""
     owner = gateway.funded("a11y")
     system = gateway.api("POST", "/systems", owner, {"name": "support-bot"})
     key = gateway.api(
         "POST", "/organization/api-keys", owner, {"alias": "support-bot-prod", "systemId": system["id"]}
+    )
+    budget = {"amountMicros": 5_000_000, "period": "month"}
+    gateway.api(
+        "POST",
+        "/policy-rules",
+        owner,
+        {
+            "subjectType": "system",
+            "subjectId": system["id"],
+            "effect": "allow",
+            "models": ["chat"],
+            "budget": budget,
+        },
+    )
+    content = {"where": "both", "detectors": ["email"]}
+    gateway.api(
+        "POST", "/policy-rules", owner, {"subjectType": "organization", "effect": "flag", "content": content}
     )
     old = gateway.create_key(owner, "old-laptop")
     gateway.api("POST", f"/organization/api-keys/{old['id']}/revoke", owner)

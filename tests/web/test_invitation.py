@@ -28,13 +28,12 @@ def test_an_invitation_accepted_in_a_second_browser_signs_the_new_user_in(
     assert found is not None
     link = found.group(0)
     assert link.startswith(gateway.base_url + "/#/accept-invitation?token=")
-    screenshot(owner_page, "members")
+    screenshot(owner_page, "members-invited")
 
     second = contexts.new()
     page = second.new_page()
     page.goto(link)
     settle(page, "Accept invitation")
-    screenshot(page, "accept-invitation")
     page.get_by_label("Choose a password").fill(PASSWORD)
     page.get_by_role("button", name="Accept invitation").click()
     settle(page, "Overview")

@@ -24,7 +24,6 @@ def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
 
     # Register.
     open_route(page, "register", "Register")
-    screenshot(page, "register")
     page.get_by_label("Organization legal name").fill("Flow Ltd")
     page.get_by_label("Your e-mail").fill(email)
     page.get_by_label("Password").fill(PASSWORD)
@@ -84,7 +83,7 @@ def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
     page.get_by_role("button", name="Show", exact=True).click()
     settle(page, "Usage")
     expect(page.locator("#page table").first).to_contain_text(MODEL)
-    screenshot(page, "usage")
+    screenshot(page, "usage-by-model")
 
     # Revoke it, confirming in the dialog; the next request is refused.
     open_route(page, "keys", "API keys")

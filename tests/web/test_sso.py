@@ -47,7 +47,7 @@ def test_a_colleague_signs_in_with_the_organizations_openid_provider(
     owner_page.get_by_role("button", name=f"Discover: {PROVIDER_NAME}").click()
     expect(owner_page.get_by_role("heading", name="Discovery succeeded")).to_be_visible()
     settle(owner_page, "Single sign-on")
-    screenshot(owner_page, "sso")
+    screenshot(owner_page, "sso-discovered")
 
     page = contexts.page()
     open_route(page, "login", "Sign in")
