@@ -96,6 +96,13 @@ def test_each_signed_in_page_passes_axe_and_is_photographed(
 ) -> None:
     shown, checked = owner_pages
     screenshot(open_route(shown, route, title), route)
+    # At 1280 px nothing needs sideways scrolling: no table is wider than its box.
+    clipped = shown.evaluate(
+        "() => [...document.querySelectorAll('#page .table-wrap')]"
+        ".filter((wrap) => wrap.scrollWidth > wrap.clientWidth + 1)"
+        ".map((wrap) => wrap.getAttribute('aria-label'))"
+    )
+    assert clipped == [], f"tables wider than the page at 1280 px on #/{route}: {clipped}"
 
     violations = axe_violations(open_route(checked, route, title))
 

@@ -46,3 +46,23 @@ def test_a_wrong_password_shows_the_api_message_on_the_sign_in_page(
 
     expect(page.get_by_role("alert").filter(has_text=BAD_CREDENTIALS)).to_be_visible()
     expect(page.locator("#page-title")).to_have_text("Sign in")
+
+
+def test_a_form_checks_its_fields_before_sending_anything(contexts: Contexts) -> None:
+    page = open_route(contexts.page(), "register", "Register")
+    sent: list[str] = []
+    page.on(
+        "request", lambda request: sent.append(request.url) if "/api/auth/register" in request.url else None
+    )
+
+    page.get_by_label(labelled("Organization legal name")).fill("Hasty Ltd")
+    page.get_by_label(labelled("Your e-mail")).fill("not-an-address")
+    page.get_by_label(labelled("Password")).fill("short")
+    page.get_by_role("button", name="Create organization").click()
+
+    email = page.get_by_label(labelled("Your e-mail"))
+    expect(email).to_have_attribute("aria-invalid", "true")
+    expect(email).to_be_focused()
+    expect(page.get_by_label(labelled("Password"))).to_have_attribute("aria-invalid", "true")
+    expect(page.locator(".field-error:visible")).to_have_count(2)
+    assert sent == []

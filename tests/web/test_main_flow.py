@@ -88,9 +88,15 @@ def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
     # Revoke it, confirming in the dialog; the next request is refused.
     open_route(page, "keys", "API keys")
     row = page.locator("tr").filter(has_text="flow-app")
-    row.get_by_role("button", name=re.compile("revoke", re.IGNORECASE)).click()
+    revoke = row.get_by_role("button", name=re.compile("revoke", re.IGNORECASE))
+    revoke.click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("flow-app")
+    page.keyboard.press("Escape")  # changing one's mind: nothing is revoked
+    expect(dialog).to_have_count(0)
+    expect(row).to_contain_text("active")
+    assert gateway.chat(secret).startswith("echo: ")
+    revoke.click()
     dialog.get_by_role("button", name=re.compile("revoke", re.IGNORECASE)).click()
     expect(page.locator("tr").filter(has_text="flow-app")).to_contain_text(
         re.compile("revoked", re.IGNORECASE)

@@ -64,3 +64,6 @@ def test_a_colleague_signs_in_with_the_organizations_openid_provider(
     expect(page.locator("#account")).to_contain_text("Member")
     assert "code=" not in page.url  # the one-time code does not linger in the address bar
     assert page.url.startswith(gateway.base_url + "/#/")
+    assert page.evaluate("localStorage.length + sessionStorage.length") == 0
+    [cookie] = [c for c in page.context.cookies() if c["name"] == "mg_session"]
+    assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
