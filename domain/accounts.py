@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from modelgate.config import Config
 from modelgate.domain.counters import Counters, MoneyAsk, MoneyState, Reserve
@@ -73,9 +73,16 @@ class CrashSettlements:
             found.update(await self._counters.settled(settled_key(writer), ids))
         return found
 
-    async def charge(self, organization_id: str, cost: int, row_id: str) -> None:
+    async def charge(
+        self, organization_id: str, cost: int, row_id: str, budgets: Sequence[Sequence] = ()
+    ) -> None:
+        """Charge a crashed request's cost to its organization's balance and to the live counters of the
+        budgets it was charged to ((rule id, period start): every version of the rule's counter)."""
         if cost:
-            await queue_settlement(self._counters, [(balance_key(organization_id), 0)], cost, row_id)
+            keys = [balance_key(organization_id)]
+            for rule_id, start in budgets:
+                keys += await self._counters.matching(budget_counters(rule_id, start))
+            await queue_settlement(self._counters, [(key, 0) for key in keys], cost, row_id)
             await self._counters.written()
 
     async def forget(self, writers: set[str]) -> None:
@@ -105,6 +112,11 @@ async def queue_settlement(
 def budget_key(rule: PolicyRule, start: float) -> str:
     # An edited rule starts a fresh counter, initialised from its stored spend with the new limit.
     return f"bud:{rule.id}:{int(rule.updated_at * 1000)}:{int(start)}"
+
+
+def budget_counters(rule_id: str, start: float) -> str:
+    """A glob of the live counters of a rule's budget for the period starting at `start`, every version."""
+    return f"bud:{rule_id}:*:{int(start)}"
 
 
 _PERIOD_ADJECTIVES = {"day": "daily", "month": "monthly"}

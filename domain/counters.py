@@ -19,6 +19,7 @@ it is. Windows: 1-second buckets over 60 seconds (a sliding window).
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -112,6 +113,7 @@ class Counters(Protocol):
     def forget_settled(self, key: str, row_id: str) -> None: ...
     async def settled(self, key: str, row_ids: Sequence[str]) -> dict[str, int]: ...
     async def delete(self, keys: Sequence[str]) -> None: ...
+    async def matching(self, pattern: str) -> list[str]: ...
     async def reclaim(self, process: str) -> None: ...
     async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool: ...
     async def money(self, key: str) -> tuple[int, int] | None: ...
@@ -208,6 +210,10 @@ class InProcessCounters:
             self._early.setdefault(key, {})[seq] = (amount, activates)
             return False
         return account.fold(seq, amount, activates)
+
+    async def matching(self, pattern: str) -> list[str]:
+        """The money counters whose keys match the glob `pattern`."""
+        return [key for key in self._money if fnmatch.fnmatchcase(key, pattern)]
 
     async def money(self, key: str) -> tuple[int, int] | None:
         """(balance, reserved) of a live counter, None when it is not built (observability, tests)."""

@@ -21,7 +21,7 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -76,7 +76,9 @@ class SettledCharges(Protocol):
     """
 
     async def settled(self, row_ids: list[str]) -> dict[str, int]: ...
-    async def charge(self, organization_id: str, cost: int, row_id: str) -> None: ...
+    async def charge(
+        self, organization_id: str, cost: int, row_id: str, budgets: Sequence[Sequence] = ()
+    ) -> None: ...
     async def forget(self, writers: set[str]) -> None: ...
     async def release(self, writers: set[str]) -> None: ...
 
@@ -260,7 +262,9 @@ class LedgerWriter:
         for row_id, record in crashed.items():
             cost = settled.get(row_id)
             if cost is None:
-                await shared.charge(record[_ORGANIZATION + 1], record[_COST + 1], row_id)
+                await shared.charge(
+                    record[_ORGANIZATION + 1], record[_COST + 1], row_id, record[_BUDGETS + 1]
+                )
             else:
                 record[_COST + 1] = cost
 

@@ -186,6 +186,11 @@ class RedisCounters:
         found = zip(row_ids, values, strict=True)
         return {row_id: int(value) for row_id, value in found if value is not None}
 
+    async def matching(self, pattern: str) -> list[str]:
+        """The counters whose keys match the glob `pattern` (a SCAN: for rare work, never a request's)."""
+        prefix = self._prefix
+        return [key.decode()[len(prefix) :] async for key in self._redis.scan_iter(match=prefix + pattern)]
+
     async def delete(self, keys: Sequence[str]) -> None:
         if keys:
             await self._redis.delete(*(self._prefix + key for key in keys))

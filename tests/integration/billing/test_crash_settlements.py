@@ -8,6 +8,7 @@ Redis, and the cabinet's organizations table. A "death" is a writer whose spool 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import time
@@ -18,10 +19,11 @@ import pytest
 from redis.asyncio import Redis
 
 from modelgate.config import load_config
-from modelgate.domain.accounts import Accounts, CrashSettlements, balance_key, settled_key
+from modelgate.domain.accounts import Accounts, CrashSettlements, balance_key, budget_key, settled_key
 from modelgate.domain.counters import MoneyState, Reserve
 from modelgate.domain.ledger import LedgerEntry, LedgerWriter, writer_of
-from modelgate.domain.policy_decisions import PolicyDirectory
+from modelgate.domain.policy_decisions import PolicyDirectory, period_start
+from modelgate.domain.policy_rules import PolicyRule
 from modelgate.domain.redis_counters import RedisCounters
 from modelgate.domain.spool import Spool, database_identity
 from modelgate.storage.database import Database
@@ -103,14 +105,15 @@ def _entry(org_id: str, cost: int, outcome: str = "completed", row_id: str | Non
     )
 
 
-async def _admitted(process: Process, org_id: str) -> str:
-    """A request admitted as the chain admits one: its reservation in Redis, its admission in the spool."""
+async def _admitted(process: Process, org_id: str, budgets: tuple[tuple[str, float], ...] = ()) -> str:
+    """A request admitted as the chain admits one: its reservation in Redis, its admission in the spool
+    (charged, should it crash, to the balance and to `budgets`: (rule id, period start))."""
 
     async def init() -> MoneyState:
         return MoneyState(OPENING, True)
 
     assert await process.counters.reserve(balance_key(org_id), RESERVED, False, 0, init) == Reserve.OK
-    return process.ledger.admit(_entry(org_id, CRASH_COST, "crashed"))
+    return process.ledger.admit(dataclasses.replace(_entry(org_id, CRASH_COST, "crashed"), budgets=budgets))
 
 
 async def _one_admitted(
@@ -252,3 +255,36 @@ async def test_a_withdrawn_admission_is_not_charged_as_crashed(
     rows, stored, live = await _restarted(db, redis, tmp_path, storage_url, org_id, 0)
     assert rows == []
     assert stored == live == OPENING
+
+
+async def test_a_crashed_requests_cost_reaches_its_budgets_live_counter_too(
+    db: Database, redis: tuple[Redis, str], tmp_path: Path, storage_url: str
+) -> None:
+    # A budget's live counter was built from the stored spend once; the crash cost of a request charged to
+    # that budget must reach it as well, or the budget could be spent past its limit until it is rebuilt.
+    now = time.time()
+    start = period_start("month", now)
+    rule = PolicyRule(
+        f"pr_{os.urandom(4).hex()}", "org", "organization", "org", "allow", ("*",), 5_000, "month",
+        None, None, "", now, now,
+    )  # fmt: skip
+    org_id = await _organization(db)
+    dead = Process(db, redis, tmp_path / "spool", storage_url)
+    await dead.start()
+
+    async def budget_left() -> MoneyState:
+        return MoneyState(5_000, True)
+
+    budget = budget_key(rule, start)
+    assert await dead.counters.reserve(budget, RESERVED, False, 0, budget_left) == Reserve.OK
+    await _admitted(process=dead, org_id=org_id, budgets=((rule.id, start),))
+    await dead.die()
+
+    restarted = Process(db, redis, tmp_path / "spool", storage_url)
+    assert await restarted.start() == 1
+    try:
+        await restarted.counters.written()
+        assert await restarted.counters.money(budget) == (5_000 - CRASH_COST, 0)
+        assert await restarted.counters.money(balance_key(org_id)) == (OPENING - CRASH_COST, 0)
+    finally:
+        await restarted.ledger.stop(5.0)
