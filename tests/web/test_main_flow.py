@@ -76,13 +76,13 @@ def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
     settle(page, "Usage")
     table = page.locator("#page table")
     expect(table.first).to_contain_text("$0.25")
-    chart = page.locator("#page svg").first
-    expect(chart).to_be_visible()
-    assert chart.locator("rect, path").count() > 0
+    bars = page.locator("#page svg[role=img] rect.chart-bar title")
+    expect(bars.filter(has_text="$0.25")).to_have_count(1)  # today's bar: one request at $0.25
     page.get_by_label(labelled("Group by")).select_option("model")
     page.get_by_role("button", name="Show", exact=True).click()
     settle(page, "Usage")
     expect(page.locator("#page table").first).to_contain_text(MODEL)
+    expect(bars).to_have_text([f"{MODEL}: $0.25"])
     screenshot(page, "usage-by-model")
 
     # Revoke it, confirming in the dialog; the next request is refused.
