@@ -55,8 +55,8 @@ export function openFormDialog({ title, intro = null, fields, submitLabel = "Sav
 /**
  * A button that runs `await action()`; while it runs the button is disabled, and an error is announced
  * as readable text at the top of the page. `ariaLabel` names the row it acts on for screen readers.
- * When the action redrew the list the button was in, the focus goes to the heading of its section
- * (keyboard users keep their place instead of starting again at the top of the page).
+ * Keyboard users keep their place: the focus comes back to the button, or, when the action redrew the
+ * list the button was in, goes to the heading of its section.
  */
 export function actionButton(label, action, { danger = false, ariaLabel = null } = {}) {
   const button = h("button", { type: "button", class: ["button", "small", danger ? "danger" : null], "aria-label": ariaLabel }, label);
@@ -71,6 +71,8 @@ export function actionButton(label, action, { danger = false, ariaLabel = null }
     } finally {
       button.disabled = false;
       if (!button.isConnected) focusHeading(home);
+      // A disabled button loses the focus (a dialog closing cannot give it back): return it.
+      else if (!document.activeElement || document.activeElement === document.body) button.focus();
     }
   });
   return button;
