@@ -87,10 +87,9 @@ ROUTES = (
     web.post("/operator/organizations/{id}/plan", operator.operator_set_plan),
     web.post("/operator/registration-invitations", operator.operator_invite_organization),
     web.get("/openapi.json", openapi_handler, allow_head=False),
+    # For the web cabinet's sign-in and registration pages: public, read-only, no token.
+    web.get("/auth/sign-in-options", sign_in_options.sign_in_options, allow_head=False),
 )
-
-# Added for the web cabinet (issue 18), beside the description's table above: public, read-only, no token.
-WEB_CABINET_ROUTES = (web.get("/auth/sign-in-options", sign_in_options.sign_in_options, allow_head=False),)
 
 _HTTP_MESSAGES = {404: "not found", 405: "method not allowed", 413: "request body too large"}
 
@@ -135,5 +134,4 @@ def build_cabinet_app(services: CabinetServices) -> web.Application:
     app.on_cleanup.append(finish_deliveries)
     install_sso(app)
     app.router.add_routes(ROUTES)
-    app.router.add_routes(WEB_CABINET_ROUTES)
     return app

@@ -16,6 +16,9 @@ PUBLIC = {
     "/auth/oidc/{providerId}/login",
     "/auth/oidc/callback",
     "/auth/oidc/exchange",
+    # What the web cabinet's sign-in page shows before anyone is signed in (tests/integration/cabinet/
+    # test_web_session.py covers it).
+    "/auth/sign-in-options",
 }
 # The operator API takes its own token and is absent (404) without one; see tests/integration/billing_cabinet.
 OPERATOR_PREFIX = "/operator/"
