@@ -146,3 +146,25 @@ def test_at_phone_width_the_nav_opens_from_the_menu_and_nothing_overflows(
     expect(menu).to_have_attribute("aria-expanded", "false")
     expect(menu).to_be_focused()
     assert re.search(r"#/keys$", page.url)
+
+
+@pytest.mark.parametrize(
+    ("route", "title", "button"),
+    [("keys", "API keys", "Revoke support-bot-prod"), ("members", "Members", "Change role")],
+    ids=["revoke-dialog", "role-dialog"],
+)
+def test_the_dialogs_pass_axe_and_close_with_escape(
+    owner_pages: tuple[Page, Page], route: str, title: str, button: str
+) -> None:
+    _, checked = owner_pages
+    open_route(checked, route, title)
+    opener = checked.locator("#page").get_by_role("button", name=button).first
+    opener.click()
+    dialog = checked.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+
+    violations = axe_violations(checked)
+    checked.keyboard.press("Escape")
+
+    assert not violations, f"axe-core on #/{route} with its dialog open:\n{describe_violations(violations)}"
+    expect(dialog).to_have_count(0)
