@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 import pytest
@@ -168,3 +169,11 @@ def test_the_dialogs_pass_axe_and_close_with_escape(
 
     assert not violations, f"axe-core on #/{route} with its dialog open:\n{describe_violations(violations)}"
     expect(dialog).to_have_count(0)
+
+
+def test_the_footer_names_the_gateway_and_its_version(contexts: Contexts) -> None:
+    page = open_route(contexts.page(), "login", "Sign in")
+
+    expect(page.locator("footer")).to_have_text(
+        re.compile(rf"^\s*modelgate\s+{re.escape(version('modelgate'))}\s*$")
+    )
