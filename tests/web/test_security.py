@@ -101,3 +101,23 @@ def test_signing_out_drops_the_cookie_and_returns_to_sign_in(contexts: Contexts,
     # The page shows no signed-in controls any more.
     expect(page.get_by_role("link", name="API keys")).to_have_count(0)
     open_route(page, "keys", re.compile("sign in", re.IGNORECASE))
+
+
+def test_the_browser_refuses_inline_script_on_the_pages(contexts: Contexts) -> None:
+    page = open_route(contexts.page(), "login", "Sign in")
+
+    with page.expect_console_message(lambda message: "Content Security Policy" in message.text) as refusal:
+        ran = page.evaluate(
+            """() => {
+                const script = document.createElement("script");
+                script.textContent = "window.injected = true";
+                document.body.append(script);
+                return window.injected === true;
+            }"""
+        )
+
+    assert ran is False
+    assert "inline script" in refusal.value.text
+    # The same refusal is how every test here notices a page breaking the policy (checked after each test).
+    assert [e for e in contexts.problems.errors if "Content Security Policy" in e] != []
+    contexts.problems.errors.clear()
