@@ -95,6 +95,11 @@ BILLING_PATHS: dict[str, dict[str, Any]] = {
                     "to", _DATE, f"Last UTC day, inclusive (default: today); at most {MAX_DAYS} days"
                 ),
                 _query_param("groupBy", {"type": "string", "enum": list(GROUPINGS)}, "Default: day"),
+                _query_param(
+                    "then",
+                    {"type": "string", "enum": [g for g in GROUPINGS if g != "day"]},
+                    "A second grouping, other than groupBy: each row gets `breakdown`, its usage split by it",
+                ),
             ),
         )
     },
@@ -272,6 +277,17 @@ BILLING_SCHEMAS: dict[str, Any] = {
                 model=_STR,
                 keyId={"type": ["string", "null"]},
                 systemId={"type": ["string", "null"]},
+                breakdown={
+                    "type": "array",
+                    "description": "With `then`: the row's usage by that grouping, costliest first",
+                    "items": _obj(
+                        tuple(_USAGE_NUMBERS),
+                        model=_STR,
+                        keyId={"type": ["string", "null"]},
+                        systemId={"type": ["string", "null"]},
+                        **_USAGE_NUMBERS,
+                    ),
+                },
                 **_USAGE_NUMBERS,
             ),
         },

@@ -1,7 +1,8 @@
 """Usage of the model API as the cabinet reports it, read from the usage ledger of the organization.
 
-GET /usage sums the ledger by UTC day, model, key or system over a range of whole UTC days (read through
-`cabinet/usage_repository.py`).
+GET /usage sums the ledger by UTC day, model, key or system over a range of whole UTC days, and with `then`
+splits each row by a second grouping (spend by day and model for a chart, in two queries); read through
+`cabinet/usage_repository.py`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from aiohttp import web
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.requests import bad_request, json_response, refuse_unstorable_query
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.usage_repository import UsageTotals, usage_by
+from modelgate.cabinet.usage_repository import UsageTotals, usage_breakdown, usage_by
 
 GROUPINGS = ("day", "model", "key", "system")
-QUERY_PARAMETERS = ("from", "to", "groupBy")
+QUERY_PARAMETERS = ("from", "to", "groupBy", "then")
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
 # The ledger starts after the epoch; the upper bound keeps date arithmetic clear of `date.max`.
@@ -42,6 +43,15 @@ def _query_date(request: web.Request, name: str) -> date | None:
     if not FIRST_DAY <= day <= LAST_DAY:
         raise bad_request(f"{name} must be between {FIRST_DAY} and {LAST_DAY}")
     return day
+
+
+def report_then(request: web.Request, group_by: str) -> str | None:
+    """The optional second grouping (`then`): model, key or system, other than groupBy."""
+    then = request.query.get("then") or None
+    if then is not None and (then not in _GROUP_NAMES or then == group_by):
+        choices = ", ".join(name for name in _GROUP_NAMES if name != group_by)
+        raise bad_request(f"then must be one of: {choices}")
+    return then
 
 
 def report_range(request: web.Request, today: date) -> tuple[date, date, str]:
@@ -69,9 +79,17 @@ async def usage_report(request: web.Request) -> web.Response:
     services = services_of(request)
     principal = await authenticate(request)
     first, last, group_by = report_range(request, datetime.now(UTC).date())
+    then = report_then(request, group_by)
     groups = await usage_by(services.db, principal.organization_id, first, last, group_by)
     name = "day" if group_by == "day" else _GROUP_NAMES[group_by]
     rows: list[dict[str, Any]] = [{name: group, **totals.to_json()} for group, totals in groups]
+    if then is not None:  # each row split by the second grouping, read in one more query
+        parts = await usage_breakdown(services.db, principal.organization_id, first, last, group_by, then)
+        part_name = _GROUP_NAMES[then]
+        for row, (group, _) in zip(rows, groups, strict=True):
+            row["breakdown"] = [
+                {part_name: part, **totals.to_json()} for part, totals in parts.get(group, ())
+            ]
     totals = sum((totals for _, totals in groups), UsageTotals())
     return json_response(
         {

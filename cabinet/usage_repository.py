@@ -86,6 +86,35 @@ async def usage_totals(ex: Executor, organization_id: str, start: float, end: fl
     return _totals(row) if row else UsageTotals()
 
 
+async def usage_breakdown(
+    db: Database, organization_id: str, first: date, last: date, group_by: str, then: str
+) -> dict[str | None, list[tuple[str | None, UsageTotals]]]:
+    """The organization's usage over first..last split by `group_by` and, inside each group, by `then` (one
+    query): {group: [(sub-group, totals), costliest first]}, groups as `usage_by` names them."""
+    column = _day_number(db.dialect) if group_by == "day" else _GROUP_COLUMNS[group_by]
+    rows = await db.fetch(
+        f"SELECT {column} AS bucket, {_GROUP_COLUMNS[then]} AS part, {_SUMS} FROM usage_ledger"
+        " WHERE organization_id = $1 AND created_at >= $2 AND created_at < $3 GROUP BY 1, 2",
+        organization_id,
+        day_start(first),
+        day_start(last + timedelta(days=1)),
+    )
+    epoch = date(1970, 1, 1)
+    found: dict[str | None, list[tuple[str | None, UsageTotals]]] = {}
+    for row in rows:
+        bucket = row["bucket"]
+        if group_by == "day":
+            bucket = (epoch + timedelta(days=int(bucket))).isoformat()
+        found.setdefault(bucket, []).append((row["part"], _totals(row)))
+    for parts in found.values():
+        parts.sort(key=_costliest_first)
+    return found
+
+
+def _costliest_first(item: tuple[str | None, UsageTotals]) -> tuple:
+    return (-item[1].cost_micros, -item[1].requests, item[0] is None, item[0] or "")
+
+
 async def usage_by(
     db: Database, organization_id: str, first: date, last: date, group_by: str
 ) -> list[tuple[str | None, UsageTotals]]:
@@ -110,7 +139,4 @@ async def usage_by(
         epoch = date(1970, 1, 1)
         days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
         return [(d.isoformat(), found.get((d - epoch).days, UsageTotals())) for d in days]
-    return sorted(
-        found.items(),
-        key=lambda item: (-item[1].cost_micros, -item[1].requests, item[0] is None, item[0] or ""),
-    )
+    return sorted(found.items(), key=_costliest_first)

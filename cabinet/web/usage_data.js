@@ -1,5 +1,5 @@
-// Reading GET /api/usage for charts: UTC day ranges, spend by day and model (the API groups by one
-// dimension at a time, so the model split is read per day that had usage), and display names of groups.
+// Reading GET /api/usage for charts: UTC day ranges, spend by day and model (one report grouped by day,
+// each day split by model with `then=model`), and display names of groups.
 
 import { api } from "./api.js";
 
@@ -27,9 +27,9 @@ export function shortDay(day) {
   return new Intl.DateTimeFormat("en-US", { month: "short", day: "numeric", timeZone: "UTC" }).format(date);
 }
 
-/** GET /api/usage?from&to&groupBy. */
-export function usageReport(from, to, groupBy) {
-  return api("GET", "/usage", undefined, { query: { from, to, groupBy } });
+/** GET /api/usage?from&to&groupBy (and `then`: each row split by a second grouping, in `breakdown`). */
+export function usageReport(from, to, groupBy, then) {
+  return api("GET", "/usage", undefined, { query: then ? { from, to, groupBy, then } : { from, to, groupBy } });
 }
 
 /**
@@ -37,9 +37,10 @@ export function usageReport(from, to, groupBy) {
  * byDay: the groupBy=day report}. Models are ordered by their total, costliest first.
  */
 export async function spendByDayAndModel(from, to) {
-  const byDay = await usageReport(from, to, "day");
-  const busyDays = byDay.rows.filter((row) => row.requests > 0 || row.costMicros > 0).map((row) => row.day);
-  const reports = await Promise.all(busyDays.map((day) => usageReport(day, day, "model")));
+  const byDay = await usageReport(from, to, "day", "model");
+  const busy = byDay.rows.filter((row) => row.requests > 0 || row.costMicros > 0);
+  const busyDays = busy.map((row) => row.day);
+  const reports = busy.map((row) => ({ rows: row.breakdown || [] }));
   const days = byDay.rows.map((row) => row.day);
   const cost = new Map();
   const totals = new Map();

@@ -181,7 +181,7 @@ function openInvoices(billing) {
   );
 }
 
-/** The chart needs a usage report per day with spend, so it fills in after the rest of the page. */
+/** The chart reads its own usage report (by day, split by model), so it fills in after the rest of the page. */
 async function fillDailyChart(slot, currency) {
   const today = utcToday();
   try {

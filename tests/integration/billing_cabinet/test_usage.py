@@ -95,6 +95,42 @@ async def test_usage_by_model_key_and_system_is_costliest_first(cabinet: Billing
     assert await grouped("system") == [(system, 2, 55), (None, 1, 5)]
 
 
+async def test_then_splits_each_row_by_a_second_grouping_in_one_report(cabinet: BillingCabinet) -> None:
+    owner = await cabinet.register()
+    org = await cabinet.organization_id(owner)
+    key = (await cabinet.create_key(owner)).body["id"]
+    await insert_usage(cabinet.db, org, at("2025-05-01", 1), model="gpt-4o", key_id=key, cost_micros=5)
+    await insert_usage(cabinet.db, org, at("2025-05-01", 2), model="claude-3", cost_micros=50)
+    await insert_usage(cabinet.db, org, at("2025-05-01", 3), model="gpt-4o", cost_micros=6)
+    await insert_usage(cabinet.db, org, at("2025-05-03", 4), model="gpt-4o", key_id=key, cost_micros=1)
+
+    reply = await cabinet.call("GET", "/usage?from=2025-05-01&to=2025-05-03&then=model", token=owner.token)
+
+    assert reply.status == 200, reply.body
+    split = [
+        (r["day"], [(p["model"], p["requests"], p["costMicros"]) for p in r["breakdown"]])
+        for r in reply.body["rows"]
+    ]
+    assert split == [
+        ("2025-05-01", [("claude-3", 1, 50), ("gpt-4o", 2, 11)]),
+        ("2025-05-02", []),
+        ("2025-05-03", [("gpt-4o", 1, 1)]),
+    ]  # fmt: skip
+    by_model = await cabinet.call(
+        "GET", "/usage?from=2025-05-01&to=2025-05-03&groupBy=model&then=key", token=owner.token
+    )
+    split = [
+        (r["model"], [(p["keyId"], p["requests"], p["costMicros"]) for p in r["breakdown"]])
+        for r in by_model.body["rows"]
+    ]
+    assert split == [
+        ("claude-3", [(None, 1, 50)]),
+        ("gpt-4o", [(key, 2, 6), (None, 1, 6)]),  # equal cost: more requests first
+    ]  # fmt: skip
+    plain = await cabinet.call("GET", "/usage?from=2025-05-01&to=2025-05-03", token=owner.token)
+    assert all("breakdown" not in row for row in plain.body["rows"])
+
+
 async def test_by_default_the_last_30_days_are_reported_by_day(cabinet: BillingCabinet) -> None:
     owner = await cabinet.register()
     org = await cabinet.organization_id(owner)
@@ -129,6 +165,8 @@ async def test_invalid_queries_are_400(cabinet: BillingCabinet) -> None:
         ("groupBy=week", "groupBy must be one of: day, model, key, system"),
         ("group_by=model", "unknown query parameter: group_by"),
         ("from=2025-01-01&from=2025-01-02", "from may be given only once"),
+        ("then=day", "then must be one of: model, key, system"),
+        ("groupBy=model&then=model", "then must be one of: key, system"),
     ]
     for query, message in cases:
         reply = await cabinet.call("GET", f"/usage?{query}", token=owner.token)
