@@ -1,6 +1,6 @@
 """Every page, as an owner of an organization with some history, passes axe-core (no violation of serious or
-critical impact) and is saved to docs/screenshots/; the signed-out pages too; at a phone's width the nav
-opens from its menu button and leads to the pages, with nothing wider than the screen."""
+critical impact) and is saved as a screenshot (browser.SCREENSHOTS); the signed-out pages too; at a phone's
+width the nav opens from its menu button and leads to the pages, with nothing wider than the screen."""
 
 from __future__ import annotations
 
