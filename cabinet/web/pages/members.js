@@ -2,9 +2,9 @@
 // (the link is shown once, with a copy button), revoke pending invitations, change roles and remove members.
 
 import { api } from "../api.js";
-import { page } from "../router.js";
-import { session } from "../session.js";
-import { announce, badge, confirmDialog, copyButton, form, formatDate, h, loading, section } from "../ui.js";
+import { page, render as renderPage } from "../router.js";
+import { loadSession, session } from "../session.js";
+import { announce, badge, confirmDialog, copyButton, flash, form, formatDate, h, loading, section } from "../ui.js";
 import { actionButton, canManage, openFormDialog, stackedTable } from "./admin_kit.js";
 
 const ROLE_LABELS = { owner: "Owner", admin: "Admin", member: "Member" };
@@ -54,6 +54,13 @@ function changeRole(member, redraw) {
     submitLabel: "Change role",
     onSubmit: async (values) => {
       const updated = await api("PATCH", `/members/${encodeURIComponent(member.id)}`, { role: values.role });
+      if (session.user && member.id === session.user.id) {
+        // Your own role changed: the nav and this page's controls follow it.
+        await loadSession();
+        flash("success", `You are now ${ROLE_LABELS[updated.role] || updated.role}.`);
+        renderPage();
+        return;
+      }
       await redraw();
       announce("success", `${updated.email} is now ${ROLE_LABELS[updated.role] || updated.role}.`);
     },

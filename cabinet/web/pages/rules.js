@@ -294,18 +294,18 @@ function limitsText(rule) {
   if (rule.effect !== "allow") return h("span", { class: "muted" }, "—");
   const budget = rule.budget ? `${formatMoney(rule.budget.amountMicros)} per ${rule.budget.period}` : null;
   const rates = [];
-  if (rule.rpm !== null && rule.rpm !== undefined) rates.push(`RPM ${rateText(rule.rpm)}`);
-  if (rule.tpm !== null && rule.tpm !== undefined) rates.push(`TPM ${rateText(rule.tpm)}`);
+  if (rule.rpm !== null && rule.rpm !== undefined) rates.push(`RPM: ${rateText(rule.rpm)}`);
+  if (rule.tpm !== null && rule.tpm !== undefined) rates.push(`TPM: ${rateText(rule.tpm)}`);
   if (!budget && rates.length === 0) return h("span", { class: "muted" }, "plan limits");
-  return h("span", { class: "rule-limits-text" }, budget ? h("span", {}, budget) : null, rates.length ? h("span", {}, rates.join(" · ")) : null);
+  return h("span", { class: "rule-limits-text" }, budget ? h("span", {}, budget) : null, rates.map((rate) => h("span", {}, rate)));
 }
 
 function accessTable(rules, context, manage, redraw) {
   const columns = [
     { label: "Effect", render: (r) => badge(r.effect) },
-    { label: "Applies to", render: (r) => subjectText(r, context) },
+    { label: "Applies to", class: "admin-wrap", render: (r) => subjectText(r, context) },
     { label: "Models", class: "wrap", render: modelsCell },
-    { label: "Budget and rate limits", render: limitsText },
+    { label: "Budget and rate limits", class: "admin-wrap", render: limitsText },
   ];
   if (manage) columns.push(actionsColumn(context, redraw));
   return stackedTable(columns, rules, { empty: "No access rules: every model is enabled for every key, within the plan's limits.", label: "Access rules" });
@@ -314,7 +314,7 @@ function accessTable(rules, context, manage, redraw) {
 function contentTable(rules, context, manage, redraw) {
   const columns = [
     { label: "Effect", render: (r) => badge(r.effect) },
-    { label: "Applies to", render: (r) => subjectText(r, context) },
+    { label: "Applies to", class: "admin-wrap", render: (r) => subjectText(r, context) },
     { label: "Models", class: "wrap", render: modelsCell },
     { label: "Looks in", render: (r) => WHERE_LABELS[r.content.where] || r.content.where },
     { label: "Looks for", class: "wrap", render: (r) => termsText(r.content) },
