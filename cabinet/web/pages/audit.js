@@ -166,6 +166,7 @@ async function render(main, params) {
         maxlength: MAX_FILTER_LENGTH,
         autocomplete: "off",
         list: f.list || null,
+        validate: (value) => (/[\u0000-\u001f\u007f]/.test(value) ? "Use printable characters only." : ""),
       })),
       { label: "Entries per page", name: "limit", type: "select", value: filters.limit, options: PAGE_SIZES },
     ],
