@@ -107,6 +107,18 @@ kind = "openai"
 {_rows("llama", "llama", LLAMA, "east", "west")}
 {_rows("claude-badkey", "claude", CLAUDE, "badkey", "east")}
 {_rows("claude-noprofile", "claude", CLAUDE, "noprofile", "east")}
+[[models]]
+name = "mixed"
+kinds = ["chat", "messages"]
+[[models.rows]]
+provider = "llama"
+host = "east"
+upstream_model = "{LLAMA}"
+[[models.rows]]
+provider = "claude"
+host = "west"
+upstream_model = "{CLAUDE}"
+priority = 1
 
 [[plans]]
 code = "free"
@@ -540,3 +552,25 @@ tpm = 0
     [sent] = east.requests
     assert f"Credential={ENV_KEY_ID}/" in sent.headers["authorization"]
     assert sent.headers["x-amz-security-token"] == ENV_TOKEN
+
+
+def test_extended_thinking_and_caching_go_to_a_bedrock_claude_row_as_to_a_native_messages_host(
+    claude, east, west
+) -> None:
+    # "mixed" prefers a Converse row (Llama); thinking and prompt caching need a native /v1/messages host,
+    # which Claude on Bedrock is: the request skips the Converse row and reaches InvokeModel as it was sent.
+    message = claude.messages.create(
+        model="mixed",
+        max_tokens=2048,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        system=[{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        messages=_ask("think"),
+    )
+    assert message.model == "mixed"
+    assert east.requests == []
+    [sent] = west.requests
+    assert sent.path.endswith("/invoke")
+    assert sent.json["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert sent.json["system"][0]["cache_control"] == {"type": "ephemeral"}
+    plain = claude.messages.create(model="mixed", max_tokens=50, messages=_ask("no thinking"))
+    assert plain.content[0].text and east.requests[0].path.endswith("/converse")  # the preferred row again
