@@ -98,9 +98,9 @@ export function field(spec) {
     control = h("input", { type, ...common });
     if (value !== undefined && value !== null) control.value = String(value);
   }
-  // No marker inside the label: its text stays the field's exact name. Required fields carry `required`;
-  // pages say "Optional" in the hint of the others.
-  const labelElement = h("label", { for: id }, label);
+  // A required field's label ends in a visible asterisk. It is hidden from assistive technology, which
+  // hears "required" from the control's `required` attribute, so the accessible name stays the field's name.
+  const labelElement = h("label", { for: id }, label, required ? h("span", { class: "required-mark", "aria-hidden": "true" }, " *") : null);
   const wrapper = h(
     "div",
     { class: ["field", type === "checkbox" ? "field-checkbox" : null, extraClass] },
@@ -145,10 +145,14 @@ export function form(fields, onSubmit, options = {}) {
   const { submitLabel = "Save", busyLabel = "Working…", resetOnSuccess = false, extra = null, secondary = null } = options;
   const wrappers = fields.map((item) => (item instanceof Node ? item : field(item)));
   const errorBox = h("div", { class: "form-error", role: "alert", hidden: true });
+  // What the asterisk means, said once per form that has one.
+  const anyRequired = wrappers.some((wrapper) => wrapper.control && wrapper.control.required);
+  const requiredNote = anyRequired ? h("p", { class: "hint required-note", "aria-hidden": "true" }, h("span", { class: "required-mark" }, "*"), " required") : null;
   const submit = h("button", { type: "submit", class: "button primary" }, submitLabel);
   const element = h(
     "form",
     { class: ["form", options.class], novalidate: true, "aria-label": options.label || null },
+    requiredNote,
     wrappers,
     extra,
     errorBox,
@@ -222,6 +226,30 @@ export function table(columns, rows, options = {}) {
   if (options.rowHeaders) element.querySelectorAll("tbody th").forEach((th) => th.setAttribute("scope", "row"));
   // A focusable region, so keyboard users can scroll a wide table sideways.
   return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": `${options.label || options.caption || "Data"} (table)` }, element);
+}
+
+/**
+ * `table()` whose rows become stacked cards on a phone's width: each cell carries its column's heading
+ * (shown by the stylesheet), and explicit ARIA roles keep it a table for assistive technology (CSS
+ * `display: block` would otherwise drop the table semantics).
+ */
+export function stackedTable(columns, rows, options = {}) {
+  const wrap = table(columns, rows, options);
+  const element = wrap.querySelector("table");
+  if (!element) return wrap; // the empty state
+  wrap.classList.add("stacked");
+  element.setAttribute("role", "table");
+  const headings = [...element.querySelectorAll("thead th")].map((th) => th.textContent);
+  element.querySelectorAll("tr").forEach((tr) => tr.setAttribute("role", "row"));
+  element.querySelectorAll("thead th").forEach((th) => th.setAttribute("role", "columnheader"));
+  element.querySelectorAll("thead, tbody").forEach((part) => part.setAttribute("role", "rowgroup"));
+  for (const row of element.querySelectorAll("tbody tr")) {
+    [...row.children].forEach((cell, index) => {
+      cell.setAttribute("role", "cell");
+      cell.dataset.label = headings[index] || "";
+    });
+  }
+  return wrap;
 }
 
 /** Show the loading state in a page container. */

@@ -17,6 +17,7 @@ from tests.web.browser import (
     axe_violations,
     describe_violations,
     expect,
+    labelled,
     open_route,
     screenshot,
     settle,
@@ -177,3 +178,100 @@ def test_the_footer_names_the_gateway_and_its_version(contexts: Contexts) -> Non
     expect(page.locator("footer")).to_have_text(
         re.compile(rf"^\s*modelgate\s+{re.escape(version('modelgate'))}\s*$")
     )
+
+
+# The pages whose tables turn into stacked cards at a phone's width, and a row each must show whole.
+PHONE_PAGES = [
+    ("overview", "Overview", None),
+    ("keys", "API keys", "support-bot-prod"),
+    ("invoices", "Invoices", "Balance top-up"),
+    ("audit", "Audit log", "api_key.created"),
+]
+
+
+@pytest.mark.parametrize(("route", "title", "row_text"), PHONE_PAGES, ids=[page[0] for page in PHONE_PAGES])
+def test_at_phone_width_tables_are_cards_with_every_cell_in_view(
+    contexts: Contexts, owner: Account, route: str, title: str, row_text: str | None
+) -> None:
+    page = open_route(contexts.signed_in(owner, viewport=PHONE).new_page(), route, title)
+    screenshot(page, f"phone-{route}")
+
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    scrolling = page.evaluate(
+        "() => [...document.querySelectorAll('#page .table-wrap')]"
+        ".filter((wrap) => wrap.scrollWidth > wrap.clientWidth + 1)"
+        ".map((wrap) => wrap.getAttribute('aria-label'))"
+    )
+    assert scrolling == [], f"tables scrolling sideways at 390 px on #/{route}: {scrolling}"
+    if row_text is None:
+        return
+    row = page.locator("#page tbody tr").filter(has_text=row_text).first
+    cells = row.locator("td")
+    assert cells.count() > 1
+    for index in range(cells.count()):
+        cell = cells.nth(index)
+        if not cell.is_visible():  # an empty cell (a revoked key's actions) is not shown
+            continue
+        box = cell.bounding_box()
+        assert box is not None
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (
+            f"cell {index} of the {row_text!r} row on #/{route} is out of view: {box}"
+        )
+    # Each card names its fields: the column headings are shown beside the values.
+    assert cells.first.get_attribute("data-label")
+
+
+def test_at_phone_width_a_key_card_shows_status_system_owner_and_a_reachable_revoke(
+    contexts: Contexts, owner: Account
+) -> None:
+    page = open_route(contexts.signed_in(owner, viewport=PHONE).new_page(), "keys", "API keys")
+    card = page.locator("#page tbody tr").filter(has_text="support-bot-prod")
+
+    for label, value in (("Status", "active"), ("System", "support-bot"), ("Owner", owner.email)):
+        cell = card.locator(f"td[data-label='{label}']")
+        expect(cell).to_be_visible()
+        expect(cell).to_contain_text(value)
+        cell.scroll_into_view_if_needed()
+        expect(cell).to_be_in_viewport(ratio=1)
+    revoke = card.get_by_role("button", name="Revoke support-bot-prod")
+    revoke.scroll_into_view_if_needed()
+    expect(revoke).to_be_in_viewport()
+    box = revoke.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PHONE["width"]
+    revoke.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("support-bot-prod")
+    page.keyboard.press("Escape")  # nothing is revoked: the other tests use this key's history
+    expect(dialog).to_have_count(0)
+    expect(card.locator("td[data-label='Status']")).to_contain_text("active")
+
+
+def test_the_budget_bar_is_a_visible_labelled_progress_bar_counting_the_rules_models(
+    owner_pages: tuple[Page, Page],
+) -> None:
+    shown, _ = owner_pages
+    open_route(shown, "overview", "Overview")
+    bar = shown.get_by_role("progressbar", name=re.compile("System support-bot"))
+
+    expect(bar).to_be_visible()
+    box = bar.bounding_box()
+    assert box is not None and box["height"] >= 16, f"the budget bar is too thin: {box}"
+    # The rule is on the model chat only, and all the traffic went to chat: the spend shown is exact.
+    meter = shown.locator(".meter").filter(has=bar)
+    expect(meter).to_contain_text("$0.75 of $5.00 this month")
+    expect(meter).to_contain_text("15% used")
+    expect(meter).to_contain_text("on the model chat only")
+    expect(meter).not_to_contain_text("every model")
+
+
+def test_required_fields_show_a_visible_marker_and_keep_their_names(contexts: Contexts) -> None:
+    page = open_route(contexts.page(), "register", "Register")
+    email = page.get_by_label(labelled("Your e-mail"))
+
+    # Screen readers hear "required" from the attribute; the accessible name stays the field's name.
+    expect(email).to_have_attribute("required", "")
+    expect(email).to_have_accessible_name("Your e-mail")
+    marker = page.locator(f"label[for='{email.get_attribute('id')}'] .required-mark")
+    expect(marker).to_be_visible()
+    expect(marker).to_have_text("*")
+    expect(page.locator("form .required-note").first).to_contain_text("required")

@@ -30,15 +30,19 @@ def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
     page.get_by_role("button", name="Create organization").click()
     settle(page, "Overview")
 
-    # The unpaid invoice is announced, with what to do about it.
+    # The unpaid invoice is announced, with what to do about it and the organization id the operator
+    # needs (`modelgate billing top-up ORG_ID 5`), which its button copies.
+    session = page.request.get("/api/auth/session").json()
+    organization_id = session["organization"]["id"]
     unpaid = page.locator(".notice").filter(has_text=re.compile("invoice", re.IGNORECASE))
     expect(unpaid.first).to_be_visible()
     expect(unpaid.first).to_contain_text(re.compile("unpaid|open|not paid", re.IGNORECASE))
+    expect(unpaid.first.locator("code", has_text=organization_id)).to_be_visible()
     screenshot(page, "overview-unpaid")
+    unpaid.first.get_by_role("button", name="Copy organization id").click()
+    assert page.evaluate("navigator.clipboard.readText()") == organization_id
 
     # The operator pays the invoice and tops the balance up with the CLI.
-    session = page.request.get("/api/auth/session").json()
-    organization_id = session["organization"]["id"]
     invoices = page.request.get("/api/invoices").json()["invoices"]
     [invoice_id] = [row["id"] for row in invoices if row["status"] == "open"]
     assert f"invoice {invoice_id}" in gateway.billing("mark-paid", invoice_id)

@@ -2,7 +2,7 @@
 // modal <dialog>, a button that runs an API call and reports its error, and list parsing for text areas.
 
 import { session } from "../session.js";
-import { announce, errorText, form, h, table, uid } from "../ui.js";
+import { announce, errorText, form, h, uid } from "../ui.js";
 
 /** The roles that manage the organization (the API's owner/admin checks). */
 export const MANAGER_ROLES = ["owner", "admin"];
@@ -104,27 +104,4 @@ export function itemsOf(text) {
 /** A value in a <code> element (long ids wrap), or a dash for none. */
 export function code(value) {
   return value === null || value === undefined || value === "" ? "—" : h("code", { class: "admin-code" }, String(value));
-}
-
-/**
- * `table()` whose rows become stacked cards on a phone's width: each cell carries its column's heading
- * (shown by the stylesheet), and explicit ARIA roles keep it a table for assistive technology.
- */
-export function stackedTable(columns, rows, options = {}) {
-  const wrap = table(columns, rows, options);
-  const element = wrap.querySelector("table");
-  if (!element) return wrap; // the empty state
-  wrap.classList.add("stacked");
-  element.setAttribute("role", "table");
-  const headings = [...element.querySelectorAll("thead th")].map((th) => th.textContent);
-  element.querySelectorAll("tr").forEach((tr) => tr.setAttribute("role", "row"));
-  element.querySelectorAll("thead th").forEach((th) => th.setAttribute("role", "columnheader"));
-  element.querySelectorAll("thead, tbody").forEach((part) => part.setAttribute("role", "rowgroup"));
-  for (const row of element.querySelectorAll("tbody tr")) {
-    [...row.children].forEach((cell, index) => {
-      cell.setAttribute("role", "cell");
-      cell.dataset.label = headings[index] || "";
-    });
-  }
-  return wrap;
 }

@@ -3,8 +3,8 @@
 
 import { api } from "../api.js";
 import { page, replaceParams } from "../router.js";
-import { errorText, form, formatDate, h, loading, notice, section } from "../ui.js";
-import { MANAGER_ROLES, code, stackedTable } from "./admin_kit.js";
+import { errorText, form, formatDate, formatMoney, h, loading, notice, section, stackedTable } from "../ui.js";
+import { MANAGER_ROLES, code } from "./admin_kit.js";
 
 const FILTERS = [
   { name: "event", label: "Event", hint: "An event name, or a prefix ending in a dot (content_policy.)", list: "audit-events" },
@@ -43,14 +43,37 @@ function actorText(actor) {
   return actor.id ? [`${kind} `, code(actor.id)] : kind;
 }
 
-/** The details object as "name: value" lines (nested values as JSON), never as markup. */
-function detailsText(details) {
+/** A details key as words: "ownerEmail" → "owner email"; money keys lose their unit ("amountMicros" → "amount"). */
+function detailName(name) {
+  return name
+    .replace(/Micros$/, "")
+    .replace(/([a-z0-9])([A-Z])/g, "$1 $2")
+    .replace(/_/g, " ")
+    .toLowerCase();
+}
+
+/** A details value as text: money (keys ending in "Micros") formatted, lists joined, objects as name: value. */
+function detailValue(name, value, currency) {
+  if (value === null || value === undefined || value === "") return "—";
+  if (/Micros$/.test(name) && typeof value === "number") return formatMoney(value, currency);
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  if (Array.isArray(value)) return value.length ? value.map((item) => detailValue("", item, currency)).join(", ") : "none";
+  if (typeof value === "object") {
+    return Object.entries(value)
+      .map(([inner, item]) => `${detailName(inner)}: ${detailValue(inner, item, currency)}`)
+      .join("; ");
+  }
+  return String(value);
+}
+
+/** The details object as "name: value" lines, never as markup. */
+function detailsText(details, currency) {
   const entries = Object.entries(details || {});
   if (entries.length === 0) return null;
   return h(
     "dl",
     { class: "audit-details" },
-    entries.map(([name, value]) => [h("dt", {}, name), h("dd", {}, typeof value === "string" ? value : JSON.stringify(value))]),
+    entries.map(([name, value]) => [h("dt", {}, detailName(name)), h("dd", {}, detailValue(name, value, currency))]),
   );
 }
 
@@ -66,11 +89,11 @@ function objectsText(entry) {
   return h("span", { class: "audit-objects" }, parts.map(([name, value]) => h("span", {}, `${name} `, code(value))));
 }
 
-function entriesTable(entries) {
+function entriesTable(entries, currency) {
   return stackedTable(
     [
       { label: "When", render: (e) => formatDate(e.createdAt) },
-      { label: "Event", class: "wrap", render: (e) => [code(e.event), detailsText(e.details)] },
+      { label: "Event", class: "wrap", render: (e) => [code(e.event), detailsText(e.details, currency)] },
       { label: "Actor", class: "wrap", render: (e) => actorText(e.actor) },
       { label: "Concerns", class: "wrap", render: objectsText },
     ],
@@ -89,6 +112,11 @@ function filtersOf(params) {
 async function render(main, params) {
   loading(main);
   let filters = filtersOf(params);
+  // Amounts in the details are in the organization's currency (the overview says which; USD if it cannot).
+  const currency = await api("GET", "/overview").then(
+    (overview) => overview.billing.currency,
+    () => "USD",
+  );
   // The cursors of the pages before the current one: the API pages forward only, so "Newer" goes back here.
   let previous = [];
   let cursor = null;
@@ -113,7 +141,7 @@ async function render(main, params) {
     try {
       const answer = await api("GET", "/audit-log", undefined, { query: { ...filters, cursor: at } });
       cursor = at;
-      results.replaceChildren(entriesTable(answer.entries));
+      results.replaceChildren(entriesTable(answer.entries, currency));
       older.dataset.cursor = answer.nextCursor || "";
     } finally {
       results.removeAttribute("aria-busy");

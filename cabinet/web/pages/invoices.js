@@ -2,14 +2,20 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { badge, formatDate, formatMoney, h, loading, notice, section, table, show } from "../ui.js";
+import { badge, formatDate, formatMoney, h, loading, notice, section, show, stackedTable } from "../ui.js";
 
-const KINDS = { plan: "Plan fee", top_up: "Balance top-up" };
+/** What an invoice is for, by kind: a plan invoice is the plan's monthly fee, a top-up is money paid in. */
+function purpose(invoice) {
+  if (invoice.kind === "plan") return [h("strong", {}, "Monthly plan fee"), h("br"), `Plan ${invoice.planCode}, opened ${formatDate(invoice.createdAt, false)}`];
+  if (invoice.kind === "top_up") return [h("strong", {}, "Balance top-up"), h("br"), `Paid in on ${formatDate(invoice.paidAt || invoice.createdAt, false)}`];
+  return [h("strong", {}, invoice.kind), h("br"), `Opened ${formatDate(invoice.createdAt, false)}`];
+}
 
 function nextStep(invoice, money) {
   if (invoice.status === "open") return `Pay ${money(invoice.amountMicros)} quoting ${invoice.id}; the operator marks it paid.`;
-  if (invoice.status === "paid") return `Paid ${formatDate(invoice.paidAt, false)}`;
-  if (invoice.status === "void") return "Cancelled: nothing to pay.";
+  if (invoice.status === "paid" && invoice.kind === "top_up") return "Nothing: the amount is in your balance.";
+  if (invoice.status === "paid") return `Nothing: paid ${formatDate(invoice.paidAt, false)}.`;
+  if (invoice.status === "void") return "Nothing: cancelled.";
   return "";
 }
 
@@ -40,14 +46,12 @@ async function render(main) {
     summary,
     section(
       "All invoices",
-      table(
+      stackedTable(
         [
-          { label: "Invoice", render: (row) => h("code", {}, row.id) },
-          { label: "Kind", render: (row) => KINDS[row.kind] || row.kind },
-          { label: "Plan", key: "planCode" },
+          { label: "Invoice", class: "invoice-id", render: (row) => h("code", {}, row.id) },
+          { label: "For", class: "wrap", render: purpose },
           { label: "Amount", numeric: true, render: (row) => money(row.amountMicros) },
           { label: "Status", render: (row) => badge(row.status) },
-          { label: "Period", render: (row) => (row.kind === "plan" ? `Month from ${formatDate(row.createdAt, false)}` : `Paid in ${formatDate(row.createdAt, false)}`) },
           { label: "What to do", class: "wrap", render: (row) => nextStep(row, money) },
         ],
         invoices,

@@ -4,7 +4,7 @@
 import { api } from "../api.js";
 import { page, replaceParams } from "../router.js";
 import { session } from "../session.js";
-import { announce, badge, confirmDialog, copyButton, emptyState, form, h, loading, section, table, show } from "../ui.js";
+import { announce, badge, confirmDialog, copyButton, emptyState, form, h, loading, section, show, stackedTable } from "../ui.js";
 
 const ADMIN = ["owner", "admin"];
 
@@ -67,7 +67,7 @@ async function render(main, params) {
   function drawList() {
     const shown = keys.filter((key) => matches(key, systems, filterText));
     const columns = [
-      { label: "Alias", render: (key) => [h("strong", {}, key.alias), h("br"), h("code", { class: "muted small" }, key.id)] },
+      { label: "Alias", class: "key-alias", render: (key) => [h("strong", {}, key.alias), h("br"), h("code", { class: "muted small" }, key.id)] },
       { label: "Status", render: (key) => badge(key.status) },
       { label: "System", render: (key) => systemName(systems, key.systemId) || h("span", { class: "muted" }, "—") },
       { label: "Owner", key: "ownerEmail" },
@@ -75,7 +75,7 @@ async function render(main, params) {
     if (admin) {
       columns.push({
         label: "Actions",
-        render: (key) => (key.status === "active" ? h("button", { type: "button", class: "button small danger", "aria-label": `Revoke ${key.alias}`, onclick: () => revoke(key) }, "Revoke") : ""),
+        render: (key) => (key.status === "active" ? h("button", { type: "button", class: "button small danger", "aria-label": `Revoke ${key.alias}`, onclick: () => revoke(key) }, "Revoke") : null),
       });
     }
     const active = keys.filter((key) => key.status === "active").length;
@@ -83,7 +83,7 @@ async function render(main, params) {
       h("p", { class: "muted", role: "status" }, keys.length === 0 ? "" : `${shown.length} of ${keys.length} keys shown; ${active} active.`),
       keys.length === 0
         ? emptyState(admin ? "No API keys yet. Create one above for your first application." : "No API keys yet. An owner or admin creates them.")
-        : table(columns, shown, { caption: "API keys", empty: `No key matches "${filterText}".` }),
+        : stackedTable(columns, shown, { caption: "API keys", empty: `No key matches "${filterText}".` }),
     );
   }
 

@@ -4,8 +4,8 @@
 import { api } from "../api.js";
 import { page, render as renderPage } from "../router.js";
 import { loadSession, session } from "../session.js";
-import { announce, badge, confirmDialog, copyButton, flash, form, formatDate, h, loading, section } from "../ui.js";
-import { actionButton, canManage, openFormDialog, stackedTable } from "./admin_kit.js";
+import { announce, badge, confirmDialog, copyButton, flash, form, formatDate, h, loading, section, stackedTable } from "../ui.js";
+import { actionButton, canManage, openFormDialog } from "./admin_kit.js";
 
 const ROLE_LABELS = { owner: "Owner", admin: "Admin", member: "Member" };
 const ROLE_HINT = "Owners and admins manage keys, members, systems, rules and single sign-on; members see the organization and its usage.";

@@ -5,7 +5,7 @@ import { api } from "../api.js";
 import { barChart } from "../chart.js";
 import { href, page } from "../router.js";
 import { session } from "../session.js";
-import { emptyState, errorText, formatDate, formatMoney, formatNumber, h, loading, notice, section, show, table } from "../ui.js";
+import { copyButton, emptyState, errorText, formatDate, formatMoney, formatNumber, h, loading, notice, section, show, table } from "../ui.js";
 import { globMatches, limitSeries, monthStart, shortDay, spendByDayAndModel, usageReport, utcToday } from "../usage_data.js";
 
 const ADMIN = ["owner", "admin"];
@@ -18,8 +18,21 @@ function stat(label, value, ...detail) {
   return h("div", { class: "card stat" }, h("span", { class: "stat-label" }, label), h("span", { class: "stat-value" }, value), detail.length ? h("span", { class: "stat-detail" }, ...detail) : null);
 }
 
+/** The organization id with a copy button: what the gateway operator needs to top up or mark paid. */
+function organizationIdLine(organization) {
+  return h(
+    "p",
+    { class: "org-id-line" },
+    "Your organization id, for your gateway operator: ",
+    h("code", { class: "org-id" }, organization.id),
+    " ",
+    copyButton(organization.id, "Copy organization id"),
+  );
+}
+
 /** What the invoice and balance state mean for the user, and what to do next. */
-function billingNotice(billing, activeKeys) {
+function billingNotice(billing, activeKeys, organization) {
+  const orgId = organizationIdLine(organization);
   const money = (micros) => formatMoney(micros, billing.currency);
   const open = billing.openInvoices || [];
   const owed = open.reduce((sum, invoice) => sum + invoice.amountMicros, 0);
@@ -33,21 +46,22 @@ function billingNotice(billing, activeKeys) {
           { class: "notice-body" },
           h("strong", {}, "Your first invoice is unpaid: pay it to start using the API."),
           h("p", {}, `Invoice ${first.id} over ${money(first.amountMicros)} (plan ${first.planCode}) was opened ${formatDate(first.createdAt)}. Pay it as agreed with your gateway operator; model requests work as soon as it is marked paid (or your balance is topped up).`),
+          orgId,
           h("p", {}, h("a", { href: href("/invoices") }, "See your invoices")),
         ),
       );
     }
-    return notice("warning", h("div", { class: "notice-body" }, h("strong", {}, "Your organization is not active yet."), h("p", {}, "Ask your gateway operator to top up your balance: model requests work once it is done.")));
+    return notice("warning", h("div", { class: "notice-body" }, h("strong", {}, "Your organization is not active yet."), h("p", {}, "Ask your gateway operator to top up your balance: model requests work once it is done."), orgId));
   }
   if (open.length > 0) {
     return notice(
       "warning",
-      h("div", { class: "notice-body" }, h("strong", {}, `${open.length === 1 ? "An invoice is" : `${open.length} invoices are`} unpaid (${money(owed)}).`), h("p", {}, "Pay it to keep your plan in good standing. "), h("p", {}, h("a", { href: href("/invoices") }, "See your invoices"))),
+      h("div", { class: "notice-body" }, h("strong", {}, `${open.length === 1 ? "An invoice is" : `${open.length} invoices are`} unpaid (${money(owed)}).`), h("p", {}, "Pay it as agreed with your gateway operator to keep your plan in good standing."), orgId, h("p", {}, h("a", { href: href("/invoices") }, "See your invoices"))),
     );
   }
   const available = billing.balanceMicros + billing.creditLimitMicros;
   if (available <= 0) {
-    return notice("error", h("div", { class: "notice-body" }, h("strong", {}, "Your balance is used up."), h("p", {}, "Model requests are refused (402) until your gateway operator tops it up.")));
+    return notice("error", h("div", { class: "notice-body" }, h("strong", {}, "Your balance is used up."), h("p", {}, "Model requests are refused (402) until your gateway operator tops it up."), orgId));
   }
   const next = activeKeys > 0
     ? h("p", {}, "Your applications use the API with your organization's keys. ", h("a", { href: href("/usage") }, "See usage"))
@@ -85,19 +99,46 @@ function subjectName(rule, data) {
   return `System ${system ? system.name : rule.subjectId}`;
 }
 
-/** The spend a budget rule has used in its period, from the usage reports (exact for whole-subject rules). */
+function ruleCounts(rule, model) {
+  return rule.models.includes("*") || rule.models.some((glob) => globMatches(glob, model ?? ""));
+}
+
+/**
+ * The spend a budget rule has used in its period, from the usage reports: {micros, exact}. Rows are split
+ * by model (organization reports are by model; key and system reports carry a per-model `breakdown`), so
+ * only the rule's models count. `exact` is false when the report cannot tell the models apart (no
+ * breakdown, or spend of an unknown model): the amount is then the subject's spend on every model, an
+ * upper bound of the rule's.
+ */
 function budgetSpend(rule, groups) {
   const period = rule.budget.period === "day" ? "day" : "month";
   const everyModel = rule.models.includes("*");
   const report = groups[`${rule.subjectType}:${period}`];
-  if (rule.subjectType === "organization") {
-    const rows = report.rows.filter((row) => everyModel || rule.models.some((glob) => globMatches(glob, row.model ?? "")));
-    return { micros: rows.reduce((sum, row) => sum + row.costMicros, 0), exact: true };
+  const sum = (rows) => rows.reduce((total, row) => total + row.costMicros, 0);
+  let rows;
+  if (rule.subjectType === "organization") rows = report.rows;
+  else {
+    const column = rule.subjectType === "key" ? "keyId" : "systemId";
+    const row = report.rows.find((item) => item[column] === rule.subjectId);
+    if (!row) return { micros: 0, exact: true };
+    if (everyModel) return { micros: row.costMicros, exact: true };
+    if (!Array.isArray(row.breakdown)) return { micros: row.costMicros, exact: false };
+    rows = row.breakdown;
   }
-  const column = rule.subjectType === "key" ? "keyId" : "systemId";
-  const row = report.rows.find((item) => item[column] === rule.subjectId);
-  // The usage report sums every model of a key or system; a rule on some models only sees part of it.
-  return { micros: row ? row.costMicros : 0, exact: everyModel };
+  if (everyModel) return { micros: sum(rows), exact: true };
+  const unknown = rows.filter((row) => row.model === null || row.model === undefined);
+  const counted = rows.filter((row) => row.model !== null && row.model !== undefined && ruleCounts(rule, row.model));
+  return unknown.some((row) => row.costMicros > 0) ? { micros: sum(counted) + sum(unknown), exact: false } : { micros: sum(counted), exact: true };
+}
+
+/** What the amount of a budget counts, in words. */
+function budgetScope(rule, data, used) {
+  const subject = subjectName(rule, data);
+  const who = rule.subjectType === "organization" ? "the organization" : subject.replace(/^(Key|System) /, (word) => word.toLowerCase());
+  if (rule.models.includes("*")) return `Counts the spend of ${who} on every model.`;
+  const models = rule.models.join(", ");
+  if (used.exact) return `Counts the spend of ${who} on ${rule.models.length === 1 ? "the model" : "the models"} ${models} only.`;
+  return `Upper bound: the usage report cannot tell every request's model apart, so this includes spend of ${who} on models other than ${models}.`;
 }
 
 async function budgetsSection(rules, data) {
@@ -114,7 +155,7 @@ async function budgetsSection(rules, data) {
   await Promise.all(
     [...needed].map(async (name) => {
       const [subject, period] = name.split(":");
-      groups[name] = await usageReport(period === "day" ? today : from, today, subject === "organization" ? "model" : subject);
+      groups[name] = subject === "organization" ? await usageReport(period === "day" ? today : from, today, "model") : await usageReport(period === "day" ? today : from, today, subject, "model");
     }),
   );
   const money = (micros) => formatMoney(micros, data.billing.currency);
@@ -131,13 +172,20 @@ async function budgetsSection(rules, data) {
         const state = ratio >= 1 ? "over" : ratio >= 0.8 ? "near" : "ok";
         const label = `${subjectName(rule, data)} · ${rule.models.join(", ")}`;
         const labelId = `budget-${rule.id}`;
+        const figuresId = `budget-figures-${rule.id}`;
         const period = rule.budget.period === "day" ? "day (UTC)" : "month";
         return h(
           "li",
           { class: ["meter", `meter-${state}`] },
           h("span", { id: labelId }, h("strong", {}, label), rule.description ? ` — ${rule.description}` : ""),
-          h("progress", { max: 100, value: Math.round(Math.min(1, ratio) * 100), "aria-labelledby": labelId }),
-          h("span", { class: "muted" }, `${money(usedMicros)} of ${money(limit)} this ${period} (${Math.round(ratio * 100)}%)`, used.exact ? "" : " — spend of the subject on every model"),
+          h("progress", { max: 100, value: Math.round(Math.min(1, ratio) * 100), "aria-labelledby": labelId, "aria-describedby": figuresId, "aria-valuetext": `${Math.round(ratio * 100)}% of the budget used` }),
+          h(
+            "span",
+            { class: "meter-figures", id: figuresId },
+            h("span", {}, `${used.exact ? "" : "At most "}${money(usedMicros)} of ${money(limit)} this ${period}`),
+            h("span", { class: "meter-percent" }, `${Math.round(ratio * 100)}% used`),
+          ),
+          h("span", { class: "muted meter-scope" }, budgetScope(rule, data, used)),
           state === "over" ? h("strong", { class: "meter-warning" }, `Budget used up: requests that cost money are refused (402) until the ${rule.budget.period === "day" ? "day" : "month"} ends or the budget is raised.`) : null,
         );
       }),
@@ -198,7 +246,7 @@ async function render(main) {
   const activeKeys = data.apiKeys.filter((key) => key.status === "active").length;
   const budgets = await budgetsSection(rules, data);
   const chartSlot = section("Daily spend by model this month", h("p", { class: "loading", role: "status" }, "Loading the chart…"));
-  show(main, billingNotice(data.billing, activeKeys), summaryCards(data), budgets, chartSlot, openInvoices(data.billing));
+  show(main, billingNotice(data.billing, activeKeys, data.organization), summaryCards(data), budgets, chartSlot, openInvoices(data.billing));
   await fillDailyChart(chartSlot, data.billing.currency);
 }
 

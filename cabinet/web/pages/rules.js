@@ -4,8 +4,8 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { announce, badge, confirmDialog, form, formatMoney, formatNumber, h, loading, section } from "../ui.js";
-import { actionButton, canManage, code, itemsOf, linesOf, openFormDialog, stackedTable } from "./admin_kit.js";
+import { announce, badge, confirmDialog, form, formatMoney, formatNumber, h, loading, section, stackedTable } from "../ui.js";
+import { actionButton, canManage, code, itemsOf, linesOf, openFormDialog } from "./admin_kit.js";
 
 const ACCESS_EFFECTS = ["allow", "deny"];
 const CONTENT_EFFECTS = ["block", "redact", "flag"];

@@ -3,8 +3,8 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { announce, badge, confirmDialog, form, formatDate, h, loading, section } from "../ui.js";
-import { MANAGER_ROLES, actionButton, code, itemsOf, openFormDialog, stackedTable } from "./admin_kit.js";
+import { announce, badge, confirmDialog, form, formatDate, h, loading, section, stackedTable } from "../ui.js";
+import { MANAGER_ROLES, actionButton, code, itemsOf, openFormDialog } from "./admin_kit.js";
 
 const AUTH_METHODS = [
   { value: "client_secret_basic", label: "client_secret_basic (HTTP Basic)" },

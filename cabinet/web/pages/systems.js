@@ -3,8 +3,8 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { announce, confirmDialog, form, formatDate, h, loading, section } from "../ui.js";
-import { actionButton, canManage, code, openFormDialog, stackedTable } from "./admin_kit.js";
+import { announce, confirmDialog, form, formatDate, h, loading, section, stackedTable } from "../ui.js";
+import { actionButton, canManage, code, openFormDialog } from "./admin_kit.js";
 
 const MAX_NAME_LENGTH = 200;
 const MAX_DESCRIPTION_LENGTH = 2000;
