@@ -91,14 +91,7 @@ async def usage_breakdown(
 ) -> dict[str | None, list[tuple[str | None, UsageTotals]]]:
     """The organization's usage over first..last split by `group_by` and, inside each group, by `then` (one
     query): {group: [(sub-group, totals), costliest first]}, groups as `usage_by` names them."""
-    column = _day_number(db.dialect) if group_by == "day" else _GROUP_COLUMNS[group_by]
-    rows = await db.fetch(
-        f"SELECT {column} AS bucket, {_GROUP_COLUMNS[then]} AS part, {_SUMS} FROM usage_ledger"
-        " WHERE organization_id = $1 AND created_at >= $2 AND created_at < $3 GROUP BY 1, 2",
-        organization_id,
-        day_start(first),
-        day_start(last + timedelta(days=1)),
-    )
+    rows = await _grouped(db, organization_id, first, last, group_by, then)
     epoch = date(1970, 1, 1)
     found: dict[str | None, list[tuple[str | None, UsageTotals]]] = {}
     for row in rows:
@@ -109,6 +102,23 @@ async def usage_breakdown(
     for parts in found.values():
         parts.sort(key=_costliest_first)
     return found
+
+
+async def _grouped(
+    db: Database, organization_id: str, first: date, last: date, group_by: str, then: str | None = None
+) -> list:
+    """The sums of the organization's ledger over first..last by `bucket` (the day number or the grouping's
+    column) and, with `then`, by `part` too: one query, summed in the database."""
+    column = _day_number(db.dialect) if group_by == "day" else _GROUP_COLUMNS[group_by]
+    part = f", {_GROUP_COLUMNS[then]} AS part" if then else ""
+    return await db.fetch(
+        f"SELECT {column} AS bucket{part}, {_SUMS} FROM usage_ledger"
+        " WHERE organization_id = $1 AND created_at >= $2 AND created_at < $3"
+        f" GROUP BY {'1, 2' if then else '1'}",
+        organization_id,
+        day_start(first),
+        day_start(last + timedelta(days=1)),
+    )
 
 
 def _costliest_first(item: tuple[str | None, UsageTotals]) -> tuple:
@@ -123,17 +133,7 @@ async def usage_by(
     By `day` every day of the range is listed (zeros included), oldest first; otherwise the groups that
     had usage, costliest first. Keys and systems are ids (None for ledger rows without one).
     """
-    if group_by == "day":
-        column = _day_number(db.dialect)
-    else:
-        column = _GROUP_COLUMNS[group_by]
-    rows = await db.fetch(
-        f"SELECT {column} AS bucket, {_SUMS} FROM usage_ledger"
-        " WHERE organization_id = $1 AND created_at >= $2 AND created_at < $3 GROUP BY 1",
-        organization_id,
-        day_start(first),
-        day_start(last + timedelta(days=1)),
-    )
+    rows = await _grouped(db, organization_id, first, last, group_by)
     found = {row["bucket"]: _totals(row) for row in rows}
     if group_by == "day":
         epoch = date(1970, 1, 1)

@@ -263,6 +263,17 @@ def json_payload(body: bytes | None) -> dict[str, Any]:
     return payload
 
 
+def add_turn(turns: list[dict[str, Any]], role: str, items: list[dict[str, Any]], key: str) -> None:
+    """Add a turn of `items` (under `key`) for `role`; one of the same role as the turn before joins it
+    (Converse and Gemini want turns to alternate; a tool call's answers go together)."""
+    if not items:
+        return
+    if turns and turns[-1]["role"] == role:
+        turns[-1][key].extend(items)
+    else:
+        turns.append({"role": role, key: items})
+
+
 def broken(what: str) -> UpstreamBrokeOff:
     """The error a dialect raises on an answer it cannot read (a malformed frame or event)."""
     return UpstreamBrokeOff(f"malformed answer from the provider: {what}")

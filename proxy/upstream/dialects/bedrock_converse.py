@@ -15,7 +15,7 @@ import orjson
 
 from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.upstream.dialects.aws_eventstream import EventStreamTransform
-from modelgate.proxy.upstream.dialects.base import broken, sse
+from modelgate.proxy.upstream.dialects.base import add_turn, broken, sse
 
 FINISH_REASONS = {
     "end_turn": "stop",
@@ -55,11 +55,11 @@ def chat_to_converse(chat: dict[str, Any]) -> dict[str, Any]:
         if role in ("system", "developer"):
             system.extend({"text": text} for text in _texts(message.get("content"), role) if text)
         elif role == "user":
-            _append(messages, "user", _user_blocks(message.get("content")))
+            add_turn(messages, "user", _user_blocks(message.get("content")), "content")
         elif role == "assistant":
-            _append(messages, "assistant", _assistant_blocks(message))
+            add_turn(messages, "assistant", _assistant_blocks(message), "content")
         elif role == "tool":
-            _append(messages, "user", [_tool_result(message)])
+            add_turn(messages, "user", [_tool_result(message)], "content")
         else:
             raise InvalidRequest(f"a message with role {role!r} cannot be sent to Bedrock Converse")
     converse: dict[str, Any] = {"messages": messages}
@@ -70,16 +70,6 @@ def chat_to_converse(chat: dict[str, Any]) -> dict[str, Any]:
     if tool_config := _tool_config(chat, messages):
         converse["toolConfig"] = tool_config
     return converse
-
-
-def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
-    """Converse wants turns to alternate: a message of the same role as the one before joins it."""
-    if not blocks:
-        return
-    if messages and messages[-1]["role"] == role:
-        messages[-1]["content"].extend(blocks)
-    else:
-        messages.append({"role": role, "content": blocks})
 
 
 def _texts(content: Any, role: str) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.upstream.dialects.base import add_turn
 from modelgate.proxy.upstream.dialects.gemini_schema import gemini_schema
 
 SIGNATURE_MARK = "__ts_"  # in a tool call id: what follows is the call's thought signature (URL-safe base64)
@@ -43,11 +44,11 @@ def gemini_request(payload: dict[str, Any]) -> dict[str, Any]:
         if role in ("system", "developer"):
             system.extend(_text_parts(message.get("content"), role))
         elif role == "user":
-            _append(contents, "user", _user_parts(message.get("content")))
+            add_turn(contents, "user", _user_parts(message.get("content")), "parts")
         elif role == "assistant":
-            _append(contents, "model", _assistant_parts(message, call_names, model))
+            add_turn(contents, "model", _assistant_parts(message, call_names, model), "parts")
         elif role in ("tool", "function"):
-            _append(contents, "user", [_function_response(message, call_names)])
+            add_turn(contents, "user", [_function_response(message, call_names)], "parts")
         else:
             raise InvalidRequest(f"message role {role!r} cannot be sent to a Gemini model")
     body: dict[str, Any] = {"contents": contents}
@@ -61,16 +62,6 @@ def gemini_request(payload: dict[str, Any]) -> dict[str, Any]:
     if config := _generation_config(payload):
         body["generationConfig"] = config
     return body
-
-
-def _append(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any]]) -> None:
-    """Add a turn; consecutive turns of one role are one content (a call's answers go together)."""
-    if not parts:
-        return
-    if contents and contents[-1]["role"] == role:
-        contents[-1]["parts"].extend(parts)
-    else:
-        contents.append({"role": role, "parts": parts})
 
 
 def _listed(value: Any, name: str) -> list[Any]:
