@@ -15,14 +15,13 @@ from typing import Any
 
 from aiohttp import web
 
+from modelgate.cabinet.oidc.providers import providers_for_domain
 from modelgate.cabinet.oidc.urls import login_url
 from modelgate.cabinet.requests import bad_request, json_response, normalize_email, refuse_unstorable_query
 from modelgate.cabinet.services import services_of
 from modelgate.domain.money import to_micros
-from modelgate.storage.database import Executor
 
 QUERY_PARAMETERS = ("email",)
-_LIKE_SPECIALS = ("\\", "%", "_")
 
 
 def gateway_version() -> str:
@@ -31,27 +30,6 @@ def gateway_version() -> str:
         return metadata.version("modelgate")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _like_literal(text: str) -> str:
-    for special in _LIKE_SPECIALS:
-        text = text.replace(special, "\\" + special)
-    return text
-
-
-async def providers_for_domain(ex: Executor, domain: str) -> list[tuple[str, str]]:
-    """(id, name) of the discovered providers that allow e-mail `domain`, by name.
-
-    `allowed_domains` is stored space-separated (cabinet/oidc/providers.py); the surrounding spaces make the
-    pattern match whole domains only.
-    """
-    rows = await ex.fetch(
-        "SELECT id, name FROM oidc_providers"
-        " WHERE authorization_endpoint IS NOT NULL AND (' ' || allowed_domains || ' ') LIKE $1 ESCAPE '\\'"
-        " ORDER BY name, id",
-        f"% {_like_literal(domain)} %",
-    )
-    return [(row["id"], row["name"]) for row in rows]
 
 
 def _email_domain(request: web.Request) -> str | None:

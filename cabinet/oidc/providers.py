@@ -181,3 +181,27 @@ async def providers_of(ex: Executor, organization_id: str) -> list[OidcProvider]
         f"SELECT {_COLUMNS} FROM oidc_providers WHERE organization_id = $1 ORDER BY name, id", organization_id
     )
     return [_provider(r) for r in rows]
+
+
+_LIKE_SPECIALS = ("\\", "%", "_")
+
+
+def _like_literal(text: str) -> str:
+    for special in _LIKE_SPECIALS:
+        text = text.replace(special, "\\" + special)
+    return text
+
+
+async def providers_for_domain(ex: Executor, domain: str) -> list[tuple[str, str]]:
+    """(id, name) of the discovered providers that allow e-mail `domain`, by name.
+
+    `allowed_domains` is stored space-separated (see `_values`); the surrounding spaces make the
+    pattern match whole domains only.
+    """
+    rows = await ex.fetch(
+        "SELECT id, name FROM oidc_providers"
+        " WHERE authorization_endpoint IS NOT NULL AND (' ' || allowed_domains || ' ') LIKE $1 ESCAPE '\\'"
+        " ORDER BY name, id",
+        f"% {_like_literal(domain)} %",
+    )
+    return [(row["id"], row["name"]) for row in rows]
