@@ -129,7 +129,8 @@ class HttpUpstream:
         authority = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
         if parts.hostname and ":" in parts.hostname:  # an IPv6 literal
             authority = f"[{parts.hostname}]" if parts.port is None else f"[{parts.hostname}]:{parts.port}"
-        self._fixed_headers = b"host: " + authority.encode("idna") + b"\r\n"
+        self.authority = authority.encode("idna").decode("ascii")  # the `host` header it sends
+        self._fixed_headers = b"host: " + self.authority.encode("ascii") + b"\r\n"
         # On Messages paths the version is set per request: the client may ask for another one.
         self._speaks_messages = config.kind == "anthropic" or self.native_messages
         lines = {name: _header_line(name, value) for name, value in headers.items()}  # refuses line breaks
@@ -171,13 +172,17 @@ class HttpUpstream:
         """Request line and fixed headers for (method, path), built once per fixed path."""
         head = self._heads.get((method, path))
         if head is None:
-            target = self._row_path(path)
-            if _UNSAFE_IN_TARGET.search(target):
-                target = quote(target, safe="/?=&%:@!$'()*+,;-._~")
-            head = f"{method} {target} HTTP/1.1\r\n".encode("ascii") + self._fixed_headers
+            head = self._request_line(method, self._row_path(path))
             if len(self._heads) < _MAX_CACHED_HEADS:  # paths with object ids are many; keep the fixed ones
                 self._heads[(method, path)] = head
         return head
+
+    def _request_line(self, method: str, target: str) -> bytes:
+        """The request line for `target` (percent-encoding what a target may not carry as it is), then the
+        fixed headers."""
+        if _UNSAFE_IN_TARGET.search(target):
+            target = quote(target, safe="/?=&%:@!$'()*+,;-._~")
+        return f"{method} {target} HTTP/1.1\r\n".encode("ascii") + self._fixed_headers
 
     def _messages_headers(self, path: str, client_headers: Any) -> list[tuple[str, str]]:
         """The Anthropic headers of a request to a provider that speaks Messages: the client's
@@ -203,9 +208,7 @@ class HttpUpstream:
     ) -> UpstreamResponse:
         if body is not None and not isinstance(body, bytes):
             return await self._send_streamed(method, path, body, request_id, client_headers)
-        head = self._head_start(method, path) + b"x-request-id: " + request_id.encode("ascii") + b"\r\n"
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            head += b"content-length: %d\r\n" % len(body or b"")
+        head = _per_request(self._head_start(method, path), method, body, request_id)
         if self._speaks_messages:
             for name, value in self._messages_headers(path, client_headers):
                 head += _header_line(name, value)
@@ -223,12 +226,7 @@ class HttpUpstream:
         built it) with `headers` after the fixed ones, and the key ring's key, if it has keys, per try.
 
         For a dialect (proxy/upstream/dialects/) whose paths, headers or signature depend on the request."""
-        if _UNSAFE_IN_TARGET.search(target):
-            target = quote(target, safe="/?=&%:@!$'()*+,;-._~")
-        head = f"{method} {target} HTTP/1.1\r\n".encode("ascii") + self._fixed_headers
-        head += b"x-request-id: " + request_id.encode("ascii") + b"\r\n"
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            head += b"content-length: %d\r\n" % len(body or b"")
+        head = _per_request(self._request_line(method, target), method, body, request_id)
         head += b"".join(_header_line(name, value) for name, value in headers)
         return await self._with_keys(head, body)
 
@@ -236,11 +234,6 @@ class HttpUpstream:
     def base_path(self) -> str:
         """The path of its base URL, without the trailing slash (empty for a bare origin)."""
         return self._base_path
-
-    @property
-    def authority(self) -> str:
-        """The `host` header it sends (host, and port if the URL names one)."""
-        return self._fixed_headers[6:].split(b"\r\n", 1)[0].decode("ascii")
 
     async def _with_keys(self, head: bytes, body: bytes | None) -> UpstreamAnswer:
         """Send `head` (without its closing blank line) and body with a key of the ring; a key refused or
@@ -346,6 +339,14 @@ class HttpUpstream:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _per_request(head: bytes, method: str, body: bytes | None, request_id: str) -> bytes:
+    """`head` with the headers of this one request: its id, and the body's length where it has one."""
+    head += b"x-request-id: " + request_id.encode("ascii") + b"\r\n"
+    if body is not None or method in ("POST", "PUT", "PATCH"):
+        head += b"content-length: %d\r\n" % len(body or b"")
+    return head
 
 
 def _credential(header: str, key: str) -> Credential:
