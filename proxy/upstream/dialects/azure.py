@@ -33,6 +33,7 @@ from modelgate.proxy.upstream.dialects.base import (
     TranslatedAnswer,
     broken,
     json_error,
+    raw_events,
 )
 from modelgate.proxy.upstream.providers import StreamedBody, UpstreamResponse
 
@@ -190,15 +191,7 @@ class AzureChatStream:
             self._carry = data
             return b""
         complete, self._carry = data[:end], data[end:]
-        kept: list[bytes] = []
-        start = 0
-        while start < end:
-            stop = _event_end(complete, start)
-            event = complete[start:stop]
-            start = stop
-            if self._keeps(event):
-                kept.append(event)
-        return b"".join(kept)
+        return b"".join([event for event in raw_events(complete) if self._keeps(event)])
 
     def finish(self) -> bytes:
         tail, self._carry = self._carry, b""
@@ -223,13 +216,6 @@ class AzureChatStream:
                 return True
             return "prompt_filter_results" not in chunk or chunk.get("usage") is not None
         return True
-
-
-def _event_end(data: bytes, start: int) -> int:
-    """Where the event that begins at `start` ends, its blank line included (data ends with one)."""
-    lf, crlf = data.find(b"\n\n", start), data.find(b"\n\r\n", start)
-    ends = [at + 2 for at in (lf,) if at >= 0] + [at + 3 for at in (crlf,) if at >= 0]
-    return min(ends) if ends else len(data)
 
 
 def checked_json(body: bytes) -> bytes:

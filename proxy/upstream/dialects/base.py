@@ -17,6 +17,7 @@ dialect unchanged.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -279,7 +280,17 @@ def broken(what: str) -> UpstreamBrokeOff:
     return UpstreamBrokeOff(f"malformed answer from the provider: {what}")
 
 
-def sse(event: str | None, data: Any) -> bytes:
-    """One server-sent event carrying `data` as JSON (and its `event:` line, when named)."""
-    payload = b"data: " + orjson.dumps(data) + b"\n\n"
-    return b"event: " + event.encode("ascii") + b"\n" + payload if event else payload
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+def raw_events(data: bytes) -> list[bytes]:
+    """The server-sent events of `data` as they came, each with its blank line (a last one without it
+    too), for a stream relayed as written but looked at event by event."""
+    events: list[bytes] = []
+    start = 0
+    for match in _EVENT_END.finditer(data):
+        events.append(data[start : match.end()])
+        start = match.end()
+    if start < len(data):
+        events.append(data[start:])
+    return events

@@ -24,6 +24,7 @@ import orjson
 
 from modelgate.config import ProviderConfig
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.sse import named_frame
 from modelgate.proxy.upstream.dialects.aws_eventstream import (
     EventStreamDecoder,
     EventStreamTransform,
@@ -38,7 +39,6 @@ from modelgate.proxy.upstream.dialects.base import (
     broken,
     first_bytes,
     json_error,
-    sse,
 )
 from modelgate.proxy.upstream.dialects.bedrock_auth import AwsSigner
 from modelgate.proxy.upstream.dialects.bedrock_converse import (
@@ -251,7 +251,7 @@ class InvokeStreamToMessages(EventStreamTransform):
             self._held = event
             return out
         self._stopped = self._stopped or kind == "message_stop"
-        return out + sse(kind, event)
+        return out + named_frame(kind.encode(), event)
 
     def _release(self, metrics: dict | None) -> bytes:
         held, self._held = self._held, None
@@ -263,7 +263,7 @@ class InvokeStreamToMessages(EventStreamTransform):
             usage["output_tokens"] = int(metrics.get("outputTokenCount") or 0)
             if not self._input_counted:
                 usage.setdefault("input_tokens", int(metrics.get("inputTokenCount") or 0))
-        return sse("message_delta", held)
+        return named_frame(b"message_delta", held)
 
     def end(self) -> bytes:
         if not self._stopped:

@@ -14,8 +14,9 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.sse import DONE_FRAME, data_frame
 from modelgate.proxy.upstream.dialects.aws_eventstream import EventStreamTransform
-from modelgate.proxy.upstream.dialects.base import add_turn, broken, sse
+from modelgate.proxy.upstream.dialects.base import add_turn, broken
 
 FINISH_REASONS = {
     "end_turn": "stop",
@@ -273,7 +274,7 @@ class ConverseStreamToChat(EventStreamTransform):
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-        return sse(None, {**self._head, "choices": [choice]})
+        return data_frame({**self._head, "choices": [choice]})
 
     def event(self, name: str, payload: dict) -> bytes:
         if name == "messageStart":
@@ -299,13 +300,13 @@ class ConverseStreamToChat(EventStreamTransform):
             self._stopped = True
             return self._chunk({}, FINISH_REASONS.get(payload.get("stopReason", ""), "stop"))
         if name == "metadata" and self._want_usage:
-            return sse(None, {**self._head, "choices": [], "usage": chat_usage(payload.get("usage"))})
+            return data_frame({**self._head, "choices": [], "usage": chat_usage(payload.get("usage"))})
         return b""
 
     def end(self) -> bytes:
         if not self._stopped:
             raise broken("ConverseStream ended before messageStop")
-        return b"data: [DONE]\n\n"
+        return DONE_FRAME
 
 
 def _block_index(payload: dict) -> int:

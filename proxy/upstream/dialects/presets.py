@@ -37,6 +37,7 @@ import orjson
 from modelgate.config import ProviderConfig
 from modelgate.domain.errors import InvalidRequest
 from modelgate.domain.usage import BYTES_PER_TOKEN, complete_events_end, generated_tokens, tokens_of
+from modelgate.proxy.translation.sse import data_frame
 from modelgate.proxy.upstream.dialects.base import (
     Call,
     DialectUpstream,
@@ -45,6 +46,7 @@ from modelgate.proxy.upstream.dialects.base import (
     first_bytes,
     json_error,
     json_payload,
+    raw_events,
 )
 from modelgate.proxy.upstream.providers import StreamedBody, UpstreamResponse
 
@@ -52,7 +54,6 @@ log = logging.getLogger("modelgate.upstream")
 
 _QUIRKED_PATHS = ("/v1/chat/completions", "/v1/completions")
 _MAX_ERROR_BODY = 64 * 1024
-_EVENT_END = re.compile(rb"\r?\n\r?\n")
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 _DONE = b"data: [DONE]"
 
@@ -362,15 +363,7 @@ class PresetStream:
         return carry
 
     def _events(self, data: bytes) -> bytes:
-        out: list[bytes] = []
-        start = 0
-        for match in _EVENT_END.finditer(data):
-            event = data[start : match.end()]
-            start = match.end()
-            out.append(self._event(event))
-        if start < len(data):
-            out.append(self._event(data[start:]))
-        return b"".join(out)
+        return b"".join([self._event(event) for event in raw_events(data)])
 
     def _event(self, event: bytes) -> bytes:
         if event.lstrip().startswith(_DONE):
@@ -430,4 +423,4 @@ class PresetStream:
             "choices": [],
             "usage": usage,
         }
-        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        return data_frame(chunk)
