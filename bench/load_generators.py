@@ -30,6 +30,7 @@ _WRK_LINE = re.compile(r"^BENCH (.*)$", re.MULTILINE)
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
 _LAST_CHUNK = b"\r\n0\r\n\r\n"
 _HOST = "127.0.0.1"
+_COUNT_TIMEOUT = 1800.0  # count_requests: a bound, even for a target slowed by valgrind
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,60 @@ async def _drive(port: int, request: bytes, connections: int, seconds: float) ->
         waits.append(closed)
     await asyncio.wait_for(asyncio.gather(*waits), timeout=seconds + 30)
     return totals[0], totals[1], time.monotonic() - started
+
+
+class _CountingProtocol(asyncio.Protocol):
+    """One connection of `count_requests`: sends the next request while the shared budget lasts."""
+
+    def __init__(self, request: bytes, budget: list[int], closed: asyncio.Future) -> None:
+        self._request, self._budget, self._closed = request, budget, closed  # budget: [to send, done, errors]
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+
+    def _next(self) -> None:
+        if self._budget[0] <= 0:
+            self._transport.close()
+            return
+        self._budget[0] -= 1
+        self._transport.write(self._request)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._next()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while (end := self._buffer.find(b"\r\n\r\n")) >= 0:
+            match = _CONTENT_LENGTH.search(self._buffer, 0, end + 2)
+            if match:
+                total = end + 4 + int(match.group(1))
+            else:
+                last = self._buffer.find(_LAST_CHUNK, end + 2)
+                total = last + len(_LAST_CHUNK) if last >= 0 else len(self._buffer) + 1
+            if len(self._buffer) < total:
+                return
+            self._budget[1] += 1
+            self._budget[2] += 0 if self._buffer[9:10] == b"2" else 1
+            del self._buffer[:total]
+            self._next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+
+async def count_requests(port: int, request: bytes, connections: int, total: int) -> tuple[int, int]:
+    """Send exactly `total` requests over `connections` keep-alive connections (one in flight each) and
+    wait for every answer: (answered, non-2xx)."""
+    loop = asyncio.get_running_loop()
+    budget = [total, 0, 0]
+    waits = []
+    for _ in range(min(connections, total)):
+        closed = loop.create_future()
+        await loop.create_connection(lambda c=closed: _CountingProtocol(request, budget, c), _HOST, port)
+        waits.append(closed)
+    await asyncio.wait_for(asyncio.gather(*waits), timeout=_COUNT_TIMEOUT)
+    return budget[1], budget[2]
 
 
 def _worker(
