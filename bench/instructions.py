@@ -67,8 +67,9 @@ def _control(pid: int, option: str) -> None:
     subprocess.run(["callgrind_control", option, str(pid)], check=True, capture_output=True, timeout=120)
 
 
-def _instructions(out_dir: Path, pid: int) -> int:
-    """Sum of the totals of every dump `pid` wrote since the last zeroing (one file per dump)."""
+def _instructions(out_dir: Path, pid: int, keep: Path | None = None, name: str = "") -> int:
+    """Sum of the totals of every dump `pid` wrote since the last zeroing (one file per dump), moved to
+    `keep` as `name`.N when given (for callgrind_annotate), else deleted."""
     total = 0
     for path in out_dir.glob(f"callgrind.{pid}*"):
         if path.name == f"callgrind.{pid}":  # the final dump at exit: not written yet, or stale
@@ -76,7 +77,11 @@ def _instructions(out_dir: Path, pid: int) -> int:
         match = _TOTALS.search(path.read_bytes())
         if match:
             total += int(match.group(1))
-        path.unlink()
+        if keep is not None and name:
+            keep.mkdir(parents=True, exist_ok=True)
+            path.rename(keep / f"{name}.{path.name.rpartition('.')[2]}")
+        else:
+            path.unlink()
     return total
 
 
@@ -91,7 +96,8 @@ def _measure(
         _instructions(out_dir, child.pid)
         done, errors = asyncio.run(count_requests(port, request, args.connections, args.requests))
         _control(child.pid, "--dump")
-        counts.append(Count(target, case, _instructions(out_dir, child.pid) / done, errors))
+        total = _instructions(out_dir, child.pid, args.keep, f"callgrind.{target}.{case}")
+        counts.append(Count(target, case, total / done, errors))
     return counts
 
 
@@ -119,6 +125,7 @@ def run(args: argparse.Namespace) -> list[Count]:
             port=port,
             upstream_port=upstream_port,
             workers=1,
+            disabled=tuple(filter(None, args.disable_plugins.split(","))),
             storage_url=storage_url,
             redis_url=REDIS_URL if args.production else None,
         )
@@ -182,6 +189,15 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32, help="connections (default 32)")
     parser.add_argument("--production", action="store_true", help="the gateway on PostgreSQL + Redis")
     parser.add_argument("--only", default="floor,gateway", help="floor and/or gateway (default both)")
+    parser.add_argument(
+        "--disable-plugins",
+        default="",
+        metavar="A,B",
+        help="gateway plugins to switch off (plugins.disabled)",
+    )
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help="keep the counted dumps in DIR, for callgrind_annotate"
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found: apt-get install -y valgrind")
