@@ -29,6 +29,10 @@ shutdown_grace_seconds = 2.0
 [storage]
 url = "{storage_url}"
 {redis}
+[billing]
+# In the run's temp directory: with PostgreSQL the default is the working directory (the repository).
+spool_dir = "{spool_dir}"
+
 [logging]
 level = "info"
 json = true
@@ -84,6 +88,7 @@ def write_config(
             port=port,
             workers=workers,
             storage_url=storage_url or f"sqlite:///{directory / 'modelgate-bench.db'}",
+            spool_dir=directory / "modelgate-spool",
             redis=f'[redis]\nurl = "{redis_url}"\n' if redis_url else "",
             upstream_port=upstream_port,
             model=MODEL,
