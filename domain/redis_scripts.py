@@ -196,8 +196,11 @@ end
 local mine = 'p:' .. process
 for m = first_money, #KEYS do
   redis.call('HINCRBY', KEYS[m], 'r', ARGV[a])
-  redis.call('HINCRBY', KEYS[m], mine, ARGV[a])
-  redis.call('SADD', KEYS[1], KEYS[m])
+  -- A hash enters held:<process> when this process's share in it starts (was none): while it lasts the hash
+  -- stays named there (only RECLAIM, which drops the share too, empties the set), so once is enough.
+  if redis.call('HINCRBY', KEYS[m], mine, ARGV[a]) == tonumber(ARGV[a]) then
+    redis.call('SADD', KEYS[1], KEYS[m])
+  end
   a = a + 3
 end
 return out
@@ -222,8 +225,9 @@ local kept = {}
 for k = 1, #KEYS - 1 do
   local op, x, y, key = ARGV[3 * k], ARGV[3 * k + 1], ARGV[3 * k + 2], KEYS[k]
   if op == 's' then
-    if redis.call('EXISTS', key) == 1 then
-      local held = tonumber(redis.call('HGET', key, mine) or '0')
+    local share = redis.call('HGET', key, mine)  -- a share means the counter exists: no EXISTS then
+    if share or redis.call('EXISTS', key) == 1 then
+      local held = tonumber(share or '0')
       local release = math.min(held, tonumber(x))
       if release > 0 then
         local text = string.format('%d', -release)

@@ -1,7 +1,7 @@
 """A lean Redis connection for the counters' two hot scripts: one connection per process, commands
 pipelined on it (a turn of the event loop's calls in one write; replies are matched to calls in order),
-encoded and parsed by hiredis. A call costs a fraction of the Python that redis-py's asyncio client, with a
-connection pool, spends on it (bench/results/design-measurements.md).
+parsed by hiredis. A call costs a fraction of the Python that redis-py's asyncio client, with a connection
+pool, spends on it (bench/results/design-measurements.md).
 
 Errors are redis-py's exceptions, so callers handle one family: `ConnectionError` when Redis cannot be
 reached or a reply takes longer than `timeout` (the connection is then dropped and every call waiting on
@@ -15,11 +15,58 @@ import asyncio
 import hashlib
 import time
 from collections import deque
+from collections.abc import Awaitable
 from typing import Any
 
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+
+# RESP headers of short arrays and bulk strings, made once.
+_ARRAY_HEADS = [b"*%d\r\n" % n for n in range(256)]
+_BULK_HEADS = [b"$%d\r\n" % n for n in range(256)]
+_BULKS_KEPT = 4096  # the arguments whose encoding is kept (`_Bulks`)
+
+
+def _bulk(value: str | bytes | int) -> bytes:
+    """One argument of a command as a RESP bulk string."""
+    if type(value) is str:
+        data = value.encode()
+    elif type(value) is bytes:
+        data = value
+    elif type(value) is int:
+        data = b"%d" % value
+    else:  # never a bool either: True == 1, so it could be sent as a 1 found in `_Bulks`
+        raise TypeError(f"a Redis argument is str, bytes or int, not {type(value).__name__}")
+    size = len(data)
+    return (_BULK_HEADS[size] if size < 256 else b"$%d\r\n" % size) + data + b"\r\n"
+
+
+class _Bulks(dict):
+    """The RESP encodings of the arguments sent lately, by argument.
+
+    Most arguments of the counters' scripts come back request after request (key names, limits, amounts,
+    the process id, operation codes), and a dict lookup costs a third of what hiredis.pack_command spends
+    on an argument (a repr, an sprintf and two copies). Emptied when full, so unique values (row ids) do
+    not grow it without end."""
+
+    __slots__ = ()
+
+    def __missing__(self, value: str | bytes | int) -> bytes:
+        if len(self) >= _BULKS_KEPT:
+            self.clear()
+        bulk = self[value] = _bulk(value)
+        return bulk
+
+
+_BULKS = _Bulks()
+
+
+def pack(parts: tuple | list) -> bytes:
+    """A command (str, bytes or int arguments) in RESP, as hiredis.pack_command would encode it."""
+    count = len(parts)
+    head = _ARRAY_HEADS[count] if count < 256 else b"*%d\r\n" % count
+    return head + b"".join(map(_BULKS.__getitem__, parts))  # in C, bar the first encoding of a value
 
 
 class Script:
@@ -103,28 +150,37 @@ class RedisWire:
 
     async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """Run `script` (EVALSHA; the whole source once if Redis does not know it)."""
-        try:
-            return await self.call(b"EVALSHA", script.sha, len(keys), *keys, *args)
-        except ResponseError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
+        reply = await self._send((b"EVALSHA", script.sha, len(keys), *keys, *args))
+        if isinstance(reply, ResponseError):
+            if not str(reply).startswith("NOSCRIPT"):
+                raise reply
             return await self.call(b"EVAL", script.source, len(keys), *keys, *args)
+        return reply
 
     async def call(self, *parts: Any) -> Any:
         """Send one command and wait for its reply (an error reply raises)."""
-        wire = self._wire
-        if wire is None or wire.lost:
-            wire = await self._connect()
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        wire.waiting.append((future, time.monotonic()))
-        wire.send(hiredis.pack_command(parts), loop)  # RESP, encoded in C
-        if self._watchdog is None:
-            self._watchdog = loop.call_later(self._timeout, self._watch)
-        reply = await future
+        reply = await self._send(parts)
         if isinstance(reply, ResponseError):
             raise reply
         return reply
+
+    def _send(self, parts: tuple) -> Awaitable[Any]:
+        """Queue one command; its reply (an error reply is returned, not raised) when awaited. A plain
+        function on the hot path: one coroutine per script call is enough."""
+        wire = self._wire
+        if wire is None or wire.lost:
+            return self._send_connected(parts)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        wire.waiting.append((future, time.monotonic()))
+        wire.send(pack(parts), loop)
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(self._timeout, self._watch)
+        return future
+
+    async def _send_connected(self, parts: tuple) -> Any:
+        await self._connect()
+        return await self._send(parts)
 
     def _watch(self) -> None:
         """Drop the connection when its oldest call has waited longer than the timeout."""
