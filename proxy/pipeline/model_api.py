@@ -79,6 +79,19 @@ class Completions:
         task.add_done_callback(self._pending.discard)
         return task
 
+    def run_eagerly(self, phase: Coroutine[Any, Any, None]) -> asyncio.Task | None:
+        """Run `phase` now, in the caller, up to its first real wait: None when it ended without one (the
+        usual completion: its hooks only queue work), else the task that carries it on from that wait.
+
+        A task per request costs more than the whole completion phase of most; cancelling the caller can
+        only reach a coroutine at a wait, and there the phase is handed to a task of its own.
+        """
+        try:
+            waiting = phase.send(None)
+        except StopIteration:
+            return None
+        return self.run(_carry_on(phase, waiting))
+
     async def drain(self, seconds: float) -> None:
         """Wait for every completion phase still running (at most `seconds`)."""
         deadline = asyncio.get_running_loop().time() + seconds
@@ -88,6 +101,31 @@ class Completions:
                 log.warning("%d request completions were still running at stop", len(self._pending))
                 return
             await asyncio.wait(self._pending, timeout=left)
+
+
+async def _carry_on(phase: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """Drive a coroutine that was started outside any task and is waiting on `waiting` (what it yielded: a
+    future, or None for a bare yield) to its end, as a task would: resumed once that is done, with a
+    cancellation of this task passed in where it waits."""
+    while True:
+        try:
+            if waiting is None:
+                await asyncio.sleep(0)
+            else:
+                waiting._asyncio_future_blocking = False  # what a task does with the futures it is given
+                await asyncio.wait((waiting,))  # not `await waiting`: its outcome is the phase's to read
+        except asyncio.CancelledError as cancelled:
+            if waiting is not None:
+                waiting.cancel()
+            try:
+                waiting = phase.throw(cancelled)
+            except StopIteration:
+                return
+            continue
+        try:
+            waiting = phase.send(None)
+        except StopIteration:
+            return
 
 
 class ModelApi:
@@ -152,10 +190,10 @@ class ModelApi:
         finally:
             if self._completions is None:
                 await self._complete(ctx)
-            else:
-                # The hooks wait on shared state (Redis): a client leaving now cancels this handler, which
+            elif (rest := self._completions.run_eagerly(self._complete(ctx))) is not None:
+                # A hook waits on shared state (Redis): a client leaving now cancels this handler, which
                 # must not cut the settlement, the ledger row or the id's release in half.
-                await asyncio.shield(self._completions.run(self._complete(ctx)))
+                await asyncio.shield(rest)
 
     async def _complete(self, ctx: RequestContext) -> None:
         """The completion phase: every hook runs, whatever the others do."""
