@@ -45,6 +45,25 @@ log = logging.getLogger("modelgate.counters")
 # How long a request id claim lives if its release never comes (the process died).
 CLAIM_SECONDS = 600
 _MAX_BUILDS = 3  # admission retries after building missing money counters (a bound, not a budget)
+_NAMES_KEPT = 4096  # counter names kept with their prefix (`_Names`)
+_window_result = tuple.__new__  # a WindowResult built in C (the named tuple's own __new__ is Python)
+
+
+class _Names(dict):
+    """Counter names in Redis (the prefix and the key), by key: the keys of a request's windows and counters
+    come back request after request, so each name is made once, not per request. Emptied when full."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, key: str) -> str:
+        if len(self) >= _NAMES_KEPT:
+            self.clear()
+        name = self[key] = self.prefix + key
+        return name
 
 
 class RedisCounters:
@@ -63,7 +82,8 @@ class RedisCounters:
         self._held = f"{prefix}held:{self.process}"
         # Rate windows keep running totals (`redis_scripts._WINDOWS`) under their own names, apart from the
         # total-less hashes of earlier releases, which a process of this one must not count from.
-        self._windows = prefix + "w:"
+        self._windows = _Names(prefix + "w:")
+        self._names = _Names(prefix)
         self._live = f"{prefix}live:{self.process}"
         self._processes = f"{prefix}processes"
         # Batches Redis did not answer (unreachable, or its answer lost): sent again, the same and in order,
@@ -72,8 +92,10 @@ class RedisCounters:
         self._batches = 0  # the number of the last batch made (redis_scripts.COMPLETE)
         self._applied = prefix + "applied"
         self._sending = asyncio.Lock()
-        # What follows requests, queued for the next batch: (operation, key, argument, argument).
-        self._queue: list[tuple[str, str, int | str, int | str]] = []
+        # What follows requests, queued for the next batch: its keys and, per key, (operation, argument,
+        # argument), the shape `redis_scripts.COMPLETE` takes them in.
+        self._queued_keys: list[str] = []
+        self._queued_args: list[int | str] = []
         self._queued_written: asyncio.Future | None = None  # resolved once the queued batch is written
         self._forgotten: list[tuple[str, str]] = []  # (hash, row id) of settlement records no more needed
         self._writer: asyncio.Task | None = None
@@ -123,17 +145,17 @@ class RedisCounters:
         self, claim: str | None, windows: Sequence[WindowAsk], money: Sequence[MoneyAsk]
     ) -> Admitted:
         """Claim, count and reserve in one round trip, all or nothing (see `redis_scripts.ADMIT_REQUEST`)."""
-        prefix = self._prefix
         keys = [self._held]
         args: list[int | str] = [self.process, WINDOW_SECONDS, CLAIM_SECONDS if claim else 0, len(windows)]
         if claim:
-            keys.append(prefix + claim)
-        windows_prefix = self._windows
+            keys.append(self._prefix + claim)  # unique: not kept in `_names`
+        window_names = self._windows
         for key, amount, limit in windows:
-            keys.append(windows_prefix + key)
+            keys.append(window_names[key])
             args += (amount, limit)
+        names = self._names
         for ask in money:
-            keys.append(prefix + ask.key)
+            keys.append(names[ask.key])
             args += (ask.amount, "1" if ask.require_activation else "0", ask.credit_limit)
         try:
             answer = await self._admit_request(keys=keys, args=args)
@@ -154,7 +176,7 @@ class RedisCounters:
 
     def release_claim(self, claim: str) -> None:
         """Release a request id claim taken by `admit_request` (with the next batch)."""
-        self._enqueue("d", claim, "", "")
+        self._enqueue("d", self._prefix + claim, "", "")
 
     async def _build(self, key: str, init: MoneyInit) -> None:
         state = await init()
@@ -167,12 +189,13 @@ class RedisCounters:
 
     async def settle(self, key: str, reserved: int, actual: int) -> None:
         """Release `reserved` and charge `actual`, with the next batch (the reservation is held till then)."""
-        self._enqueue("s", key, reserved, -actual)
+        self._enqueue("s", self._names[key], reserved, -actual)
 
     def mark_settled(self, key: str, row_id: str, cost: int) -> None:
         """Record a request's settled cost under its row id in the hash `key`: queued right after its
         settlements, so it is written in their batch, atomically with them."""
-        self._queue.append(("m", key, row_id, cost))
+        self._queued_keys.append(self._names[key])
+        self._queued_args += ("m", row_id, cost)
 
     def forget_settled(self, key: str, row_id: str) -> None:
         """A settlement record whose row is spooled: dropped with the next batch (never one of its own)."""
@@ -197,7 +220,7 @@ class RedisCounters:
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
         """Correct a window's bucket by `delta` (a TPM reservation against the real usage), batched."""
-        self._enqueue("w", "w:" + key, second, delta)
+        self._enqueue("w", self._windows[key], second, delta)
 
     async def written(self) -> None:
         """Wait until what this process queued so far is in Redis (or kept for retry): a request's ledger
@@ -215,8 +238,9 @@ class RedisCounters:
         else:
             pending.add_done_callback(lambda _: callback())
 
-    def _enqueue(self, operation: str, key: str, first: int | str, second: int | str) -> None:
-        self._queue.append((operation, key, first, second))
+    def _enqueue(self, operation: str, name: str, first: int | str, second: int | str) -> None:
+        self._queued_keys.append(name)
+        self._queued_args += (operation, first, second)
         if self._queued_written is None:
             self._queued_written = asyncio.get_running_loop().create_future()
         if self._writer is None:
@@ -226,28 +250,25 @@ class RedisCounters:
         """Write queued batches until none is left: each one script call (a task starts on the next loop
         tick, so everything queued in this one joins the first batch)."""
         try:
-            while self._queue:
-                batch, self._queue = self._queue, []
+            while self._queued_keys:
+                keys, args = self._queued_keys, self._queued_args
+                self._queued_keys, self._queued_args = [], []
                 done, self._queued_written = self._queued_written, None
                 try:
-                    await self._write_batch(batch)
+                    await self._write_batch(keys, args)
                 finally:
                     if done is not None and not done.done():
                         done.set_result(None)
         finally:
             self._writer = None
 
-    async def _write_batch(self, batch: list[tuple[str, str, int | str, int | str]]) -> None:
-        prefix = self._prefix
-        keys = []
+    async def _write_batch(self, keys: list[str], queued: list[int | str]) -> None:
         self._batches += 1
-        args: list[int | str] = [self.process, self._batches]
-        for operation, key, first, second in batch:
-            keys.append(prefix + key)
-            args += (operation, first, second)
+        args: list[int | str] = [self.process, self._batches, *queued]
         if self._forgotten:
+            names = self._names
             for key, row_id in self._forgotten:
-                keys.append(prefix + key)
+                keys.append(names[key])
                 args += ("f", row_id, 0)
             self._forgotten = []
         keys.append(self._applied)
@@ -370,7 +391,7 @@ class RedisCounters:
         for _key, amount, limit in asks:
             args += (amount, limit)
         try:
-            flat = await self._admit(keys=[self._windows + key for key, _, _ in asks], args=args)
+            flat = await self._admit(keys=[self._windows[key] for key, _, _ in asks], args=args)
         except RedisError as exc:
             self._unavailable(exc)
             now = int(time.time())
@@ -420,7 +441,10 @@ def _admitted(answer: list) -> Admitted:
         now = answer[1]
         return Admitted(
             Refusal.NONE,
-            [WindowResult(True, answer[i], answer[i + 1], now) for i in range(2, len(answer), 2)],
+            [
+                _window_result(WindowResult, (True, answer[i], answer[i + 1], now))
+                for i in range(2, len(answer), 2)
+            ],
         )
     if verdict == -1:
         return Admitted(Refusal.CLAIM, [])
