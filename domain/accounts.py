@@ -140,6 +140,12 @@ def refusal(outcome: int, rule: PolicyRule | None = None) -> InsufficientBalance
     )
 
 
+def _credit_limits(config: Config) -> dict[str, int]:
+    # In micro-units per plan code, converted once per config: every reservation reads one (and `to_micros`
+    # goes through Decimal).
+    return {plan.code: to_micros(plan.credit_limit) for plan in config.plans}
+
+
 class Accounts:
     """Reservations against balances and budgets; the cabinet's billing sink."""
 
@@ -154,7 +160,7 @@ class Accounts:
         shared: bool,
     ) -> None:
         self._db = db
-        self._config = config
+        self._credit_limits = _credit_limits(config)
         self._counters = counters
         self._ledger = ledger
         self._policies = policies
@@ -164,7 +170,7 @@ class Accounts:
 
     def use_config(self, config: Config) -> None:
         """A reloaded config: its plans (credit limits) apply from the next reservation on."""
-        self._config = config
+        self._credit_limits = _credit_limits(config)
 
     def add_broadcast(self, broadcast: Broadcast) -> None:
         self._broadcasts.append(broadcast)
@@ -176,10 +182,6 @@ class Accounts:
         balance = stored.balance_micros - self._ledger.pending_cost(organization_id)
         return MoneyState(balance, stored.activated, stored.credit_seq)
 
-    def _credit_limit(self, plan_code: str) -> int:
-        plan = self._config.plan(plan_code)
-        return to_micros(plan.credit_limit) if plan is not None else 0
-
     @property
     def counters(self) -> Counters:
         return self._counters
@@ -187,7 +189,7 @@ class Accounts:
     def balance_ask(self, organization_id: str, plan_code: str, amount: int, key: str) -> MoneyAsk:
         """The reservation of `amount` on the organization's counter `key` (`balance_key(organization_id)`,
         which a cached API key carries), as an admission asks it."""
-        credit = self._credit_limit(plan_code)
+        credit = self._credit_limits.get(plan_code, 0)
 
         def init() -> Awaitable[MoneyState]:
             return self._balance_init(organization_id)
@@ -232,12 +234,13 @@ class Accounts:
         await self.queue_settlement(reservations, actual, row_id)
         await self._counters.written()
 
-    async def queue_settlement(
+    def queue_settlement(
         self, reservations: list[tuple[str, int]], actual: int, row_id: str | None
-    ) -> None:
+    ) -> Awaitable[None]:
         """`queue_settlement` on this gateway's counters (the cost recorded by row id only where they are
-        shared); the request's row follows with `Counters.after_written`."""
-        await queue_settlement(self._counters, reservations, actual, row_id if self._shared else None)
+        shared); the request's row follows with `Counters.after_written`. Await what it returns."""
+        # Hands back the function's own coroutine instead of wrapping it in another: one less per request.
+        return queue_settlement(self._counters, reservations, actual, row_id if self._shared else None)
 
     # -- the cabinet's billing sink and the broadcast channel ------------------------------------------
 

@@ -11,7 +11,7 @@ chain order that would have refused: 409 `request_in_progress`, then 429 with th
 from __future__ import annotations
 
 from modelgate.domain.accounts import refusal
-from modelgate.domain.counters import Admitted, Counters, Refusal
+from modelgate.domain.counters import Admitted, Counters, Refusal, WindowResult
 from modelgate.domain.errors import RateLimited, RequestInProgress
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import AdmissionState, RequestContext
@@ -81,23 +81,44 @@ def _refusal(ctx: RequestContext, admission: AdmissionState, result: Admitted) -
     return refusal(result.money_outcome, admission.budgets[index - 1][0] if index > 0 else None)
 
 
+# Header values repeat (limits, remaining requests, seconds to reset): the small ones are formatted once,
+# here, rather than by str() and an f-string on every answer.
+_FORMATTED = 1024
+_DECIMALS = tuple(str(number) for number in range(_FORMATTED))
+_SECONDS = tuple(f"{number}s" for number in range(_FORMATTED))
+_REQUEST_HEADERS = (
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+)
+_TOKEN_HEADERS = ("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens")
+
+
 def _report_windows(ctx: RequestContext, admission: AdmissionState, result: Admitted) -> None:
     """Answers carry the key's own windows; the token windows are kept to correct them to the real usage."""
-    headers = ctx.response_headers
+    # Every admitted request runs this: indexes rather than slices and zip.
     results = result.windows
     key_rpm, key_tpm, first_tpm = admission.key_rpm, admission.key_tpm, admission.first_tpm
     if key_rpm:
-        window = results[0]
-        headers["x-ratelimit-limit-requests"] = str(key_rpm)
-        headers["x-ratelimit-remaining-requests"] = str(max(key_rpm - window.used, 0))
-        headers["x-ratelimit-reset-requests"] = f"{window.reset_seconds}s"
-    if first_tpm < len(results):
-        for (key, amount, _limit), window in zip(
-            admission.windows[first_tpm:], results[first_tpm:], strict=True
-        ):
-            admission.token_windows.append((key, window.second, amount))
+        _report_window(ctx.response_headers, _REQUEST_HEADERS, key_rpm, results[0])
+    count = len(results)
+    if first_tpm < count:
+        asks, token_windows = admission.windows, admission.token_windows
+        for index in range(first_tpm, count):
+            key, amount, _limit = asks[index]
+            token_windows.append((key, results[index].second, amount))
         if key_tpm:
-            window = results[first_tpm]
-            headers["x-ratelimit-limit-tokens"] = str(key_tpm)
-            headers["x-ratelimit-remaining-tokens"] = str(max(key_tpm - window.used, 0))
-            headers["x-ratelimit-reset-tokens"] = f"{window.reset_seconds}s"
+            _report_window(ctx.response_headers, _TOKEN_HEADERS, key_tpm, results[first_tpm])
+
+
+def _report_window(
+    headers: dict[str, str], names: tuple[str, str, str], limit: int, window: WindowResult
+) -> None:
+    limit_name, remaining_name, reset_name = names
+    remaining = limit - window.used
+    if remaining < 0:  # a conditional, not max(): several times cheaper
+        remaining = 0
+    reset = window.reset_seconds
+    headers[limit_name] = _DECIMALS[limit] if limit < _FORMATTED else str(limit)
+    headers[remaining_name] = _DECIMALS[remaining] if remaining < _FORMATTED else str(remaining)
+    headers[reset_name] = _SECONDS[reset] if 0 <= reset < _FORMATTED else f"{reset}s"

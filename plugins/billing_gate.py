@@ -16,7 +16,7 @@ import time
 from modelgate.domain.accounts import Accounts
 from modelgate.domain.media import media_worst_case
 from modelgate.domain.usage import BYTES_PER_TOKEN, StreamUsageScanner, Usage
-from modelgate.plugins.admission import admit, pending
+from modelgate.plugins.admission import admit
 from modelgate.plugins.output_caps import ensure_estimate
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
@@ -61,42 +61,44 @@ class BillingGate(Plugin):
         self._accounts = accounts
 
     async def on_request(self, ctx: RequestContext) -> None:
-        if ctx.route.websocket:  # reserved per response by the relay; here: can it afford one?
+        route = ctx.route
+        if route.websocket:  # reserved per response by the relay; here: can it afford one?
             await admit(self._accounts.counters, ctx)  # its windows first: 429 before 402
             return await check_one_response(self._accounts, ctx)
         if ctx.model is None:
             return
-        if ctx.route.free:
+        admission = ctx.admission
+        if route.free:
             worst = 0  # costs nothing, but an organization that may not spend (unpaid) may not call it either
         else:
-            ensure_estimate(ctx)
+            if not admission.max_output_tokens:  # usually filled in already (plugins.output_caps)
+                ensure_estimate(ctx)
             prices = ctx.model.prices
-            worst = media_worst_case(ctx.route.media, ctx.payload, prices)
+            worst = None if route.media is None else media_worst_case(route.media, ctx.payload, prices)
             if worst is None:
-                worst = prices.worst_case(
-                    ctx.admission.estimated_input_tokens, ctx.admission.max_output_tokens
-                )
+                worst = prices.worst_case(admission.estimated_input_tokens, admission.max_output_tokens)
         # Recorded for the admission step, which reserves on the balance and every budget at once, or on none.
         key = ctx.key
         accounts = self._accounts
-        admission = pending(ctx)
         admission.money.append(
             accounts.balance_ask(key.organization_id, key.plan_code, worst, key.balance_counter)
         )
-        if ctx.decision is not None and ctx.decision.budget_rules:
+        decision = ctx.decision
+        if decision is not None and decision.budget_rules:
             now = time.time()
-            for rule in ctx.decision.budget_rules:
+            for rule in decision.budget_rules:
                 ask, start = accounts.budget_ask(rule, worst, now)
                 admission.money.append(ask)
                 admission.budgets.append((rule, start))
 
     async def on_complete(self, ctx: RequestContext) -> None:
-        if not ctx.admission.reservations:
+        reservations = ctx.admission.reservations
+        if not reservations:
             return
         cost = final_cost(ctx)
         # Batched with other requests' (and this one's TPM corrections); its ledger row follows once the batch
         # is written (UsageMetering), so the handler never waits on Redis here.
-        await self._accounts.queue_settlement(ctx.admission.reservations, cost, ctx.metering.ledger_row_id)
+        await self._accounts.queue_settlement(reservations, cost, ctx.metering.ledger_row_id)
 
 
 def delivered_usage(ctx: RequestContext) -> Usage:

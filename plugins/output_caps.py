@@ -35,10 +35,8 @@ def estimate_input_tokens(body_size: int) -> int:
     return body_size // 2 + 1
 
 
-def _positive_int(payload: dict, name: str, most: int) -> int | None:
-    value = payload.get(name)
-    if value is None:
-        return None
+def _positive_int(value: object, name: str, most: int) -> int:
+    """`value` (the body's `name`, present) as a positive integer of at most `most`, else 400."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidRequest(f"Invalid '{name}': expected an integer of at least 1.")
     if value > most:
@@ -48,17 +46,26 @@ def _positive_int(payload: dict, name: str, most: int) -> int | None:
 
 def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
     """The request's output cap times its number of answers; fills in the cap it did not name."""
+    # Plain loops and comparisons (no comprehension, generator or max()): this runs on every request.
     payload, model = ctx.payload, ctx.model.config
-    caps = [c for c in (_positive_int(payload, name, model.max_context_tokens) for name in rule.fields) if c]
-    if caps:
-        cap = max(caps)  # a provider honours one of them; reserve for the larger
-    else:
+    cap = 0
+    for name in rule.fields:
+        value = payload.get(name)
+        if value is not None:
+            value = _positive_int(value, name, model.max_context_tokens)
+            if value > cap:
+                cap = value  # a provider honours one of them; reserve for the larger
+    if not cap:
         cap = rule.default or model.default_max_tokens
         payload[rule.fields[0]] = cap
         ctx.payload_changed = True
     answers = 1
     for name in rule.choices:
-        answers = max(answers, _positive_int(payload, name, MAX_CHOICES) or 1)
+        value = payload.get(name)
+        if value is not None:
+            value = _positive_int(value, name, MAX_CHOICES)
+            if value > answers:
+                answers = value
     return cap * answers
 
 

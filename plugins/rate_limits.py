@@ -15,10 +15,11 @@ from __future__ import annotations
 from modelgate.config import Config
 from modelgate.domain.counters import Counters
 from modelgate.domain.errors import RateLimited
-from modelgate.plugins.admission import pending
 from modelgate.plugins.output_caps import ensure_estimate
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
+
+_NO_LIMITS = (0, 0)  # (rpm, tpm) of a key whose plan is not in the config
 
 
 class RateLimits(Plugin):
@@ -29,25 +30,24 @@ class RateLimits(Plugin):
     provides = frozenset({"admission"})
 
     def __init__(self, config: Config, counters: Counters) -> None:
-        self._plans = {plan.code: plan for plan in config.plans}
+        self._plan_limits = {plan.code: (plan.rpm, plan.tpm) for plan in config.plans}
         self._counters = counters
 
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
-        key, decision = ctx.key, ctx.decision
-        plan = self._plans.get(key.plan_code)
-        plan_rpm, plan_tpm = (plan.rpm, plan.tpm) if plan else (0, 0)
+        key, decision, admission = ctx.key, ctx.decision, ctx.admission
+        plan_rpm, plan_tpm = self._plan_limits.get(key.plan_code, _NO_LIMITS)
         key_rpm = decision.rpm if decision is not None and decision.rpm is not None else plan_rpm
         key_tpm = decision.tpm if decision is not None and decision.tpm is not None else plan_tpm
-        ensure_estimate(ctx)
-        tokens = ctx.admission.estimated_input_tokens + ctx.admission.max_output_tokens
+        if not admission.max_output_tokens:  # usually filled in already (plugins.output_caps)
+            ensure_estimate(ctx)
+        tokens = admission.estimated_input_tokens + admission.max_output_tokens
         _refuse_if_it_never_fits(tokens, key_tpm, plan_tpm)
         if not (key_rpm or plan_rpm or key_tpm or plan_tpm):
             return
         # The windows this request counts in (a limit of 0 is none): the key's, then its organization's.
         # The admission step takes them all at once, or none (plugins.admission).
-        admission = pending(ctx)
         asks = admission.windows
         if key_rpm:
             asks.append((key.rpm_window, 1, key_rpm))
@@ -61,22 +61,24 @@ class RateLimits(Plugin):
         admission.key_rpm, admission.key_tpm = key_rpm, key_tpm
 
     async def on_complete(self, ctx: RequestContext) -> None:
-        if not ctx.admission.token_windows:
+        token_windows = ctx.admission.token_windows
+        if not token_windows:
             return
         usage = ctx.metering.usage
-        actual = (
-            usage.input_tokens + usage.output_tokens
-            if usage is not None
-            else (0 if ctx.bytes_sent == 0 else None)
-        )
-        for window, second, reserved in ctx.admission.token_windows:
-            if actual is not None and actual != reserved:
+        if usage is not None:
+            actual = usage.input_tokens + usage.output_tokens
+        elif ctx.bytes_sent == 0:
+            actual = 0
+        else:
+            return  # answered, but how much it used is unknown: the reservation stands
+        for window, second, reserved in token_windows:
+            if actual != reserved:
                 await self._counters.adjust(window, second, actual - reserved)
 
 
 def _refuse_if_it_never_fits(tokens: int, key_tpm: int, plan_tpm: int) -> None:
     """429 without retry hints when the reservation alone is over a TPM limit: waiting would not help."""
-    limit = min((tpm for tpm in (key_tpm, plan_tpm) if tpm), default=0)
+    limit = key_tpm if key_tpm and (not plan_tpm or key_tpm < plan_tpm) else plan_tpm  # the lower set one
     if limit and tokens > limit:
         raise RateLimited(
             f"This request needs {tokens} tokens, more than the TPM limit of {limit}; lower max_tokens or"
