@@ -276,19 +276,31 @@ class LedgerWriter:
 
         `crash` is the row charged if the process dies before that row is added.
         """
-        row_id = self._new_id(crash.created_at)
-        line = orjson.dumps((_ADMITTED, *_row(crash, row_id)), option=orjson.OPT_APPEND_NEWLINE)
-        self._open[row_id] = line
-        self._journal(line)
+        row_id = self.new_row_id(crash.created_at)
+        self.admit_row(entry_row(crash, row_id))
         return row_id
+
+    def admit_row(self, crash: LedgerRow) -> None:
+        """`admit` for a row built with `ledger_row` (its id from `new_row_id`): the hot path's form, with no
+        LedgerEntry in between."""
+        line = orjson.dumps((_ADMITTED, *crash), option=orjson.OPT_APPEND_NEWLINE)
+        self._open[crash[0]] = line
+        self._journal(line)
 
     def add(self, entry: LedgerEntry) -> None:
         """Record a request's row: in the spool (in the kernel, past the death of the process) on return."""
         row_id = entry.row_id
         if row_id is None:
-            row_id = self._new_id(entry.created_at)
-        self._append(_row(entry, row_id))
-        if entry.row_id is not None:
+            self.add_row(entry_row(entry, self.new_row_id(entry.created_at)), admitted=False)
+        else:
+            self.add_row(entry_row(entry, row_id), admitted=True)
+
+    def add_row(self, row: LedgerRow, admitted: bool) -> None:
+        """`add` for a row built with `ledger_row`; `admitted`: its id is an admission's, which it
+        supersedes."""
+        self._append(row)
+        if admitted:
+            row_id = row[0]
             self._open.pop(row_id, None)  # after the append: the admission is superseded only once durable
             if self.on_row_spooled is not None:
                 self.on_row_spooled(row_id)
@@ -308,7 +320,8 @@ class LedgerWriter:
             except OSError as exc:
                 self._spool_write_failed(exc)
 
-    def _new_id(self, created_at: float) -> str:
+    def new_row_id(self, created_at: float) -> str:
+        """A fresh row id for a row created at `created_at` (see the class)."""
         return f"led_{int(created_at * 1000):011x}{self._id_prefix}{next(self._id_counter):08x}"
 
     def _append(self, row: LedgerRow) -> None:
@@ -564,8 +577,54 @@ class LedgerWriter:
             self._current = _Segment(None)
 
 
-def _row(entry: LedgerEntry, row_id: str) -> LedgerRow:
-    return (
+def ledger_row(
+    row_id: str,
+    organization_id: str,
+    key_id: str | None,
+    system_id: str | None,
+    model: str,
+    row_key: str | None,
+    request_id: str,
+    status: int,
+    input_tokens: int,
+    cached_input_tokens: int,
+    output_tokens: int,
+    cost_micros: int,
+    created_at: float,
+    units: float,
+    outcome: str,
+    budgets: tuple[tuple[str, float], ...],
+    content_action: str = "",
+    usage_estimated: bool = False,
+) -> LedgerRow:
+    """A row as the spool and `add_row` take it: a LedgerEntry's fields, positional (no object per
+    request)."""
+    row = (
+        row_id,
+        organization_id,
+        key_id,
+        system_id,
+        model,
+        row_key,
+        request_id,
+        status,
+        input_tokens,
+        cached_input_tokens,
+        output_tokens,
+        cost_micros,
+        created_at,
+        units,
+        outcome,
+        budgets,
+    )
+    if usage_estimated:
+        return (*row, content_action, True)
+    return (*row, content_action) if content_action else row
+
+
+def entry_row(entry: LedgerEntry, row_id: str) -> LedgerRow:
+    """The row of an entry, under `row_id`."""
+    return ledger_row(
         row_id,
         entry.organization_id,
         entry.key_id,
@@ -582,13 +641,8 @@ def _row(entry: LedgerEntry, row_id: str) -> LedgerRow:
         entry.units,
         entry.outcome,
         entry.budgets,
-        *(
-            (entry.content_action, True)
-            if entry.usage_estimated
-            else (entry.content_action,)
-            if entry.content_action
-            else ()
-        ),
+        entry.content_action,
+        entry.usage_estimated,
     )
 
 

@@ -54,6 +54,10 @@ class ModelPrices:
         )
         return self.per_request + usage.images * self.per_image + math.ceil(variable - 1e-9)
 
+    def prompt_cost(self, input_tokens: int) -> int:
+        """`cost` of a usage of `input_tokens` uncached prompt tokens and nothing else (no Usage built)."""
+        return self.per_request + math.ceil(input_tokens * self.input_per_token - 1e-9)
+
     def worst_case(self, input_tokens: int, max_output_tokens: int) -> int:
         """The most a request can cost: every prompt token uncached and the whole output allowance used."""
         return self.per_request + math.ceil(

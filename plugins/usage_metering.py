@@ -7,21 +7,22 @@ For OpenAI-style streams whose client did not ask for usage, the gateway asks th
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 from modelgate.domain.counters import Counters
-from modelgate.domain.ledger import CRASHED, LedgerEntry, LedgerWriter
+from modelgate.domain.ledger import CRASHED, LedgerWriter, ledger_row
 from modelgate.domain.media import MediaUsageReader
 from modelgate.domain.usage import (
+    BYTES_PER_TOKEN,
     StreamUsageScanner,
-    Usage,
     generated_tokens,
     tokens_of,
     usage_of_body,
 )
 from modelgate.plugins.billing_gate import final_cost
 from modelgate.proxy.pipeline.chain import Plugin
-from modelgate.proxy.pipeline.context import RequestContext, entry_for
+from modelgate.proxy.pipeline.context import RequestContext, content_action
 
 
 class UsageMetering(Plugin):
@@ -38,10 +39,9 @@ class UsageMetering(Plugin):
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
-        if (
-            ctx.admission.reserved_micros is not None
-        ):  # admitted by the billing gate (the step before this one)
-            ctx.metering.ledger_row_id = self._ledger.admit(_crash_entry(ctx))
+        reserved = ctx.admission.reserved_micros
+        if reserved is not None:  # admitted by the billing gate (the step before this one)
+            ctx.metering.ledger_row_id = self._admit(ctx, reserved)
         route = ctx.route
         if route.media is not None:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
@@ -79,29 +79,71 @@ class UsageMetering(Plugin):
         if ctx.route.websocket and ctx.status == 101:  # one row per response, written by the relay
             return
         cost = final_cost(ctx)
-        status = ctx.answered_status or ctx.status
-        row_key = ctx.row.key if ctx.row else None
-        entry = entry_for(
-            ctx,
-            ctx.metering.usage,
+        usage = ctx.metering.usage  # final_cost settles it
+        key = ctx.key
+        now = time.time()
+        row_id = ctx.metering.ledger_row_id
+        admitted = row_id is not None
+        if not admitted:
+            row_id = self._ledger.new_row_id(now)
+        # The row is built straight from the context (see ledger_row): this runs for every request.
+        row = ledger_row(
+            row_id,
+            key.organization_id,
+            key.id,
+            key.system_id,
+            ctx.model.name,
+            ctx.row.key if ctx.row else None,
+            ctx.request_id,
+            ctx.answered_status or ctx.status,
+            usage.input_tokens if usage else 0,
+            usage.cached_input_tokens if usage else 0,
+            usage.output_tokens if usage else 0,
             cost,
-            status,
+            now,
+            (usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
             _outcome(ctx),
-            row_key=row_key,
-            row_id=ctx.metering.ledger_row_id,
+            tuple(ctx.admission.charged_budgets),
+            content_action(ctx.content_hits) if ctx.content_hits else "",
+            usage.estimated if usage else False,
         )
         if ctx.admission.reservations:
             # Spooled once its settlement is in the live counter (a crash in between is recovered by row id).
-            self._counters.after_written(partial(self._ledger.add, entry))
+            self._counters.after_written(partial(self._ledger.add_row, row, admitted))
         else:
-            self._ledger.add(entry)
+            self._ledger.add_row(row, admitted)
 
-
-def _crash_entry(ctx: RequestContext) -> LedgerEntry:
-    """The row of an admitted request whose process dies before it completes: the prompt, which the
-    provider surely billed (about 4 bytes a token), at most the reservation."""
-    usage = Usage(input_tokens=len(ctx.body) // 4)
-    return entry_for(ctx, usage, min(ctx.model.prices.cost(usage), ctx.admission.reserved_micros), 0, CRASHED)
+    def _admit(self, ctx: RequestContext, reserved: int) -> str:
+        """Journal the request before it is forwarded; returns its row id. The row charged should the
+        process die before the request completes: the prompt, which the provider surely billed (about 4
+        bytes a token), at most the reservation."""
+        key = ctx.key
+        model = ctx.model
+        now = time.time()
+        row_id = self._ledger.new_row_id(now)
+        input_tokens = len(ctx.body) // BYTES_PER_TOKEN
+        self._ledger.admit_row(
+            ledger_row(
+                row_id,
+                key.organization_id,
+                key.id,
+                key.system_id,
+                model.name,
+                None,
+                ctx.request_id,
+                0,
+                input_tokens,
+                0,
+                0,
+                min(model.prices.prompt_cost(input_tokens), reserved),
+                now,
+                0.0,
+                CRASHED,
+                tuple(ctx.admission.charged_budgets),
+                content_action(ctx.content_hits) if ctx.content_hits else "",
+            )
+        )
+        return row_id
 
 
 def _outcome(ctx: RequestContext) -> str:

@@ -3,16 +3,21 @@ writes one ledger row; streams get their usage asked for, and kept from a client
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 
+from modelgate.domain.ledger import CRASHED, LedgerRow, entry_row
 from modelgate.plugins.admission import Admission
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.usage_metering import UsageMetering
-from modelgate.proxy.pipeline.context import Usage
+from modelgate.proxy.content.redaction import Hit
+from modelgate.proxy.pipeline.context import RequestContext, Usage, entry_for
 from tests.support.plugin_context import (
     CHAT,
     PluginServices,
     StoredKey,
+    add_policy_rule,
     answered,
     context_before,
     request_context,
@@ -144,3 +149,93 @@ async def test_a_request_outside_the_reference_completes_without_a_ledger_row(
 
     await services.ledger.flush()
     assert await services.db.fetch("SELECT id FROM usage_ledger") == []
+
+
+async def _admitted(services: PluginServices, key: StoredKey) -> RequestContext:
+    """A request admitted with a budget charged and a content rule's hit in its prompt."""
+    await add_policy_rule(services, key.record, budget_usd=1.0, budget_period="month")
+    ctx = await context_before("billing_gate", services, payload=CHAT, key=key.record)
+    await BillingGate(services.accounts).on_request(ctx)
+    await Admission(services.counters).on_request(ctx)
+    ctx.content_hits = [("prompt", Hit(0, 4, "flag", "pol_1", "phrase"))]
+    return ctx
+
+
+def _spied(services: PluginServices) -> tuple[list[LedgerRow], list[LedgerRow]]:
+    """The rows the ledger is handed (admissions, completed rows), as it is handed them."""
+    admissions: list[LedgerRow] = []
+    rows: list[LedgerRow] = []
+    ledger = services.ledger
+    admit_row, add_row = ledger.admit_row, ledger.add_row
+    ledger.admit_row = lambda row: (admissions.append(row), admit_row(row))[1]  # type: ignore[method-assign]
+    ledger.add_row = lambda row, admitted: (rows.append(row), add_row(row, admitted))[1]  # type: ignore[method-assign]
+    return admissions, rows
+
+
+def _line(row: LedgerRow) -> bytes:
+    """A row as its spool line: equal rows of unequal types (0 and 0.0, 1 and True) differ here."""
+    return orjson.dumps(row)
+
+
+async def test_an_admission_journals_the_crash_row_entry_for_describes(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await _admitted(services, key)
+    admissions, _ = _spied(services)
+
+    UsageMetering(services.ledger, services.counters).on_request(ctx)
+
+    (row,) = admissions
+    usage = Usage(input_tokens=len(ctx.body) // 4)
+    crash = entry_for(
+        ctx, usage, min(ctx.model.prices.cost(usage), ctx.admission.reserved_micros), 0, CRASHED
+    )
+    assert ctx.admission.charged_budgets and row[0] == ctx.metering.ledger_row_id
+    assert _line(row) == _line(entry_row(dataclasses.replace(crash, created_at=row[12]), row[0]))
+
+
+async def test_a_completed_row_is_the_row_entry_for_describes(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await _admitted(services, key)
+    plugin = UsageMetering(services.ledger, services.counters)
+    _, rows = _spied(services)
+    plugin.on_request(ctx)
+    answered(ctx, body=ANSWER)
+    ctx.outcome = "completed"
+
+    plugin.on_chunk(ctx, ANSWER)
+    plugin.on_complete(ctx)
+
+    (row,) = rows
+    entry = entry_for(
+        ctx,
+        ctx.metering.usage,
+        ctx.metering.cost_micros,
+        200,
+        "completed",
+        row_key=ctx.row.key,
+        row_id=row[0],
+    )
+    assert _line(row) == _line(entry_row(dataclasses.replace(entry, created_at=row[12]), row[0]))
+    assert row[15] and row[16:] == ("flagged",)  # a budget charged, and the content rule's action
+
+
+async def test_a_row_of_estimated_usage_is_the_row_entry_for_describes(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await context_before("usage_metering", services, payload=CHAT, key=key.record)
+    plugin = UsageMetering(services.ledger, services.counters)
+    _, rows = _spied(services)
+    plugin.on_request(ctx)
+    answered(ctx, body=b"{}")
+    ctx.outcome = "client_closed"  # cut short, with no usage reported: estimated
+
+    plugin.on_complete(ctx)
+
+    (row,) = rows
+    assert ctx.metering.usage.estimated
+    entry = entry_for(
+        ctx, ctx.metering.usage, ctx.metering.cost_micros, 200, "client_closed", row_key=ctx.row.key
+    )
+    assert _line(row) == _line(entry_row(dataclasses.replace(entry, created_at=row[12]), row[0]))
