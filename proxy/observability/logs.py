@@ -7,7 +7,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from functools import partial
 
 import orjson
 
@@ -84,6 +83,8 @@ class BufferedLineHandler(logging.StreamHandler):
         super().__init__(os.fdopen(os.dup(fd), "wb", buffering=65536))
         self._interval = interval
         self._flushed_at = 0.0
+        self._stamped_at = -1  # the millisecond of `_stamp`
+        self._stamp = ""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -98,28 +99,34 @@ class BufferedLineHandler(logging.StreamHandler):
             self._flushed_at = now
             self.stream.flush()
 
-    def write_fields(self, logger_name: str, levelno: int, message: str, fields: dict) -> None:
-        """The line JsonFormatter would write for a record of `logger_name` carrying `fields`, without
-        building the record (see json_line_writer)."""
+    def write_entry(self, levelno: int, entry: dict) -> None:
+        """The line JsonFormatter would write for a record carrying `entry`'s fields, without building the
+        record (see json_line_writer). `entry` is the whole line: its first keys are `ts`, `level`, `logger`
+        and `msg`, in that order, then the fields; `ts` and `level` are filled in here. One dict, made by the
+        caller in one go: a line of the access log is made once per request."""
         if levelno < self.level:
             return
-        created = time.time()
-        entry = {
-            "ts": self.formatter._timestamp(created, (created - int(created)) * 1000),
-            "level": _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno).lower(),
-            "logger": logger_name,
-            "msg": message,
-        }
-        entry.update(fields)
+        entry["ts"] = self._now()
+        entry["level"] = _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno).lower()
         line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
         with self.lock:
             self._write(line, levelno)
 
+    def _now(self) -> str:
+        """The time as JsonFormatter writes it, formatted once a millisecond (lines of one come together)."""
+        millisecond = int(time.time() * 1000)
+        if millisecond != self._stamped_at:
+            self._stamped_at = millisecond
+            self._stamp = self.formatter._timestamp(millisecond // 1000, millisecond % 1000)
+        return self._stamp
 
-FieldsWriter = Callable[[int, str, dict], None]
+
+EntryWriter = Callable[[int, dict], None]
+# The keys an access-log entry starts with (BufferedLineHandler.write_entry); the fields follow.
+ENTRY_HEAD = ("ts", "level", "logger", "msg")
 
 
-def json_line_writer(logger: logging.Logger) -> FieldsWriter | None:
+def json_line_writer(logger: logging.Logger) -> EntryWriter | None:
     """A writer of `logger`'s structured lines straight to the process's JSON log, or None.
 
     Only when every record of `logger` would reach exactly our one buffered JSON handler untouched (no
@@ -139,7 +146,7 @@ def json_line_writer(logger: logging.Logger) -> FieldsWriter | None:
         return None
     if type(handler.formatter) is not JsonFormatter:
         return None
-    return partial(handler.write_fields, logger.name)
+    return handler.write_entry
 
 
 def flush_logs() -> None:
