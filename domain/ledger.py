@@ -92,6 +92,7 @@ _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
 # whether the usage was estimated (written only when true, the content action then written even if empty).
 _CONTENT = 16
 _ESTIMATED = 17
+_NO_CONTENT_ACTION = ("", False)  # the last two columns of a row that ends at its budgets
 # An admission in the spool: this marker, then the row to charge should the request never complete.
 _ADMITTED = "admitted"
 # An admission that ended without a row (nothing to charge): this marker, then its row id.
@@ -449,9 +450,12 @@ class LedgerWriter:
                     spend[row[_ORGANIZATION]] += cost
                     for budget in row[_BUDGETS]:
                         budgets[budget] += cost
-            await tx.executemany(
-                _INSERT, [(*row[:_COLUMNS], _content_action(row), _usage_estimated(row)) for row in chunk]
-            )
+            # Most rows end at their budgets (no content action, usage reported): parameters without a call.
+            parameters = [
+                row[:_COLUMNS] + _NO_CONTENT_ACTION if len(row) == _CONTENT else _parameters(row)
+                for row in chunk
+            ]
+            await tx.executemany(_INSERT, parameters)
             for organization_id, amount in spend.items():
                 await tx.execute(_BALANCE, amount, organization_id)
             for (rule_id, period_start), amount in budgets.items():
@@ -644,6 +648,11 @@ def entry_row(entry: LedgerEntry, row_id: str) -> LedgerRow:
         entry.content_action,
         entry.usage_estimated,
     )
+
+
+def _parameters(row: LedgerRow) -> tuple:
+    """The parameters of `_INSERT` for a row."""
+    return (*row[:_COLUMNS], _content_action(row), _usage_estimated(row))
 
 
 def _content_action(row: LedgerRow) -> str:
