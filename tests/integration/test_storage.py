@@ -143,3 +143,28 @@ async def test_executemany_with_a_duplicate_rolls_back_the_whole_batch(db) -> No
         async with db.transaction() as tx:
             await tx.executemany(_INSERT_ORG, rows)
     assert await db.fetchval("SELECT COUNT(*) FROM organizations") == 0
+
+
+_INSERT_LEDGER = (
+    "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, request_id, status, units,"
+    " cost_micros, created_at, usage_estimated) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+)
+
+
+async def test_executemany_stores_each_value_as_one_insert_does(db) -> None:
+    # PostgreSQL takes a plain INSERT's rows as COPY: NULLs, floats, integers and booleans arrive the same.
+    one = ("row_one", "org_1", None, "sys_1", "m", "req_1", 200, 1.5, 2**40, 1700000000.25, True)
+    many = [("row_many", *one[1:]), ("row_zero", "org_1", "key_1", None, "m", "req_2", 0, 0.0, 0, 0.0, False)]
+    await db.execute(_INSERT_LEDGER, *one)
+    async with db.transaction() as tx:
+        await tx.executemany(_INSERT_LEDGER, many)
+        await tx.executemany(_INSERT_LEDGER, [])
+    rows = await db.fetch(
+        "SELECT id, organization_id, key_id, system_id, model, request_id, status, units, cost_micros,"
+        " created_at, usage_estimated, input_tokens, outcome FROM usage_ledger ORDER BY id"
+    )
+    by_id = {row["id"]: row for row in rows}
+    assert {**by_id["row_many"], "id": "row_one"} == by_id["row_one"]
+    assert by_id["row_zero"]["key_id"] == "key_1" and by_id["row_zero"]["system_id"] is None
+    assert by_id["row_zero"]["usage_estimated"] in (False, 0) and by_id["row_zero"]["input_tokens"] == 0
+    assert by_id["row_zero"]["outcome"] == "completed"  # columns left out take their defaults
