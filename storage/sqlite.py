@@ -12,6 +12,7 @@ import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,13 @@ sqlite3.register_adapter(type(None), lambda value: value)
 
 _translated: dict[str, str] = {}
 
+# A plain INSERT of one row per tuple, its placeholders $1..$n in column order (nothing after VALUES).
+_PLAIN_INSERT = re.compile(r"(INSERT INTO [a-z_][a-z0-9_]* \([a-z0-9_, ]+\) VALUES )\((\$\d+(?:, \$\d+)*)\)")
+# Rows per statement of an executemany of a plain INSERT: each statement's fixed work (a statement journal,
+# its halt and reset) is paid once per block, not once per row; a fixed size keeps the statement cached.
+_BLOCK_ROWS = 50
+_blocks: dict[str, str | None] = {}
+
 
 def to_sqlite(sql: str) -> str:
     """Rewrite `$1` placeholders to SQLite's `?1`; cached because queries are a fixed set."""
@@ -38,6 +46,22 @@ def to_sqlite(sql: str) -> str:
         out = _PLACEHOLDER.sub(r"?\1", sql)
         _translated[sql] = out
     return out
+
+
+def block_insert(sql: str) -> str | None:
+    """For a plain INSERT of one row, the same INSERT of `_BLOCK_ROWS` rows (SQLite's form); else None."""
+    if sql in _blocks:
+        return _blocks[sql]
+    block = None
+    match = _PLAIN_INSERT.fullmatch(sql)
+    if match is not None:
+        head, placeholders = match.groups()
+        names = placeholders.split(", ")
+        if names == [f"${n}" for n in range(1, len(names) + 1)]:
+            one = "(" + ", ".join(["?"] * len(names)) + ")"
+            block = head + ", ".join([one] * _BLOCK_ROWS)
+    _blocks[sql] = block
+    return block
 
 
 def _rows(cursor_rows: list[sqlite3.Row]) -> list[Row]:
@@ -60,8 +84,20 @@ class _Tx:
         return cur.rowcount
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """Run `sql` once per row. A plain INSERT goes `_BLOCK_ROWS` rows a statement (the same rows, types
+        and constraints; a failing row undoes its block, as a failing COPY does on PostgreSQL, and the ledger,
+        the caller, rolls the transaction back), the rows past the last whole block one a statement."""
+        block = block_insert(sql)
+        whole = len(rows) - len(rows) % _BLOCK_ROWS if block is not None else 0
         try:
-            await self._conn.executemany(to_sqlite(sql), rows)
+            if whole:
+                blocks = [
+                    tuple(chain.from_iterable(rows[start : start + _BLOCK_ROWS]))
+                    for start in range(0, whole, _BLOCK_ROWS)
+                ]
+                await self._conn.executemany(block, blocks)
+            if whole < len(rows):
+                await self._conn.executemany(to_sqlite(sql), rows[whole:] if whole else rows)
         except sqlite3.IntegrityError as exc:
             raise IntegrityViolation(str(exc)) from exc
 

@@ -1,5 +1,5 @@
-"""Two shortcuts of the metering hot path give what the general forms give: the crash row's prompt cost,
-and the SQLite binding of None and bools."""
+"""Shortcuts of the metering hot path give what the general forms give: the crash row's prompt cost, the
+SQLite binding of None and bools, and SQLite's executemany of a plain INSERT (in blocks of rows)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from modelgate.domain.prices import ModelPrices
 from modelgate.domain.usage import Usage
-from modelgate.storage import open_database
+from modelgate.storage import IntegrityViolation, open_database
 
 PRICES = [
     ModelPrices(2.0, 1.0, 10.0, 0, 1000),
@@ -37,3 +37,38 @@ async def test_sqlite_stores_none_as_null_and_a_bool_as_the_integer_it_stored_be
     finally:
         await db.close()
     assert rows == [{"n": "null", "y": "integer", "yes": 1, "no": 0}] * 2
+
+
+@pytest.mark.parametrize("count", [0, 1, 49, 50, 51, 100, 137])
+async def test_sqlite_executemany_of_a_plain_insert_stores_every_row_as_given(
+    tmp_path: Path, count: int
+) -> None:
+    db = await open_database(f"sqlite:///{tmp_path / 'many.db'}")
+    rows = [(f"id{n:04d}", n, n / 3, None if n % 2 else f"text {n}", n % 3 == 0) for n in range(count)]
+    try:
+        await db.execute("CREATE TABLE t (id TEXT PRIMARY KEY, n INTEGER, x REAL, s TEXT, b BOOLEAN)")
+        async with db.transaction() as tx:
+            await tx.executemany("INSERT INTO t (id, n, x, s, b) VALUES ($1, $2, $3, $4, $5)", rows)
+
+        stored = await db.fetch("SELECT id, n, x, s, b FROM t ORDER BY id")
+    finally:
+        await db.close()
+    assert [tuple(row.values()) for row in stored] == [(i, n, x, s, int(b)) for i, n, x, s, b in rows]
+
+
+@pytest.mark.parametrize("duplicate_at", [3, 60, 101])
+async def test_sqlite_executemany_of_a_duplicate_row_is_an_integrity_violation_and_writes_nothing(
+    tmp_path: Path, duplicate_at: int
+) -> None:
+    db = await open_database(f"sqlite:///{tmp_path / 'dup.db'}")
+    rows = [(f"id{n:04d}", n) for n in range(120)]
+    rows[duplicate_at] = rows[0]
+    try:
+        await db.execute("CREATE TABLE t (id TEXT PRIMARY KEY, n INTEGER)")
+        with pytest.raises(IntegrityViolation):
+            async with db.transaction() as tx:
+                await tx.executemany("INSERT INTO t (id, n) VALUES ($1, $2)", rows)
+
+        assert await db.fetchval("SELECT count(*) FROM t") == 0
+    finally:
+        await db.close()
