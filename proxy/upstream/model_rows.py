@@ -39,11 +39,12 @@ class RoutingRow:
     priority: int
     upstream: Upstream
     health: RowHealth = field(default_factory=RowHealth)
+    # A stable name for the row, stored with objects it created (e.g. response ids) and on every ledger row,
+    # log line and metric: made once.
+    key: str = field(init=False)
 
-    @property
-    def key(self) -> str:
-        """A stable name for the row, stored with objects it created (e.g. response ids)."""
-        return f"{self.provider}/{self.upstream_model}@{self.host}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.provider}/{self.upstream_model}@{self.host}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
