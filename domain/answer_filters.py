@@ -12,7 +12,7 @@ import re
 
 import orjson
 
-from modelgate.domain.usage import complete_events_end
+from modelgate.domain.usage import complete_events_end, usage_objects_at
 
 
 class ProviderPriceFilter:
@@ -46,7 +46,7 @@ class UsageChunkFilter(ProviderPriceFilter):
     carries nothing is dropped; one that also carries content keeps it.
 
     Only events with a usage object or a price key are decoded (about one a stream); every other event
-    passes as it came, after one regex search.
+    passes as it came, after counts and a substring search (`_withheld`).
     """
 
     __slots__ = ("_carry", "_strip_usage")
@@ -69,35 +69,49 @@ class UsageChunkFilter(ProviderPriceFilter):
                 self._carry = data
                 return b""
             complete, self._carry = data[:end], data[end:]
-        withheld = _WITHHELD if self._strip_usage else _PRICE
-        match = withheld.search(complete)
-        if match is None:
+        found = self._withheld(complete)
+        if not found:
             return complete
         # Only the events holding a match are rebuilt; the bytes between them pass as they came.
         out: list[bytes] = []
         done = 0  # complete[:done] is decided
-        while match is not None:
-            start = _event_start(complete, done, match.start())
-            blank = _EVENT_END.search(complete, match.end())  # complete ends with a blank line
-            event = self._event(complete[start : blank.start()], withheld)
+        for match_start, match_end in found:
+            if match_start < done:
+                continue  # in an event already rebuilt
+            start = _event_start(complete, done, match_start)
+            blank = _EVENT_END.search(complete, match_end)  # complete ends with a blank line
+            event = self._event(complete[start : blank.start()])
             out.append(complete[done:start])
             if event:  # else nothing is left: the blank line goes too
                 out.append(event)
                 out.append(blank.group())
             done = blank.end()
-            match = withheld.search(complete, done)
         out.append(complete[done:])
         return b"".join(out)
+
+    def _withheld(self, complete: bytes) -> list[tuple[int, int]]:
+        """(start, end) of each usage object (when stripped) and price key in `complete`, in order: the
+        searches that pass most chunks are a count and a substring search in C, not a regex scan."""
+        found = usage_objects_at(complete, len(complete)) if self._strip_usage else []
+        if _COST in complete:
+            found += [match.span() for match in _PRICE.finditer(complete)]
+            found.sort()
+        return found
 
     def finish(self) -> bytes:
         tail, self._carry = self._carry, b""
         return tail
 
-    def _event(self, event: bytes, withheld: re.Pattern[bytes]) -> bytes:
+    def _event(self, event: bytes) -> bytes:
         """The event without what is withheld (b"" when nothing is left), its blank line not included."""
-        lines = event.split(b"\n")
+        if b"\n" not in event:  # one line, the usual event: it holds what was found
+            lines = [event]
+            withheld = None
+        else:
+            lines = event.split(b"\n")
+            withheld = _WITHHELD if self._strip_usage else _PRICE
         for index, line in enumerate(lines):
-            if not line.startswith(b"data:") or withheld.search(line) is None:
+            if not line.startswith(b"data:") or (withheld is not None and withheld.search(line) is None):
                 continue
             try:
                 document = orjson.loads(line[5:])
@@ -119,7 +133,9 @@ class UsageChunkFilter(ProviderPriceFilter):
 _EVENT_END = re.compile(rb"(\n\r?\n)")
 # A key, not text: inside a JSON string every quote is escaped.
 _PRICE = re.compile(rb'"cost(?:_details)?"\s*:')
-_WITHHELD = re.compile(rb'"(?:usage"\s*:\s*\{|cost(?:_details)?"\s*:)')  # one leading quote: a faster search
+_COST = b'"cost'
+# Which line of an event of several lines holds what is withheld:
+_WITHHELD = re.compile(rb'"(?:usage"\s*:\s*\{|cost(?:_details)?"\s*:)')
 _PRICE_KEYS = ("cost", "cost_details")
 # Keys of a chunk's choice that say which choice it is, not what it carries.
 _CHOICE_PLACE = frozenset({"index"})
