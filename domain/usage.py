@@ -173,7 +173,7 @@ class StreamUsageScanner:
         data = carry + chunk if carry else chunk  # an event begun in an earlier chunk, completed here
         if not self.final:
             for marker in self._markers:
-                if marker in data:
+                if data.rfind(marker) >= 0:  # from the end, where the final event is: found at once
                     self.final = True
                     break
         end = len(data)
