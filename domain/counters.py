@@ -323,7 +323,12 @@ class InProcessCounters:
         window = self._windows.get(key)
         if window is None:
             return
-        for bucket in reversed(window.buckets):
+        buckets = window.buckets
+        if buckets and buckets[-1][0] == second:  # usually: a request's second is the newest bucket
+            buckets[-1][1] += delta
+            window.total += delta
+            return
+        for bucket in reversed(buckets):
             if bucket[0] == second:
                 bucket[1] += delta
                 window.total += delta

@@ -25,14 +25,17 @@ def pending(ctx: RequestContext) -> AdmissionState:
 async def admit(counters: Counters, ctx: RequestContext) -> None:
     """Take everything the request recorded, or raise the refusal; once per request."""
     admission = ctx.admission
-    if not admission.asked or admission.taken:
-        return
-    windows = admission.windows
-    result = await counters.admit_request(admission.claim, windows, admission.money)
+    if admission.asked and not admission.taken:
+        result = await counters.admit_request(admission.claim, admission.windows, admission.money)
+        _hold(ctx, admission, result)
+
+
+def _hold(ctx: RequestContext, admission: AdmissionState, result: Admitted) -> None:
+    """Record what the counters' answer holds for the request, or raise its refusal."""
     if result.refusal != Refusal.NONE:
         raise _refusal(ctx, admission, result)
     admission.taken = True
-    if windows:
+    if admission.windows:
         _report_windows(ctx, admission, result)
     money = admission.money
     if money:
@@ -55,8 +58,11 @@ class Admission(Plugin):
         self._counters = counters
 
     async def on_request(self, ctx: RequestContext) -> None:
-        if ctx.admission.asked:
-            await admit(self._counters, ctx)
+        # `admit` written out: every request passes here, and awaiting admit() would add a coroutine.
+        admission = ctx.admission
+        if admission.asked and not admission.taken:
+            result = await self._counters.admit_request(admission.claim, admission.windows, admission.money)
+            _hold(ctx, admission, result)
 
 
 def _refusal(ctx: RequestContext, admission: AdmissionState, result: Admitted) -> Exception:
