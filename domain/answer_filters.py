@@ -123,7 +123,10 @@ class UsageChunkFilter(ProviderPriceFilter):
             if self._strip_usage and document.get("usage") is not None:
                 del document["usage"]
                 changed = True
-                if not any(_carries_something(choice) for choice in document.get("choices") or ()):
+                choices = document.get("choices") or ()
+                if not isinstance(choices, list | tuple):
+                    choices = (choices,)  # not a list: relayed as the provider wrote it, for the client
+                if not any(_carries_something(choice) for choice in choices):
                     return b""  # the usage chunk the client did not ask for, and nothing else
             if changed:
                 lines[index] = b"data: " + orjson.dumps(document) + (b"\r" if line.endswith(b"\r") else b"")

@@ -64,3 +64,11 @@ def test_only_the_events_carrying_a_price_or_usage_change_in_a_chunk_of_many(new
 
     unpriced = _event(_content("d"), newline)
     assert out == plain[0] + unpriced + plain[1] + plain[2] + done
+
+
+@pytest.mark.parametrize("choices", [1.5, "text", {"index": 0, "delta": {"content": "x"}}, True])
+def test_usage_next_to_choices_that_are_not_a_list_is_taken_out_and_the_event_kept(choices) -> None:
+    # A provider's odd `choices` is relayed as it is: the filter does not fail on it (it raised TypeError).
+    stream = UsageChunkFilter(strip_usage=True)
+    out = stream.feed(_event({"object": "chat.completion.chunk", "choices": choices, "usage": USAGE}, b"\n"))
+    assert orjson.loads(out[6:]) == {"object": "chat.completion.chunk", "choices": choices}
