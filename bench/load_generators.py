@@ -100,17 +100,27 @@ def run_wrk(
     return parse_wrk(done.returncode, done.stdout, done.stderr)
 
 
-class _LoadProtocol(asyncio.Protocol):
-    """One connection that sends the next request as soon as the previous answer is complete."""
+class _ClosedLoop(asyncio.Protocol):
+    """One keep-alive connection with one request in flight: the next goes as soon as the previous answer is
+    complete, for as long as `_go_on` says. `counts` is shared by the connections: [answered, non-2xx]."""
 
-    def __init__(self, request: bytes, deadline: float, totals: list[int], closed: asyncio.Future) -> None:
-        self._request, self._deadline, self._totals, self._closed = request, deadline, totals, closed
+    def __init__(self, request: bytes, counts: list[int], closed: asyncio.Future) -> None:
+        self._request, self._counts, self._closed = request, counts, closed
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
 
+    def _go_on(self) -> bool:
+        raise NotImplementedError
+
+    def _send(self) -> None:
+        if self._go_on():
+            self._transport.write(self._request)
+        else:
+            self._transport.close()
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        transport.write(self._request)  # type: ignore[attr-defined]
+        self._send()
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -123,18 +133,25 @@ class _LoadProtocol(asyncio.Protocol):
                 total = last + len(_LAST_CHUNK) if last >= 0 else len(self._buffer) + 1
             if len(self._buffer) < total:
                 return
-            ok = self._buffer[9:10] == b"2"
+            self._counts[0] += 1
+            self._counts[1] += 0 if self._buffer[9:10] == b"2" else 1
             del self._buffer[:total]
-            self._totals[0] += 1
-            self._totals[1] += 0 if ok else 1
-            if time.monotonic() >= self._deadline:
-                self._transport.close()
-                return
-            self._transport.write(self._request)
+            self._send()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed.done():
             self._closed.set_result(None)
+
+
+class _UntilDeadline(_ClosedLoop):
+    """Requests until `deadline` (time.monotonic) has passed."""
+
+    def __init__(self, request: bytes, deadline: float, counts: list[int], closed: asyncio.Future) -> None:
+        super().__init__(request, counts, closed)
+        self._deadline = deadline
+
+    def _go_on(self) -> bool:
+        return time.monotonic() < self._deadline
 
 
 async def _drive(port: int, request: bytes, connections: int, seconds: float) -> tuple[int, int, float]:
@@ -146,65 +163,39 @@ async def _drive(port: int, request: bytes, connections: int, seconds: float) ->
     for _ in range(connections):
         closed = loop.create_future()
         await loop.create_connection(
-            lambda c=closed: _LoadProtocol(request, deadline, totals, c), _HOST, port
+            lambda c=closed: _UntilDeadline(request, deadline, totals, c), _HOST, port
         )
         waits.append(closed)
     await asyncio.wait_for(asyncio.gather(*waits), timeout=seconds + 30)
     return totals[0], totals[1], time.monotonic() - started
 
 
-class _CountingProtocol(asyncio.Protocol):
-    """One connection of `count_requests`: sends the next request while the shared budget lasts."""
+class _UntilSent(_ClosedLoop):
+    """Requests while the budget shared by the connections lasts (`left`: [requests still to send])."""
 
-    def __init__(self, request: bytes, budget: list[int], closed: asyncio.Future) -> None:
-        self._request, self._budget, self._closed = request, budget, closed  # budget: [to send, done, errors]
-        self._buffer = bytearray()
-        self._transport: asyncio.Transport | None = None
+    def __init__(self, request: bytes, left: list[int], counts: list[int], closed: asyncio.Future) -> None:
+        super().__init__(request, counts, closed)
+        self._left = left
 
-    def _next(self) -> None:
-        if self._budget[0] <= 0:
-            self._transport.close()
-            return
-        self._budget[0] -= 1
-        self._transport.write(self._request)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        self._next()
-
-    def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        while (end := self._buffer.find(b"\r\n\r\n")) >= 0:
-            match = _CONTENT_LENGTH.search(self._buffer, 0, end + 2)
-            if match:
-                total = end + 4 + int(match.group(1))
-            else:
-                last = self._buffer.find(_LAST_CHUNK, end + 2)
-                total = last + len(_LAST_CHUNK) if last >= 0 else len(self._buffer) + 1
-            if len(self._buffer) < total:
-                return
-            self._budget[1] += 1
-            self._budget[2] += 0 if self._buffer[9:10] == b"2" else 1
-            del self._buffer[:total]
-            self._next()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self._closed.done():
-            self._closed.set_result(None)
+    def _go_on(self) -> bool:
+        if self._left[0] <= 0:
+            return False
+        self._left[0] -= 1
+        return True
 
 
 async def count_requests(port: int, request: bytes, connections: int, total: int) -> tuple[int, int]:
     """Send exactly `total` requests over `connections` keep-alive connections (one in flight each) and
     wait for every answer: (answered, non-2xx)."""
     loop = asyncio.get_running_loop()
-    budget = [total, 0, 0]
+    left, counts = [total], [0, 0]
     waits = []
     for _ in range(min(connections, total)):
         closed = loop.create_future()
-        await loop.create_connection(lambda c=closed: _CountingProtocol(request, budget, c), _HOST, port)
+        await loop.create_connection(lambda c=closed: _UntilSent(request, left, counts, c), _HOST, port)
         waits.append(closed)
     await asyncio.wait_for(asyncio.gather(*waits), timeout=_COUNT_TIMEOUT)
-    return budget[1], budget[2]
+    return counts[0], counts[1]
 
 
 def _worker(
