@@ -4,9 +4,7 @@ once per distinct set) is the line a logging record of the same fields makes, fi
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import orjson
@@ -16,27 +14,10 @@ from aiohttp.test_utils import make_mocked_request
 from modelgate.domain.errors import InvalidRequest, UpstreamUnavailable
 from modelgate.domain.usage import Usage
 from modelgate.plugins.access_log import AccessLog
-from modelgate.proxy.observability.logs import BufferedLineHandler, JsonFormatter
+from modelgate.proxy.observability.logs import BufferedLineHandler
 from modelgate.proxy.pipeline.context import RequestContext
 
 _ROW = SimpleNamespace(key="openai/gpt-4o@api.openai.com", provider="openai")
-
-
-@pytest.fixture
-def json_log(tmp_path) -> Iterator[tuple[BufferedLineHandler, object]]:
-    path = tmp_path / "log.jsonl"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
-    handler = BufferedLineHandler(fd)
-    os.close(fd)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    saved_handlers, saved_level = root.handlers[:], root.level
-    try:
-        yield handler, path
-    finally:
-        root.handlers[:] = saved_handlers
-        root.setLevel(saved_level)
-        handler.close()
 
 
 def _context(path: str, status: int, **changes) -> RequestContext:

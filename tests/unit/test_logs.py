@@ -3,38 +3,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import orjson
-import pytest
 
 from modelgate.proxy.observability.logs import (
     ENTRY_HEAD,
     BufferedLineHandler,
-    JsonFormatter,
     json_line_writer,
 )
-
-
-@pytest.fixture
-def json_log(tmp_path) -> Iterator[tuple[BufferedLineHandler, object]]:
-    """Our buffered JSON handler writing to a file; the root logger is restored afterwards."""
-    path = tmp_path / "log.jsonl"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
-    handler = BufferedLineHandler(fd)
-    os.close(fd)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    saved_handlers, saved_level = root.handlers[:], root.level
-    try:
-        yield handler, path
-    finally:
-        root.handlers[:] = saved_handlers
-        root.setLevel(saved_level)
-        handler.close()
 
 
 def _only(handler: BufferedLineHandler) -> None:
