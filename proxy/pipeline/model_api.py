@@ -117,13 +117,11 @@ async def _carry_on(phase: Coroutine[Any, Any, None], waiting: Any) -> None:
         except asyncio.CancelledError as cancelled:
             if waiting is not None:
                 waiting.cancel()
-            try:
-                waiting = phase.throw(cancelled)
-            except StopIteration:
-                return
-            continue
+            step, value = phase.throw, cancelled
+        else:
+            step, value = phase.send, None
         try:
-            waiting = phase.send(None)
+            waiting = step(value)
         except StopIteration:
             return
 
