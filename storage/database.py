@@ -6,12 +6,35 @@ rewrites the placeholders to its numbered `?1` form. Rows come back as plain dic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from functools import lru_cache
 from typing import Any, Protocol
 
 Row = dict[str, Any]
 NotifyHandler = Callable[[str], Awaitable[None] | None]
+
+
+# A plain INSERT of one row per tuple, its placeholders $1..$n in column order (nothing after VALUES). Names
+# in lower case only: PostgreSQL's COPY quotes them, where the INSERT would fold upper case to lower.
+_PLAIN_INSERT = re.compile(
+    r"INSERT INTO ([a-z_][a-z0-9_]*) \(([a-z0-9_, ]+)\) VALUES \((\$\d+(?:, \$\d+)*)\)"
+)
+
+
+@lru_cache(maxsize=256)  # the statements are a fixed set
+def plain_insert(sql: str) -> tuple[str, tuple[str, ...]] | None:
+    """(table, columns) of a plain INSERT, which a backend's `executemany` may send in bulk (COPY, rows per
+    statement) with the same rows, types and constraints; None for any other statement."""
+    match = _PLAIN_INSERT.fullmatch(sql)
+    if match is None:
+        return None
+    table, columns, placeholders = match.groups()
+    names = tuple(column.strip() for column in columns.split(","))
+    if placeholders.split(", ") != [f"${n}" for n in range(1, len(names) + 1)]:
+        return None
+    return table, names
 
 
 class StorageError(Exception):

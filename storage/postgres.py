@@ -8,34 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
-from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError
+from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError, plain_insert
 
 log = logging.getLogger("modelgate.storage")
-
-# A plain INSERT of one row per tuple, its placeholders $1..$n in column order (nothing after VALUES). Names
-# in lower case only: COPY quotes them, where the INSERT would fold upper case to lower.
-_PLAIN_INSERT = re.compile(
-    r"INSERT INTO ([a-z_][a-z0-9_]*) \(([a-z0-9_, ]+)\) VALUES \((\$\d+(?:, \$\d+)*)\)"
-)
-
-
-def _copy_target(sql: str) -> tuple[str, list[str]] | None:
-    """(table, columns) when `executemany(sql, rows)` may go as COPY instead: a plain INSERT; else None."""
-    match = _PLAIN_INSERT.fullmatch(sql)
-    if match is None:
-        return None
-    table, columns, placeholders = match.groups()
-    names = [column.strip() for column in columns.split(",")]
-    if placeholders.split(", ") != [f"${n}" for n in range(1, len(names) + 1)]:
-        return None
-    return table, names
 
 
 class _Conn:
@@ -58,13 +39,13 @@ class _Conn:
         """Run `sql` once per row. A plain INSERT goes as COPY (the same rows, types and constraints): asyncpg
         binds and executes a statement per row, at twice COPY's cost a row (the ledger writes every request's
         row this way)."""
-        target = _copy_target(sql)
+        target = plain_insert(sql)
         try:
             if target is None:
                 await self._conn.executemany(sql, rows)
             elif rows:
                 table, columns = target
-                await self._conn.copy_records_to_table(table, records=rows, columns=columns)
+                await self._conn.copy_records_to_table(table, records=rows, columns=list(columns))
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise IntegrityViolation(str(exc)) from exc
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiosqlite
 
-from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError
+from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError, plain_insert
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 
@@ -31,8 +31,6 @@ sqlite3.register_adapter(type(None), lambda value: value)
 
 _translated: dict[str, str] = {}
 
-# A plain INSERT of one row per tuple, its placeholders $1..$n in column order (nothing after VALUES).
-_PLAIN_INSERT = re.compile(r"(INSERT INTO [a-z_][a-z0-9_]* \([a-z0-9_, ]+\) VALUES )\((\$\d+(?:, \$\d+)*)\)")
 # Rows per statement of an executemany of a plain INSERT: each statement's fixed work (a statement journal,
 # its halt and reset) is paid once per block, not once per row; a fixed size keeps the statement cached.
 _BLOCK_ROWS = 50
@@ -53,13 +51,11 @@ def block_insert(sql: str) -> str | None:
     if sql in _blocks:
         return _blocks[sql]
     block = None
-    match = _PLAIN_INSERT.fullmatch(sql)
-    if match is not None:
-        head, placeholders = match.groups()
-        names = placeholders.split(", ")
-        if names == [f"${n}" for n in range(1, len(names) + 1)]:
-            one = "(" + ", ".join(["?"] * len(names)) + ")"
-            block = head + ", ".join([one] * _BLOCK_ROWS)
+    target = plain_insert(sql)
+    if target is not None:
+        table, columns = target
+        one = "(" + ", ".join(["?"] * len(columns)) + ")"
+        block = f"INSERT INTO {table} ({', '.join(columns)}) VALUES " + ", ".join([one] * _BLOCK_ROWS)
     _blocks[sql] = block
     return block
 
