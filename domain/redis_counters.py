@@ -38,32 +38,15 @@ from modelgate.domain.counters import (
     WindowResult,
 )
 from modelgate.domain.errors import ServiceUnavailable
-from modelgate.domain.redis_wire import Script, wire_for
+from modelgate.domain.redis_wire import Memo, Script, wire_for
 
 log = logging.getLogger("modelgate.counters")
 
 # How long a request id claim lives if its release never comes (the process died).
 CLAIM_SECONDS = 600
 _MAX_BUILDS = 3  # admission retries after building missing money counters (a bound, not a budget)
-_NAMES_KEPT = 4096  # counter names kept with their prefix (`_Names`)
+_NAMES_KEPT = 4096  # counter names kept with their prefix (`_names`, `_windows`)
 _window_result = tuple.__new__  # a WindowResult built in C (the named tuple's own __new__ is Python)
-
-
-class _Names(dict):
-    """Counter names in Redis (the prefix and the key), by key: the keys of a request's windows and counters
-    come back request after request, so each name is made once, not per request. Emptied when full."""
-
-    __slots__ = ("prefix",)
-
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
-        self.prefix = prefix
-
-    def __missing__(self, key: str) -> str:
-        if len(self) >= _NAMES_KEPT:
-            self.clear()
-        name = self[key] = self.prefix + key
-        return name
 
 
 class RedisCounters:
@@ -82,8 +65,9 @@ class RedisCounters:
         self._held = f"{prefix}held:{self.process}"
         # Rate windows keep running totals (`redis_scripts._WINDOWS`) under their own names, apart from the
         # total-less hashes of earlier releases, which a process of this one must not count from.
-        self._windows = _Names(prefix + "w:")
-        self._names = _Names(prefix)
+        # Names in Redis (prefix + key), by key: a request's keys come back request after request.
+        self._windows = Memo((prefix + "w:").__add__, _NAMES_KEPT)
+        self._names = Memo(prefix.__add__, _NAMES_KEPT)
         self._live = f"{prefix}live:{self.process}"
         self._processes = f"{prefix}processes"
         # Batches Redis did not answer (unreachable, or its answer lost): sent again, the same and in order,

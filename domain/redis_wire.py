@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import hiredis
@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 # RESP headers of short arrays and bulk strings, made once.
 _ARRAY_HEADS = [b"*%d\r\n" % n for n in range(256)]
 _BULK_HEADS = [b"$%d\r\n" % n for n in range(256)]
-_BULKS_KEPT = 4096  # the arguments whose encoding is kept (`_Bulks`)
+_BULKS_KEPT = 4096  # the arguments whose encoding is kept (`_BULKS`)
 
 
 def _bulk(value: str | bytes | int) -> bytes:
@@ -36,30 +36,34 @@ def _bulk(value: str | bytes | int) -> bytes:
         data = value
     elif type(value) is int:
         data = b"%d" % value
-    else:  # never a bool either: True == 1, so it could be sent as a 1 found in `_Bulks`
+    else:  # never a bool either: True == 1, so it could be sent as a 1 found in `_BULKS`
         raise TypeError(f"a Redis argument is str, bytes or int, not {type(value).__name__}")
     size = len(data)
     return (_BULK_HEADS[size] if size < 256 else b"$%d\r\n" % size) + data + b"\r\n"
 
 
-class _Bulks(dict):
-    """The RESP encodings of the arguments sent lately, by argument.
+class Memo(dict):
+    """Values made from their keys by `make`, kept: a key seen lately costs a dict lookup. Emptied when it
+    holds `limit`, so unique keys (row ids) do not grow it without end."""
 
-    Most arguments of the counters' scripts come back request after request (key names, limits, amounts,
-    the process id, operation codes), and a dict lookup costs a third of what hiredis.pack_command spends
-    on an argument (a repr, an sprintf and two copies). Emptied when full, so unique values (row ids) do
-    not grow it without end."""
+    __slots__ = ("_limit", "_make")
 
-    __slots__ = ()
+    def __init__(self, make: Callable[[Any], Any], limit: int) -> None:
+        super().__init__()
+        self._make = make
+        self._limit = limit
 
-    def __missing__(self, value: str | bytes | int) -> bytes:
-        if len(self) >= _BULKS_KEPT:
+    def __missing__(self, key: Any) -> Any:
+        if len(self) >= self._limit:
             self.clear()
-        bulk = self[value] = _bulk(value)
-        return bulk
+        value = self[key] = self._make(key)
+        return value
 
 
-_BULKS = _Bulks()
+# The RESP encodings of the arguments sent lately. Most arguments of the counters' scripts come back request
+# after request (key names, limits, amounts, the process id, operation codes), and a lookup costs a third of
+# what hiredis.pack_command spends on an argument (a repr, an sprintf and two copies).
+_BULKS = Memo(_bulk, _BULKS_KEPT)
 
 
 def pack(parts: tuple | list) -> bytes:
