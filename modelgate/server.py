@@ -26,7 +26,7 @@ from modelgate.cabinet.services import CabinetServices
 from modelgate.cabinet.web_assets import WebAssets, add_web_routes
 from modelgate.config import Config
 from modelgate.gateway import Gateway
-from modelgate.proxy.http.client_address import forwarded_client_middleware
+from modelgate.proxy.http.client_address import forwarded_client, forwarded_client_middleware
 from modelgate.proxy.http.connection_guard import EdgeLimits, GuardedServer, name_the_server
 from modelgate.proxy.http.listen import ListenError, address_text, bind_listeners, bound_port
 from modelgate.proxy.observability.logs import configure_logging, flush_logs, flush_logs_periodically
@@ -109,8 +109,9 @@ def build_app(gateway: Gateway) -> web.Application:
 
 
 class GatewayRunner(web.AppRunner):
-    """The root application's runner: connections guarded (proxy/http/connection_guard.py), and the model API
-    served ahead of aiohttp's router.
+    """The root application's runner: connections start on the lean front (proxy/http/front.py), which serves
+    plain model API requests and hands the rest to aiohttp under the guard (proxy/http/connection_guard.py);
+    there the model API is still served ahead of aiohttp's router.
 
     Every model API request is `/v1` or under it and has one handler, so routing it through the
     application (router lookup, match info, the middleware wrapper that sub-applications add to every
@@ -132,10 +133,16 @@ class GatewayRunner(web.AppRunner):
         )
         # New connections get the limits of a reloaded config; open ones keep theirs.
         gateway.follow_config(lambda config: setattr(server, "limits", EdgeLimits.from_config(config.server)))
+        model_api = app[MODEL_API].handle
+        trusted = gateway.config.server.trusted_proxies
+        if len(app.middlewares) == (1 if trusted else 0):  # at most the forwarded-client one
+            # Plain model API requests never reach aiohttp (proxy/http/front.py); the front reads the
+            # forwarded client address itself.
+            server.front = model_api
+            server.front_client = forwarded_client(trusted) if trusted else None
         if app.middlewares:
             return server
         through_app = server.request_handler
-        model_api = app[MODEL_API].handle
 
         async def dispatch(request: web.Request) -> web.StreamResponse:
             path = request.path

@@ -11,8 +11,9 @@ from aiohttp import web
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def forwarded_client_middleware(trusted_proxies: tuple[str, ...]) -> Callable:
-    """A middleware that sets `request.remote` to the forwarded client when the peer is trusted."""
+def forwarded_client(trusted_proxies: tuple[str, ...]) -> Callable[[str | None, str | None], str | None]:
+    """`client(peer, x_forwarded_for)`: the forwarded client when the peer is a trusted proxy, else the
+    peer."""
     networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted_proxies)
 
     def trusted(address: str) -> bool:
@@ -22,10 +23,7 @@ def forwarded_client_middleware(trusted_proxies: tuple[str, ...]) -> Callable:
             return False
         return any(ip in network for network in networks)
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        peer = request.remote
-        forwarded = request.headers.get("x-forwarded-for")
+    def client(peer: str | None, forwarded: str | None) -> str | None:
         if forwarded and peer and trusted(peer):
             for candidate in reversed(forwarded.split(",")):
                 candidate = candidate.strip()
@@ -33,8 +31,23 @@ def forwarded_client_middleware(trusted_proxies: tuple[str, ...]) -> Callable:
                     try:
                         ipaddress.ip_address(candidate)
                     except ValueError:
-                        break  # garbage in the chain: keep the peer address
-                    return await handler(request.clone(remote=candidate))
+                        return peer  # garbage in the chain: keep the peer address
+                    return candidate
+        return peer
+
+    return client
+
+
+def forwarded_client_middleware(trusted_proxies: tuple[str, ...]) -> Callable:
+    """A middleware that sets `request.remote` to the forwarded client when the peer is trusted."""
+    client_of = forwarded_client(trusted_proxies)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        peer = request.remote
+        client = client_of(peer, request.headers.get("x-forwarded-for"))
+        if client != peer:
+            return await handler(request.clone(remote=client))
         return await handler(request)
 
     return middleware

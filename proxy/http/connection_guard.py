@@ -19,6 +19,7 @@ import asyncio
 import logging
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,8 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from modelgate.config import ServerConfig
 from modelgate.proxy.http.bad_http import MissingHttpVersion, answer_bad_request, raw_bad_request
+from modelgate.proxy.http.front import FrontConnection
+from modelgate.proxy.http.front import Handler as FrontHandler
 
 log = logging.getLogger("modelgate.http")
 
@@ -95,6 +98,10 @@ class GuardedServer(web.Server):
     def __init__(self, handler: Any, *, limits: EdgeLimits, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self.limits = limits
+        # The model API's handler when the lean front (proxy/http/front.py) takes every new connection.
+        self.front: FrontHandler | None = None
+        # With `server.trusted_proxies`: the client's address from the peer's and X-Forwarded-For.
+        self.front_client: Callable[[str | None, str | None], str | None] | None = None
         self._refused = 0
         self._cap_logged_at = -_CAP_LOG_INTERVAL
 
@@ -103,7 +110,15 @@ class GuardedServer(web.Server):
         if len(self._connections) >= limits.max_connections:
             self._note_refusal(limits.max_connections)
             return _RefusedConnection()
+        if self.front is not None:
+            return FrontConnection(self, self.front, limits)
         return GuardedConnection(self, loop=self._loop, limits=limits, **self._kwargs)
+
+    def aiohttp_connection(self, limits: EdgeLimits, head_deadline: float | None) -> GuardedConnection:
+        """An aiohttp connection for a client the front hands over, under the limits it was accepted with."""
+        return GuardedConnection(
+            self, loop=self._loop, limits=limits, head_deadline=head_deadline, **self._kwargs
+        )
 
     def _note_refusal(self, cap: int) -> None:
         self._refused += 1
@@ -129,12 +144,24 @@ class _RefusedConnection(asyncio.Protocol):
 class GuardedConnection(RequestHandler):
     """aiohttp's request handler with deadlines on reading heads and bodies, and answers to malformed HTTP."""
 
-    __slots__ = ("_body", "_body_seen", "_body_timer", "_head_timer", "_limits", "_line_tail")
+    __slots__ = (
+        "_body",
+        "_body_seen",
+        "_body_timer",
+        "_head_deadline",
+        "_head_timer",
+        "_limits",
+        "_line_tail",
+    )
 
-    def __init__(self, manager: web.Server, *, limits: EdgeLimits, **kwargs: Any) -> None:
+    def __init__(
+        self, manager: web.Server, *, limits: EdgeLimits, head_deadline: float | None = None, **kwargs: Any
+    ) -> None:
         kwargs["keepalive_timeout"] = limits.keepalive_timeout
         super().__init__(manager, **kwargs)
         self._limits = limits
+        # When the first head is already owed by then (a connection the front handed over), loop time.
+        self._head_deadline = head_deadline
         self._head_timer: asyncio.TimerHandle | None = None
         # The body being read, when the latest request has one still arriving, and when a byte of it came.
         self._body: StreamReader | None = None
@@ -146,7 +173,11 @@ class GuardedConnection(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         # A new connection owes its first request head within the header timeout too.
-        self._head_timer = self._loop.call_later(self._limits.header_timeout, self._head_overdue)
+        deadline = self._head_deadline
+        if deadline is None:
+            self._head_timer = self._loop.call_later(self._limits.header_timeout, self._head_overdue)
+        else:
+            self._head_timer = self._loop.call_at(deadline, self._head_overdue)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)

@@ -23,6 +23,7 @@ from modelgate.domain.errors import (
     UpstreamUnavailable,
 )
 from modelgate.domain.usage import StreamUsageScanner
+from modelgate.proxy.http.front_request import FrontRequest, FrontStream
 from modelgate.proxy.pipeline.chain import PluginChain, StreamCut
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.envelopes import stamp_request_id
@@ -225,7 +226,10 @@ class Forwarder:
         chain = self._chain
         chunk_hooks = chain.chunk_hooks
         translator = head.translator
-        response = _RelayedStream(status=head.status, headers=head.headers)
+        if isinstance(ctx.request, FrontRequest):
+            response: web.StreamResponse | FrontStream = FrontStream(head.status, head.headers)
+        else:
+            response = _RelayedStream(status=head.status, headers=head.headers)
         completed = False
         scanner = ctx.metering.scanner if isinstance(ctx.metering.scanner, StreamUsageScanner) else None
         try:
