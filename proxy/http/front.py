@@ -273,8 +273,17 @@ class FrontConnection(asyncio.Protocol):
             log.exception("unexpected error serving a request; closing its connection")
             self._finish(False)
             return
+        if not request.answered:
+            self.answer(request, response)
+        self._finish(request.keep_alive)
+
+    def answer(self, request: FrontRequest, response: web.StreamResponse | FrontStream) -> None:
+        """Send `response` now (a stream has sent itself) and settle whether the connection stays open. The
+        model API calls this before its completion phase, so a client's wait never includes the metering,
+        the settlement or the log line; else `_serve` does once the handler returns."""
+        request.answered = True
         keep_alive = request.keep_alive and response.keep_alive is not False and not self._closing
-        if isinstance(response, FrontStream):
+        if response.__class__ is FrontStream:
             keep_alive = keep_alive and response.finished
         elif response.prepared:  # never for the model API; kept honest if a handler ever does
             log.error("a handler prepared an aiohttp response on the front; closing its connection")
@@ -285,7 +294,7 @@ class FrontConnection(asyncio.Protocol):
             except ValueError:
                 log.exception("an answer could not be serialised; closing its connection")
                 keep_alive = False
-        self._finish(keep_alive)
+        request.keep_alive = keep_alive
 
     def _finish(self, keep_alive: bool) -> None:
         """The answer is out: close, or go on with what is pipelined, or wait for the next request."""

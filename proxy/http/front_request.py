@@ -78,6 +78,7 @@ class FrontRequest:
 
     __slots__ = (
         "_query",
+        "answered",
         "content",
         "content_length",
         "headers",
@@ -112,7 +113,8 @@ class FrontRequest:
         self.headers = headers
         self.content = CompleteBody(body)
         self.content_length = content_length
-        self.keep_alive = keep_alive
+        self.keep_alive = keep_alive  # then whether the connection stays open after the answer
+        self.answered = False
         self._query: MultiDictProxy[str] | None = None
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from modelgate.domain.errors import GatewayError, InternalError
+from modelgate.proxy.http.front_request import FrontRequest
 from modelgate.proxy.pipeline.chain import PluginChain
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.envelopes import render_error
@@ -152,6 +153,24 @@ class ModelApi:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         ctx = RequestContext(request, request_id_of(request), time.perf_counter())
         try:
+            response = await self._respond(ctx)
+            if request.__class__ is FrontRequest:
+                # The answer goes out before the completion phase (as a stream's last bytes do): the
+                # client's wait does not include the metering, the settlement or the log line.
+                request.protocol.answer(request, response)
+            return response
+        finally:
+            if self._completions is None:
+                await self._complete(ctx)
+            elif (rest := self._completions.run_eagerly(self._complete(ctx))) is not None:
+                # A hook waits on shared state (Redis): a client leaving now cancels this handler, which
+                # must not cut the settlement, the ledger row or the id's release in half.
+                await asyncio.shield(rest)
+
+    async def _respond(self, ctx: RequestContext) -> web.StreamResponse:
+        """The request phase, then a local answer or the forwarded one; every failure as its answer."""
+        request = ctx.request
+        try:
             for hook, must_await in self._chain.request_hooks:
                 if must_await:
                     await hook(ctx)
@@ -185,13 +204,6 @@ class ModelApi:
             ctx.error = exc
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
-        finally:
-            if self._completions is None:
-                await self._complete(ctx)
-            elif (rest := self._completions.run_eagerly(self._complete(ctx))) is not None:
-                # A hook waits on shared state (Redis): a client leaving now cancels this handler, which
-                # must not cut the settlement, the ledger row or the id's release in half.
-                await asyncio.shield(rest)
 
     async def _complete(self, ctx: RequestContext) -> None:
         """The completion phase: every hook runs, whatever the others do."""

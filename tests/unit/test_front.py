@@ -15,9 +15,13 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.http.connection_guard import EdgeLimits, GuardedConnection, GuardedServer
 from modelgate.proxy.http.front import FrontConnection
 from modelgate.proxy.http.front_request import FrontRequest, FrontStream
+from modelgate.proxy.pipeline.chain import Plugin, PluginChain
+from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.model_api import ModelApi
 
 LIMITS = EdgeLimits(header_timeout=10.0, body_idle_timeout=10.0, keepalive_timeout=10.0, max_connections=100)
 SHORT = 0.05  # a deadline under test: long enough to tell "closed at once" from "closed by the timer"
@@ -840,3 +844,34 @@ async def test_a_204_answer_carries_no_content_length() -> None:
     status, headers, _body = parse(transport.writes[0])
     assert status == "HTTP/1.1 204 No Content"
     assert "Content-Length" not in headers
+
+
+class _RefuseAndRecord(Plugin):
+    """Refuses every request (a local answer) and records, in its completion hook, what the client had."""
+
+    name = "refuse_and_record"
+
+    def __init__(self, transport: FakeTransport) -> None:
+        self.transport = transport
+        self.writes_at_completion: int | None = None
+
+    def on_request(self, ctx: RequestContext) -> None:
+        raise InvalidRequest("refused by the test")
+
+    def on_complete(self, ctx: RequestContext) -> None:
+        self.writes_at_completion = len(self.transport.writes)
+
+
+async def test_the_model_api_answers_on_the_front_before_its_completion_phase() -> None:
+    async def model_api(request: FrontRequest) -> web.StreamResponse:
+        return await api.handle(request)
+
+    _conn, transport = connect(make_server(model_api))
+    plugin = _RefuseAndRecord(transport)
+    api = ModelApi(PluginChain([plugin]), forwarder=None, catalog=None)  # type: ignore[arg-type]
+    transport.send(post())
+    await transport.until(lambda: plugin.writes_at_completion is not None)
+    assert plugin.writes_at_completion == 1  # the answer was out when the completion phase ran
+    status, _headers, body = parse(transport.writes[0])
+    assert status == "HTTP/1.1 400 Bad Request" and b"refused by the test" in body
+    assert len(transport.writes) == 1 and not transport.closing  # sent once; the connection stays open
