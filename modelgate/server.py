@@ -135,7 +135,7 @@ class GatewayRunner(web.AppRunner):
         gateway.follow_config(lambda config: setattr(server, "limits", EdgeLimits.from_config(config.server)))
         model_api = app[MODEL_API].handle
         trusted = gateway.config.server.trusted_proxies
-        if len(app.middlewares) == (1 if trusted else 0):  # at most the forwarded-client one
+        if gateway.config.server.model_api_front and len(app.middlewares) == (1 if trusted else 0):
             # Plain model API requests never reach aiohttp (proxy/http/front.py); the front reads the
             # forwarded client address itself.
             server.front = model_api
