@@ -14,7 +14,8 @@ import pytest
 
 from modelgate.storage import open_database
 from tests.integration.billing.conftest import billing_toml
-from tests.support.gateway import GatewayProcess, register_tenant
+from tests.integration.ops.conftest import scrape, wait_until
+from tests.support.gateway import GatewayProcess, ThreadedGateway, register_tenant
 
 
 def _post(gateway, tenant, body: dict, path: str = "/v1/chat/completions") -> httpx.Response:
@@ -116,10 +117,15 @@ def _model_requests_logged(caplog: pytest.LogCaptureFixture) -> list[dict]:
     return [r.fields for r in caplog.records if r.name == "modelgate.access" and hasattr(r, "fields")]
 
 
-def _refused_once(caplog: pytest.LogCaptureFixture, call, error: type[Exception]) -> httpx.Response:
+def _refused_once(
+    caplog: pytest.LogCaptureFixture, gateway: ThreadedGateway, call, error: type[Exception]
+) -> httpx.Response:
     """Make an SDK call that fails with `error`; the access log shows whether the SDK retried it."""
     with pytest.raises(error) as refused:
         call()
+    # An answer goes out before its request's completion phase writes the access line: read the log once
+    # no request is in the gateway any more.
+    assert wait_until(lambda: scrape(gateway.base_url).value("modelgate_requests_in_flight") == 0)
     assert [line["status"] for line in _model_requests_logged(caplog)] == [429]  # no retry reached us
     return refused.value.response
 
@@ -136,6 +142,7 @@ def test_a_request_over_the_tpm_limit_on_its_own_is_refused_once_without_retry_h
     client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=tenant.api_key, max_retries=2)
     reply = _refused_once(
         caplog,
+        gateway,
         lambda: client.chat.completions.create(
             model="metered", messages=[{"role": "user", "content": "hi"}], max_tokens=5000
         ),
@@ -158,6 +165,7 @@ def test_a_messages_request_over_the_tpm_limit_is_not_retried_by_the_anthropic_s
     client = anthropic.Anthropic(base_url=gateway.base_url, api_key=tenant.api_key, max_retries=2)
     reply = _refused_once(
         caplog,
+        gateway,
         lambda: client.messages.create(
             model="metered", max_tokens=5000, messages=[{"role": "user", "content": "hi"}]
         ),
