@@ -67,7 +67,7 @@ class _Head:
 
 
 class _Pending:
-    """A request whose head is parsed and whose body is still arriving."""
+    """A request whose head the front has parsed: what it needs to serve the request once the body is in."""
 
     __slots__ = ("body_length", "head_length", "headers", "keep_alive", "method", "target")
 
