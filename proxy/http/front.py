@@ -283,7 +283,13 @@ class FrontConnection(asyncio.Protocol):
         the settlement or the log line; else `_serve` does once the handler returns."""
         request.answered = True
         keep_alive = request.keep_alive and response.keep_alive is not False and not self._closing
-        if response.__class__ is FrontStream:
+        stream = request.stream
+        if stream is not None and stream.started and response is not stream:
+            # A stream already under way ended in a different answer (an error raised mid-relay): writing
+            # it would put a second answer inside the first. The client sees the stream cut off.
+            log.error("a streamed answer was replaced by another after it started; closing its connection")
+            keep_alive = False
+        elif response.__class__ is FrontStream:
             keep_alive = keep_alive and response.finished
         elif response.prepared:  # never for the model API; kept honest if a handler ever does
             log.error("a handler prepared an aiohttp response on the front; closing its connection")

@@ -89,6 +89,7 @@ class FrontRequest:
         "query_string",
         "raw_path",
         "remote",
+        "stream",
         "transport",
     )
 
@@ -115,6 +116,7 @@ class FrontRequest:
         self.content_length = content_length
         self.keep_alive = keep_alive  # then whether the connection stays open after the answer
         self.answered = False
+        self.stream: FrontStream | None = None  # the streamed answer, once one was prepared
         self._query: MultiDictProxy[str] | None = None
 
     @property
@@ -204,7 +206,13 @@ class FrontStream:
         self._head_sent = False
         self._connection: FrontConnection | None = None
 
+    @property
+    def started(self) -> bool:
+        """Whether any of it (its head at least) went out."""
+        return self._head_sent
+
     async def prepare(self, request: FrontRequest) -> None:
+        request.stream = self
         self._connection = request.protocol
         self.keep_alive = request.keep_alive
         self.prepared = True

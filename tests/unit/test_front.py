@@ -667,6 +667,32 @@ async def test_an_unfinished_front_stream_closes_the_connection() -> None:
     assert not transport.written.endswith(b"0\r\n\r\n")
 
 
+async def test_an_error_answer_after_a_stream_started_is_not_written_into_it() -> None:
+    async def handler(request: FrontRequest) -> web.Response:
+        stream = FrontStream(200, {"content-type": "text/event-stream"})
+        await stream.prepare(request)
+        await stream.write(b"data: 1\n\n")
+        return web.Response(status=500, body=b"late error")  # what an error raised mid-relay turns into
+
+    _conn, transport = connect(make_server(handler))
+    transport.send(post())
+    await transport.until(lambda: transport.closing)
+    assert b"late error" not in transport.written and transport.written.count(b"HTTP/1.1") == 1
+
+
+async def test_an_error_answer_before_a_prepared_stream_sent_anything_is_written() -> None:
+    async def handler(request: FrontRequest) -> web.Response:
+        await FrontStream(200, {"content-type": "text/event-stream"}).prepare(request)
+        return web.Response(status=502, body=b"no stream after all")
+
+    _conn, transport = connect(make_server(handler))
+    transport.send(post())
+    await transport.until(lambda: bool(transport.writes))
+    status, _headers, body = parse(transport.writes[0])
+    assert (status, body) == ("HTTP/1.1 502 Bad Gateway", b"no stream after all")
+    assert not transport.closing
+
+
 # Response splitting
 
 
