@@ -51,8 +51,8 @@ class LedgerEntry:
     created_at: float
     budgets: tuple[tuple[str, float], ...] = ()  # (rule id, period start) charged with this cost
     units: float = 0.0  # media units of the answer: images, or seconds of audio / video
-    # How the request ended: completed, client_closed, upstream_error, shutdown, refused (never forwarded),
-    # crashed (admitted, and the process died before it completed).
+    # How the request ended: completed, client_closed, upstream_error, shutdown, internal_error, refused
+    # (never forwarded), crashed (admitted, and the process died before it completed).
     outcome: str = "completed"
     row_id: str | None = None  # given by `admit`; None: a fresh id at `add`
     content_action: str = ""  # what content rules did: blocked, redacted, flagged (or nothing)

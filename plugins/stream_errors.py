@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import orjson
 
-from modelgate.domain.errors import GatewayError, UpstreamUnavailable
+from modelgate.domain.errors import GatewayError, InternalError, UpstreamUnavailable
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.envelopes import Envelope, envelope_a_body, envelope_b_body
@@ -21,7 +21,8 @@ class StreamErrors(Plugin):
     requires = frozenset({"envelope"})
 
     def on_stream_error(self, ctx: RequestContext, error: BaseException) -> bytes:
-        return stream_error_event(ctx.envelope)
+        # A step of ours that failed mid-relay is the gateway's error, not the model's.
+        return stream_error_event(ctx.envelope, InternalError() if ctx.outcome == "internal_error" else None)
 
 
 def stream_error_event(envelope: Envelope, error: GatewayError | None = None) -> bytes:

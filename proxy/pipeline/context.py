@@ -127,7 +127,8 @@ class RequestContext:
     # what it delivered, however it ended.
     answered_status: int = 0
     # How it ended once answered: completed (its final event reached the client), client_closed,
-    # upstream_error (the provider broke off), shutdown (cut by a graceful stop).
+    # upstream_error (the provider broke off), shutdown (cut by a graceful stop), internal_error (a step of
+    # the gateway's failed mid-stream).
     outcome: str = ""
     answer: AnswerHead | None = None  # set once a row answered (proxy.pipeline.forward)
     bound_object: str | None = None

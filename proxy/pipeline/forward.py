@@ -306,6 +306,21 @@ class Forwarder:
                 ctx.outcome = "client_closed"
             ctx.status = 499
             return response
+        except Exception as exc:
+            # A response step failed on a piece: a bug, not the client's or the provider's doing. The stream
+            # still ends the way a broken one does (the chain's error event, then its end), and is charged
+            # for what it delivered; the provider is let go.
+            log.exception(
+                "a response step failed mid-stream in request %s",
+                ctx.request_id,
+                extra={"request_id": ctx.request_id},
+            )
+            ctx.error = exc
+            ctx.outcome = "internal_error"
+            try:
+                await response.write(b"".join([hook(ctx, exc) for hook in chain.stream_error_hooks]))
+            except ConnectionError:
+                return response
         finally:
             if completed:
                 upstream.release() if hasattr(upstream, "release") else upstream.close()
