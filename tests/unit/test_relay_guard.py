@@ -17,7 +17,7 @@ from modelgate.proxy.http.front_request import FrontRequest
 from modelgate.proxy.pipeline.chain import Plugin, PluginChain
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.forward import Forwarder
-from tests.unit.test_front import connect, make_server, post
+from tests.support.front_wire import connect, connections_closed_afterwards, make_server, post  # noqa: F401
 
 
 class _Envelope(Plugin):
