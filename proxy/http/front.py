@@ -382,8 +382,6 @@ class FrontConnection(asyncio.Protocol):
         raw, self._raw = self._raw, b""
         if raw:
             protocol.data_received(bytes(raw))
-        if self._closing:  # a graceful stop had begun: aiohttp finishes what it was given, then closes
-            protocol.close()
 
     # graceful stop (aiohttp's Server calls these on every connection in its list)
 
