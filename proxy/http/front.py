@@ -44,6 +44,7 @@ Handler = Callable[[FrontRequest], Awaitable[web.StreamResponse]]
 
 HEAD_MAX = 8 * 1024  # aiohttp refuses a head line over 8190 bytes: a larger head is its to judge
 BODY_MAX = 1024 * 1024
+_LENGTH_DIGITS = len(str(BODY_MAX))
 # Pipelined bytes held while a request is served; past this the client is not read from until it is done.
 _HELD_MAX = 256 * 1024
 _TARGET_OK = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/?=&:@!$'()*+,;")
@@ -115,9 +116,9 @@ def _servable(raw: bytes | bytearray, end: int) -> _Pending | None:
     lengths = headers.getall("content-length", ())
     if len(lengths) != 1 or not (lengths[0].isascii() and lengths[0].isdigit()):
         return None  # a POST without one length: chunked, or malformed — aiohttp answers it
+    if len(lengths[0]) > _LENGTH_DIGITS or int(lengths[0]) > BODY_MAX:
+        return None  # (the digits first: int() refuses a string of thousands of them)
     length = int(lengths[0])
-    if length > BODY_MAX:
-        return None
     if headers.get("content-type", "").lstrip()[:10].lower() == "multipart/":
         return None
     return _Pending("POST", target.decode("ascii"), headers, end, length, parser.should_keep_alive())
