@@ -97,9 +97,9 @@ def _servable(raw: bytes | bytearray, end: int) -> _Pending | None:
     parser = httptools.HttpRequestParser(head)
     try:
         parser.feed_data(raw[:end])
-    except httptools.HttpParserError:
+    except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # the second is not the first's kind
         return None
-    if parser.get_http_version() != "1.1" or parser.should_upgrade():
+    if parser.get_http_version() != "1.1":
         return None
     target = head.target
     if not target.startswith((b"/v1/", b"/v1?")) and target != b"/v1":

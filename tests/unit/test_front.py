@@ -199,6 +199,11 @@ MULTIPART_BODY = b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwh
             id="head-over-8-KiB",
         ),
         pytest.param(
+            post(headers=("Connection: Upgrade", "Upgrade: websocket")),
+            ("POST", "/v1/chat/completions", "1.1", b'{"model":"m"}'),
+            id="upgrade",
+        ),
+        pytest.param(
             post().replace(b"Content-Length: 13", b"Content-Length: 0000000000013"),
             ("POST", "/v1/chat/completions", "1.1", b'{"model":"m"}'),
             id="length-in-more-digits-than-1-MiB-has",
