@@ -33,11 +33,9 @@ from modelgate.config import ServerConfig
 from modelgate.proxy.http.bad_http import MissingHttpVersion, answer_bad_request, raw_bad_request
 from modelgate.proxy.http.front import FrontConnection
 from modelgate.proxy.http.front import Handler as FrontHandler
+from modelgate.proxy.http.front_request import SERVER_NAME
 
 log = logging.getLogger("modelgate.http")
-
-# The `Server` header of every answer: no Python or aiohttp version for a scanner to match against.
-SERVER_NAME = "modelgate"
 
 # Descriptors kept back from the open-files limit for upstream connections, storage, Redis, logs, the spool.
 DESCRIPTOR_RESERVE = 256
@@ -112,10 +110,11 @@ class GuardedServer(web.Server):
             return _RefusedConnection()
         if self.front is not None:
             return FrontConnection(self, self.front, limits)
-        return GuardedConnection(self, loop=self._loop, limits=limits, **self._kwargs)
+        return self.aiohttp_connection(limits, None)
 
     def aiohttp_connection(self, limits: EdgeLimits, head_deadline: float | None) -> GuardedConnection:
-        """An aiohttp connection for a client the front hands over, under the limits it was accepted with."""
+        """An aiohttp connection under `limits`: a new one, or one the front hands over (its first head then
+        owed by `head_deadline`, loop time)."""
         return GuardedConnection(
             self, loop=self._loop, limits=limits, head_deadline=head_deadline, **self._kwargs
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httptools
@@ -67,26 +68,16 @@ class _Head:
         self.headers.append((name, value))
 
 
+@dataclass(slots=True, frozen=True)
 class _Pending:
     """A request whose head the front has parsed: what it needs to serve the request once the body is in."""
 
-    __slots__ = ("body_length", "head_length", "headers", "keep_alive", "method", "target")
-
-    def __init__(
-        self,
-        method: str,
-        target: str,
-        headers: CIMultiDictProxy[str],
-        head_length: int,
-        body_length: int,
-        keep_alive: bool,
-    ) -> None:
-        self.method = method
-        self.target = target
-        self.headers = headers
-        self.head_length = head_length
-        self.body_length = body_length
-        self.keep_alive = keep_alive
+    method: str
+    target: str
+    headers: CIMultiDictProxy[str]
+    head_length: int
+    body_length: int
+    keep_alive: bool
 
 
 def _servable(raw: bytes | bytearray, end: int) -> _Pending | None:

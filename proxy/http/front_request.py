@@ -23,7 +23,9 @@ from yarl import URL
 if TYPE_CHECKING:
     from modelgate.proxy.http.front import FrontConnection
 
-SERVER_NAME = "modelgate"  # as connection_guard.SERVER_NAME, which every aiohttp answer carries
+# The `Server` header of every answer, the front's and aiohttp's (connection_guard.name_the_server): no
+# Python or aiohttp version for a scanner to match against.
+SERVER_NAME = "modelgate"
 _DEFAULT_TYPE = "application/octet-stream"  # aiohttp's, for an answer that names none
 
 

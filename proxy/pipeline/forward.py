@@ -288,11 +288,7 @@ class Forwarder:
         ) as exc:
             # Bytes already reached the client: no failover, but the chain ends the stream (an error event).
             log_failed_attempt(ctx, ctx.row, "broke off a stream", exc)
-            ctx.error = exc
-            ctx.outcome = "upstream_error"
-            try:
-                await response.write(b"".join([hook(ctx, exc) for hook in chain.stream_error_hooks]))
-            except ConnectionError:
+            if not await self._end_with_error_event(ctx, response, exc, "upstream_error"):
                 return response  # the client left too
         except StreamCut as cut:
             # A step ended the stream (a content rule): its closing event goes out, the provider is let go.
@@ -315,11 +311,7 @@ class Forwarder:
                 ctx.request_id,
                 extra={"request_id": ctx.request_id},
             )
-            ctx.error = exc
-            ctx.outcome = "internal_error"
-            try:
-                await response.write(b"".join([hook(ctx, exc) for hook in chain.stream_error_hooks]))
-            except ConnectionError:
+            if not await self._end_with_error_event(ctx, response, exc, "internal_error"):
                 return response
         finally:
             if completed:
@@ -332,6 +324,18 @@ class Forwarder:
             if not ctx.outcome:
                 ctx.outcome = "client_closed"
         return response
+
+    async def _end_with_error_event(
+        self, ctx: RequestContext, response: web.StreamResponse | FrontStream, exc: Exception, outcome: str
+    ) -> bool:
+        """Record how the stream ended and write the chain's error event; False when the client has left."""
+        ctx.error = exc
+        ctx.outcome = outcome
+        try:
+            await response.write(b"".join([hook(ctx, exc) for hook in self._chain.stream_error_hooks]))
+        except ConnectionError:
+            return False
+        return True
 
 
 async def _opening(
