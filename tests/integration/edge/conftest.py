@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.ops.conftest import ops_toml
-from tests.support.gateway import ThreadedGateway, write_config
+from modelgate.storage import open_database
+from tests.integration.ops.conftest import ops_toml, wait_until
+from tests.support.gateway import Tenant, ThreadedGateway, write_config
+from tests.support.money_books import Books, read_books
 
 # Small deadlines keep the tests fast; the keep-alive one differs from the others so a test can tell which
 # closed a connection.
@@ -58,3 +61,26 @@ def start_gateway(tmp_path: Path) -> Iterator[GatewayStarter]:
     yield start
     for gateway in running:
         gateway.stop()
+
+
+PRICE_MICROS = 10_000  # edge_toml's per_request_usd
+
+
+async def books_of(storage_url: str, tenant: Tenant) -> Books:
+    """The tenant's organization's money as the database holds it."""
+    db = await open_database(storage_url)
+    try:
+        organization_id = await db.fetchval(
+            "SELECT organization_id FROM users WHERE email = $1", tenant.email
+        )
+        return await read_books(db, organization_id)
+    finally:
+        await db.close()
+
+
+def assert_one_request_billed(gateway: ThreadedGateway, tenant: Tenant) -> None:
+    """Once the ledger has it: the tenant was charged for one served request (status 200) and nothing else."""
+    assert wait_until(lambda: asyncio.run(books_of(gateway.storage_url, tenant)).spent_micros > 0)
+    books = asyncio.run(books_of(gateway.storage_url, tenant))
+    assert books.spent_micros == PRICE_MICROS
+    assert [row.status for row in books.rows if row.cost_micros] == [200]

@@ -16,14 +16,17 @@ from typing import Any
 
 import orjson
 
-from modelgate.storage import open_database
-from tests.integration.edge.conftest import BODY_IDLE_TIMEOUT, HEADER_TIMEOUT, SLACK, GatewayStarter
-from tests.integration.ops.conftest import wait_until
+from tests.integration.edge.conftest import (
+    BODY_IDLE_TIMEOUT,
+    HEADER_TIMEOUT,
+    SLACK,
+    GatewayStarter,
+    assert_one_request_billed,
+    books_of,
+)
 from tests.support.gateway import Tenant, register_tenant
-from tests.support.money_books import Books, read_books
 from tests.support.raw_http import connect, read_until_closed
 
-PRICE_MICROS = 10_000  # edge_toml's per_request_usd
 # How long one answer may take to arrive, whole, on a busy machine.
 ANSWER_TIMEOUT = 10.0
 # A pause between two writes of one request, so they reach the server as separate TCP segments: the pace
@@ -326,7 +329,7 @@ def test_a_client_leaving_mid_body_is_not_billed_and_the_gateway_serves_on(
 ) -> None:
     gateway = start_gateway()
     tenant = register_tenant(gateway.base_url)
-    assert asyncio.run(_books(gateway.storage_url, tenant)).spent_micros == 0
+    assert asyncio.run(books_of(gateway.storage_url, tenant)).spent_micros == 0
     body = _chat_body("abandoned")
     with connect(gateway.port) as sock:
         sock.sendall(_chat_head(tenant, len(body)) + body[: len(body) // 2])
@@ -336,10 +339,7 @@ def test_a_client_leaving_mid_body_is_not_billed_and_the_gateway_serves_on(
         sock.sendall(_chat(tenant, "served"))
         _assert_echoed(AnswerReader(sock).answer(), "served")
     # Only the served request is billed.
-    assert wait_until(lambda: asyncio.run(_books(gateway.storage_url, tenant)).spent_micros > 0)
-    books = asyncio.run(_books(gateway.storage_url, tenant))
-    assert books.spent_micros == PRICE_MICROS
-    assert [row.status for row in books.rows if row.cost_micros] == [200]
+    assert_one_request_billed(gateway, tenant)
 
 
 def test_a_head_over_the_line_limit_is_refused_with_431_in_envelope_a(start_gateway: GatewayStarter) -> None:
@@ -385,14 +385,3 @@ def test_a_huge_declared_body_is_refused_with_413_and_closed(start_gateway: Gate
     assert answer.headers.get("connection", "").lower() == "close"
     assert closed_after is not None, "the connection was still open"
     assert reader.leftover() + rest == b""
-
-
-async def _books(storage_url: str, tenant: Tenant) -> Books:
-    db = await open_database(storage_url)
-    try:
-        organization_id = await db.fetchval(
-            "SELECT organization_id FROM users WHERE email = $1", tenant.email
-        )
-        return await read_books(db, organization_id)
-    finally:
-        await db.close()
