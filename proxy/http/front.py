@@ -324,10 +324,13 @@ class FrontConnection(asyncio.Protocol):
 
     def _wake_writer(self, exc: Exception | None) -> None:
         drain, self._drain = self._drain, None
-        if drain is not None and not drain.done():
-            drain.set_exception(exc) if exc is not None else drain.set_result(None)
-            if exc is not None:
-                drain.exception()  # retrieved: nobody may be waiting
+        if drain is None or drain.done():
+            return
+        if exc is None:
+            drain.set_result(None)
+        else:
+            drain.set_exception(exc)
+            drain.exception()  # retrieved: nobody may be waiting
 
     # deadlines and hand-over
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,8 @@ _DEFAULT_TYPE = "application/octet-stream"  # aiohttp's, for an answer that name
 
 
 class CompleteBody:
-    """A request body that arrived whole before its handler ran, read like aiohttp's StreamReader."""
+    """A request body that arrived whole before its handler ran, with the part of aiohttp's StreamReader that
+    the body readers use (plugins.body_limits.read_limited, proxy.http.body_decoding)."""
 
     __slots__ = ("_data",)
 
@@ -39,9 +39,6 @@ class CompleteBody:
 
     def is_eof(self) -> bool:
         return True  # every byte has arrived (aiohttp's meaning), whether or not it was read
-
-    def at_eof(self) -> bool:
-        return not self._data
 
     def read_nowait(self, n: int = -1) -> bytes:
         data = self._data
@@ -62,17 +59,6 @@ class CompleteBody:
             data, self._data = self._data, b""
             raise asyncio.IncompleteReadError(data, n)
         return self.read_nowait(n)
-
-    async def readchunk(self) -> tuple[bytes, bool]:
-        return self.read_nowait(), True
-
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        if data := self.read_nowait():
-            yield data
-
-    async def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
-        while data := self.read_nowait(n):
-            yield data
 
 
 class FrontRequest:
