@@ -35,6 +35,7 @@ from aiohttp.tcp_helpers import tcp_nodelay
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from modelgate.proxy.http.front_request import FrontRequest, FrontStream, whole_answer
+from modelgate.proxy.http.outbox import outbox_for
 
 if TYPE_CHECKING:
     from modelgate.proxy.http.connection_guard import EdgeLimits, GuardedServer
@@ -126,6 +127,8 @@ class FrontConnection(asyncio.Protocol):
         "_idle",
         "_limits",
         "_loop",
+        "_out",
+        "_outbox",
         "_pending",
         "_raw",
         "_read_paused",
@@ -156,6 +159,8 @@ class FrontConnection(asyncio.Protocol):
         self._read_paused = False
         self._drain: asyncio.Future | None = None
         self._idle: asyncio.Future | None = None  # set once nothing is read or served (a graceful stop)
+        self._out: list[bytes] | None = None  # bytes queued in the outbox in this pass, in order
+        self._outbox = outbox_for(self._loop)
 
     # asyncio protocol
 
@@ -189,6 +194,7 @@ class FrontConnection(asyncio.Protocol):
         self._server._connections.pop(self, None)  # type: ignore[call-overload]
         self._cancel_timer()
         self.transport = None
+        self._out = None
         task = self._task_handler
         if task is not None and not task.done():
             task.cancel()  # the client left: its handler is cancelled, as with aiohttp's handler_cancellation
@@ -259,6 +265,7 @@ class FrontConnection(asyncio.Protocol):
         except (asyncio.CancelledError, ConnectionError):
             self._task_handler = None
             if self.transport is not None:  # a graceful stop ran out of time for it
+                self.flush_out()
                 self.transport.close()
             return  # else the client left
         except Exception:
@@ -288,7 +295,7 @@ class FrontConnection(asyncio.Protocol):
             keep_alive = False
         elif self.transport is not None and not self.transport.is_closing():
             try:
-                self.transport.write(whole_answer(response, keep_alive))
+                self._write(whole_answer(response, keep_alive))
             except ValueError:
                 log.exception("an answer could not be serialised; closing its connection")
                 keep_alive = False
@@ -302,6 +309,7 @@ class FrontConnection(asyncio.Protocol):
         if transport is None:
             return
         if not keep_alive or self._closing:
+            self.flush_out()
             transport.close()
             self._set_idle()
             return
@@ -318,9 +326,32 @@ class FrontConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("Cannot write to closing transport")
-        transport.write(data)
+        self._write(data)
         if self._drain is not None:
             await asyncio.shield(self._drain)
+
+    def _write(self, data: bytes) -> None:
+        """Write `data` now if it is the pass's first write, else queue it in the outbox (module docstring of
+        proxy/http/outbox.py); the connection's bytes keep their order either way."""
+        out = self._out
+        if out is not None:
+            out.append(data)
+        elif self._outbox.first():
+            self.transport.write(data)  # type: ignore[union-attr]
+        else:
+            self._out = [data]
+            self._outbox.queue(self)
+
+    def flush_out(self) -> None:
+        """Hand what the outbox holds for this connection to the transport: at the end of the pass, or
+        before the transport is closed or handed over."""
+        out = self._out
+        if out is None:
+            return
+        self._out = None
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _wake_writer(self, exc: Exception | None) -> None:
         drain, self._drain = self._drain, None
@@ -350,6 +381,7 @@ class FrontConnection(asyncio.Protocol):
             log.debug(
                 "closing a connection: no complete request head within %gs", self._limits.header_timeout
             )
+        self.flush_out()
         transport.close()
 
     def _cancel_timer(self) -> None:
@@ -361,6 +393,7 @@ class FrontConnection(asyncio.Protocol):
         """Make this an aiohttp connection from here on, with every byte not served yet."""
         transport = self.transport
         self._cancel_timer()
+        self.flush_out()  # an answer of ours still queued goes before anything aiohttp writes
         self._server._connections.pop(self, None)  # type: ignore[call-overload]
         # A first head keeps the deadline it has been under since the connection opened.
         deadline = None if self._served else self._started + self._limits.header_timeout
@@ -384,6 +417,7 @@ class FrontConnection(asyncio.Protocol):
         """Stop after the request being served or read; an idle connection closes now."""
         self._closing = True
         if self._task_handler is None and self._pending is None and self.transport is not None:
+            self.flush_out()
             self.transport.close()
 
     async def shutdown(self, grace: float | None) -> None:
@@ -397,4 +431,5 @@ class FrontConnection(asyncio.Protocol):
             task.cancel()
             await asyncio.wait((task,), timeout=1.0)
         if self.transport is not None:
+            self.flush_out()
             self.transport.close()

@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator
 
 import httptools
 
+from modelgate.proxy.http.outbox import outbox_for
+
 # A consumer this far behind pauses reading from the provider (back-pressure); reading resumes once the
 # consumer has taken what was buffered.
 _PAUSE_ABOVE = 256 * 1024
@@ -38,7 +40,7 @@ class UpstreamTimeout(UpstreamBrokeOff):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; the parser's callbacks feed the answer in flight."""
 
-    __slots__ = ("answer", "closed", "idle_since", "parser", "pool", "transport")
+    __slots__ = ("_out", "_outbox", "answer", "closed", "idle_since", "parser", "pool", "transport")
 
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
@@ -47,6 +49,28 @@ class _Connection(asyncio.Protocol):
         self.answer: UpstreamAnswer | None = None
         self.closed = False
         self.idle_since = 0.0
+        self._out: tuple[bytes, bytes | None] | None = None  # a request queued in the outbox
+        self._outbox = outbox_for(asyncio.get_running_loop())
+
+    def send(self, head: bytes, body: bytes | None) -> None:
+        """Write a request: now if it is the pass's first write, else at the start of the next pass with the
+        others of this one (proxy/http/outbox.py). A connection aborted meanwhile never sends it."""
+        if self._outbox.first():
+            self._write(head, body)
+        else:
+            self._out = (head, body)
+            self._outbox.queue(self)
+
+    def flush_out(self) -> None:
+        out, self._out = self._out, None
+        if out is not None and not self.closed and not self.transport.is_closing():
+            self._write(*out)
+
+    def _write(self, head: bytes, body: bytes | None) -> None:
+        if body:
+            self.transport.writelines((head, body))
+        else:
+            self.transport.write(head)
 
     # asyncio protocol
 
@@ -70,6 +94,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._out = None
         answer = self.answer
         if answer is not None:
             answer.connection_lost(exc)
@@ -101,6 +126,7 @@ class _Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closed = True
+        self._out = None
         if self.transport is not None:
             self.transport.abort()
 
@@ -558,10 +584,7 @@ class HttpClient:
             conn, reused = await self.pool.acquire(fresh=fresh)
             answer = UpstreamAnswer(conn, loop, self._read_timeout)
             conn.answer = answer
-            if body:
-                conn.transport.writelines((head, body))
-            else:
-                conn.transport.write(head)
+            conn.send(head, body)
             try:
                 await answer.wait_head(first_byte_seconds)
             except UpstreamTimeout:

@@ -143,6 +143,34 @@ async def test_a_request_cancelled_while_waiting_for_a_connection_gives_up_its_p
     assert len(server.connections) == 1
 
 
+@bounded
+async def test_requests_sent_in_one_pass_of_the_loop_all_reach_the_provider_whole_and_in_order() -> None:
+    # Under load several requests are sent in one pass: the first goes at once, the others wait in the outbox
+    # (proxy/http/outbox.py) for the start of the next pass, each with its body, on its own connection.
+    async def echo_body(conn: ServerConnection, request: ReceivedRequest) -> None:
+        conn.send(answer(request.request_line.encode() + b" " + request.body))
+
+    async with LoopbackServer(echo_body) as server:
+        with contextlib.closing(_pool(server, limit=4)) as pool:
+            client = HttpClient(pool, read_timeout=PATIENT)
+
+            async def post(n: int) -> tuple[int, bytes]:
+                body = b"body %d " % n + b"x" * (n * 1000)
+                head = b"POST /p%d HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: %d\r\n\r\n" % (n, len(body))
+                reply = await client.request(head, body, PATIENT)
+                return reply.status, await reply.read()
+
+            warm = await asyncio.gather(*(post(n) for n in range(4)))  # four connections, kept alive
+            idle_after_warming = pool.idle
+            # Four tasks started together take their first steps, and send, in the same pass.
+            in_one_pass = await asyncio.gather(*(post(n) for n in range(4, 8)))
+
+    expected = [(200, b"POST /p%d HTTP/1.1 body %d " % (n, n) + b"x" * (n * 1000)) for n in range(8)]
+    assert warm + in_one_pass == expected
+    assert idle_after_warming == 4
+    assert len(server.connections) == 4  # the second four went over the kept-alive connections
+
+
 async def _started(work: Awaitable[Any]) -> asyncio.Task:
     """A task running `work`, returned once it has run up to its first real wait."""
     started = asyncio.Event()
