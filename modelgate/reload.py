@@ -28,7 +28,8 @@ log = logging.getLogger("modelgate.reload")
 
 # Section -> the settings of it that only a restart applies (None: the whole section).
 RESTART_ONLY: dict[str, tuple[str, ...] | None] = {
-    "server": ("host", "port", "workers", "shutdown_grace_seconds", "model_api_front"),
+    # trusted_proxies: the middleware and the front read it when the server starts.
+    "server": ("host", "port", "workers", "shutdown_grace_seconds", "model_api_front", "trusted_proxies"),
     "storage": None,
     "redis": None,
     "billing": (
