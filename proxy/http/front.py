@@ -265,8 +265,7 @@ class FrontConnection(asyncio.Protocol):
         except (asyncio.CancelledError, ConnectionError):
             self._task_handler = None
             if self.transport is not None:  # a graceful stop ran out of time for it
-                self.flush_out()
-                self.transport.close()
+                self._close()
             return  # else the client left
         except Exception:
             log.exception("unexpected error serving a request; closing its connection")
@@ -309,8 +308,7 @@ class FrontConnection(asyncio.Protocol):
         if transport is None:
             return
         if not keep_alive or self._closing:
-            self.flush_out()
-            transport.close()
+            self._close()
             self._set_idle()
             return
         if self._read_paused:
@@ -341,6 +339,11 @@ class FrontConnection(asyncio.Protocol):
         else:
             self._out = [data]
             self._outbox.queue(self)
+
+    def _close(self) -> None:
+        """Close the connection once the bytes it queued in the outbox are handed to the transport."""
+        self.flush_out()
+        self.transport.close()  # type: ignore[union-attr]
 
     def flush_out(self) -> None:
         """Hand what the outbox holds for this connection to the transport: at the end of the pass, or
@@ -381,8 +384,7 @@ class FrontConnection(asyncio.Protocol):
             log.debug(
                 "closing a connection: no complete request head within %gs", self._limits.header_timeout
             )
-        self.flush_out()
-        transport.close()
+        self._close()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -417,8 +419,7 @@ class FrontConnection(asyncio.Protocol):
         """Stop after the request being served or read; an idle connection closes now."""
         self._closing = True
         if self._task_handler is None and self._pending is None and self.transport is not None:
-            self.flush_out()
-            self.transport.close()
+            self._close()
 
     async def shutdown(self, grace: float | None) -> None:
         """Let the request being read or served finish within `grace` seconds, then cancel it; close."""
@@ -431,5 +432,4 @@ class FrontConnection(asyncio.Protocol):
             task.cancel()
             await asyncio.wait((task,), timeout=1.0)
         if self.transport is not None:
-            self.flush_out()
-            self.transport.close()
+            self._close()
