@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
+import threading
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -69,30 +71,77 @@ async def test_a_redis_that_does_not_answer_fails_the_call_after_the_timeout_and
         silent.close()
 
 
-async def test_the_calls_of_one_turn_of_the_loop_go_out_in_one_write_and_keep_their_order() -> None:
-    # A stand-in Redis that notes each read and answers every command it got with its position.
-    reads: list[bytes] = []
-    answered = 0
+class _StandIn:
+    """A stand-in Redis on its own thread, so it reads while the event loop is busy: it notes each read and
+    answers every command (an ECHO, an array of two) with its position."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal answered
-        while data := await reader.read(65536):
-            reads.append(data)
-            count = data.count(b"*2\r\n")  # each ECHO is an array of two
-            writer.write(b"".join(b":%d\r\n" % (answered + n) for n in range(count)))
-            answered += count
+    def __init__(self) -> None:
+        self.reads: list[bytes] = []
+        self.got = threading.Event()  # set by each read
+        self._connection: socket.socket | None = None
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    wire = RedisWire("127.0.0.1", port)
+    def _serve(self) -> None:
+        connection, _ = self._listener.accept()
+        self._connection = connection
+        answered = 0
+        with connection:
+            while data := _received(connection):
+                self.reads.append(data)
+                count = data.count(b"*2\r\n")
+                connection.sendall(b"".join(b":%d\r\n" % (answered + n) for n in range(count)))
+                answered += count
+                self.got.set()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.shutdown(socket.SHUT_RDWR)  # ends its recv
+        self._listener.close()
+        self._thread.join(timeout=5)
+
+
+def _received(connection: socket.socket) -> bytes:
     try:
-        assert await wire.call("ECHO", "warm-up") == 0  # connected: the next calls share a turn
-        reads.clear()
-        replies = await asyncio.gather(*(wire.call("ECHO", f"call-{n}") for n in range(20)))
-        assert replies == list(range(1, 21))
-        assert len(reads) == 1 and reads[0].count(b"*2\r\n") == 20
-        assert await wire.call("ECHO", "alone") == 21  # a lone call still goes out at the end of its turn
+        return connection.recv(65536)
+    except OSError:  # shut down by close()
+        return b""
+
+
+async def test_a_call_on_an_idle_connection_is_written_before_the_turn_of_the_loop_ends() -> None:
+    redis = _StandIn()
+    wire = RedisWire("127.0.0.1", redis.port)
+    seen_in_the_same_turn: list[bool] = []
+    try:
+        assert await wire.call("ECHO", "warm-up") == 0  # connected, and idle again
+        redis.got.clear()
+        # Runs later in the call's own turn (scheduled before the call): a call left for the end of the turn
+        # could not have reached Redis while it blocks the loop.
+        asyncio.get_running_loop().call_soon(lambda: seen_in_the_same_turn.append(redis.got.wait(5)))
+        assert await wire.call("ECHO", "alone") == 1
+        assert seen_in_the_same_turn == [True]
     finally:
         wire.close()
-        server.close()
-        await server.wait_closed()
+        redis.close()
+
+
+async def test_the_calls_of_one_turn_made_while_one_is_awaited_go_out_in_one_write_in_order() -> None:
+    redis = _StandIn()
+    wire = RedisWire("127.0.0.1", redis.port)
+    try:
+        assert await wire.call("ECHO", "warm-up") == 0
+        redis.reads.clear()
+        replies = await asyncio.gather(*(wire.call("ECHO", f"call-{n}") for n in range(20)))
+        assert replies == list(range(1, 21))
+        # The first call found the connection idle and went at once; the 19 made in the same turn while its
+        # reply was awaited went in one write (Redis may read the two writes as one).
+        commands = b"".join(redis.reads)
+        assert [int(n) for n in re.findall(rb"call-(\d+)", commands)] == list(range(20))
+        assert len(redis.reads) <= 2
+        if len(redis.reads) == 2:
+            assert redis.reads[0].count(b"*2\r\n") == 1
+    finally:
+        wire.close()
+        redis.close()
