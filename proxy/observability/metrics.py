@@ -8,6 +8,7 @@ instance (see docs/deploy.md), or sum per instance in PromQL.
 
 from __future__ import annotations
 
+import gc
 import hmac
 import os
 import time
@@ -22,6 +23,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Info,
     ProcessCollector,
     generate_latest,
@@ -130,6 +132,12 @@ class GatewayMetrics:
         self.registry = registry = CollectorRegistry(auto_describe=True)
         # Which process answered a scrape (with --workers N, any of them may): cpu, memory, fds, start time.
         ProcessCollector(registry=registry)
+        GCCollector(registry=registry)  # python_gc_*: collections by generation, objects collected
+        Gauge(
+            "modelgate_gc_frozen_objects",
+            "Objects built at start that the garbage collector no longer scans (0: not frozen).",
+            registry=registry,
+        ).set_function(gc.get_freeze_count)
         Info("modelgate_worker", "The gateway process that answered this scrape.", registry=registry).info(
             {"pid": str(os.getpid())}
         )

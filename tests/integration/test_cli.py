@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import re
 import signal
@@ -9,10 +11,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from modelgate.server import YOUNG_GENERATION_THRESHOLD
+from tests.support.gateway import ThreadedGateway, write_config
 
 BROKEN_CONFIG = """
 [server]
@@ -123,7 +129,19 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_without_a_traceback(tmp_path
     assert "ready" not in result.stdout  # nothing claims to serve a port it does not hold
 
 
-def test_serve_on_port_0_logs_the_port_it_got_and_serves_there(tmp_path: Path) -> None:
+def _wait_for_log(log_path: Path, pattern: str, process: subprocess.Popen) -> re.Match[str]:
+    deadline = time.monotonic() + 30
+    found = None
+    while found is None and time.monotonic() < deadline and process.poll() is None:
+        found = re.search(pattern, log_path.read_text())
+        time.sleep(0.05)  # polling the running process's log; bounded by the deadline
+    assert found, log_path.read_text()
+    return found
+
+
+@contextlib.contextmanager
+def _serving_on_port_0(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, int]]:
+    """`modelgate serve --port 0` running: the process, its log and the port it logged."""
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -141,18 +159,42 @@ def test_serve_on_port_0_logs_the_port_it_got_and_serves_there(tmp_path: Path) -
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 30
-        found = None
-        while found is None and time.monotonic() < deadline and process.poll() is None:
-            found = re.search(r"listening on http://127\.0\.0\.1:(\d+) ", log_path.read_text())
-            time.sleep(0.05)  # polling the starting process's log; bounded by the deadline
-        assert found, log_path.read_text()
-        port = int(found.group(1))
-        assert port != 0
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+        port = int(_wait_for_log(log_path, r"listening on http://127\.0\.0\.1:(\d+) ", process).group(1))
+        yield process, log_path, port
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+def test_serve_on_port_0_logs_the_port_it_got_and_serves_there(tmp_path: Path) -> None:
+    with _serving_on_port_0(tmp_path) as (_process, _log, port):
+        assert port != 0
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+
+
+def _frozen_objects(port: int) -> float:
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert 'python_gc_collections_total{generation="0"}' in metrics
+    return float(re.search(r"^modelgate_gc_frozen_objects (\S+)$", metrics, re.MULTILINE).group(1))
+
+
+def test_a_served_process_keeps_its_startup_heap_out_of_the_garbage_collector_also_after_a_reload(
+    tmp_path: Path,
+) -> None:
+    with _serving_on_port_0(tmp_path) as (process, log_path, port):
+        assert _frozen_objects(port) > 10_000  # config, catalog, chain, the cabinet's routes, ...
+        process.send_signal(signal.SIGHUP)
+        _wait_for_log(log_path, r"config reloaded from ", process)
+        assert _frozen_objects(port) > 10_000  # frozen again, the replaced runtime let go
+
+
+def test_a_gateway_run_inside_another_program_leaves_its_garbage_collector_alone(tmp_path: Path) -> None:
+    # The tests' gateway runs serve() in this process, as any program embedding it would.
+    config = write_config(tmp_path / "gateway.toml", _serve_config(tmp_path).read_text())
+    with ThreadedGateway(config) as gateway:
+        assert _frozen_objects(gateway.port) == 0
+        assert gc.get_freeze_count() == 0
+        assert gc.get_threshold()[0] != YOUNG_GENERATION_THRESHOLD
 
 
 def test_serve_refuses_port_0_with_several_workers(tmp_path: Path) -> None:
