@@ -1,7 +1,7 @@
 """Socket writes gathered per pass of the event loop (proxy/http/outbox.py), and the front's use of them: the
 first write of a pass goes out at once, the rest at the start of the next pass, and whatever the front does
 to a connection later (a close, a hand-over) comes after the bytes it queued; a client gone meanwhile is
-written nothing.
+written nothing, and neither is a provider whose connection the lean client aborted meanwhile.
 
 "The same pass" is made the way it happens under load: several handlers woken by one event run one after
 another before the loop polls again, and an observer woken last sees what each wrote by then.
@@ -17,6 +17,7 @@ from aiohttp import web
 
 from modelgate.proxy.http.front_request import FrontRequest
 from modelgate.proxy.http.outbox import Outbox, outbox_for
+from modelgate.proxy.upstream.http_client import ConnectionPool, _Connection
 from tests.support.front_wire import (
     WAIT,
     AiohttpSide,
@@ -206,3 +207,26 @@ async def test_a_connection_handed_to_aiohttp_gets_its_queued_answer_before_anyt
     assert handed.names()[:2] == ["write", "set_protocol"]
     assert parse(handed.writes[0])[2] == b"answer 1"
     assert parse(handed.writes[1])[2] == b"served by aiohttp"
+
+
+async def test_an_upstream_request_queued_in_the_outbox_is_not_sent_once_its_connection_is_aborted() -> None:
+    # The lean client's requests use the outbox too; an abort in the pass that queued one (a pool closing)
+    # must not let it reach the provider at the next pass.
+    pool = ConnectionPool("127.0.0.1", 9, tls=None, limit=2, connect_timeout=1)
+    await _next_pass()  # a pass of its own, whose first write is the one below
+    sent, aborted = _Connection(pool), _Connection(pool)
+    for connection in (sent, aborted):
+        connection.connection_made(FakeTransport(connection))
+    sent.send(b"POST /v1/a HTTP/1.1\r\n\r\n", b"{}")  # the pass's first write: at once
+    aborted.send(b"POST /v1/b HTTP/1.1\r\n\r\n", b"{}")  # queued for the start of the next pass
+    kept_connection = _Connection(pool)  # a connection whose queued request must still go, as a control
+    kept = FakeTransport(kept_connection)
+    kept_connection.connection_made(kept)
+    kept_connection.send(b"POST /v1/c HTTP/1.1\r\n\r\n", b"{}")
+    aborted.abort()
+    await _next_pass()
+    await _next_pass()
+
+    assert sent.transport.writes == [b"POST /v1/a HTTP/1.1\r\n\r\n{}"]
+    assert kept.writes == [b"POST /v1/c HTTP/1.1\r\n\r\n{}"]
+    assert "write" not in aborted.transport.names()
