@@ -219,3 +219,18 @@ class ModelApi:
                     ctx.request_id,
                     extra={"request_id": ctx.request_id},
                 )
+        if ctx.error is not None:
+            drop_tracebacks(ctx.error)
+
+
+def drop_tracebacks(error: BaseException) -> None:
+    """Let go of the frames an error kept on a request's context holds through its traceback (and those of
+    the errors it was raised from or during), once nothing reads them any more. Those frames hold the context
+    itself: each refused request would otherwise be a reference cycle, its body and parsed payload included,
+    left for the garbage collector, which runs seldom in a gateway process (modelgate.server)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.__traceback__ = None
+        current = current.__cause__ or current.__context__
