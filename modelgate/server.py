@@ -42,7 +42,7 @@ log = logging.getLogger("modelgate.server")
 # Python collects its youngest generation once 700 more container objects exist than at the last collection.
 # A gateway serving 32 connections swings by ~3,000 of them as requests start and end, while hardly any
 # become garbage: at 700 the collector ran every ~40 requests to find next to nothing (4.3 µs a request, 4 %
-# of the CPU, and a full collection of the whole heap every few seconds).
+# of the CPU, and a full collection of the whole heap about once a second).
 YOUNG_GENERATION_THRESHOLD = 10_000
 
 GATEWAY = web.AppKey("gateway", Gateway)
@@ -274,12 +274,13 @@ def run(config: Config, *, host: str, port: int, workers: int) -> int:
 def _run_loop(config: Config, host: str, port: int, workers: int) -> None:
     # Until serve() installs the reload handler, a SIGHUP must not end the process (its default action).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    main = serve(config, host=host, port=port, workers=workers, freeze_heap=True)
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(config, host=host, port=port, workers=workers, freeze_heap=True))
+        asyncio.run(main)
     else:
-        uvloop.run(serve(config, host=host, port=port, workers=workers, freeze_heap=True))
+        uvloop.run(main)
 
 
 def _worker_main(config: Config, host: str, port: int, workers: int) -> None:
