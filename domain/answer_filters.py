@@ -147,8 +147,7 @@ WHOLE_ANSWER_FILTER = ProviderPriceFilter()
 
 def _event_start(data: bytes, start: int, position: int) -> int:
     """Where the event holding `position` starts: after the last blank line in data[start:position]."""
-    lf, crlf = data.rfind(b"\n\n", start, position), data.rfind(b"\n\r\n", start, position)
-    return max(start, lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
+    return complete_events_end(data, start, position) or start
 
 
 def _unpriced(document: dict) -> bool:

@@ -241,7 +241,13 @@ def usage_objects_at(data: bytes, end: int) -> list[tuple[int, int]]:
     return found
 
 
-def complete_events_end(data: bytes) -> int:
-    """Where the complete events of `data` end: after its last blank line (LF LF or CR LF CR LF), else 0."""
-    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\n\r\n")
-    return max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
+def complete_events_end(data: bytes, start: int = 0, end: int | None = None) -> int:
+    """Where the complete events of data[start:end] end: after its last blank line (LF LF or CR LF CR LF),
+    else 0."""
+    lf = data.rfind(b"\n\n", start, end)
+    # A CR LF blank line after the last LF one ends later; one before it ends sooner. So only what follows
+    # the LF one is searched, not (in the usual stream, which has none) the whole chunk a second time.
+    crlf = data.rfind(b"\n\r\n", lf + 1 if lf >= 0 else start, end)
+    if crlf >= 0:
+        return crlf + 3
+    return lf + 2 if lf >= 0 else 0

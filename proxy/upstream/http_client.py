@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import httptools
 
@@ -211,7 +212,8 @@ class UpstreamAnswer:
         if self._buffered > _PAUSE_ABOVE and not self._paused and self._conn is not None:
             self._paused = True
             self._conn.transport.pause_reading()
-        self._wake()
+        if self._waiter is not None:  # a stream's pieces after the first of a pass find it gone
+            self._wake()
 
     def message_complete(self) -> None:
         if self._interim:
@@ -244,8 +246,10 @@ class UpstreamAnswer:
 
     def _wake(self) -> None:
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            self._waiter = None  # met: its deadline no longer applies (time_out), and nothing wakes it twice
+            if not waiter.done():
+                waiter.set_result(None)
 
     # waiting
 
@@ -304,8 +308,12 @@ class UpstreamAnswer:
             self._resume()
         return body
 
-    async def iter_any(self) -> AsyncIterator[bytes]:
+    def iter_any(self) -> AsyncIterator[bytes]:
         """Each piece of the body as it arrives (several arrived together come as one)."""
+        return _Pieces(self)
+
+    async def next_piece(self) -> bytes:
+        """What arrived since the last piece, waiting for it if nothing has; StopAsyncIteration at the end."""
         while True:
             chunks = self._chunks
             if chunks:
@@ -313,12 +321,11 @@ class UpstreamAnswer:
                 chunks.clear()
                 self._buffered = 0
                 self._resume()
-                yield chunk
-                continue
+                return chunk
             if self._error is not None:
                 raise self._error
             if self._done:
-                return
+                raise StopAsyncIteration
             await self._wait(self._read_timeout, "data")
 
     def at_eof(self) -> bool:
@@ -358,6 +365,23 @@ class UpstreamAnswer:
             self._conn = None
             conn.answer = None
             conn.pool.drop(conn)
+
+
+class _Pieces:
+    """The iterator of `UpstreamAnswer.iter_any`: a plain object, not an async generator, whose first step
+    would register it in the event loop's weak set of generators (and its end unregister it), on every
+    stream."""
+
+    __slots__ = ("_answer",)
+
+    def __init__(self, answer: UpstreamAnswer) -> None:
+        self._answer = answer
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    def __anext__(self) -> Coroutine[Any, Any, bytes]:
+        return self._answer.next_piece()
 
 
 class Deadlines:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from modelgate.domain.usage import StreamUsageScanner
+from modelgate.domain.usage import StreamUsageScanner, complete_events_end
 from modelgate.proxy.pipeline.route_table import ROUTES
 
 
@@ -103,3 +103,31 @@ def test_generated_text_of_a_long_stream_is_measured_as_it_passes_and_when_asked
     assert len(scanner._unmeasured) < 400
     assert scanner.generated == (400, 40_000)
     assert scanner.content_tokens == 10_000
+
+
+def _last_blank_line_end(data: bytes, start: int, end: int) -> int:
+    """complete_events_end written the obvious way: every position of data[start:end] tried."""
+    best = 0
+    for position in range(start, end):
+        for blank in (b"\n\n", b"\n\r\n"):
+            if data.startswith(blank, position) and position + len(blank) <= end:
+                best = max(best, position + len(blank))
+    return best
+
+
+def test_complete_events_end_finds_the_last_blank_line_of_either_ending_within_its_bounds() -> None:
+    # Every string of up to 7 bytes over LF, CR and one other byte, at every (start, end): mixed endings,
+    # a CR LF blank line just after, overlapping and just before an LF one, and bounds cutting through them.
+    alphabet = (b"\n", b"\r", b"a")
+    strings = [b""]
+    for _ in range(7):
+        strings = [text + letter for text in strings for letter in alphabet] + [b""]
+    checked = 0
+    for data in set(strings):
+        for start in range(len(data) + 1):
+            for end in range(start, len(data) + 1):
+                expected = _last_blank_line_end(data, start, end)
+                assert complete_events_end(data, start, end) == expected, (data, start, end)
+                checked += 1
+        assert complete_events_end(data) == _last_blank_line_end(data, 0, len(data))
+    assert checked > 30_000
