@@ -239,6 +239,9 @@ class Forwarder:
             # A piece read once the upstream's answer is complete is its last: held back (never waiting for
             # anything) to go out with the end of the answer in one write.
             next_chunk = rest.__anext__
+            # A generator is read to its end (left suspended, the event loop would close it with a task of its
+            # own); the upstream client's iterator is done with once its answer is (`at_eof`).
+            ends_unread = not hasattr(rest, "aclose")
             upstream_at_eof = getattr(upstream.content, "at_eof", _never)
             final_marks_completion = scanner is not None and translator is None
             chunk = opening
@@ -263,6 +266,8 @@ class Forwarder:
                 elif not head_sent:  # the first bytes are not a whole line or event yet: the head goes now
                     await response.write(b"")
                     head_sent = True
+                if last and ends_unread:
+                    break  # the answer is complete (nothing was awaited since): no read to end it
                 try:
                     chunk = await next_chunk()
                 except StopAsyncIteration:
