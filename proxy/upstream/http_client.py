@@ -41,17 +41,19 @@ class UpstreamTimeout(UpstreamBrokeOff):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; the parser's callbacks feed the answer in flight."""
 
-    __slots__ = ("_out", "_outbox", "answer", "closed", "idle_since", "parser", "pool", "transport")
+    __slots__ = ("_out", "_outbox", "answer", "closed", "idle_since", "loop", "parser", "pool", "transport")
 
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
+        # Its loop, looked up once: on Python 3.11 each `asyncio.get_running_loop()` is a getpid() syscall.
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.answer: UpstreamAnswer | None = None
         self.closed = False
         self.idle_since = 0.0
         self._out: tuple[bytes, bytes | None] | None = None  # a request queued in the outbox
-        self._outbox = outbox_for(asyncio.get_running_loop())
+        self._outbox = outbox_for(self.loop)
 
     def send(self, head: bytes, body: bytes | None) -> None:
         """Write a request: now if it is the pass's first write, else at the start of the next pass with the
@@ -474,14 +476,14 @@ class ConnectionPool:
         """(a connection, whether it served an earlier request); waits while `limit` are busy."""
         if self._closed:
             raise UpstreamBrokeOff("the client is closed")
-        loop = asyncio.get_running_loop()
         idle = self._idle
         while idle and not fresh:
             conn = idle.pop()
-            if not conn.closed and loop.time() - conn.idle_since < self._keepalive:
+            if not conn.closed and conn.loop.time() - conn.idle_since < self._keepalive:
                 if not conn.transport.is_closing():
                     return conn, True
             self.drop(conn)
+        loop = asyncio.get_running_loop()
         if fresh and idle and self.size >= self._limit:  # make room for a new connection
             self.drop(idle.pop(0))
         while self.size >= self._limit:
@@ -532,7 +534,7 @@ class ConnectionPool:
             if not waiter.done():
                 waiter.set_result(conn)
                 return
-        loop = asyncio.get_running_loop()
+        loop = conn.loop
         conn.idle_since = loop.time()
         self._idle.append(conn)
         if self._sweep is None:
@@ -602,11 +604,10 @@ class HttpClient:
         answer's head is in. A kept-alive connection the provider closed before answering at all is
         retried once on a new connection: the provider never saw that request.
         """
-        loop = asyncio.get_running_loop()
         fresh = False
         while True:
             conn, reused = await self.pool.acquire(fresh=fresh)
-            answer = UpstreamAnswer(conn, loop, self._read_timeout)
+            answer = UpstreamAnswer(conn, conn.loop, self._read_timeout)
             conn.answer = answer
             conn.send(head, body)
             try:
