@@ -12,7 +12,7 @@ import re
 
 import orjson
 
-from modelgate.domain.usage import complete_events_end, usage_objects_at
+from modelgate.domain.usage import StreamUsageScanner, complete_events_end, usage_objects_at
 
 
 class ProviderPriceFilter:
@@ -49,11 +49,12 @@ class UsageChunkFilter(ProviderPriceFilter):
     passes as it came, after counts and a substring search (`_withheld`).
     """
 
-    __slots__ = ("_carry", "_strip_usage")
+    __slots__ = ("_carry", "_scanner", "_strip_usage")
 
-    def __init__(self, strip_usage: bool) -> None:
+    def __init__(self, strip_usage: bool, scanner: StreamUsageScanner | None = None) -> None:
         self._carry = b""
         self._strip_usage = strip_usage
+        self._scanner = scanner  # the stream's metering scanner, whose last search may be this chunk's
 
     def feed(self, chunk: bytes) -> bytes:
         carry = self._carry
@@ -92,10 +93,15 @@ class UsageChunkFilter(ProviderPriceFilter):
     def _withheld(self, complete: bytes) -> list[tuple[int, int]]:
         """(start, end) of each usage object (when stripped) and price key in `complete`, in order: the
         searches that pass most chunks are a count and a substring search in C, not a regex scan."""
-        found = usage_objects_at(complete, len(complete)) if self._strip_usage else []
+        found: list[tuple[int, int]] = []
+        if self._strip_usage:
+            searched = self._scanner.searched if self._scanner is not None else None
+            if searched is not None and searched[0] is complete and searched[1] == len(complete):
+                found = searched[2]  # the very bytes the metering searched: the same answer
+            else:
+                found = usage_objects_at(complete, len(complete))
         if _COST in complete:
-            found += [match.span() for match in _PRICE.finditer(complete)]
-            found.sort()
+            found = sorted(found + [match.span() for match in _PRICE.finditer(complete)])
         return found
 
     def finish(self) -> bytes:
@@ -126,7 +132,7 @@ class UsageChunkFilter(ProviderPriceFilter):
                 choices = document.get("choices") or ()
                 if not isinstance(choices, list | tuple):
                     choices = (choices,)  # not a list: relayed as the provider wrote it, for the client
-                if not any(_carries_something(choice) for choice in choices):
+                if not choices or not any(_carries_something(choice) for choice in choices):
                     return b""  # the usage chunk the client did not ask for, and nothing else
             if changed:
                 lines[index] = b"data: " + orjson.dumps(document) + (b"\r" if line.endswith(b"\r") else b"")

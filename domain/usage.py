@@ -140,6 +140,7 @@ class StreamUsageScanner:
         "_unmeasured",
         "_unmeasured_size",
         "final",
+        "searched",
         "usage",
     )
 
@@ -152,6 +153,10 @@ class StreamUsageScanner:
         self._pieces = 0
         self._size = 0
         self.final = False
+        # The last search for usage objects: (the bytes, where the search ended, what it found). The usage
+        # filter, fed the same chunk after the metering (the same object unless a row renamed the model in
+        # between), takes it from here rather than searching again (domain/answer_filters.py).
+        self.searched: tuple[bytes, int, list[tuple[int, int]]] | None = None
 
     @property
     def generated(self) -> tuple[int, int]:
@@ -196,7 +201,9 @@ class StreamUsageScanner:
     def _scan(self, data: bytes, end: int) -> None:
         """Merge the usage of each `data:` line in data[:end] that holds a usage object."""
         done = 0  # lines before this are read
-        for position, _ in usage_objects_at(data, end):
+        found = usage_objects_at(data, end)
+        self.searched = (data, end, found)
+        for position, _ in found:
             if position < done:
                 continue  # a second usage object in a line already read
             line_start = data.rfind(b"\n", 0, position) + 1

@@ -7,6 +7,7 @@ the stream, whatever the chunk carrying it looks like, and a provider's own pric
 from __future__ import annotations
 
 from modelgate.domain.answer_filters import WHOLE_ANSWER_FILTER, UsageChunkFilter
+from modelgate.domain.usage import StreamUsageScanner
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 
@@ -23,7 +24,12 @@ class UsageFilter(Plugin):
         route = ctx.route
         if ctx.stream:
             if route.usage_on_request:  # the OpenAI-style streams that carry usage
-                head.usage_filter = UsageChunkFilter(strip_usage=ctx.metering.usage_withheld)
+                scanner = ctx.metering.scanner if head.translator is None else None  # (a translated stream
+                # is filtered in the client's format, not the one the scanner read)
+                head.usage_filter = UsageChunkFilter(
+                    ctx.metering.usage_withheld,
+                    scanner if isinstance(scanner, StreamUsageScanner) else None,
+                )
         elif route.provider_priced:  # the price is the provider's, never relayed
             head.usage_filter = WHOLE_ANSWER_FILTER
 
