@@ -1,7 +1,8 @@
 """A lean Redis connection for the counters' two hot scripts: one connection per process, commands
-pipelined on it (written at once on an idle connection, else a turn of the event loop's calls in one write;
-replies are matched to calls in order), parsed by hiredis. A call costs a fraction of the Python that
-redis-py's asyncio client, with a connection pool, spends on it (bench/results/design-measurements.md).
+pipelined on it (written at once on a connection awaiting at most one reply, else a turn of the event
+loop's calls in one write; replies are matched to calls in order), parsed by hiredis. A call costs a
+fraction of the Python that redis-py's asyncio client, with a connection pool, spends on it
+(bench/results/design-measurements.md).
 
 Errors are redis-py's exceptions, so callers handle one family: `ConnectionError` when Redis cannot be
 reached or a reply takes longer than `timeout` (the connection is then dropped and every call waiting on
@@ -88,11 +89,14 @@ class _Wire(asyncio.Protocol):
 
     A command sent while the connection is idle (no reply awaited) is written at once: a lone request's
     admission does not wait for the rest of the turn, and a batch of settlements leaves as soon as it is made,
-    while the process waits for its next request, instead of sitting in front of that request's admission in
-    one write (Redis answers a write's commands only once it has run them all). While replies are awaited,
-    the commands of one turn of the event loop go out in one write at its end: under load several requests
-    reach the counters in the same turn, and a write is a system call that costs more than the command
-    itself; Redis then answers them in one read too."""
+    instead of sitting in front of the next request's admission in one write (Redis answers a write's
+    commands only once it has run them all). So is a command sent while one reply is awaited: at one request
+    at a time, a batch of settlements made in the turn before often goes out in the turn that reads the next
+    request, and that request's admission, written behind it at once rather than at the end of the turn,
+    is not kept waiting for one more pass of the loop (Redis runs the two in order all the same). While more
+    replies are awaited, the commands of one turn of the event loop go out in one write at its end: under
+    load several requests reach the counters in the same turn, and a write is a system call that costs more
+    than the command itself; Redis then answers them in one read too."""
 
     def __init__(self) -> None:
         self.reader = hiredis.Reader(replyError=ResponseError)
@@ -105,11 +109,11 @@ class _Wire(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def send(self, command: bytes, loop: asyncio.AbstractEventLoop) -> None:
-        """Write `command`, whose reply is the last one awaited: at once on an idle connection, else at the
-        end of the turn with the turn's other commands."""
+        """Write `command`, whose reply is the last one awaited: at once on a connection awaiting at most one
+        other reply, else at the end of the turn with the turn's other commands."""
         outgoing = self._outgoing
         if not outgoing:
-            if len(self.waiting) == 1:  # idle until this command: nothing to join it
+            if len(self.waiting) <= 2:  # idle until this command, or awaiting one reply
                 self.transport.write(command)
                 return
             loop.call_soon(self._flush)

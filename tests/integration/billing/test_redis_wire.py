@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import threading
+import time
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -127,7 +128,33 @@ async def test_a_call_on_an_idle_connection_is_written_before_the_turn_of_the_lo
         redis.close()
 
 
-async def test_the_calls_of_one_turn_made_while_one_is_awaited_go_out_in_one_write_in_order() -> None:
+async def test_a_call_made_while_one_reply_is_awaited_is_written_at_once_too() -> None:
+    redis = _StandIn()
+    wire = RedisWire("127.0.0.1", redis.port)
+    both_seen_in_the_same_turn: list[bool] = []
+
+    def both_arrived() -> bool:
+        deadline = time.monotonic() + 5
+        while b"".join(redis.reads).count(b"*2\r\n") < 3 and time.monotonic() < deadline:
+            redis.got.wait(0.05)
+            redis.got.clear()
+        return b"".join(redis.reads).count(b"*2\r\n") == 3
+
+    try:
+        assert await wire.call("ECHO", "warm-up") == 0
+        # A settlement batch on the idle connection, then the next request's admission while its reply is
+        # awaited, made in one turn: both reach Redis within it (the check, scheduled after the two calls,
+        # blocks the loop until they arrive or 5 s pass).
+        calls = [asyncio.ensure_future(wire.call("ECHO", name)) for name in ("batch", "admission")]
+        asyncio.get_running_loop().call_soon(lambda: both_seen_in_the_same_turn.append(both_arrived()))
+        assert await asyncio.gather(*calls) == [1, 2]
+        assert both_seen_in_the_same_turn == [True]
+    finally:
+        wire.close()
+        redis.close()
+
+
+async def test_the_calls_of_one_turn_made_while_two_are_awaited_go_out_in_one_write_in_order() -> None:
     redis = _StandIn()
     wire = RedisWire("127.0.0.1", redis.port)
     try:
@@ -135,13 +162,14 @@ async def test_the_calls_of_one_turn_made_while_one_is_awaited_go_out_in_one_wri
         redis.reads.clear()
         replies = await asyncio.gather(*(wire.call("ECHO", f"call-{n}") for n in range(20)))
         assert replies == list(range(1, 21))
-        # The first call found the connection idle and went at once; the 19 made in the same turn while its
-        # reply was awaited went in one write (Redis may read the two writes as one).
+        # The first call found the connection idle and the second one reply awaited: each went at once. The 18
+        # made in the same turn while two replies were awaited went in one write (Redis may read the writes
+        # as fewer).
         commands = b"".join(redis.reads)
         assert [int(n) for n in re.findall(rb"call-(\d+)", commands)] == list(range(20))
-        assert len(redis.reads) <= 2
-        if len(redis.reads) == 2:
-            assert redis.reads[0].count(b"*2\r\n") == 1
+        assert len(redis.reads) <= 3
+        if len(redis.reads) == 3:
+            assert [read.count(b"*2\r\n") for read in redis.reads] == [1, 1, 18]
     finally:
         wire.close()
         redis.close()
