@@ -24,12 +24,10 @@ class UsageFilter(Plugin):
         route = ctx.route
         if ctx.stream:
             if route.usage_on_request:  # the OpenAI-style streams that carry usage
-                scanner = ctx.metering.scanner if head.translator is None else None  # (a translated stream
-                # is filtered in the client's format, not the one the scanner read)
-                head.usage_filter = UsageChunkFilter(
-                    ctx.metering.usage_withheld,
-                    scanner if isinstance(scanner, StreamUsageScanner) else None,
-                )
+                scanner = ctx.metering.scanner
+                if head.translator is not None or not isinstance(scanner, StreamUsageScanner):
+                    scanner = None  # a translated stream is filtered in the client's format, not the one read
+                head.usage_filter = UsageChunkFilter(ctx.metering.usage_withheld, scanner)
         elif route.provider_priced:  # the price is the provider's, never relayed
             head.usage_filter = WHOLE_ANSWER_FILTER
 

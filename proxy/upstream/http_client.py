@@ -160,9 +160,7 @@ class UpstreamAnswer:
         "status",
     )
 
-    def __init__(
-        self, conn: _Connection, loop: asyncio.AbstractEventLoop, read_timeout: float | None
-    ) -> None:
+    def __init__(self, conn: _Connection, read_timeout: float | None) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
         self.credential = ""  # the fingerprint of the key it was asked with (proxy/upstream/key_ring.py)
@@ -170,7 +168,7 @@ class UpstreamAnswer:
         self.received = False  # any byte of an answer arrived on the connection for this request
         self._conn: _Connection | None = conn
         self._deadlines = conn.pool.deadlines
-        self._loop = loop
+        self._loop = conn.loop
         self._read_timeout = read_timeout
         self._chunks: list[bytes] = []
         self._buffered = 0
@@ -607,7 +605,7 @@ class HttpClient:
         fresh = False
         while True:
             conn, reused = await self.pool.acquire(fresh=fresh)
-            answer = UpstreamAnswer(conn, conn.loop, self._read_timeout)
+            answer = UpstreamAnswer(conn, self._read_timeout)
             conn.answer = answer
             conn.send(head, body)
             try:

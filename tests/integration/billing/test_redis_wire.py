@@ -10,6 +10,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -111,65 +112,62 @@ def _received(connection: socket.socket) -> bytes:
         return b""
 
 
-async def test_a_call_on_an_idle_connection_is_written_before_the_turn_of_the_loop_ends() -> None:
+@pytest.fixture
+async def stand_in() -> AsyncIterator[tuple[_StandIn, RedisWire]]:
+    """A stand-in Redis and a wire to it, connected by one call and idle again."""
     redis = _StandIn()
     wire = RedisWire("127.0.0.1", redis.port)
-    seen_in_the_same_turn: list[bool] = []
     try:
-        assert await wire.call("ECHO", "warm-up") == 0  # connected, and idle again
-        redis.got.clear()
-        # Runs later in the call's own turn (scheduled before the call): a call left for the end of the turn
-        # could not have reached Redis while it blocks the loop.
-        asyncio.get_running_loop().call_soon(lambda: seen_in_the_same_turn.append(redis.got.wait(5)))
-        assert await wire.call("ECHO", "alone") == 1
-        assert seen_in_the_same_turn == [True]
+        assert await wire.call("ECHO", "warm-up") == 0
+        yield redis, wire
     finally:
         wire.close()
         redis.close()
 
 
-async def test_a_call_made_while_one_reply_is_awaited_is_written_at_once_too() -> None:
-    redis = _StandIn()
-    wire = RedisWire("127.0.0.1", redis.port)
+async def test_a_call_on_an_idle_connection_is_written_before_the_turn_of_the_loop_ends(stand_in) -> None:
+    redis, wire = stand_in
+    seen_in_the_same_turn: list[bool] = []
+    redis.got.clear()
+    # Runs later in the call's own turn (scheduled before the call): a call left for the end of the turn
+    # could not have reached Redis while it blocks the loop.
+    asyncio.get_running_loop().call_soon(lambda: seen_in_the_same_turn.append(redis.got.wait(5)))
+    assert await wire.call("ECHO", "alone") == 1
+    assert seen_in_the_same_turn == [True]
+
+
+async def test_a_call_made_while_one_reply_is_awaited_is_written_at_once_too(stand_in) -> None:
+    redis, wire = stand_in
     both_seen_in_the_same_turn: list[bool] = []
 
-    def both_arrived() -> bool:
+    def both_arrived() -> bool:  # the warm-up and the two calls
         deadline = time.monotonic() + 5
         while b"".join(redis.reads).count(b"*2\r\n") < 3 and time.monotonic() < deadline:
             redis.got.wait(0.05)
             redis.got.clear()
         return b"".join(redis.reads).count(b"*2\r\n") == 3
 
-    try:
-        assert await wire.call("ECHO", "warm-up") == 0
-        # A settlement batch on the idle connection, then the next request's admission while its reply is
-        # awaited, made in one turn: both reach Redis within it (the check, scheduled after the two calls,
-        # blocks the loop until they arrive or 5 s pass).
-        calls = [asyncio.ensure_future(wire.call("ECHO", name)) for name in ("batch", "admission")]
-        asyncio.get_running_loop().call_soon(lambda: both_seen_in_the_same_turn.append(both_arrived()))
-        assert await asyncio.gather(*calls) == [1, 2]
-        assert both_seen_in_the_same_turn == [True]
-    finally:
-        wire.close()
-        redis.close()
+    # A settlement batch on the idle connection, then the next request's admission while its reply is
+    # awaited, made in one turn: both reach Redis within it (the check, scheduled after the two calls, blocks
+    # the loop until they arrive or 5 s pass).
+    calls = [asyncio.ensure_future(wire.call("ECHO", name)) for name in ("batch", "admission")]
+    asyncio.get_running_loop().call_soon(lambda: both_seen_in_the_same_turn.append(both_arrived()))
+    assert await asyncio.gather(*calls) == [1, 2]
+    assert both_seen_in_the_same_turn == [True]
 
 
-async def test_the_calls_of_one_turn_made_while_two_are_awaited_go_out_in_one_write_in_order() -> None:
-    redis = _StandIn()
-    wire = RedisWire("127.0.0.1", redis.port)
-    try:
-        assert await wire.call("ECHO", "warm-up") == 0
-        redis.reads.clear()
-        replies = await asyncio.gather(*(wire.call("ECHO", f"call-{n}") for n in range(20)))
-        assert replies == list(range(1, 21))
-        # The first call found the connection idle and the second one reply awaited: each went at once. The 18
-        # made in the same turn while two replies were awaited went in one write (Redis may read the writes
-        # as fewer).
-        commands = b"".join(redis.reads)
-        assert [int(n) for n in re.findall(rb"call-(\d+)", commands)] == list(range(20))
-        assert len(redis.reads) <= 3
-        if len(redis.reads) == 3:
-            assert [read.count(b"*2\r\n") for read in redis.reads] == [1, 1, 18]
-    finally:
-        wire.close()
-        redis.close()
+async def test_the_calls_of_one_turn_made_while_two_are_awaited_go_out_in_one_write_in_order(
+    stand_in,
+) -> None:
+    redis, wire = stand_in
+    redis.reads.clear()
+    replies = await asyncio.gather(*(wire.call("ECHO", f"call-{n}") for n in range(20)))
+    assert replies == list(range(1, 21))
+    # The first call found the connection idle and the second one reply awaited: each went at once. The 18
+    # made in the same turn while two replies were awaited went in one write (Redis may read the writes as
+    # fewer).
+    commands = b"".join(redis.reads)
+    assert [int(n) for n in re.findall(rb"call-(\d+)", commands)] == list(range(20))
+    assert len(redis.reads) <= 3
+    if len(redis.reads) == 3:
+        assert [read.count(b"*2\r\n") for read in redis.reads] == [1, 1, 18]
