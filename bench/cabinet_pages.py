@@ -103,7 +103,7 @@ def _pages(days: int) -> dict[str, list[str]]:
     today = datetime.now(UTC).date()
     first = (today - timedelta(days=days - 1)).isoformat()
     span = f"from={first}&to={today.isoformat()}"
-    # app.js imports every page module, so a first load fetches every file of cabinet/web/.
+    # app.js imports every page module, so a first load fetches every file of modelgate/cabinet/web/.
     assets = [f"/assets/{name}" for name in WebAssets.load().names if name != INDEX]
     shell = ["/", *assets, "/api/auth/session", "/api/auth/sign-in-options"]
     return {

@@ -1,5 +1,5 @@
-"""Micro-benchmark of domain/content_matching.py (not a test): compile time for 1,000 phrases + 50 patterns +
-every detector, and µs per `find` call (best of several rounds) on the texts the gateway sees.
+"""Micro-benchmark of modelgate/domain/content_matching.py (not a test): compile time for 1,000 phrases + 50
+patterns + every detector, and µs per `find` call (best of several rounds) on the texts the gateway sees.
 
 Run: /work/venv/bin/python bench/content_matching.py
 """

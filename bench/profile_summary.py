@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-OUR_PACKAGES = ("proxy/", "plugins/", "cabinet/", "config/")
+OUR_PACKAGES = ("modelgate/proxy/", "modelgate/plugins/", "modelgate/cabinet/", "modelgate/config/")
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^():]+)(?::\d+)?\)$")
 # Start-up frames under which the event loop runs: every sample has them, so they explain nothing.
 _ENTRY_POINTS = frozenset(

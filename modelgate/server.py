@@ -117,9 +117,9 @@ def build_app(gateway: Gateway) -> web.Application:
 
 
 class GatewayRunner(web.AppRunner):
-    """The root application's runner: connections start on the lean front (proxy/http/front.py), which serves
-    plain model API requests and hands the rest to aiohttp under the guard (proxy/http/connection_guard.py);
-    there the model API is still served ahead of aiohttp's router.
+    """The root application's runner: connections start on the lean front (modelgate/proxy/http/front.py),
+    which serves plain model API requests and hands the rest to aiohttp under the guard
+    (modelgate/proxy/http/connection_guard.py); there the model API is still served ahead of aiohttp's router.
 
     Every model API request is `/v1` or under it and has one handler, so routing it through the
     application (router lookup, match info, the middleware wrapper that sub-applications add to every
@@ -144,8 +144,8 @@ class GatewayRunner(web.AppRunner):
         model_api = app[MODEL_API].handle
         trusted = gateway.config.server.trusted_proxies
         if gateway.config.server.model_api_front and len(app.middlewares) == (1 if trusted else 0):
-            # Plain model API requests never reach aiohttp (proxy/http/front.py); the front reads the
-            # forwarded client address itself.
+            # Plain model API requests never reach aiohttp (modelgate/proxy/http/front.py); the front reads
+            # the forwarded client address itself.
             server.front = model_api
             server.front_client = forwarded_client(trusted) if trusted else None
         if app.middlewares:
@@ -190,7 +190,8 @@ async def serve(
         handler_cancellation=True,
         access_log=None,
         shutdown_timeout=config.server.shutdown_grace_seconds,
-        auto_decompress=False,  # request bodies are decoded within their limits (proxy/http/body_decoding.py)
+        # request bodies are decoded within their limits (modelgate/proxy/http/body_decoding.py)
+        auto_decompress=False,
     )
     await runner.setup()
     log_flusher = asyncio.get_running_loop().create_task(flush_logs_periodically(), name="log-flush")

@@ -70,7 +70,7 @@ def test_serve_refuses_an_invalid_config_with_exit_code_2(tmp_path: Path) -> Non
 
 
 def test_check_config_accepts_the_shipped_example_when_its_variables_are_set(tmp_path: Path) -> None:
-    example = Path(__file__).parents[2] / "config" / "modelgate.example.toml"
+    example = Path(__file__).parents[2] / "modelgate" / "config" / "modelgate.example.toml"
     env = {name: "x" for name in re.findall(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)\}", example.read_text())}
     result = subprocess.run(
         [sys.executable, "-m", "modelgate", "check-config", str(example)],

@@ -146,7 +146,8 @@ async def test_a_request_cancelled_while_waiting_for_a_connection_gives_up_its_p
 @bounded
 async def test_requests_sent_in_one_pass_of_the_loop_all_reach_the_provider_whole_and_in_order() -> None:
     # Under load several requests are sent in one pass: the first goes at once, the others wait in the outbox
-    # (proxy/http/outbox.py) for the start of the next pass, each with its body, on its own connection.
+    # (modelgate/proxy/http/outbox.py) for the start of the next pass, each with its body, on its own
+    # connection.
     async def echo_body(conn: ServerConnection, request: ReceivedRequest) -> None:
         conn.send(answer(request.request_line.encode() + b" " + request.body))
 

@@ -1,5 +1,6 @@
-"""The distribution: one import namespace (`modelgate`), every module and data file of the repository's
-layer folders inside it, and the `modelgate` command and `python -m modelgate` as entry points."""
+"""The distribution: one import namespace (`modelgate`) whose folder tree is its import path, every module and
+data file of its layer folders inside it, and the `modelgate` command and `python -m modelgate` as entry
+points."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ def _setuptools() -> dict:
 def _packages_on_disk() -> set[str]:
     packages = {"modelgate"}
     for folder in LAYER_FOLDERS:
-        for init in (REPOSITORY / folder).rglob("__init__.py"):
+        for init in (REPOSITORY / "modelgate" / folder).rglob("__init__.py"):
             relative = init.parent.relative_to(REPOSITORY)
-            packages.add("modelgate." + ".".join(relative.parts))
+            packages.add(".".join(relative.parts))
     return packages
 
 
@@ -33,8 +34,12 @@ def test_every_package_folder_is_listed_for_installation() -> None:
     assert set(_setuptools()["packages"]) == _packages_on_disk()
 
 
-def test_each_layer_folder_maps_under_the_modelgate_namespace() -> None:
-    assert _setuptools()["package-dir"] == {f"modelgate.{folder}": folder for folder in LAYER_FOLDERS}
+def test_each_package_lives_at_its_import_path() -> None:
+    """No `package-dir` mapping: static tools (type checkers, editors, `python -c`) follow an import only when
+    `modelgate.a.b` is the folder modelgate/a/b."""
+    assert "package-dir" not in _setuptools()
+    for package in _setuptools()["packages"]:
+        assert (REPOSITORY.joinpath(*package.split(".")) / "__init__.py").is_file(), package
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +49,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPOSITORY / name, source / name)
-    for folder in ("modelgate", *LAYER_FOLDERS):
-        shutil.copytree(REPOSITORY / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPOSITORY / "modelgate", source / "modelgate", ignore=shutil.ignore_patterns("__pycache__")
+    )
     out = tmp_path_factory.mktemp("wheel")
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
     subprocess.run(
@@ -71,17 +77,17 @@ def test_the_wheel_holds_every_module_migration_and_config_file(wheel: zipfile.Z
     names = set(wheel.namelist())
     expected = {"modelgate/__init__.py", "modelgate/__main__.py", "modelgate/cli.py"}
     for folder in LAYER_FOLDERS:
-        for path in (REPOSITORY / folder).rglob("*"):
+        for path in (REPOSITORY / "modelgate" / folder).rglob("*"):
             if path.suffix in (".py", ".sql", ".toml") and "__pycache__" not in path.parts:
-                expected.add("modelgate/" + path.relative_to(REPOSITORY).as_posix())
+                expected.add(path.relative_to(REPOSITORY).as_posix())
     assert expected - names == set()
 
 
 def test_the_wheel_holds_the_web_cabinet(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
-    web = REPOSITORY / "cabinet" / "web"
+    web = REPOSITORY / "modelgate" / "cabinet" / "web"
     shipped = {
-        "modelgate/" + path.relative_to(REPOSITORY).as_posix()
+        path.relative_to(REPOSITORY).as_posix()
         for path in web.rglob("*")
         if path.is_file() and not path.name.startswith(".")
     }

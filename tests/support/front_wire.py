@@ -1,6 +1,6 @@
-"""A fake client connection for driving the lean HTTP front (proxy/http/front.py) in unit tests: a transport
-that records what the front does to it, a real `GuardedServer` whose aiohttp side records what reaches it,
-and helpers to write requests and read answers."""
+"""A fake client connection for driving the lean HTTP front (modelgate/proxy/http/front.py) in unit tests: a
+transport that records what the front does to it, a real `GuardedServer` whose aiohttp side records what
+reaches it, and helpers to write requests and read answers."""
 
 from __future__ import annotations
 

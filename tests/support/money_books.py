@@ -12,8 +12,8 @@ from modelgate.domain.accounts import balance_key
 from modelgate.storage import Database, open_database
 
 # The live money counter in Redis: the gateway's key prefix + domain.accounts.balance_key. Its fields, as
-# domain/counters.py defines them: the balance less spend the ledger has not written yet, and the amount
-# reserved by requests in flight.
+# modelgate/domain/counters.py defines them: the balance less spend the ledger has not written yet, and the
+# amount reserved by requests in flight.
 REDIS_PREFIX = "mg:"
 BALANCE_FIELD = "b"
 RESERVED_FIELD = "r"

@@ -1,5 +1,5 @@
 """The plugin chain's order is checked when it is built: a step never runs before the step that fills in
-what it reads (proxy/pipeline/chain.py `requires` / `provides`)."""
+what it reads (modelgate/proxy/pipeline/chain.py `requires` / `provides`)."""
 
 from __future__ import annotations
 

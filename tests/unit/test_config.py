@@ -31,7 +31,7 @@ from modelgate.config import (
 from modelgate.config.dialects import ALL_OPTIONS
 from modelgate.plugins import chain_plugins
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "modelgate.example.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "modelgate" / "config" / "modelgate.example.toml"
 EXAMPLE_ENV = {
     "MODELGATE_OPERATOR_TOKEN": "operator-secret",
     "MODELGATE_METRICS_TOKEN": "metrics-secret",
@@ -159,7 +159,8 @@ def test_example_file_documents_every_key():
         ModelConfig,
         PlanConfig,
     )
-    # A host's dialect options are keys of their own in the file (config/dialects.py), not one `options` key.
+    # A host's dialect options are keys of their own in the file (modelgate/config/dialects.py), not one
+    # `options` key.
     keys = {f.name for record in records for f in dataclasses.fields(record)} - {"options"} | ALL_OPTIONS
 
     # A key is a comment line followed by `key = ...` (itself possibly commented out), or a sub-table

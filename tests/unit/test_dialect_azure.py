@@ -1,5 +1,5 @@
-"""The Azure OpenAI dialect's pieces (proxy/upstream/dialects/azure.py, azure_entra.py): request targets
-for every route and api-version, Azure's errors in OpenAI's shape, the stream without its choiceless
+"""The Azure OpenAI dialect's pieces (modelgate/proxy/upstream/dialects/azure.py, azure_entra.py): request
+targets for every route and api-version, Azure's errors in OpenAI's shape, the stream without its choiceless
 prompt-verdict chunk (split at every byte), and the Entra ID token cache against a loopback token endpoint."""
 
 from __future__ import annotations

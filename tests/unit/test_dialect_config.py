@@ -1,5 +1,5 @@
-"""A host's dialect and its options (config/dialects.py): each dialect takes only its own options, checked
-with precise messages; the dialects that know their URL need no base_url; the wire family follows the
+"""A host's dialect and its options (modelgate/config/dialects.py): each dialect takes only its own options,
+checked with precise messages; the dialects that know their URL need no base_url; the wire family follows the
 dialect (Bedrock and Vertex follow the provider's kind)."""
 
 from __future__ import annotations

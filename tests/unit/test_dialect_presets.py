@@ -1,5 +1,5 @@
-"""The OpenAI-compatible presets' client (proxy/upstream/dialects/presets.py) without a network: each
-preset's request rewritten into what it accepts; its streams relayed as they came with usage lifted or
+"""The OpenAI-compatible presets' client (modelgate/proxy/upstream/dialects/presets.py) without a network:
+each preset's request rewritten into what it accepts; its streams relayed as they came with usage lifted or
 estimated and marked at `[DONE]`, split at every byte; its error answers in OpenAI's shape with "cannot
 serve now" made a status the forwarder fails over on."""
 

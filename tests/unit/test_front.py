@@ -1,5 +1,6 @@
-"""The lean HTTP front (proxy/http/front.py): which requests it serves itself and which it hands to aiohttp,
-its deadlines, disconnects, back-pressure and graceful stop (the answers it writes: test_front_answers.py).
+"""The lean HTTP front (modelgate/proxy/http/front.py): which requests it serves itself and which it hands to
+aiohttp, its deadlines, disconnects, back-pressure and graceful stop (the answers it writes:
+test_front_answers.py).
 
 Each test drives a real `FrontConnection` from a real `GuardedServer` on the test's event loop, over a fake
 transport that records what the front does to it; waits are on events, bounded by `asyncio.wait_for`.

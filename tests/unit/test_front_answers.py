@@ -56,7 +56,7 @@ async def test_a_front_stream_is_sent_with_chunked_framing() -> None:
     assert headers["Server"] == "modelgate"
     assert "Date" in headers
     assert "Content-Length" not in headers
-    # (written in one pass, the three pieces leave together: proxy/http/outbox.py)
+    # (written in one pass, the three pieces leave together: modelgate/proxy/http/outbox.py)
     assert b"".join(transport.writes[1:]) == b"a\r\ndata: hi\n\n\r\n11\r\n" + b"x" * 17 + b"\r\n0\r\n\r\n"
     assert not transport.closing
 

@@ -1,7 +1,7 @@
-"""Socket writes gathered per pass of the event loop (proxy/http/outbox.py), and the front's use of them: the
-first write of a pass goes out at once, the rest at the start of the next pass, and whatever the front does
-to a connection later (a close, a hand-over) comes after the bytes it queued; a client gone meanwhile is
-written nothing, and neither is a provider whose connection the lean client aborted meanwhile.
+"""Socket writes gathered per pass of the event loop (modelgate/proxy/http/outbox.py), and the front's use of
+them: the first write of a pass goes out at once, the rest at the start of the next pass, and whatever the
+front does to a connection later (a close, a hand-over) comes after the bytes it queued; a client gone
+meanwhile is written nothing, and neither is a provider whose connection the lean client aborted meanwhile.
 
 "The same pass" is made the way it happens under load: several handlers woken by one event run one after
 another before the loop polls again, and an observer woken last sees what each wrote by then.

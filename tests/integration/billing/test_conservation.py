@@ -78,7 +78,8 @@ REALTIME_MODEL = "voice"
 FLUSH_INTERVAL = 0.2
 SETTLE_TIMEOUT = 30.0
 # Reservations of a SIGKILLed process are released by the live ones once its liveness key expires
-# (domain/counters.py: a heartbeat every 5 s, the key lives 4 heartbeats, reclaims run every heartbeat).
+# (modelgate/domain/counters.py: a heartbeat every 5 s, the key lives 4 heartbeats, reclaims run every
+# heartbeat).
 RELEASE_TIMEOUT = 40.0
 CONCURRENCY = 12
 # A gateway has settled when these read 0 (one this gateway does not export reads 0).
@@ -411,7 +412,7 @@ def test_live_counters_hold_the_stored_balance(conservation: Run) -> None:
 @_SHARED_COUNTERS
 def test_no_reservation_is_left_held(conservation: Run) -> None:
     """Once no request is under way, Redis holds no reservation: a SIGKILLed process's are released by the
-    live processes when its liveness key expires (domain/counters.py), which the run waits for."""
+    live processes when its liveness key expires (modelgate/domain/counters.py), which the run waits for."""
     _check(conservation, no_reservation_left_held(conservation.evidence))
 
 

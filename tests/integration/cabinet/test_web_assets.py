@@ -1,6 +1,6 @@
 """The web cabinet's files on the real gateway: `/` and `/assets/*` byte for byte from the packaged
-`cabinet/web/`, with their content types, revalidation by ETag, HEAD, the security headers on every answer,
-and nothing outside the folder reachable however the path is spelled."""
+`modelgate/cabinet/web/`, with their content types, revalidation by ETag, HEAD, the security headers on every
+answer, and nothing outside the folder reachable however the path is spelled."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.integration.cabinet.test_web_session import web_gateway_config
 from tests.support.gateway import ThreadedGateway
 from tests.support.raw_http import exchange
 
-WEB = Path(__file__).resolve().parents[3] / "cabinet" / "web"
+WEB = Path(__file__).resolve().parents[3] / "modelgate" / "cabinet" / "web"
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self';"
     " img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none';"

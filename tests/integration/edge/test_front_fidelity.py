@@ -1,7 +1,7 @@
-"""A client cannot tell whether the lean HTTP front (proxy/http/front.py) or aiohttp served its model API
-request: two gateways, alike but for `[server] model_api_front` (true and false), get the same raw HTTP/1.1
-requests and give the same answers — the same status line, the same set of header names, the same header
-values, the same body (an event stream's de-chunked payload), and the same fate of the connection after
+"""A client cannot tell whether the lean HTTP front (modelgate/proxy/http/front.py) or aiohttp served its
+model API request: two gateways, alike but for `[server] model_api_front` (true and false), get the same raw
+HTTP/1.1 requests and give the same answers — the same status line, the same set of header names, the same
+header values, the same body (an event stream's de-chunked payload), and the same fate of the connection after
 (it serves one more request, or it is closed).
 
 Only what legitimately differs between two answers is normalised before comparing: the `Date` value (which

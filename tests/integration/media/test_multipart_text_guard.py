@@ -1,6 +1,6 @@
 """A guarded multipart upload as a real upstream receives it: sent with aiohttp as the provider client sends
-one (`proxy/upstream/providers.py`), to the fake's multipart reader. Redacted fields arrive redacted, the file
-whole; a refusal mid-body breaks the upload off before the refused field is out."""
+one (`modelgate/proxy/upstream/providers.py`), to the fake's multipart reader. Redacted fields arrive
+redacted, the file whole; a refusal mid-body breaks the upload off before the refused field is out."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """RowAttempts: the rows a request tries and what each outcome does to the row and to the request's record
-(proxy/pipeline/failover.py; the forwarder and the realtime relay share it)."""
+(modelgate/proxy/pipeline/failover.py; the forwarder and the realtime relay share it)."""
 
 from __future__ import annotations
 

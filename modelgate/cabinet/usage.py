@@ -1,0 +1,103 @@
+"""Usage of the model API as the cabinet reports it, read from the usage ledger of the organization.
+
+GET /usage sums the ledger by UTC day, model, key or system over a range of whole UTC days, and with `then`
+splits each row by a second grouping (spend by day and model for a chart, in two queries); read through
+`modelgate/cabinet/usage_repository.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.requests import bad_request, json_response, refuse_unstorable_query
+from modelgate.cabinet.services import services_of
+from modelgate.cabinet.usage_repository import UsageTotals, usage_breakdown, usage_by
+
+GROUPINGS = ("day", "model", "key", "system")
+QUERY_PARAMETERS = ("from", "to", "groupBy", "then")
+DEFAULT_DAYS = 30
+MAX_DAYS = 366
+# The ledger starts after the epoch; the upper bound keeps date arithmetic clear of `date.max`.
+FIRST_DAY = date(1970, 1, 1)
+LAST_DAY = date(9998, 12, 31)
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+# The name of each grouping's column in the API's rows.
+_GROUP_NAMES = {"model": "model", "key": "keyId", "system": "systemId"}
+
+
+def _query_date(request: web.Request, name: str) -> date | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        if not _DATE.match(raw):
+            raise ValueError(raw)
+        day = date.fromisoformat(raw)
+    except ValueError as exc:
+        raise bad_request(f"{name} must be a date YYYY-MM-DD") from exc
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise bad_request(f"{name} must be between {FIRST_DAY} and {LAST_DAY}")
+    return day
+
+
+def report_then(request: web.Request, group_by: str) -> str | None:
+    """The optional second grouping (`then`): model, key or system, other than groupBy."""
+    then = request.query.get("then") or None
+    if then is not None and (then not in _GROUP_NAMES or then == group_by):
+        choices = ", ".join(name for name in _GROUP_NAMES if name != group_by)
+        raise bad_request(f"then must be one of: {choices}")
+    return then
+
+
+def report_range(request: web.Request, today: date) -> tuple[date, date, str]:
+    """The validated (from, to, groupBy) of a usage query; by default the last 30 days by day."""
+    refuse_unstorable_query(request)
+    for name in request.query:
+        if name not in QUERY_PARAMETERS:
+            raise bad_request(f"unknown query parameter: {name}; use {', '.join(QUERY_PARAMETERS)}")
+        if len(request.query.getall(name)) > 1:
+            raise bad_request(f"{name} may be given only once")
+    group_by = request.query.get("groupBy") or "day"
+    if group_by not in GROUPINGS:
+        raise bad_request(f"groupBy must be one of: {', '.join(GROUPINGS)}")
+    last = _query_date(request, "to") or today
+    first = _query_date(request, "from") or last - timedelta(days=DEFAULT_DAYS - 1)
+    if first > last:
+        raise bad_request("from must not be after to")
+    if (last - first).days + 1 > MAX_DAYS:
+        raise bad_request(f"the range from..to may span at most {MAX_DAYS} days")
+    return first, last, group_by
+
+
+async def usage_report(request: web.Request) -> web.Response:
+    """GET /usage?from=&to=&groupBy= → usage rows of the caller's organization and their totals (any role)."""
+    services = services_of(request)
+    principal = await authenticate(request)
+    first, last, group_by = report_range(request, datetime.now(UTC).date())
+    then = report_then(request, group_by)
+    groups = await usage_by(services.db, principal.organization_id, first, last, group_by)
+    name = "day" if group_by == "day" else _GROUP_NAMES[group_by]
+    rows: list[dict[str, Any]] = [{name: group, **totals.to_json()} for group, totals in groups]
+    if then is not None:  # each row split by the second grouping, read in one more query
+        parts = await usage_breakdown(services.db, principal.organization_id, first, last, group_by, then)
+        part_name = _GROUP_NAMES[then]
+        for row, (group, _) in zip(rows, groups, strict=True):
+            row["breakdown"] = [
+                {part_name: part, **totals.to_json()} for part, totals in parts.get(group, ())
+            ]
+    totals = sum((totals for _, totals in groups), UsageTotals())
+    return json_response(
+        {
+            "from": first.isoformat(),
+            "to": last.isoformat(),
+            "groupBy": group_by,
+            "currency": services.config.billing.currency,
+            "rows": rows,
+            "totals": totals.to_json(),
+        }
+    )

@@ -1,0 +1,196 @@
+"""The typed request context every plugin and the forwarder share for one model API request."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from modelgate.domain.counters import MoneyAsk, WindowAsk
+from modelgate.domain.ledger import LedgerEntry
+from modelgate.domain.usage import Usage
+from modelgate.proxy.content.redaction import strongest
+from modelgate.proxy.pipeline.envelopes import Envelope
+
+if TYPE_CHECKING:
+    from modelgate.domain.answer_filters import ProviderPriceFilter
+    from modelgate.domain.media import MediaUsageReader
+    from modelgate.domain.policy_decisions import CompiledPolicy, Decision, PolicyRule
+    from modelgate.domain.usage import StreamUsageScanner
+    from modelgate.proxy.content.answer_stream import AnswerStreamGuard
+    from modelgate.proxy.content.redaction import Hit
+    from modelgate.proxy.http.multipart import StreamedMultipart
+    from modelgate.proxy.pipeline.route_table import Route
+    from modelgate.proxy.realtime.secrets import RealtimeClaim
+    from modelgate.proxy.state.keys import KeyRecord
+    from modelgate.proxy.translation.base import StreamTranslator, Translator
+    from modelgate.proxy.upstream.model_rows import ModelEntry, RoutingRow
+
+
+@dataclass(slots=True)
+class AnswerHead:
+    """An upstream answer as the response phase sees it (`ctx.answer`): the status and headers going to the
+    client (plugins may change both in `on_response_head`), the provider's own headers, whether it is
+    relayed piece by piece, and the translator of a row that speaks another wire format."""
+
+    status: int
+    headers: dict[str, str]
+    upstream_headers: Mapping[str, str]
+    streamed: bool  # relayed piece by piece (a stream or media); else one whole body
+    translator: Translator | None = None
+    # The response steps' own state for this answer:
+    stream_translator: StreamTranslator | None = None  # plugins.translation, for a streamed answer
+    usage_filter: ProviderPriceFilter | None = None  # plugins.usage_filter
+    content_guard: AnswerStreamGuard | None = None  # plugins.content_policy, for a streamed answer
+
+
+@dataclass(slots=True)
+class AdmissionState:
+    """What a request asks of the shared counters and what it holds once admitted.
+
+    The request id, rate-limit and billing steps record the asks (`plugins.admission.pending`); the
+    admission step takes them all at once (in Redis: one script) and records what is held, which the
+    completion phase gives back or settles.
+    """
+
+    claim: str | None = None  # the shared request id claim
+    windows: list[WindowAsk] = field(default_factory=list)  # the key's and organization's RPM, then TPM
+    first_tpm: int = 0  # index of the first token window in `windows`
+    key_rpm: int = 0  # the key's own limits, reported on the answer (0: none)
+    key_tpm: int = 0
+    money: list[MoneyAsk] = field(default_factory=list)  # the balance, then one per budget
+    budgets: list[tuple[PolicyRule, float]] = field(default_factory=list)  # (rule, period) per budget
+    taken: bool = False  # admitted: everything asked is held until the request completes
+    claimed_request_id: bool = False  # the request id, claimed in this process (plugins.request_id)
+    # The token estimate the asks were sized by (plugins.output_caps).
+    estimated_input_tokens: int = 0
+    max_output_tokens: int = 0
+    # Held once taken:
+    reservations: list[tuple[str, int]] = field(default_factory=list)  # (money counter, amount)
+    reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
+    charged_budgets: list[tuple[str, float]] = field(default_factory=list)  # (rule id, period start)
+    token_windows: list[tuple[str, int, int]] = field(default_factory=list)  # corrected to the real usage
+
+    @property
+    def asked(self) -> bool:
+        """A step recorded an ask: the admission step has something to take."""
+        return bool(self.claim or self.windows or self.money)
+
+
+@dataclass(slots=True)
+class Metering:
+    """What the request used and costs (plugins.usage_metering reads it; plugins.billing_gate prices it)."""
+
+    usage: Usage | None = None
+    scanner: StreamUsageScanner | MediaUsageReader | None = None  # reads usage from the answer as it passes
+    # Usage the gateway asked the provider for on the client's behalf (stream_options.include_usage):
+    # withheld from the client (plugins.usage_filter).
+    usage_withheld: bool = False
+    content_tokens: int = 0  # estimated output of a whole answer that reported no usage
+    cost_micros: int | None = None
+    ledger_row_id: str | None = None  # the id its ledger row takes, given when its admission was journaled
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What the chain knows about one request; filled in phase by phase."""
+
+    request: web.Request
+    request_id: str
+    started: float
+    route: Route | None = None
+    object_id: str | None = None
+    envelope: Envelope = Envelope.A
+    key: KeyRecord | None = None
+    body: bytes = b""
+    body_stream: StreamedMultipart | None = None  # a multipart body relayed as it arrives; `body` stays b""
+    payload: dict[str, Any] | None = None
+    payload_changed: bool = False
+    model: ModelEntry | None = None
+    rows: list[RoutingRow] = field(default_factory=list)
+    stream: bool = False
+    row: RoutingRow | None = None
+    # the fingerprint of the provider key that served it (modelgate/proxy/upstream/key_ring.py)
+    credential: str = ""
+    status: int = 0
+    bytes_sent: int = 0
+    error: Exception | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    policy: CompiledPolicy | None = None  # the organization's rules (plugins.policy)
+    decision: Decision | None = None  # what they say for this key, system and model
+    admission: AdmissionState = field(default_factory=AdmissionState)
+    metering: Metering = field(default_factory=Metering)
+    # The success status of an upstream answer whose relay began (0: none): such a request is charged for
+    # what it delivered, however it ended.
+    answered_status: int = 0
+    # How it ended once answered: completed (its final event reached the client), client_closed,
+    # upstream_error (the provider broke off), shutdown (cut by a graceful stop), internal_error (a step of
+    # the gateway's failed mid-stream).
+    outcome: str = ""
+    answer: AnswerHead | None = None  # set once a row answered (proxy.pipeline.forward)
+    bound_object: str | None = None
+    scan_tail: bytes = b""
+    attempts: int = 0
+    realtime: RealtimeClaim | None = None  # the client secret a realtime connect claimed
+    # Observability: when the first byte of an upstream answer went to the client (perf_counter), and
+    # each row that failed during this request with why ("unreachable", "http_503", ...).
+    first_byte_at: float | None = None
+    row_failures: list[tuple[RoutingRow, str]] = field(default_factory=list)
+    # What content rules found (plugins.content_policy): (where, hit) with where "prompt" or "answer"; None
+    # until the first one, so a request no rule touches allocates nothing.
+    content_hits: list[tuple[str, Hit]] | None = None
+
+    def upstream_body(self) -> bytes:
+        """The body to send upstream: the client's bytes unless a plugin changed the payload."""
+        if self.payload_changed and self.payload is not None:
+            return orjson.dumps(self.payload)
+        return self.body
+
+
+def entry_for(
+    ctx: RequestContext,
+    usage: Usage | None,
+    cost: int,
+    status: int,
+    outcome: str,
+    *,
+    request_id: str | None = None,
+    budgets: tuple[tuple[str, float], ...] | None = None,
+    row_key: str | None = None,
+    row_id: str | None = None,
+) -> LedgerEntry:
+    """The ledger row of a request (or of one response of a realtime session: `request_id`, `budgets`)."""
+    key = ctx.key
+    return LedgerEntry(
+        organization_id=key.organization_id,
+        key_id=key.id,
+        system_id=key.system_id,
+        model=ctx.model.name,
+        row_key=row_key,
+        request_id=request_id or ctx.request_id,
+        status=status,
+        input_tokens=usage.input_tokens if usage else 0,
+        cached_input_tokens=usage.cached_input_tokens if usage else 0,
+        output_tokens=usage.output_tokens if usage else 0,
+        cost_micros=cost,
+        created_at=time.time(),
+        budgets=tuple(ctx.admission.charged_budgets) if budgets is None else budgets,
+        units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
+        outcome=outcome,
+        row_id=row_id,
+        content_action=content_action(ctx.content_hits) if ctx.content_hits else "",
+        usage_estimated=usage.estimated if usage else False,
+    )
+
+
+_CONTENT_ACTIONS = {"block": "blocked", "redact": "redacted", "flag": "flagged"}
+
+
+def content_action(hits: list[tuple[str, Hit]]) -> str:
+    """What content rules did to a request (its ledger row): the strongest of blocked, redacted, flagged"""
+    found = strongest([hit for _, hit in hits])
+    return _CONTENT_ACTIONS[found.action] if found else ""

@@ -1,0 +1,142 @@
+"""The model API's view of organization API keys: an in-memory directory in front of the database.
+
+Lookups are cached, but never past a revocation: the cabinet reports every revocation through
+`key_revoked` inside its transaction; the directory drops the entry, keeps a tombstone so a lookup racing
+the commit cannot re-cache the key, and broadcasts the revocation to the other gateway processes
+(PostgreSQL NOTIFY delivered with the commit, Redis pub/sub when configured, and on SQLite the host channel
+of modelgate/proxy/state/host_channel.py, which every lookup polls first). Without a channel that reaches
+every process (several workers on a SQLite database whose channel file cannot be made, and no Redis) the cache
+is off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from modelgate.domain.accounts import PLAN_CHANNEL, balance_key
+from modelgate.domain.api_keys import key_by_secret_hash
+from modelgate.domain.tokens import hash_token
+from modelgate.storage.database import Database, Executor
+
+log = logging.getLogger("modelgate.keys")
+
+REVOCATION_CHANNEL = "modelgate_key_revoked"
+_TOMBSTONE_SECONDS = 3600.0
+
+Publisher = Callable[[str, str], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """An active API key as the model API needs it.
+
+    The names of the key's and its organization's live counters are derived once here: a cached key
+    serves many requests, and every one of them counts in these windows and that balance.
+    """
+
+    id: str
+    organization_id: str
+    alias: str
+    system_id: str | None
+    plan_code: str
+    rpm_window: str = field(init=False, repr=False, compare=False)
+    tpm_window: str = field(init=False, repr=False, compare=False)
+    org_rpm_window: str = field(init=False, repr=False, compare=False)
+    org_tpm_window: str = field(init=False, repr=False, compare=False)
+    balance_counter: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        derived = {
+            "rpm_window": f"rpm:k:{self.id}",
+            "tpm_window": f"tpm:k:{self.id}",
+            "org_rpm_window": f"rpm:o:{self.organization_id}",
+            "org_tpm_window": f"tpm:o:{self.organization_id}",
+            "balance_counter": balance_key(self.organization_id),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+
+class KeyDirectory:
+    """Resolves presented secrets to active keys; a revocation is seen at once."""
+
+    def __init__(self, db: Database, *, cache: bool = True, max_entries: int = 100_000) -> None:
+        self._db = db
+        self.cache_enabled = cache
+        self._max = max_entries
+        self._cache: OrderedDict[str, KeyRecord] = OrderedDict()
+        self._tombstones: dict[str, float] = {}
+        self._generation = 0
+        self._publishers: list[Publisher] = []
+        self._poll: Callable[[], None] | None = None
+
+    def poll_before_lookups(self, poll: Callable[[], None]) -> None:
+        """Run `poll` (the host channel's) first in every lookup: what other processes published is acted
+        on before a cached key is used."""
+        self._poll = poll
+
+    def add_publisher(self, publish: Publisher) -> None:
+        """A broadcaster (e.g. Redis pub/sub) told of every revocation made in this process."""
+        self._publishers.append(publish)
+
+    async def start(self) -> None:
+        """Hear revocations and plan changes made by other processes on the same database."""
+        await self._db.listen(REVOCATION_CHANNEL, self.forget)
+        await self._db.listen(PLAN_CHANNEL, self.forget_organization)
+
+    async def lookup(self, secret: str) -> KeyRecord | None:
+        """The active key behind a secret, or None."""
+        if self._poll is not None:
+            self._poll()
+        secret_hash = hash_token(secret)
+        record = self._cache.get(secret_hash)
+        if record is not None:
+            return record
+        if secret_hash in self._tombstones:
+            return None
+        generation = self._generation
+        found = await key_by_secret_hash(self._db, secret_hash)
+        if found is None or found.key.status != "active":
+            return None
+        key = found.key
+        record = KeyRecord(key.id, key.organization_id, key.alias, key.system_id, found.plan_code)
+        # A revocation heard while we were reading may concern this very key: do not cache it then.
+        if self.cache_enabled and generation == self._generation:
+            self._cache[secret_hash] = record
+            if len(self._cache) > self._max:
+                self._cache.popitem(last=False)
+        return record
+
+    def forget(self, secret_hash: str) -> None:
+        """Drop a key from the cache and refuse to cache it again (a revocation heard here)."""
+        self._generation += 1
+        self._cache.pop(secret_hash, None)
+        now = time.monotonic()
+        self._tombstones[secret_hash] = now + _TOMBSTONE_SECONDS
+        if len(self._tombstones) > 10_000:
+            self._tombstones = {h: t for h, t in self._tombstones.items() if t > now}
+
+    def forget_all(self) -> None:
+        """Drop every cached key (revocations may have been missed): the next lookups read them afresh."""
+        self._generation += 1
+        self._cache.clear()
+
+    def forget_organization(self, organization_id: str) -> None:
+        """Drop an organization's cached keys (its plan changed); the next lookup reads them afresh."""
+        self._generation += 1  # a lookup reading the old plan while we drop must not cache it
+        stale = [h for h, record in self._cache.items() if record.organization_id == organization_id]
+        for secret_hash in stale:
+            del self._cache[secret_hash]
+
+    async def key_revoked(self, secret_hash: str, tx: Executor) -> None:
+        """The cabinet's revocation sink: called inside the revoke transaction, before commit."""
+        self.forget(secret_hash)
+        if self._db.dialect == "postgres":
+            # Sent through the transaction, so other processes hear it exactly when the revocation commits.
+            await tx.execute("SELECT pg_notify($1, $2)", REVOCATION_CHANNEL, secret_hash)
+        for publish in self._publishers:
+            await publish(REVOCATION_CHANNEL, secret_hash)

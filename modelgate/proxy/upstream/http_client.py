@@ -1,0 +1,626 @@
+"""The upstream hot path's HTTP/1.1 client: a keep-alive connection pool per provider, llhttp parsing.
+
+Why not aiohttp's ClientSession for this: on the benchmark, `ClientSession.request` costs a large part of
+what a bare aiohttp passthrough spends in all, and this client a small fraction of that (the figures are in
+bench/results/design-measurements.md).
+It does only what a provider call needs: one origin, requests whose body is already in memory, answers
+with a Content-Length, chunked or read to the end of the connection. aiohttp's ClientSession stays for the
+rest (streamed multipart uploads, the realtime WebSocket).
+
+Costs are paid only when something happens: a timer exists only while a read actually waits, an answer
+that arrives with its head is parsed in the same callback, a connection goes back to the pool the moment
+its answer has been read to the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+import httptools
+
+from modelgate.proxy.http.outbox import outbox_for
+
+# A consumer this far behind pauses reading from the provider (back-pressure); reading resumes once the
+# consumer has taken what was buffered.
+_PAUSE_ABOVE = 256 * 1024
+
+
+class UpstreamBrokeOff(Exception):
+    """The connection failed, closed or stalled before the answer was complete."""
+
+
+class UpstreamTimeout(UpstreamBrokeOff):
+    """The provider sent nothing for longer than the allowed wait."""
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; the parser's callbacks feed the answer in flight."""
+
+    __slots__ = ("_out", "_outbox", "answer", "closed", "idle_since", "loop", "parser", "pool", "transport")
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+        # Its loop, looked up once: on Python 3.11 each `asyncio.get_running_loop()` is a getpid() syscall.
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.answer: UpstreamAnswer | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._out: tuple[bytes, bytes | None] | None = None  # a request queued in the outbox
+        self._outbox = outbox_for(self.loop)
+
+    def send(self, head: bytes, body: bytes | None) -> None:
+        """Write a request: now if it is the pass's first write, else at the start of the next pass with the
+        others of this one (modelgate/proxy/http/outbox.py). A connection aborted meanwhile never sends it."""
+        if self._outbox.first():
+            self._write(head, body)
+        else:
+            self._out = (head, body)
+            self._outbox.queue(self)
+
+    def flush_out(self) -> None:
+        out, self._out = self._out, None
+        if out is not None and not self.closed and not self.transport.is_closing():
+            self._write(*out)
+
+    def _write(self, head: bytes, body: bytes | None) -> None:
+        if body:
+            self.transport.writelines((head, body))
+        else:
+            self.transport.write(head)
+
+    # asyncio protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        answer = self.answer
+        if answer is None:  # bytes nobody asked for: the connection cannot be trusted any more
+            self.abort()
+            return
+        answer.received = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            answer.fail(UpstreamBrokeOff("the provider switched protocols"))
+            self.abort()
+        except httptools.HttpParserError as exc:
+            answer.fail(UpstreamBrokeOff(f"malformed answer from the provider: {exc}"))
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._out = None
+        answer = self.answer
+        if answer is not None:
+            answer.connection_lost(exc)
+        self.pool.forget(self)
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        answer = self.answer
+        if answer is not None and answer._done:
+            # A second answer behind the one asked for (more bytes than announced, or one never asked
+            # for): none of it belongs to this request, and the connection cannot be trusted any more.
+            self.abort()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.answer.raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if not self.closed:
+            self.answer.head_complete(self.parser.get_status_code(), self.parser.should_keep_alive())
+
+    def on_body(self, body: bytes) -> None:
+        if not self.closed:
+            self.answer.feed(body)
+
+    def on_message_complete(self) -> None:
+        if not self.closed:
+            self.answer.message_complete()
+
+    def abort(self) -> None:
+        self.closed = True
+        self._out = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class UpstreamAnswer:
+    """A provider's answer, with the surface the forwarder relays: `status`, `headers` (lower-case names),
+    `read()`, `content.read(n)`, `content.iter_any()`, `release()` and `close()`.
+    """
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_conn",
+        "_deadlines",
+        "_done",
+        "_error",
+        "_head_seen",
+        "_interim",
+        "_keep_alive",
+        "_loop",
+        "_paused",
+        "_read_timeout",
+        "_waiter",
+        "credential",
+        "headers",
+        "raw_headers",
+        "received",
+        "status",
+    )
+
+    def __init__(self, conn: _Connection, read_timeout: float | None) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        # the fingerprint of the key it was asked with (modelgate/proxy/upstream/key_ring.py)
+        self.credential = ""
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.received = False  # any byte of an answer arrived on the connection for this request
+        self._conn: _Connection | None = conn
+        self._deadlines = conn.pool.deadlines
+        self._loop = conn.loop
+        self._read_timeout = read_timeout
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._paused = False
+        self._head_seen = False
+        self._interim = False
+        self._done = False
+        self._keep_alive = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future | None = None
+
+    @property
+    def content(self) -> UpstreamAnswer:
+        """The body reader (aiohttp's name for it): the answer itself. A property, not an attribute: a
+        reference to itself would make every answer a reference cycle, left for the garbage collector."""
+        return self
+
+    # fed by the connection
+
+    def head_complete(self, status: int, keep_alive: bool) -> None:
+        if status < 200:  # an interim answer (103 Early Hints): the real one follows
+            self.raw_headers.clear()
+            self._interim = True
+            return
+        headers: dict[str, str] = {}
+        for name, value in self.raw_headers:
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            prior = headers.get(key)
+            headers[key] = text if prior is None else f"{prior}, {text}"
+        self.raw_headers.clear()
+        self.headers = headers
+        self.status = status
+        self._keep_alive = keep_alive
+        self._head_seen = True
+        self._wake()
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > _PAUSE_ABOVE and not self._paused and self._conn is not None:
+            self._paused = True
+            self._conn.transport.pause_reading()
+        if self._waiter is not None:  # a stream's pieces after the first of a pass find it gone
+            self._wake()
+
+    def message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
+        self._done = True
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._done:
+            return
+        headers = self.headers
+        read_to_close = (
+            self._head_seen
+            and exc is None
+            and "content-length" not in headers
+            and "chunked" not in headers.get("transfer-encoding", "")
+        )
+        if read_to_close:  # an answer delimited by the end of the connection, complete now
+            self._done = True
+            self._keep_alive = False
+            self._wake()
+        else:
+            self.fail(UpstreamBrokeOff("the provider closed the connection" + (f": {exc}" if exc else "")))
+
+    def fail(self, error: BaseException) -> None:
+        if self._error is None and not self._done:
+            self._error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None  # met: its deadline no longer applies (time_out), and nothing wakes it twice
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # waiting
+
+    async def _wait(self, seconds: float | None, what: str) -> None:
+        """Until the connection feeds something, fails, or `seconds` pass with nothing."""
+        self._waiter = waiter = self._loop.create_future()
+        if not seconds:
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+            return
+        deadlines = self._deadlines
+        deadlines.watch(waiter, self, seconds, what)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            deadlines.forget(waiter)
+
+    def time_out(self, waiter: asyncio.Future, seconds: float, what: str) -> None:
+        """Called by the Deadlines when `waiter` waited `seconds` in vain."""
+        # Not when the wait was met in the same turn of the loop, before the waiting task could run.
+        if waiter is self._waiter and not waiter.done():
+            self.fail(UpstreamTimeout(f"no {what} within {seconds:g}s"))
+            self._drop()
+
+    async def wait_head(self, seconds: float | None) -> None:
+        while not self._head_seen:
+            if self._error is not None:
+                raise self._error
+            await self._wait(seconds, "response")
+
+    # reading
+
+    async def read(self, n: int = -1) -> bytes:
+        """The whole body (n < 0), or up to n bytes of it; the connection is released at the end."""
+        while not self._done and (n < 0 or self._buffered < n):
+            if self._error is not None:
+                raise self._error
+            self._resume()  # the reader wants more than is buffered: back-pressure must not starve it
+            await self._wait(self._read_timeout, "data")
+        if self._error is not None:
+            raise self._error
+        chunks = self._chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if 0 <= n < len(body):
+            self._chunks = [body[n:]]
+            self._buffered = len(body) - n
+            return body[:n]
+        chunks.clear()
+        self._buffered = 0
+        if self._done:
+            self.release()
+        else:
+            self._resume()
+        return body
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        """Each piece of the body as it arrives (several arrived together come as one)."""
+        return _Pieces(self)
+
+    async def next_piece(self) -> bytes:
+        """What arrived since the last piece, waiting for it if nothing has; StopAsyncIteration at the end."""
+        while True:
+            chunks = self._chunks
+            if chunks:
+                chunk = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                self._buffered = 0
+                self._resume()
+                return chunk
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                raise StopAsyncIteration
+            await self._wait(self._read_timeout, "data")
+
+    def at_eof(self) -> bool:
+        """Whether the whole body is in and has been read (aiohttp's StreamReader.at_eof)."""
+        return self._done and not self._chunks and self._error is None
+
+    def _resume(self) -> None:
+        if self._paused and self._conn is not None and not self._conn.closed:
+            self._paused = False
+            self._conn.transport.resume_reading()
+
+    # letting go
+
+    def release(self) -> None:
+        """Give the connection back to the pool if this answer was read to its end, else drop it."""
+        conn = self._conn
+        if conn is None:
+            return
+        self._conn = None
+        if self._done and self._error is None and self._keep_alive and not conn.closed:
+            if self._paused:
+                # Back-pressure paused reading as the answer's last bytes came in: a connection pooled
+                # paused would never see the next answer (it would wait out its first-byte timeout).
+                self._paused = False
+                conn.transport.resume_reading()
+            conn.answer = None
+            conn.pool.put(conn)
+        else:
+            conn.answer = None
+            conn.pool.drop(conn)
+
+    close = release
+
+    def _drop(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            self._conn = None
+            conn.answer = None
+            conn.pool.drop(conn)
+
+
+class _Pieces:
+    """The iterator of `UpstreamAnswer.iter_any`: a plain object, not an async generator, whose first step
+    would register it in the event loop's weak set of generators (and its end unregister it), on every
+    stream."""
+
+    __slots__ = ("_answer",)
+
+    def __init__(self, answer: UpstreamAnswer) -> None:
+        self._answer = answer
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    def __anext__(self) -> Coroutine[Any, Any, bytes]:
+        return self._answer.next_piece()
+
+
+class Deadlines:
+    """The timeouts of every wait on one pool, checked by one periodic timer.
+
+    A timer per wait (uvloop: a libuv timer started and stopped) would be paid on every request and, in a
+    stream, on every chunk; a wait here costs a clock read and two dict operations. A wait times out
+    between its deadline and one tick later; the tick is a tenth of the shortest timeout watched (10 ms to
+    1 s), so a 60 s timeout fires within 61 s.
+    """
+
+    __slots__ = ("_tick", "_timer", "_waits")
+
+    def __init__(self) -> None:
+        self._waits: dict[asyncio.Future, tuple[float, UpstreamAnswer, float, str]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._tick = 1.0
+
+    def watch(self, waiter: asyncio.Future, answer: UpstreamAnswer, seconds: float, what: str) -> None:
+        loop = answer._loop
+        self._waits[waiter] = (loop.time() + seconds, answer, seconds, what)
+        if self._timer is not None and seconds >= self._tick * 10:
+            return  # the usual wait: the running timer already ticks often enough for it
+        tick = min(max(seconds / 10, 0.01), 1.0)
+        if self._timer is None or tick < self._tick:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._tick = tick
+            self._timer = loop.call_later(tick, self._check, loop)
+
+    def forget(self, waiter: asyncio.Future) -> None:
+        self._waits.pop(waiter, None)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        expired = [(waiter, entry) for waiter, entry in self._waits.items() if entry[0] <= now]
+        for waiter, (_deadline, answer, seconds, what) in expired:
+            del self._waits[waiter]
+            answer.time_out(waiter, seconds, what)
+        if self._waits:
+            self._timer = loop.call_later(self._tick, self._check, loop)
+        else:
+            self._timer = None
+            self._tick = 1.0
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._waits.clear()
+
+
+class ConnectionPool:
+    """Keep-alive connections to one origin: at most `limit` open, idle ones reused newest first."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None,
+        limit: int,
+        connect_timeout: float,
+        keepalive_seconds: float = 30.0,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._tls = tls
+        self._limit = limit
+        self._connect_timeout = connect_timeout
+        self._keepalive = keepalive_seconds
+        self._idle: list[_Connection] = []
+        self._open: set[_Connection] = set()  # connected or connecting, idle or busy
+        self._connecting = 0
+        self._waiters: deque[asyncio.Future] = deque()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._closed = False
+        self.deadlines = Deadlines()
+
+    @property
+    def size(self) -> int:
+        """Connections open or being opened."""
+        return len(self._open) + self._connecting
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    async def acquire(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
+        """(a connection, whether it served an earlier request); waits while `limit` are busy."""
+        if self._closed:
+            raise UpstreamBrokeOff("the client is closed")
+        idle = self._idle
+        while idle and not fresh:
+            conn = idle.pop()
+            if not conn.closed and conn.loop.time() - conn.idle_since < self._keepalive:
+                if not conn.transport.is_closing():
+                    return conn, True
+            self.drop(conn)
+        loop = asyncio.get_running_loop()
+        if fresh and idle and self.size >= self._limit:  # make room for a new connection
+            self.drop(idle.pop(0))
+        while self.size >= self._limit:
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                handed = await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                    self.put(waiter.result())  # handed over just as we were cancelled: pass it on
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                raise
+            if handed is not None and not handed.closed and not fresh:
+                return handed, True
+            if handed is not None:
+                self.drop(handed)
+        self._connecting += 1
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self),
+                    self._host,
+                    self._port,
+                    ssl=self._tls,
+                    server_hostname=self._host if self._tls is not None else None,
+                )
+        except BaseException:
+            self._connecting -= 1
+            self._wake_one()
+            raise
+        self._connecting -= 1
+        if self._closed:  # closed while connecting: nobody would ever close this one
+            conn.abort()
+            raise UpstreamBrokeOff("the client is closed")
+        self._open.add(conn)
+        return conn, False
+
+    def put(self, conn: _Connection) -> None:
+        """A connection whose answer was read to its end: to a waiter, else to the idle list."""
+        if self._closed or conn.closed:
+            self.drop(conn)
+            return
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        loop = conn.loop
+        conn.idle_since = loop.time()
+        self._idle.append(conn)
+        if self._sweep is None:
+            self._sweep = loop.call_later(self._keepalive, self._close_stale)
+
+    def drop(self, conn: _Connection) -> None:
+        """Close a connection that cannot serve another request."""
+        conn.abort()
+        self.forget(conn)
+
+    def forget(self, conn: _Connection) -> None:
+        """A connection is gone (closed by us or by the provider): free its place."""
+        if conn in self._open:
+            self._open.discard(conn)
+            if conn.answer is None:
+                with contextlib.suppress(ValueError):
+                    self._idle.remove(conn)
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # a place is free: open a new connection
+                return
+
+    def _close_stale(self) -> None:
+        self._sweep = None
+        now = asyncio.get_running_loop().time()
+        for conn in [c for c in self._idle if now - c.idle_since >= self._keepalive]:
+            self.drop(conn)
+        if self._idle:
+            oldest = min(c.idle_since for c in self._idle)
+            self._sweep = asyncio.get_running_loop().call_later(
+                max(0.05, oldest + self._keepalive - now), self._close_stale
+            )
+
+    def close(self) -> None:
+        """Close every connection; answers still being read break off."""
+        self._closed = True
+        self.deadlines.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        # Waiters first: each connection dropped below frees a place, which would wake one to connect anew.
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(UpstreamBrokeOff("the client is closed"))
+        for conn in list(self._open):
+            self.drop(conn)
+        self._idle.clear()
+
+
+class HttpClient:
+    """Requests to one origin over a ConnectionPool."""
+
+    def __init__(self, pool: ConnectionPool, read_timeout: float | None) -> None:
+        self.pool = pool
+        self._read_timeout = read_timeout
+
+    async def request(
+        self, head: bytes, body: bytes | None, first_byte_seconds: float | None
+    ) -> UpstreamAnswer:
+        """Send `head` (request line and headers, ending in a blank line) and `body`; return once the
+        answer's head is in. A kept-alive connection the provider closed before answering at all is
+        retried once on a new connection: the provider never saw that request.
+        """
+        fresh = False
+        while True:
+            conn, reused = await self.pool.acquire(fresh=fresh)
+            answer = UpstreamAnswer(conn, self._read_timeout)
+            conn.answer = answer
+            conn.send(head, body)
+            try:
+                await answer.wait_head(first_byte_seconds)
+            except UpstreamTimeout:
+                answer.close()
+                raise
+            except UpstreamBrokeOff:
+                answer.close()
+                if reused and not answer.received and not fresh:
+                    fresh = True
+                    continue
+                raise
+            except BaseException:  # cancelled (the client went away): let go of the provider at once
+                answer.close()
+                raise
+            return answer
