@@ -1,5 +1,5 @@
-"""The README's provider cookbook is copied by users as it stands: each of its TOML examples loads, and builds
-the client its hosts' dialects name."""
+"""The provider cookbook (docs/configuration.md) is copied by users as it stands: each of its TOML examples
+loads, and builds the client its hosts' dialects name."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from modelgate.config import load_config
 from modelgate.plugins import chain_plugins
 from modelgate.proxy.upstream.providers import build_upstreams
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 ENV = {"ANTHROPIC_API_KEY": "a", "OPENAI_KEY_1": "b", "OPENAI_KEY_2": "c", "AZURE_OPENAI_KEY": "d"}
 
 
 def cookbook_examples() -> list[str]:
-    text = README.read_text(encoding="utf-8")
+    text = CONFIGURATION.read_text(encoding="utf-8")
     section = text[text.index("**Provider cookbook") :]
-    section = section[: section.index("\n## ")]
+    end = section.find("\n## ")
+    section = section if end < 0 else section[:end]
     return re.findall(r"```toml\n(.*?)```", section, re.DOTALL)
 
 

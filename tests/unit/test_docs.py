@@ -1,0 +1,64 @@
+"""The README and docs/ are checked against the tree: the README stays a short read whose config example
+loads, and every repository path or relative link the docs name exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from modelgate.config import load_config
+from modelgate.plugins import chain_plugins
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+README = REPOSITORY / "README.md"
+PAGES = [README, *sorted((REPOSITORY / "docs").rglob("*.md"))]
+# A path in backticks or a link that starts at a folder of the repository: `modelgate/proxy/http/front.py`,
+# `bench/matrix.py`, [x](../modelgate/config/defaults.toml). Globs and placeholders are not paths.
+_TOP = r"(?:modelgate|tests|bench|docs|\.ci)/"
+_BACKTICKED = re.compile(rf"`({_TOP}[\w./-]*)`")
+# Outside backticks only what looks like a file (an extension) or a folder (a trailing slash): prose says
+# "modelgate/passthrough ratios".
+_NAMED = re.compile(rf"(?<![\w/.`-])({_TOP}[\w./-]*(?:\.[a-z]+\b|/))")
+_LINK = re.compile(r"\]\((?!https?://|#|mailto:)([^)#\s]+)")
+
+
+def _named_paths(page: Path) -> set[str]:
+    text = page.read_text(encoding="utf-8")
+    found = set(_BACKTICKED.findall(text)) | set(_NAMED.findall(text))
+    return {path.rstrip(".") for path in found if "*" not in path and "NNNN" not in path}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPOSITORY).as_posix())
+def test_every_repository_path_a_page_names_exists(page: Path) -> None:
+    missing = sorted(path for path in _named_paths(page) if not (REPOSITORY / path).exists())
+    assert missing == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPOSITORY).as_posix())
+def test_every_relative_link_of_a_page_resolves(page: Path) -> None:
+    links = _LINK.findall(page.read_text(encoding="utf-8"))
+    missing = sorted(link for link in links if not (page.parent / link).exists())
+    assert missing == []
+
+
+def test_the_readme_is_a_five_minute_read() -> None:
+    # About 200 words a minute; the reference lives in docs/.
+    assert len(README.read_text(encoding="utf-8").split()) < 1_500
+
+
+def test_the_readme_config_example_loads(tmp_path: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Configuration essentials") :]
+    (example,) = re.findall(r"```toml\n(.*?)```", section[: section.index("\n## ", 1)], re.DOTALL)
+    path = tmp_path / "readme.toml"
+    path.write_text(example, encoding="utf-8")
+    config = load_config(path, env={"OPENAI_API_KEY": "sk-test"}, chain=chain_plugins())
+    assert [model.name for model in config.models] == ["gpt-4o-mini"]
+
+
+def test_a_missing_path_is_noticed(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("See `modelgate/proxy/nothing_here.py` and modelgate/domain/ledger.py.\n", "utf-8")
+    assert _named_paths(page) == {"modelgate/proxy/nothing_here.py", "modelgate/domain/ledger.py"}
