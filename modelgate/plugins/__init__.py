@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from modelgate.config import Config
@@ -65,35 +66,65 @@ class ChainServices:
     realtime_secrets: RealtimeSecrets = field(default_factory=InProcessSecrets)
 
 
-# Every plugin class of the chain, in the order default_chain runs them: their `name` and `essential` are
-# what the config's plugins.disabled may name and may not switch off (`chain_plugins`).
-CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
-    RequestTracing,
-    RouteSupport,
-    Auth,
-    RequestId,
-    BodyLimits,
-    RealtimeCredentials,
-    RequestValidation,
-    ModelRouting,
-    ProviderFilter,
-    NativeFeatures,
-    ObjectBindingPlugin,
-    Policy,
-    PromptPolicy,
-    OutputCaps,
-    RateLimits,
-    RealtimeCap,
-    BillingGate,
-    Admission,
-    UsageMetering,
-    Metrics,
-    AccessLog,
-    Translation,
-    UsageFilter,
-    AnswerPolicy,
-    StreamErrors,
+@dataclass(frozen=True, slots=True)
+class ChainStep:
+    """One step of the chain: its plugin class (whose `name` and `essential` the config's plugins.disabled
+    is checked against) and how it is built from the services."""
+
+    plugin: type[Plugin]
+    build: Callable[[ChainServices], Plugin]
+
+
+def _request_id(services: ChainServices) -> Plugin:
+    # 409 request_in_progress on a double submit; across processes when Redis is configured
+    if services.in_flight.redis:
+        return SharedRequestId(services.in_flight, services.counters)
+    return RequestId(services.in_flight)
+
+
+# The chain, in order, and only here: each step with the status it can return.
+CHAIN: tuple[ChainStep, ...] = (
+    # a span per request when [tracing] is on; first, to see it all
+    ChainStep(RequestTracing, lambda s: RequestTracing(s.tracer)),
+    ChainStep(RouteSupport, lambda s: RouteSupport(s.routes)),  # 404 route not supported; envelope A or B
+    ChainStep(Auth, lambda s: Auth(s.keys)),  # 401
+    ChainStep(RequestId, _request_id),  # 409 request_in_progress (SharedRequestId with Redis)
+    # 413 while reading; JSON parsed once; multipart heads only (the rest streams)
+    ChainStep(BodyLimits, lambda s: BodyLimits()),
+    # 404 invalid_realtime_credential, 409 race
+    ChainStep(RealtimeCredentials, lambda s: RealtimeCredentials(s.realtime_secrets)),
+    ChainStep(RequestValidation, lambda s: RequestValidation()),  # 400 on the gateway's own parameter rules
+    ChainStep(ModelRouting, lambda s: ModelRouting(s.catalog)),  # 404 model_not_found; candidate rows
+    ChainStep(ProviderFilter, lambda s: ProviderFilter(s.catalog)),  # 400 on the provider object
+    # 400 when thinking, caching or token counting has no native row left
+    ChainStep(NativeFeatures, lambda s: NativeFeatures()),
+    # follow-ups reach their row
+    ChainStep(ObjectBindingPlugin, lambda s: ObjectBindingPlugin(s.objects, s.catalog)),
+    ChainStep(Policy, lambda s: Policy(s.policies)),  # 403 denied model, 404 model not enabled for the key
+    ChainStep(PromptPolicy, lambda s: PromptPolicy()),  # 403 a content rule blocks the prompt; redacts it
+    ChainStep(OutputCaps, lambda s: OutputCaps()),  # 400 on a cap above the model's context; fills one in
+    ChainStep(RateLimits, lambda s: RateLimits(s.config, s.counters)),  # 429 RPM/TPM per key and organization
+    ChainStep(RealtimeCap, lambda s: RealtimeCap(s.config, s.counters)),  # 429 realtime sessions over the cap
+    # 402 unpaid invoice, balance or budget (recorded for admission)
+    ChainStep(BillingGate, lambda s: BillingGate(s.accounts)),
+    ChainStep(Admission, lambda s: Admission(s.counters)),  # claim, windows and reservations at once
+    # usage from answers; a ledger row per request
+    ChainStep(UsageMetering, lambda s: UsageMetering(s.ledger, s.counters)),
+    ChainStep(Metrics, lambda s: Metrics(s.metrics)),  # Prometheus (after metering: tokens known)
+    ChainStep(
+        AccessLog, lambda s: AccessLog(s.config.logging.log_prompts)
+    ),  # one structured line per request
+    # The answer's own steps, after every step that reads it as the provider wrote it:
+    ChainStep(
+        Translation, lambda s: Translation()
+    ),  # the route's wire format (502 if it cannot be), model name
+    ChainStep(UsageFilter, lambda s: UsageFilter()),  # usage the client did not ask for, providers' prices
+    # content rules on the answer as the client gets it: 403 for a whole one, an error event ends a stream
+    ChainStep(AnswerPolicy, lambda s: AnswerPolicy(s.audit, s.metrics)),
+    # a stream the provider broke off ends with an error event in the route's format
+    ChainStep(StreamErrors, lambda s: StreamErrors()),
 )
+CHAIN_PLUGINS: tuple[type[Plugin], ...] = tuple(step.plugin for step in CHAIN)
 
 
 def chain_plugins() -> tuple[tuple[str, bool], ...]:
@@ -108,51 +139,19 @@ class PluginConfigError(ValueError):
 
 
 def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> PluginChain:
-    """The request chain in order: each step may stop the request with a typed gateway error."""
-    plugins: list[Plugin] = [
-        RequestTracing(services.tracer),  # a span per request when [tracing] is on; first, to see it all
-        RouteSupport(services.routes),  # 404 route not supported; picks envelope A or B
-        Auth(services.keys),  # 401
-        # 409 request_in_progress on a double submit; across processes when Redis is configured
-        SharedRequestId(services.in_flight, services.counters)
-        if services.in_flight.redis
-        else RequestId(services.in_flight),
-        BodyLimits(),  # 413 while reading; JSON parsed once; multipart heads only (the rest streams)
-        RealtimeCredentials(services.realtime_secrets),  # 404 invalid_realtime_credential, 409 race
-        RequestValidation(),  # 400 on the gateway's own parameter rules
-        ModelRouting(services.catalog),  # 404 model_not_found; candidate rows
-        ProviderFilter(services.catalog),  # 400 on the provider object; filters rows
-        NativeFeatures(),  # 400 when thinking, caching or token counting has no native row left
-        ObjectBindingPlugin(services.objects, services.catalog),  # follow-ups reach their row
-        Policy(services.policies),  # 403 denied model, 404 model not enabled for the key
-        PromptPolicy(),  # 403 a content rule blocks the prompt; redacts it before it leaves
-        OutputCaps(),  # 400 on max_tokens & co. above the model's context; fills in the cap it lacks
-        RateLimits(services.config, services.counters),  # 429 RPM/TPM per key and organization
-        RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
-        BillingGate(services.accounts),  # 402 unpaid invoice, balance or budget (recorded for admission)
-        Admission(services.counters),  # takes claim, windows and reservations at once: 409, 429, 402
-        UsageMetering(services.ledger, services.counters),  # usage from answers; a ledger row per request
-        Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
-        AccessLog(services.config.logging.log_prompts),  # one structured line per request, last
-        # The answer's own steps, after every step that reads it as the provider wrote it:
-        Translation(),  # into the route's wire format (502 when a whole answer cannot be), the client's model
-        UsageFilter(),  # usage the client did not ask for, and providers' prices, kept from it
-        # Content rules on the answer as the client gets it: 403 for a whole one, an error event ends a stream
-        AnswerPolicy(services.audit, services.metrics),
-        StreamErrors(),  # a stream the provider broke off ends with an error event in the route's format
-    ]
-    if [p.name for p in plugins] != [p.name for p in CHAIN_PLUGINS]:  # a step added to one list only
-        raise RuntimeError("plugins.CHAIN_PLUGINS must list the chain's plugins in the chain's order")
+    """The request chain in order (`CHAIN`): each step may stop the request with a typed gateway error."""
     known = chain_plugins()
     problems = [problem for name in disabled if (problem := disableable_plugin(known, name))]
     if problems:
         raise PluginConfigError("plugins.disabled: " + "; ".join(problems))
-    return PluginChain([p for p in plugins if p.name not in disabled])
+    return PluginChain([step.build(services) for step in CHAIN if step.plugin.name not in disabled])
 
 
 __all__ = [
+    "CHAIN",
     "CHAIN_PLUGINS",
     "ChainServices",
+    "ChainStep",
     "Plugin",
     "PluginChain",
     "PluginConfigError",

@@ -62,3 +62,10 @@ def test_a_missing_path_is_noticed(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("See `modelgate/proxy/nothing_here.py` and modelgate/domain/ledger.py.\n", "utf-8")
     assert _named_paths(page) == {"modelgate/proxy/nothing_here.py", "modelgate/domain/ledger.py"}
+
+
+def test_the_architecture_page_draws_the_chain_in_order() -> None:
+    text = (REPOSITORY / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawn = text[text.index("request phase:") : text.index("(these four act on the answer only)")]
+    names = re.findall(r"(?:│    |→ )([a-z_]+)(?=\s)", drawn)
+    assert names == [name for name, _essential in chain_plugins()]
