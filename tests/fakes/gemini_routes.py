@@ -29,6 +29,7 @@ from aiohttp import web
 from .gemini_claude import claude_answer, count_tokens_answer
 from .gemini_state import STATE, GeminiState, google_error, verify_assertion
 from .records import RecordedRequest
+from .schema_answer import schema_answer
 
 USAGE = {
     "promptTokenCount": 11,
@@ -176,6 +177,11 @@ def _reply(body: dict[str, Any], state: GeminiState) -> dict[str, Any]:
         state.signatures.add(signature)
         call = {"name": declarations[0]["name"], "args": {"text": user_text}}
         parts = [{"functionCall": call, "thoughtSignature": signature}]
+    elif "responseSchema" in (config := body.get("generationConfig") or {}):
+        answer = orjson.dumps(schema_answer(config["responseSchema"], user_text)).decode()
+        parts = [{"thought": True, "text": "thinking it over"}, {"text": answer}]
+    elif config.get("responseMimeType") == "application/json":
+        parts = [{"text": orjson.dumps({"text": user_text}).decode()}]
     else:
         parts = [{"thought": True, "text": "thinking it over"}, {"text": f"echo: {user_text}"}]
     count = (body.get("generationConfig") or {}).get("candidateCount", 1)

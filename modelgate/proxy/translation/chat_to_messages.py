@@ -14,6 +14,7 @@ import orjson
 from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.translation.images import image_block_of
 from modelgate.proxy.translation.messages_to_chat import tool_input_of
+from modelgate.proxy.translation.structured_output import ANSWER_TOOL, answer_tool_of
 
 # Messages `stop_reason` → chat `finish_reason`; the rest (end_turn, stop_sequence, pause_turn) is "stop".
 FINISH_REASONS = {
@@ -60,7 +61,13 @@ def messages_request_of(
     if tools:
         request["tools"] = [_tool_of(tool) for tool in tools]
     choice = _tool_choice_of(payload.get("tool_choice"))
-    if tools and payload.get("parallel_tool_calls") is False:
+    answer = answer_tool_of(payload.get("response_format"), [t["name"] for t in request.get("tools", ())])
+    if answer is not None:
+        request.setdefault("tools", []).append(
+            {"name": ANSWER_TOOL, "description": answer.description, "input_schema": answer.schema}
+        )
+        choice = _choice_with_answer_tool(choice, bool(tools))
+    if request.get("tools") and payload.get("parallel_tool_calls") is False:
         choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
     if choice is not None:
         request["tool_choice"] = choice
@@ -172,6 +179,17 @@ def _tool_of(tool: dict[str, Any]) -> dict[str, Any]:
     return converted
 
 
+def _choice_with_answer_tool(choice: dict[str, Any] | None, client_tools: bool) -> dict[str, Any]:
+    """The tool choice once the answer tool is offered: the model must call a tool, the answer tool alone
+    when the client's tools may not be called, the client's named tool when it named one."""
+    kind = choice.get("type") if choice else None
+    if not client_tools or kind == "none":
+        return {"type": "tool", "name": ANSWER_TOOL}
+    if kind == "tool":
+        return choice  # type: ignore[return-value]  # a named tool: kind is "tool" only when choice is set
+    return {"type": "any"}
+
+
 def _tool_choice_of(choice: Any) -> dict[str, Any] | None:
     if choice == "required":
         return {"type": "any"}
@@ -187,19 +205,29 @@ def _tool_choice_of(choice: Any) -> dict[str, Any] | None:
 # -- answer ------------------------------------------------------------------------------------------
 
 
-def completion_of(message: dict[str, Any], model: str) -> dict[str, Any]:
-    """The chat completion for a complete Message; `model` is the name the client asked for."""
+def completion_of(message: dict[str, Any], model: str, structured: bool = False) -> dict[str, Any]:
+    """The chat completion for a complete Message; `model` is the name the client asked for. `structured`:
+    the request asked for structured output, so a call of the answer tool is the answer's text."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    structured_answer: str | None = None
     for block in message.get("content") or ():
         kind = block.get("type")
         if kind == "text":
             texts.append(block.get("text", ""))
+        elif kind == "tool_use" and structured and block.get("name") == ANSWER_TOOL:
+            structured_answer = orjson.dumps(block.get("input") or {}).decode()
         elif kind == "tool_use":
             arguments = orjson.dumps(block.get("input") or {}).decode()
             function = {"name": block.get("name", ""), "arguments": arguments}
             calls.append({"id": block.get("id", ""), "type": "function", "function": function})
         # thinking blocks have no place in a chat answer
+    finish_reason = FINISH_REASONS.get(message.get("stop_reason"), "stop")
+    if structured_answer is not None and not calls:
+        # Words the model wrote before calling the answer tool are not part of the JSON answer.
+        texts = [structured_answer]
+        if finish_reason == "tool_calls":
+            finish_reason = "stop"
     answer: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts or not calls else None,
@@ -211,7 +239,7 @@ def completion_of(message: dict[str, Any], model: str) -> dict[str, Any]:
         "index": 0,
         "message": answer,
         "logprobs": None,
-        "finish_reason": FINISH_REASONS.get(message.get("stop_reason"), "stop"),
+        "finish_reason": finish_reason,
     }
     return {
         "id": new_completion_id(),

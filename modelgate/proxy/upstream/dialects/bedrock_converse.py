@@ -15,6 +15,7 @@ import orjson
 
 from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.translation.sse import DONE_FRAME, data_frame
+from modelgate.proxy.translation.structured_output import ANSWER_TOOL, AnswerTool, answer_tool_of
 from modelgate.proxy.upstream.dialects.aws_eventstream import EventStreamTransform
 from modelgate.proxy.upstream.dialects.base import add_turn, broken
 
@@ -177,6 +178,9 @@ def _tool_config(chat: dict[str, Any], messages: list[dict[str, Any]]) -> dict[s
             spec["description"] = function["description"]
         tools.append({"toolSpec": spec})
     choice = chat.get("tool_choice")
+    answer = answer_tool_of(chat.get("response_format"), [tool["toolSpec"]["name"] for tool in tools])
+    if answer is not None:
+        return _answer_tool_config(answer, tools, choice)
     uses_tools = any("toolUse" in block or "toolResult" in block for m in messages for block in m["content"])
     if not tools or (choice == "none" and not uses_tools):
         return None  # Converse has no "none": without tools the model cannot call one
@@ -186,11 +190,29 @@ def _tool_config(chat: dict[str, Any], messages: list[dict[str, Any]]) -> dict[s
     elif choice == "required":
         config["toolChoice"] = {"any": {}}
     elif isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        if not name:
-            raise InvalidRequest("tool_choice must name a function")
-        config["toolChoice"] = {"tool": {"name": name}}
+        config["toolChoice"] = {"tool": {"name": _named(choice)}}
     return config
+
+
+def _named(choice: dict[str, Any]) -> str:
+    name = (choice.get("function") or {}).get("name")
+    if not name:
+        raise InvalidRequest("tool_choice must name a function")
+    return name
+
+
+def _answer_tool_config(answer: AnswerTool, tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
+    """Structured output as Converse takes it: the answer tool (structured_output.py) beside the client's
+    tools, and a tool choice that makes the model call a tool (that one, unless the client's may be
+    called)."""
+    spec = {"name": ANSWER_TOOL, "description": answer.description, "inputSchema": {"json": answer.schema}}
+    if isinstance(choice, dict):
+        forced = {"tool": {"name": _named(choice)}}
+    elif tools and choice != "none":
+        forced = {"any": {}}
+    else:
+        forced = {"tool": {"name": ANSWER_TOOL}}
+    return {"tools": [*tools, {"toolSpec": spec}], "toolChoice": forced}
 
 
 # -- the answer ----------------------------------------------------------------------------------------
@@ -209,18 +231,28 @@ def chat_usage(usage: Any) -> dict[str, int]:
     }
 
 
-def converse_to_chat(answer: dict[str, Any], model: str, completion_id: str) -> dict[str, Any]:
-    """A chat completion for a Converse answer."""
+def converse_to_chat(
+    answer: dict[str, Any], model: str, completion_id: str, structured: bool = False
+) -> dict[str, Any]:
+    """A chat completion for a Converse answer; `structured`: the request asked for structured output, so a
+    call of the answer tool is the answer's text."""
     message = (answer.get("output") or {}).get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise broken("Converse answer without output.message.content")
     texts: list[str] = []
     tool_calls: list[dict[str, Any]] = []
+    structured_answer: str | None = None
     for block in message["content"]:
         if not isinstance(block, dict):
             raise broken("Converse content block is not an object")
         if isinstance(block.get("text"), str):
             texts.append(block["text"])
+        elif (
+            isinstance(block.get("toolUse"), dict)
+            and structured
+            and block["toolUse"].get("name") == ANSWER_TOOL
+        ):
+            structured_answer = orjson.dumps(block["toolUse"].get("input", {})).decode()
         elif isinstance(block.get("toolUse"), dict):
             use = block["toolUse"]
             tool_calls.append(
@@ -233,35 +265,46 @@ def converse_to_chat(answer: dict[str, Any], model: str, completion_id: str) -> 
                     },
                 }
             )
+    finish_reason = FINISH_REASONS.get(answer.get("stopReason", ""), "stop")
+    if structured_answer is not None and not tool_calls:
+        texts = [structured_answer]  # words before the answer tool's call are not part of the JSON
+        finish_reason = "stop" if finish_reason == "tool_calls" else finish_reason
     reply: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts or not tool_calls else None,
     }
     if tool_calls:
         reply["tool_calls"] = tool_calls
+    choice: dict[str, Any] = {"index": 0, "message": reply, "finish_reason": finish_reason, "logprobs": None}
+    if answer.get("stopReason") == "stop_sequence":
+        choice["stop_reason"] = _matched_stop(answer)
     return {
         "id": completion_id,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": reply,
-                "finish_reason": FINISH_REASONS.get(answer.get("stopReason", ""), "stop"),
-                "logprobs": None,
-            }
-        ],
+        "choices": [choice],
         "usage": chat_usage(answer.get("usage")),
     }
+
+
+def _matched_stop(answer: dict[str, Any]) -> str:
+    """The stop sequence that ended a Converse answer, as vLLM names it in a chat choice's `stop_reason`
+    (messages_to_chat reads it): Claude models report it among the additional fields; "" when unknown, so
+    that a Messages client still learns the answer stopped at a stop sequence."""
+    extra = answer.get("additionalModelResponseFields")
+    matched = extra.get("stop_sequence") if isinstance(extra, dict) else None
+    return matched if isinstance(matched, str) else ""
 
 
 class ConverseStreamToChat(EventStreamTransform):
     """A ConverseStream answer as `chat.completion.chunk` server-sent events, ending with `data: [DONE]`;
     the usage chunk (no choices) only when the request asked for it."""
 
-    def __init__(self, model: str, completion_id: str, want_usage: bool) -> None:
+    def __init__(self, model: str, completion_id: str, want_usage: bool, structured: bool = False) -> None:
         super().__init__()
+        self._structured = structured
+        self._answer_block = -1  # the content block index of the answer tool's call, once it opened
         self._head = {
             "id": completion_id,
             "object": "chat.completion.chunk",
@@ -283,6 +326,9 @@ class ConverseStreamToChat(EventStreamTransform):
             use = (payload.get("start") or {}).get("toolUse")
             if not isinstance(use, dict):
                 return b""
+            if self._structured and use.get("name") == ANSWER_TOOL:
+                self._answer_block = _block_index(payload)
+                return b""
             index = self._tools.setdefault(_block_index(payload), len(self._tools))
             function = {"name": use.get("name", ""), "arguments": ""}
             call = {"index": index, "id": use.get("toolUseId", ""), "type": "function", "function": function}
@@ -292,13 +338,21 @@ class ConverseStreamToChat(EventStreamTransform):
             if isinstance(delta.get("text"), str):
                 return self._chunk({"content": delta["text"]})
             if isinstance(delta.get("toolUse"), dict):
-                index = self._tools.setdefault(_block_index(payload), len(self._tools))
                 arguments = str(delta["toolUse"].get("input", ""))
+                if _block_index(payload) == self._answer_block:
+                    return self._chunk({"content": arguments}) if arguments else b""
+                index = self._tools.setdefault(_block_index(payload), len(self._tools))
                 return self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
             return b""  # reasoning, citations: not carried by chat chunks
         if name == "messageStop":
             self._stopped = True
-            return self._chunk({}, FINISH_REASONS.get(payload.get("stopReason", ""), "stop"))
+            finish_reason = FINISH_REASONS.get(payload.get("stopReason", ""), "stop")
+            if self._answer_block >= 0 and not self._tools and finish_reason == "tool_calls":
+                finish_reason = "stop"
+            choice = {"index": 0, "delta": {}, "finish_reason": finish_reason, "logprobs": None}
+            if payload.get("stopReason") == "stop_sequence":
+                choice["stop_reason"] = _matched_stop(payload)
+            return data_frame({**self._head, "choices": [choice]})
         if name == "metadata" and self._want_usage:
             return data_frame({**self._head, "choices": [], "usage": chat_usage(payload.get("usage"))})
         return b""
