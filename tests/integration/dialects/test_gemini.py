@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import anthropic
 import httpx
 import openai
+import pydantic
 import pytest
 
 from tests.fakes.gemini_host import GeminiFake
@@ -357,3 +358,50 @@ def test_a_route_gemini_has_no_call_for_is_a_400(running) -> None:
         timeout=30,
     )
     assert 400 <= reply.status_code < 500 and reply.status_code != 500
+
+
+# -- structured output ---------------------------------------------------------------------------------------
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    words: int
+
+
+def test_chat_parse_goes_as_a_response_schema_and_comes_back_parsed(client, fake) -> None:
+    reply = client.chat.completions.parse(
+        model="gem", messages=[{"role": "user", "content": "Ada wrote programs"}], response_format=Person
+    )
+    assert reply.choices[0].message.parsed == Person(name="Ada wrote programs", words=3)
+    config = fake.requests[-1].json["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseSchema"]["properties"].keys() == {"name", "words"}
+    assert "additionalProperties" not in config["responseSchema"]  # cut to what Gemini accepts
+
+
+def test_chat_parse_streamed_on_gemini(client) -> None:
+    with client.chat.completions.stream(
+        model="gem", messages=[{"role": "user", "content": "Ada wrote programs"}], response_format=Person
+    ) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.parsed == Person(name="Ada wrote programs", words=3)
+
+
+def test_json_object_on_gemini_is_json_mime_type_without_a_schema(client, fake) -> None:
+    reply = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "hi"}], response_format={"type": "json_object"}
+    )
+    assert json.loads(reply.choices[0].message.content) == {"text": "hi"}
+    config = fake.requests[-1].json["generationConfig"]
+    assert config["responseMimeType"] == "application/json" and "responseSchema" not in config
+
+
+def test_messages_parse_on_gemini_goes_as_a_response_schema(claude, fake) -> None:
+    reply = claude.messages.parse(
+        model="gem",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "Ada wrote programs"}],
+        output_format=Person,
+    )
+    assert reply.parsed_output == Person(name="Ada wrote programs", words=3)
+    assert fake.requests[-1].json["generationConfig"]["responseSchema"]["required"] == ["name", "words"]
