@@ -32,7 +32,14 @@ METRICS = {"inputTokenCount": INPUT_TOKENS, "outputTokenCount": OUTPUT_TOKENS, "
 MODES = ("throttle", "validation", "unavailable", "exception-first", "exception-mid", "bad-crc", "garbage")
 MODES += ("no-delta-usage",)
 _STATE: web.AppKey[BedrockState] = web.AppKey("bedrock_state")
-_CONVERSE_KEYS = {"messages", "system", "inferenceConfig", "toolConfig", "additionalModelRequestFields"}
+_CONVERSE_KEYS = {
+    "messages",
+    "system",
+    "inferenceConfig",
+    "toolConfig",
+    "additionalModelRequestFields",
+    "requestMetadata",
+}
 _BLOCKS = {"text", "image", "toolUse", "toolResult", "document"}
 
 

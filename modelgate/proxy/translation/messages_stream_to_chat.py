@@ -1,9 +1,9 @@
 """A Messages event stream as a chat completion stream, translated event by event as chunks arrive.
 
 Text deltas become `content` deltas, each tool_use block a tool call with its own `index`, its
-`input_json_delta` fragments that call's `arguments`; thinking blocks have no chat counterpart and are
-dropped. When the request asked for structured output, the answer tool's fragments are `content` deltas
-(structured_output.py) and its call finishes with `stop`.
+`input_json_delta` fragments that call's `arguments`; thinking deltas `reasoning_content` deltas (their
+signatures have no place in chat). When the request asked for structured output, the answer tool's
+fragments are `content` deltas (structured_output.py) and its call finishes with `stop`.
 The usage chunk (`choices: []`) is sent only when the client asked for it, as OpenAI does.
 """
 
@@ -119,12 +119,16 @@ class ChatChunkStream(EventStreamTranslator):
         kind = delta.get("type")
         if kind == "text_delta":
             text = delta.get("text")
-            if text and not self._structured:
+            if text:
                 out.append(self._head)
                 out.append(_CONTENT_OPEN)
                 out.append(orjson.dumps(text))
                 out.append(b"}")
                 out.append(_CHOICE_TAIL)
+        elif kind == "thinking_delta":
+            thinking = delta.get("thinking")
+            if thinking:  # chat's de facto place for reasoning text (the signature has none)
+                self._chunk(b'{"reasoning_content":' + orjson.dumps(thinking) + b"}", out)
         elif kind == "input_json_delta":
             index = data.get("index", 0)
             call = self._tools.get(index)

@@ -13,6 +13,8 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_matrix import MESSAGES_ON_CHAT
+from modelgate.proxy.translation.field_rules import check_fields
 from modelgate.proxy.translation.images import image_part_of
 
 # Chat `finish_reason` → Messages `stop_reason`; "stop" needs more care (see stop_reason_of).
@@ -36,7 +38,8 @@ def new_message_id() -> str:
 
 
 def chat_request_of(payload: dict[str, Any], upstream_model: str) -> dict[str, Any]:
-    """The chat completion request for a (validated) Messages request."""
+    """The chat completion request for a (validated) Messages request (docs/translation-fields.md)."""
+    check_fields(payload, MESSAGES_ON_CHAT.fields)
     chat: dict[str, Any] = {"model": upstream_model, "messages": chat_messages_of(payload)}
     # The current OpenAI name; `max_tokens` is refused by its reasoning models.
     chat["max_completion_tokens"] = payload["max_tokens"]
@@ -64,6 +67,9 @@ def chat_request_of(payload: dict[str, Any], upstream_model: str) -> dict[str, A
         user = metadata.get("user_id") or metadata.get("user")
         if isinstance(user, str) and user:
             chat["user"] = user
+    tier = payload.get("service_tier")
+    if tier is not None:
+        chat["service_tier"] = "auto" if tier == "auto" else "default"
     if payload.get("stream"):
         chat["stream"] = True
         # Without it the chat stream carries no usage, and message_delta could not report any.

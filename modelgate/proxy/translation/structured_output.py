@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_rules import FieldRefused
 
 # The answer tool's name; a client tool of the same name would be told apart from it by nothing, so a
 # request that has both is refused.
 ANSWER_TOOL = "json_answer"
-_OPEN_OBJECT: dict[str, Any] = {"type": "object"}
+OPEN_OBJECT: dict[str, Any] = {"type": "object"}
 _DESCRIPTION = "Give your whole answer by calling this tool once, its input being the answer."
 
 
@@ -34,39 +34,43 @@ class AnswerTool:
 
 def answer_tool_of(response_format: Any, tool_names: list[str]) -> AnswerTool | None:
     """The answer tool for a chat `response_format` (None for none or `text`); `tool_names` are the client's
-    own tools. InvalidRequest for a format no provider of these families can honour."""
+    own tools. FieldRefused for a format no provider of these families can honour."""
+    schema = requested_schema(response_format)
+    if schema is None:
+        return None
+    if ANSWER_TOOL in tool_names:
+        raise FieldRefused("tools", f"a tool named {ANSWER_TOOL!r} cannot come with 'response_format'")
+    description = _DESCRIPTION
+    spec = response_format.get("json_schema")
+    if isinstance(spec, dict) and isinstance(spec.get("description"), str) and spec["description"]:
+        description = f"{_DESCRIPTION} {spec['description']}"
+    return AnswerTool(schema, description)
+
+
+def requested_schema(response_format: Any) -> dict[str, Any] | None:
+    """The object schema a chat `response_format` asks for (an open object for `json_object`; None for none
+    or `text`)."""
     if response_format is None:
         return None
     if not isinstance(response_format, dict):
-        raise InvalidRequest("'response_format' must be an object")
+        raise FieldRefused("response_format", "must be an object")
     kind = response_format.get("type")
     if kind == "text":
         return None
-    if ANSWER_TOOL in tool_names:
-        raise InvalidRequest(
-            f"a tool named {ANSWER_TOOL!r} cannot be sent with 'response_format' to this model's providers"
-        )
     if kind == "json_object":
-        return AnswerTool(_OPEN_OBJECT, _DESCRIPTION)
+        return OPEN_OBJECT
     if kind != "json_schema":
-        raise InvalidRequest(f"response_format type {kind!r} cannot be sent to this model's providers")
+        raise FieldRefused("response_format", f"type {kind!r} is not one this provider takes")
     spec = response_format.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-        raise InvalidRequest("'response_format.json_schema' must be an object with a 'name'")
+        raise FieldRefused("response_format", "'json_schema' must be an object with a 'name'")
     schema = spec.get("schema")
     if schema is None:
-        schema = _OPEN_OBJECT
-    if not isinstance(schema, dict):
-        raise InvalidRequest("'response_format.json_schema.schema' must be an object")
-    if schema.get("type", "object") != "object":
+        return OPEN_OBJECT
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         # Tool inputs are objects on every one of these providers.
-        raise InvalidRequest(
-            "'response_format.json_schema.schema' must describe an object for this model's providers"
-        )
-    description = _DESCRIPTION
-    if isinstance(spec.get("description"), str) and spec["description"]:
-        description = f"{_DESCRIPTION} {spec['description']}"
-    return AnswerTool(schema, description)
+        raise FieldRefused("response_format", "'json_schema.schema' must describe an object")
+    return schema
 
 
 def asks_structured_output(payload: dict[str, Any] | None) -> bool:

@@ -109,7 +109,9 @@ def test_a_schema_that_is_not_an_object_is_refused(openai_sdk, anth) -> None:
             messages=PROMPT,
             response_format={"type": "json_schema", "json_schema": schema},
         )
-    assert "response_format.json_schema.schema" in refused.value.body["message"]
+    assert refused.value.body["message"] == (
+        "'response_format' cannot be sent to provider 'claude': 'json_schema.schema' must describe an object"
+    )
     assert anth.requests_to(MESSAGES_PATH) == []
 
 

@@ -14,6 +14,9 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_matrix import CHAT_ON_CONVERSE
+from modelgate.proxy.translation.field_rules import FieldRefused, check_fields
+from modelgate.proxy.translation.reasoning import claude_thinking
 from modelgate.proxy.translation.sse import DONE_FRAME, data_frame
 from modelgate.proxy.translation.structured_output import ANSWER_TOOL, AnswerTool, answer_tool_of
 from modelgate.proxy.upstream.dialects.aws_eventstream import EventStreamTransform
@@ -28,6 +31,8 @@ FINISH_REASONS = {
     "content_filtered": "content_filter",
     "guardrail_intervened": "content_filter",
 }
+# The output limit a thinking request gets when the client named none (thinking needs a limit to fit in).
+CONVERSE_DEFAULT_MAX_TOKENS = 4096
 IMAGE_FORMATS = {
     "image/png": "png",
     "image/jpeg": "jpeg",
@@ -43,8 +48,7 @@ IMAGE_FORMATS = {
 def chat_to_converse(chat: dict[str, Any]) -> dict[str, Any]:
     """The Converse (or ConverseStream) body for a chat completion request; InvalidRequest for what Converse
     cannot carry."""
-    if (chat.get("n") or 1) != 1:
-        raise InvalidRequest("Bedrock Converse answers one choice: n must be 1")
+    check_fields(chat, CHAT_ON_CONVERSE.fields)
     system: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
     raw_messages = chat.get("messages")
@@ -71,7 +75,41 @@ def chat_to_converse(chat: dict[str, Any]) -> dict[str, Any]:
         converse["inferenceConfig"] = inference
     if tool_config := _tool_config(chat, messages):
         converse["toolConfig"] = tool_config
+    if metadata := _request_metadata(chat):
+        converse["requestMetadata"] = metadata
+    if (effort := chat.get("reasoning_effort")) is not None:
+        _add_reasoning(converse, effort, str(chat.get("model") or ""))
     return converse
+
+
+def _request_metadata(chat: dict[str, Any]) -> dict[str, str]:
+    """`user`, `safety_identifier` and the `metadata` pairs as Converse's `requestMetadata` (string pairs
+    Bedrock keeps with the invocation's log)."""
+    metadata = chat.get("metadata")
+    pairs: dict[str, str] = {}
+    if metadata is not None:
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise InvalidRequest("'metadata' must be an object of strings")
+        pairs.update(metadata)
+    for name in ("user", "safety_identifier"):
+        if isinstance(chat.get(name), str) and chat[name]:
+            pairs[name] = chat[name]
+    return pairs
+
+
+def _add_reasoning(converse: dict[str, Any], effort: Any, model: str) -> None:
+    """Claude models on Converse think with `thinking` among the additional model fields; other models'
+    reasoning settings differ per family and are not translated."""
+    if "anthropic." not in model:
+        raise FieldRefused(
+            "reasoning_effort", f"reasoning is translated for Claude models only, not {model!r}"
+        )
+    inference = converse.setdefault("inferenceConfig", {})
+    thinking = claude_thinking(effort, int(inference.get("maxTokens") or CONVERSE_DEFAULT_MAX_TOKENS))
+    if thinking is None:
+        return
+    inference.setdefault("maxTokens", CONVERSE_DEFAULT_MAX_TOKENS)
+    converse["additionalModelRequestFields"] = {"thinking": thinking}
 
 
 def _texts(content: Any, role: str) -> list[str]:
@@ -242,11 +280,15 @@ def converse_to_chat(
     texts: list[str] = []
     tool_calls: list[dict[str, Any]] = []
     structured_answer: str | None = None
+    reasoning: list[str] = []  # as `reasoning_content` (chat's de facto place; signatures have none)
     for block in message["content"]:
         if not isinstance(block, dict):
             raise broken("Converse content block is not an object")
         if isinstance(block.get("text"), str):
             texts.append(block["text"])
+        elif isinstance(block.get("reasoningContent"), dict):
+            text = (block["reasoningContent"].get("reasoningText") or {}).get("text")
+            reasoning.append(text if isinstance(text, str) else "")
         elif (
             isinstance(block.get("toolUse"), dict)
             and structured
@@ -275,6 +317,8 @@ def converse_to_chat(
     }
     if tool_calls:
         reply["tool_calls"] = tool_calls
+    if any(reasoning):
+        reply["reasoning_content"] = "".join(reasoning)
     choice: dict[str, Any] = {"index": 0, "message": reply, "finish_reason": finish_reason, "logprobs": None}
     if answer.get("stopReason") == "stop_sequence":
         choice["stop_reason"] = _matched_stop(answer)
@@ -343,7 +387,10 @@ class ConverseStreamToChat(EventStreamTransform):
                     return self._chunk({"content": arguments}) if arguments else b""
                 index = self._tools.setdefault(_block_index(payload), len(self._tools))
                 return self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
-            return b""  # reasoning, citations: not carried by chat chunks
+            reasoning = delta.get("reasoningContent")
+            if isinstance(reasoning, dict) and isinstance(reasoning.get("text"), str) and reasoning["text"]:
+                return self._chunk({"reasoning_content": reasoning["text"]})
+            return b""  # signatures, citations: not carried by chat chunks
         if name == "messageStop":
             self._stopped = True
             finish_reason = FINISH_REASONS.get(payload.get("stopReason", ""), "stop")
