@@ -1,7 +1,7 @@
 """The field matrix: for each route the gateway translates, what happens to every documented request field
 of the client's API (the `openai` and `anthropic` SDKs' request types list them; tests/unit/
 test_field_matrix.py fails when one has no entry here). docs/translation-fields.md is rendered from it
-(`python -m modelgate.proxy.translation.field_matrix`), and the translators refuse with it (field_rules).
+(`render_markdown`, the command is at the top of the doc), and the translators refuse with it (field_rules).
 
 The Responses API (`/v1/responses`) is not translated: a model serves it only through rows that speak it.
 A Messages request on an OpenAI-kind row reaches Bedrock Converse and Gemini as the chat request of the
@@ -273,8 +273,9 @@ def render_markdown() -> str:
     lines = [
         "# Request fields on translated routes",
         "",
-        "Generated from `modelgate/proxy/translation/field_matrix.py` by",
-        "`python -m modelgate.proxy.translation.field_matrix > docs/translation-fields.md`;",
+        "Generated from `modelgate/proxy/translation/field_matrix.py` by `python -c 'from",
+        'modelgate.proxy.translation.field_matrix import render_markdown as r; print(r(), end="")\'',
+        "> docs/translation-fields.md`;",
         "`tests/unit/test_field_matrix.py` checks that this file matches, and that every request field",
         "of the installed `openai` (`chat.completion_create_params`) and `anthropic`",
         "(`message_create_params`) SDKs has an entry.",
@@ -312,7 +313,3 @@ def render_markdown() -> str:
             lines.append(f"| `{name}` | {handling} | {detail.replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(render_markdown(), end="")
