@@ -6,10 +6,12 @@ import base64
 import hashlib
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from .context import CONTEXT, FakeContext, answered_model, json_body, required
 from .echo_model import (
+    Reply,
     ToolCall,
     awaits_answer_to_user,
     content_text,
@@ -111,6 +113,10 @@ async def messages(request: web.Request) -> web.StreamResponse:
     calls = plan_tool_calls(_tool_names(body), user_text, "toolu_") if awaits_answer_to_user(history) else []
     calls = _forced_call(body, user_text) or calls
     reply = echo_reply(user_text, max_tokens=max_tokens, stops=stop_list(body.get("stop_sequences")))
+    output_format = (body.get("output_config") or {}).get("format")
+    if isinstance(output_format, dict) and output_format.get("type") == "json_schema":
+        # Claude's own structured output: the text is a value of the schema.
+        reply = Reply(orjson.dumps(schema_answer(output_format.get("schema"), user_text)).decode(), "end")
     thinking = _thinking(body, user_text)
     blocks: list[dict[str, Any]] = [thinking] if thinking else []
     if calls:

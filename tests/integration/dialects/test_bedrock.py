@@ -649,3 +649,33 @@ def test_a_converse_stop_sequence_is_chat_stop(client, east) -> None:
     reply = client.chat.completions.create(model="llama", messages=_ask("one two STOP three"), stop="STOP")
     assert reply.choices[0].finish_reason == "stop"
     assert reply.choices[0].message.content == "echo: one two "
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("n", 2), ("seed", 3), ("logprobs", True), ("parallel_tool_calls", False), ("reasoning_effort", "low")],
+)
+def test_a_field_converse_cannot_carry_is_refused_naming_the_provider(client, east, field, value) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="llama", messages=_ask("hi"), extra_body={field: value})
+    assert refused.value.body["message"].startswith(f"'{field}' cannot be sent to provider 'llama'")
+    assert east.requests == []
+
+
+def test_user_and_metadata_become_converse_request_metadata(client, east) -> None:
+    client.chat.completions.create(
+        model="llama", messages=_ask("hi"), user="u-1", safety_identifier="s-1", metadata={"team": "a"}
+    )
+    assert east.requests[-1].json["requestMetadata"] == {
+        "team": "a",
+        "user": "u-1",
+        "safety_identifier": "s-1",
+    }
+
+
+def test_an_image_url_to_converse_is_refused_and_never_fetched(client, east) -> None:
+    part = {"type": "image_url", "image_url": {"url": f"{east.base_url}/cat.png"}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="llama", messages=[{"role": "user", "content": [part]}])
+    assert "inline" in refused.value.body["message"]
+    assert east.requests == []  # the URL points at the fake itself: nothing fetched it

@@ -405,3 +405,69 @@ def test_messages_parse_on_gemini_goes_as_a_response_schema(claude, fake) -> Non
     )
     assert reply.parsed_output == Person(name="Ada wrote programs", words=3)
     assert fake.requests[-1].json["generationConfig"]["responseSchema"]["required"] == ["name", "words"]
+
+
+# -- fields (docs/translation-fields.md) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("effort", "config"),
+    [
+        ("low", {"thinkingBudget": 1024, "includeThoughts": True}),
+        ("high", {"thinkingBudget": 24576, "includeThoughts": True}),
+        ("none", {"thinkingBudget": 0, "includeThoughts": False}),
+    ],
+)
+def test_reasoning_effort_is_a_thinking_budget_and_thoughts_come_back(client, fake, effort, config) -> None:
+    reply = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "hi"}], reasoning_effort=effort
+    )
+    assert fake.requests[-1].json["generationConfig"]["thinkingConfig"] == config
+    assert reply.choices[0].message.content == "echo: hi"
+    thoughts = "thinking it over" if config["includeThoughts"] else None
+    assert reply.choices[0].message.model_extra.get("reasoning_content") == thoughts
+    assert reply.usage.completion_tokens_details.reasoning_tokens == USAGE["thoughtsTokenCount"]
+
+
+def test_reasoning_effort_on_gemini_3_is_a_thinking_level_streamed_as_reasoning(client, fake) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="gem3", messages=[{"role": "user", "content": "hi"}], reasoning_effort="medium", stream=True
+        )
+    )
+    assert fake.requests[-1].json["generationConfig"]["thinkingConfig"] == {
+        "thinkingLevel": "high",
+        "includeThoughts": True,
+    }
+    reasoning = "".join(
+        c.choices[0].delta.model_extra.get("reasoning_content") or "" for c in chunks if c.choices
+    )
+    assert reasoning == "thinking it over"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("user", "u-1"), ("logprobs", True), ("store", True), ("parallel_tool_calls", False)]
+)
+def test_a_field_gemini_cannot_carry_is_refused_naming_the_provider(client, fake, field, value) -> None:
+    before = len(fake.requests)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="gem", messages=[{"role": "user", "content": "hi"}], extra_body={field: value}
+        )
+    assert refused.value.body["message"].startswith(f"'{field}' cannot be sent to provider 'google'")
+    assert len(fake.requests) == before
+
+
+def test_seed_n_and_penalties_are_generation_config(client, fake) -> None:
+    client.chat.completions.create(
+        model="gem",
+        messages=[{"role": "user", "content": "hi"}],
+        seed=5,
+        n=2,
+        presence_penalty=0.1,
+        frequency_penalty=0.2,
+        stop=["END"],
+    )
+    config = fake.requests[-1].json["generationConfig"]
+    assert (config["seed"], config["candidateCount"], config["stopSequences"]) == (5, 2, ["END"])
+    assert (config["presencePenalty"], config["frequencyPenalty"]) == (0.1, 0.2)
