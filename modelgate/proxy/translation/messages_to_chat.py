@@ -234,6 +234,10 @@ def message_of(completion: dict[str, Any], model: str) -> dict[str, Any]:
     choice = choices[0]
     answer = choice.get("message") or {}
     content: list[dict[str, Any]] = []
+    reasoning = answer.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        # Chat reasoning carries no signature: a native row would not take this block back.
+        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
     text = answer.get("content")
     if isinstance(text, list):
         text = "".join(part.get("text", "") for part in text if isinstance(part, dict))

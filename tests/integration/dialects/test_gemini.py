@@ -471,3 +471,23 @@ def test_seed_n_and_penalties_are_generation_config(client, fake) -> None:
     config = fake.requests[-1].json["generationConfig"]
     assert (config["seed"], config["candidateCount"], config["stopSequences"]) == (5, 2, ["END"])
     assert (config["presencePenalty"], config["frequencyPenalty"]) == (0.1, 0.2)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_messages_effort_reaches_gemini_and_its_thoughts_come_back_as_a_thinking_block(
+    claude, fake, stream
+) -> None:
+    asked = {
+        "model": "gem",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+        "output_config": {"effort": "medium"},
+    }
+    if stream:
+        with claude.messages.stream(**asked) as events:
+            message = events.get_final_message()
+    else:
+        message = claude.messages.create(**asked)
+    assert fake.requests[-1].json["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 8192
+    assert [block.type for block in message.content] == ["thinking", "text"]
+    assert (message.content[0].thinking, message.content[1].text) == ("thinking it over", "echo: hi")
