@@ -1,7 +1,9 @@
 """The shape of a field matrix entry and the check that applies a matrix to a request.
 
 Every documented request field of a client API has, on each translated route, one entry: forwarded as is,
-translated (to what), refused (when), or used by the gateway itself. A request holding a field the route's
+translated (to what), refused (when), used by the gateway itself, or not sent (only an end-user hint the
+answer does not depend on, where the provider has no field for it: refusing it would break every client
+that always sends one). A request holding a field the route's
 matrix refuses, or a field it does not list at all, is the client's 400 naming the field; the forwarder adds
 the row's provider (`FieldRefused.for_provider`). Nothing is dropped without an entry saying so.
 """
@@ -18,6 +20,7 @@ FORWARDED = "forwarded"
 TRANSLATED = "translated"
 REFUSED = "refused"
 GATEWAY = "gateway"  # read by the gateway itself, not sent as a field
+NOT_SENT = "not sent"  # a hint the answer does not depend on, which the provider has no field for
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,10 @@ def refused(detail: str, when: Condition = SET) -> FieldEntry:
 
 def gateway(detail: str) -> FieldEntry:
     return FieldEntry(GATEWAY, detail)
+
+
+def not_sent(detail: str) -> FieldEntry:
+    return FieldEntry(NOT_SENT, detail)
 
 
 def check_fields(payload: Mapping[str, Any], matrix: Mapping[str, FieldEntry]) -> None:

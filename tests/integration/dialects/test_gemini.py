@@ -446,7 +446,8 @@ def test_reasoning_effort_on_gemini_3_is_a_thinking_level_streamed_as_reasoning(
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("user", "u-1"), ("logprobs", True), ("store", True), ("parallel_tool_calls", False)]
+    ("field", "value"),
+    [("logprobs", True), ("store", True), ("parallel_tool_calls", False), ("metadata", {"a": "b"})],
 )
 def test_a_field_gemini_cannot_carry_is_refused_naming_the_provider(client, fake, field, value) -> None:
     before = len(fake.requests)
@@ -456,6 +457,18 @@ def test_a_field_gemini_cannot_carry_is_refused_naming_the_provider(client, fake
         )
     assert refused.value.body["message"].startswith(f"'{field}' cannot be sent to provider 'google'")
     assert len(fake.requests) == before
+
+
+def test_the_end_user_hints_are_not_sent_to_gemini(client, fake, claude) -> None:
+    client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "hi"}], user="u-1", safety_identifier="s-1"
+    )
+    assert b"u-1" not in fake.requests[-1].body and b"s-1" not in fake.requests[-1].body
+    # Claude Code and others always send metadata.user_id: it must not make a Gemini row refuse them.
+    message = claude.messages.create(
+        model="gem", max_tokens=20, messages=[{"role": "user", "content": "hi"}], metadata={"user_id": "u-2"}
+    )
+    assert message.content[0].text == "echo: hi"
 
 
 def test_seed_n_and_penalties_are_generation_config(client, fake) -> None:
