@@ -76,7 +76,7 @@ CHAT_ON_MESSAGES = RouteMatrix(
         ),
         "max_completion_tokens": translated("`max_tokens` (the model's `default_max_tokens` when unset)"),
         "max_tokens": translated("`max_tokens` (when `max_completion_tokens` is unset)"),
-        "temperature": translated("`temperature`, clamped to 1"),
+        "temperature": translated("`temperature`, clamped to 1; refused (but 1) with `reasoning_effort`"),
         "top_p": forwarded(),
         "stop": translated("`stop_sequences`; a stop sequence ends the answer with `finish_reason: stop`"),
         "stream": forwarded("as is; the Messages events become `chat.completion.chunk`s"),
@@ -84,7 +84,8 @@ CHAT_ON_MESSAGES = RouteMatrix(
             "function tools → `tools` (`parameters` as `input_schema`); other tool types refused"
         ),
         "tool_choice": translated(
-            "`auto`, `none` as is; `required` → `any`; a named function → `{type: tool, name}`"
+            "`auto`, `none` as is; `required` → `any`; a named function → `{type: tool, name}`; with "
+            "`reasoning_effort` only `auto` and `none` (Claude cannot be made to call a tool while it thinks)"
         ),
         "parallel_tool_calls": translated("`false` → `tool_choice.disable_parallel_tool_use`"),
         "response_format": translated(
