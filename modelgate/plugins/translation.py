@@ -41,7 +41,7 @@ class Translation(Plugin):
             return chunk if stream is None else stream.feed(chunk)
         if answer.translator is not None:
             try:
-                return answer.translator.response_body(chunk, ctx.model.name)
+                return answer.translator.response_body(chunk, ctx.model.name, ctx.payload)
             except UpstreamUnavailable as exc:
                 log_failed_attempt(ctx, ctx.row, "answered what could not be translated", exc)
                 raise UpstreamUnavailable() from None

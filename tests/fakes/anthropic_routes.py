@@ -6,10 +6,12 @@ import base64
 import hashlib
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from .context import CONTEXT, FakeContext, answered_model, json_body, required
 from .echo_model import (
+    Reply,
     ToolCall,
     awaits_answer_to_user,
     content_text,
@@ -23,6 +25,7 @@ from .echo_model import (
     word_count,
 )
 from .envelopes import UpstreamError, json_response
+from .schema_answer import schema_answer
 from .sse import SseScript, event_frame, play
 
 _STOP_REASONS = {"end": "end_turn", "length": "max_tokens", "stop": "stop_sequence"}
@@ -45,6 +48,18 @@ def _tool_names(body: dict[str, Any]) -> list[str]:
         for t in body["tools"]
         if isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("type") in (None, "custom")
     ]
+
+
+def _forced_call(body: dict[str, Any], user_text: str) -> list[ToolCall]:
+    """A tool named by `tool_choice`, called with a value of its input schema (how structured output is
+    asked of Claude through a tool)."""
+    choice = body.get("tool_choice")
+    if not isinstance(choice, dict) or choice.get("type") != "tool":
+        return []
+    tool = next((t for t in body.get("tools") or () if t.get("name") == choice.get("name")), None)
+    if tool is None:
+        raise UpstreamError(400, f"tool_choice names tool {choice.get('name')!r}, which is not in tools")
+    return [ToolCall(new_id("toolu_"), tool["name"], schema_answer(tool.get("input_schema"), user_text))]
 
 
 def _thinking(body: dict[str, Any], user_text: str) -> dict[str, Any] | None:
@@ -96,7 +111,12 @@ async def messages(request: web.Request) -> web.StreamResponse:
     history = _messages(body)
     user_text = last_user_text(history)
     calls = plan_tool_calls(_tool_names(body), user_text, "toolu_") if awaits_answer_to_user(history) else []
+    calls = _forced_call(body, user_text) or calls
     reply = echo_reply(user_text, max_tokens=max_tokens, stops=stop_list(body.get("stop_sequences")))
+    output_format = (body.get("output_config") or {}).get("format")
+    if isinstance(output_format, dict) and output_format.get("type") == "json_schema":
+        # Claude's own structured output: the text is a value of the schema.
+        reply = Reply(orjson.dumps(schema_answer(output_format.get("schema"), user_text)).decode(), "end")
     thinking = _thinking(body, user_text)
     blocks: list[dict[str, Any]] = [thinking] if thinking else []
     if calls:

@@ -20,6 +20,7 @@ from aiohttp import web
 from .bedrock_wire import event_frame, exception_frame, signature_problem, with_bad_crc
 from .gates import Gates
 from .records import RecordedRequest, RequestLog
+from .schema_answer import schema_answer
 from .upstream import SHUTDOWN_GRACE, FakeUpstream
 
 INPUT_TOKENS = 17
@@ -31,7 +32,14 @@ METRICS = {"inputTokenCount": INPUT_TOKENS, "outputTokenCount": OUTPUT_TOKENS, "
 MODES = ("throttle", "validation", "unavailable", "exception-first", "exception-mid", "bad-crc", "garbage")
 MODES += ("no-delta-usage",)
 _STATE: web.AppKey[BedrockState] = web.AppKey("bedrock_state")
-_CONVERSE_KEYS = {"messages", "system", "inferenceConfig", "toolConfig", "additionalModelRequestFields"}
+_CONVERSE_KEYS = {
+    "messages",
+    "system",
+    "inferenceConfig",
+    "toolConfig",
+    "additionalModelRequestFields",
+    "requestMetadata",
+}
 _BLOCKS = {"text", "image", "toolUse", "toolResult", "document"}
 
 
@@ -272,14 +280,34 @@ def _claude_reply(body: dict) -> tuple[str, str | None]:
     blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
     results = [b.get("content") for b in blocks if b.get("type") == "tool_result"]
     texts = [b["text"] for b in blocks if b.get("type") == "text"]
+    choice = body.get("tool_choice") or {}
+    if choice.get("type") == "tool" and not results:
+        return " ".join(texts), choice["name"]  # a forced tool (structured output) is always called
     return _reply(
         " ".join(texts), [t["name"] for t in body.get("tools", [])], results[0] if results else None
     )
 
 
+def _tool_input(schemas: dict[str, Any], tool: str, text: str) -> dict:
+    """The fake's input for a call of `tool`: the weather city for the weather tool (or one that takes
+    anything), else a value of its schema (a structured answer)."""
+    schema = schemas.get(tool) or {}
+    if tool == "get_weather" or not schema.get("properties"):
+        return {"city": "Paris"}
+    return schema_answer(schema, text)
+
+
+def _claude_input(body: dict, tool: str, text: str) -> dict:
+    return _tool_input({t["name"]: t.get("input_schema") for t in body.get("tools", [])}, tool, text)
+
+
 def _claude_message(body: dict, model: str) -> dict:
     text, tool = _claude_reply(body)
-    block = {"type": "tool_use", "id": TOOL_ID, "name": tool, "input": {"city": "Paris"}} if tool else None
+    block = (
+        {"type": "tool_use", "id": TOOL_ID, "name": tool, "input": _claude_input(body, tool, text)}
+        if tool
+        else None
+    )
     return {  # no `model`: the gateway names it
         "id": "msg_bdrk_fake",
         "type": "message",
@@ -302,7 +330,8 @@ def _claude_events(body: dict, model: str, mode: str) -> Iterator[bytes]:
     yield _chunk({"type": "message_start", "message": message})
     if tool:
         start = {"type": "tool_use", "id": TOOL_ID, "name": tool, "input": {}}
-        pieces = [{"type": "input_json_delta", "partial_json": p} for p in ('{"city":', ' "Paris"}')]
+        arguments = orjson.dumps(_claude_input(body, tool, text)).decode()
+        pieces = [{"type": "input_json_delta", "partial_json": p} for p in _halves(arguments)]
     else:
         start = {"type": "text", "text": ""}
         pieces = [{"type": "text_delta", "text": p} for p in _halves(text)]
@@ -327,8 +356,24 @@ def _converse_reply(body: dict) -> tuple[str, str | None]:
     texts = [b["text"] for b in blocks if "text" in b] + [
         f"[{b['image']['format']} image]" for b in blocks if "image" in b
     ]
+    forced = (body.get("toolConfig", {}).get("toolChoice") or {}).get("tool")
+    if forced and not results:
+        return " ".join(texts), forced["name"]  # a forced tool (structured output) is always called
     names = [t["toolSpec"]["name"] for t in body.get("toolConfig", {}).get("tools", [])]
     return _reply(" ".join(texts), names, results[0] if results else None)
+
+
+def _converse_input(body: dict, tool: str) -> dict:
+    blocks = body["messages"][-1]["content"]
+    text = " ".join(b["text"] for b in blocks if "text" in b)
+    specs = [t["toolSpec"] for t in body.get("toolConfig", {}).get("tools", [])]
+    return _tool_input({spec["name"]: spec["inputSchema"]["json"] for spec in specs}, tool, text)
+
+
+def _converse_stop(body: dict, text: str) -> tuple[str, str]:
+    """The text cut at the first stop sequence it holds, and the stop reason."""
+    hits = [(text.find(s), s) for s in body.get("inferenceConfig", {}).get("stopSequences", []) if s in text]
+    return (text[: min(hits)[0]], "stop_sequence") if hits else (text, "end_turn")
 
 
 def _converse_usage() -> dict:
@@ -341,14 +386,15 @@ def _converse_usage() -> dict:
 
 def _converse_answer(body: dict) -> dict:
     text, tool = _converse_reply(body)
+    text, stop_reason = _converse_stop(body, text)
     block = (
-        {"toolUse": {"toolUseId": TOOL_ID, "name": tool, "input": {"city": "Paris"}}}
+        {"toolUse": {"toolUseId": TOOL_ID, "name": tool, "input": _converse_input(body, tool)}}
         if tool
         else {"text": text}
     )
     return {
         "output": {"message": {"role": "assistant", "content": [block]}},
-        "stopReason": "tool_use" if tool else "end_turn",
+        "stopReason": "tool_use" if tool else stop_reason,
         "usage": _converse_usage(),
         "metrics": {"latencyMs": 42},
     }
@@ -356,15 +402,17 @@ def _converse_answer(body: dict) -> dict:
 
 def _converse_events(body: dict) -> Iterator[bytes]:
     text, tool = _converse_reply(body)
+    text, stop_reason = _converse_stop(body, text)
     yield event_frame("messageStart", {"role": "assistant"})
     if tool:
         start = {"toolUse": {"toolUseId": TOOL_ID, "name": tool}}
         yield event_frame("contentBlockStart", {"contentBlockIndex": 0, "start": start})
-        deltas = [{"toolUse": {"input": piece}} for piece in ('{"city":', ' "Paris"}')]
+        arguments = orjson.dumps(_converse_input(body, tool)).decode()
+        deltas = [{"toolUse": {"input": piece}} for piece in _halves(arguments)]
     else:
         deltas = [{"text": piece} for piece in _halves(text)]
     for delta in deltas:
         yield event_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta})
     yield event_frame("contentBlockStop", {"contentBlockIndex": 0})
-    yield event_frame("messageStop", {"stopReason": "tool_use" if tool else "end_turn"})
+    yield event_frame("messageStop", {"stopReason": "tool_use" if tool else stop_reason})
     yield event_frame("metadata", {"usage": _converse_usage(), "metrics": {"latencyMs": 42}})

@@ -12,6 +12,7 @@ import orjson
 from aiohttp import web
 
 from .gemini_state import google_error
+from .schema_answer import schema_answer
 
 CLAUDE_USAGE = {"input_tokens": 13, "output_tokens": 4}
 
@@ -37,7 +38,13 @@ def _message(body: dict[str, Any]) -> dict[str, Any]:
         (_text(m["content"]) for m in reversed(messages) if m["role"] == "user" and _text(m["content"])), ""
     )
     tools = body.get("tools") or []
-    if results:
+    choice = body.get("tool_choice") or {}
+    forced = [t for t in tools if choice.get("type") == "tool" and t["name"] == choice.get("name")]
+    if forced and not results:  # a forced tool (structured output): a value of its schema
+        call = {"type": "tool_use", "id": "toolu_" + os.urandom(8).hex(), "name": forced[0]["name"]}
+        content = [{**call, "input": schema_answer(forced[0].get("input_schema"), user_text)}]
+        stop = "tool_use"
+    elif results:
         content = [{"type": "text", "text": "tool said: " + _text(results[0].get("content"))}]
         stop = "end_turn"
     elif tools:

@@ -29,6 +29,7 @@ from aiohttp import web
 from .gemini_claude import claude_answer, count_tokens_answer
 from .gemini_state import STATE, GeminiState, google_error, verify_assertion
 from .records import RecordedRequest
+from .schema_answer import schema_answer
 
 USAGE = {
     "promptTokenCount": 11,
@@ -73,6 +74,7 @@ _CONFIG_KEYS = frozenset(
         "frequencyPenalty",
         "responseMimeType",
         "responseSchema",
+        "thinkingConfig",
     )
 )
 _PART_FIELDS = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
@@ -169,6 +171,7 @@ def _reply(body: dict[str, Any], state: GeminiState) -> dict[str, Any]:
     declarations = [d for tool in body.get("tools") or () for d in tool.get("functionDeclarations") or ()]
     responses = [p["functionResponse"] for p in last["parts"] if "functionResponse" in p]
     mode = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode", "AUTO")
+    config = body.get("generationConfig") or {}
     if responses:
         parts: list[dict[str, Any]] = [{"text": "tool said: " + _result_text(responses[0]["response"])}]
     elif declarations and mode != "NONE":
@@ -176,8 +179,16 @@ def _reply(body: dict[str, Any], state: GeminiState) -> dict[str, Any]:
         state.signatures.add(signature)
         call = {"name": declarations[0]["name"], "args": {"text": user_text}}
         parts = [{"functionCall": call, "thoughtSignature": signature}]
+    elif "responseSchema" in config:
+        answer = orjson.dumps(schema_answer(config["responseSchema"], user_text)).decode()
+        parts = [{"text": answer}]
+    elif config.get("responseMimeType") == "application/json":
+        parts = [{"text": orjson.dumps({"text": user_text}).decode()}]
     else:
-        parts = [{"thought": True, "text": "thinking it over"}, {"text": f"echo: {user_text}"}]
+        parts = [{"text": f"echo: {user_text}"}]
+    if (config.get("thinkingConfig") or {}).get("includeThoughts") and not responses:
+        # Thought summaries come only when asked for, ahead of the answer.
+        parts.insert(0, {"thought": True, "text": "thinking it over"})
     count = (body.get("generationConfig") or {}).get("candidateCount", 1)
     if "forbidden" in user_text:
         candidates = [{"finishReason": "SAFETY", "index": 0, "safetyRatings": []}]
@@ -201,7 +212,8 @@ def _result_text(response: Any) -> str:
 
 
 async def _sse(request: web.Request, answer: dict[str, Any]) -> web.StreamResponse:
-    """The answer as Gemini streams it: the text in two events, the finish reason and usage on the last."""
+    """The answer as Gemini streams it: the text in two events (thoughts with the first), the finish reason
+    and usage on the last."""
     reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
     await reply.prepare(request)
     events = [answer]
@@ -211,7 +223,9 @@ async def _sse(request: web.Request, answer: dict[str, Any]) -> web.StreamRespon
     if len(candidates) == 1 and texts:
         text = texts[0]["text"]
         head, tail = text[: len(text) // 2], text[len(text) // 2 :]
-        first = {"candidates": [{"content": {"role": "model", "parts": [{"text": head}]}, "index": 0}]}
+        thoughts = [p for p in parts if p.get("thought")]  # a thought summary streams ahead of the text
+        first_parts = [*thoughts, {"text": head}]
+        first = {"candidates": [{"content": {"role": "model", "parts": first_parts}, "index": 0}]}
         first["usageMetadata"] = {"promptTokenCount": USAGE["promptTokenCount"]}
         last = orjson.loads(orjson.dumps(answer))
         last["candidates"][0]["content"]["parts"] = [{"text": tail}]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from .context import answered_model, fault_of, json_body, optional_int, required
@@ -21,6 +22,7 @@ from .echo_model import (
     text_inputs,
 )
 from .envelopes import UpstreamError, json_response
+from .schema_answer import schema_answer
 from .sse import DONE_FRAME, SseScript, data_frame, play
 
 SYSTEM_FINGERPRINT = "fp_fake_upstream"
@@ -79,6 +81,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         calls = plan_tool_calls(_function_names(body), user_text, "call_")
     limit = _output_cap(request, body, "max_completion_tokens", "max_tokens")
     reply = echo_reply(user_text, max_tokens=limit, stops=stop_list(body.get("stop")))
+    if (structured := _structured_answer(body.get("response_format"), user_text)) is not None:
+        reply = Reply(structured, "end")
     # `n` answers of a text reply are the same echo; tool calls are planned for one answer only.
     answers = 1 if calls else _answers(body)
     completion = sum(call.tokens for call in calls) if calls else reply.tokens * answers
@@ -115,6 +119,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if priced:
         answer["cost"] = PROVIDER_COST
     return json_response(answer)
+
+
+def _structured_answer(response_format: Any, user_text: str) -> str | None:
+    """The JSON text of a `json_schema` / `json_object` answer (None for plain text)."""
+    if not isinstance(response_format, dict) or response_format.get("type") not in (
+        "json_schema",
+        "json_object",
+    ):
+        return None
+    spec = response_format.get("json_schema") or {}
+    schema = spec.get("schema") if response_format["type"] == "json_schema" else None
+    return orjson.dumps(
+        schema_answer(schema or {"type": "object", "properties": {"text": {}}}, user_text)
+    ).decode()
 
 
 def _answers(body: dict[str, Any]) -> int:

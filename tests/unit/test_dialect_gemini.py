@@ -302,12 +302,17 @@ def _answer(parts: list, finish: str = "STOP", **extra: object) -> bytes:
     return orjson.dumps({"candidates": [candidate], "usageMetadata": METADATA, "responseId": "r1", **extra})
 
 
-def test_an_answer_becomes_a_chat_completion_without_its_thoughts() -> None:
+def test_an_answer_becomes_a_chat_completion_with_its_thoughts_apart() -> None:
     completion = chat_completion(
         _answer([{"text": "hmm", "thought": True}, {"text": "Hel"}, {"text": "lo"}]), "m"
     )
     assert completion["object"] == "chat.completion" and completion["model"] == "m"
-    assert completion["choices"][0]["message"] == {"role": "assistant", "content": "Hello", "refusal": None}
+    assert completion["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "Hello",
+        "refusal": None,
+        "reasoning_content": "hmm",
+    }
     assert completion["choices"][0]["finish_reason"] == "stop"
 
 

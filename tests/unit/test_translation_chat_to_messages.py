@@ -213,7 +213,7 @@ def test_a_text_message_becomes_a_chat_completion_named_after_the_client_model()
     }
 
 
-def test_tool_use_blocks_become_tool_calls_and_thinking_is_dropped() -> None:
+def test_tool_use_blocks_become_tool_calls_and_thinking_is_reasoning_content() -> None:
     content = [
         {"type": "thinking", "thinking": "plan", "signature": "sig"},
         {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
@@ -225,6 +225,7 @@ def test_tool_use_blocks_become_tool_calls_and_thinking_is_dropped() -> None:
         "role": "assistant",
         "content": None,
         "refusal": None,
+        "reasoning_content": "plan",
         "tool_calls": [
             {
                 "id": "toolu_1",

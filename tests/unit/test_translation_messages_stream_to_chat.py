@@ -134,9 +134,10 @@ def test_usage_is_sent_in_its_own_chunk_only_when_the_client_asked_for_it() -> N
     assert all("usage" not in chunk for chunk in translate(TEXT_EVENTS) if isinstance(chunk, dict))
 
 
-def test_tool_use_blocks_become_indexed_tool_calls_and_thinking_is_dropped() -> None:
+def test_tool_use_blocks_become_indexed_tool_calls_and_thinking_is_reasoning_content() -> None:
     assert translate(TOOL_EVENTS) == [
         choice_chunk({"role": "assistant", "content": ""}),
+        choice_chunk({"reasoning_content": "Two cities."}),
         choice_chunk(
             {
                 "tool_calls": [

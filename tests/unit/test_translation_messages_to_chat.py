@@ -47,7 +47,6 @@ def test_a_text_request_with_a_system_string_and_sampling_parameters() -> None:
         ],
         temperature=0.2,
         top_p=0.9,
-        top_k=5,
         stop_sequences=["END", "STOP"],
         metadata={"user_id": "user-42"},
     )

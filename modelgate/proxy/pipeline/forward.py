@@ -29,6 +29,7 @@ from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.envelopes import stamp_request_id
 from modelgate.proxy.pipeline.failover import RowAttempts, log_failed_attempt
 from modelgate.proxy.translation import Translator, translator_for
+from modelgate.proxy.translation.field_rules import FieldRefused
 from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
 from modelgate.proxy.upstream.model_rows import ModelEntry, RoutingRow, RowSelector
 from modelgate.proxy.upstream.providers import StreamedBody, UpstreamFailure, UpstreamResponse
@@ -46,6 +47,11 @@ def _failover_status(status: int, has_object_id: bool) -> bool:
         return True
     # A model missing at the provider is a configuration fault of that row; a missing object is not.
     return status == 404 and not has_object_id
+
+
+def _naming_provider(refusal: InvalidRequest, row: RoutingRow) -> InvalidRequest:
+    """A refused field (docs/translation-fields.md) names the provider of the row that refused it."""
+    return refusal.for_provider(row.provider) if isinstance(refusal, FieldRefused) else refusal
 
 
 def _nested_too_deeply() -> InvalidRequest:
@@ -112,7 +118,7 @@ class Forwarder:
             except InvalidRequest as refusal:
                 # This row's wire format cannot carry the request (e.g. a document block on an OpenAI-kind
                 # row); another row may speak it natively. Not a row failure: no cool-down.
-                translation_refusal = refusal
+                translation_refusal = _naming_provider(refusal, row)
                 continue
             try:
                 upstream = await row.upstream.send(
@@ -128,7 +134,7 @@ class Forwarder:
             except InvalidRequest as refusal:
                 # The row's host cannot serve this route or request (its dialect has no such call): another
                 # row may. Not a row failure: no cool-down.
-                translation_refusal = refusal
+                translation_refusal = _naming_provider(refusal, row)
                 continue
             status = upstream.status
             ctx.credential = getattr(upstream, "credential", "")

@@ -29,8 +29,9 @@ class Translator(Protocol):
         """
         ...
 
-    def response_body(self, body: bytes, model: str) -> bytes:
-        """The client's body for a complete (non-streamed) answer; `model` is the name the client used."""
+    def response_body(self, body: bytes, model: str, payload: dict) -> bytes:
+        """The client's body for a complete (non-streamed) answer; `model` is the name the client used,
+        `payload` the client's request (what it asked for decides how some answers read)."""
         ...
 
     def stream(self, model: str, payload: dict) -> StreamTranslator:

@@ -1,8 +1,9 @@
 """A chat completion stream as a Messages event stream, translated event by event as chunks arrive.
 
-Chat deltas have no blocks; here each run of text and each tool call (by its `index`) opens one content
-block, closed when the next one opens. Usage arrives last (`stream_options.include_usage`), so it is
-reported in `message_delta`, which therefore waits for `[DONE]` (or the end of the stream).
+Chat deltas have no blocks; here each run of text, of reasoning (`reasoning_content`: a thinking block) and
+each tool call (by its `index`) opens one content block, closed when the next one opens. Usage arrives last
+(`stream_options.include_usage`), so it is reported in `message_delta`, which therefore waits for `[DONE]`
+(or the end of the stream).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _TEXT_DELTA_MID = b',"delta":{"type":"text_delta","text":'
 _JSON_DELTA_MID = b',"delta":{"type":"input_json_delta","partial_json":'
+_THINKING_DELTA_MID = b',"delta":{"type":"thinking_delta","thinking":'
 _DELTA_TAIL = b"}}\n\n"
 _CLOSED = -1
 
@@ -48,6 +50,7 @@ class MessagesEventStream(EventStreamTranslator):
         "_open",
         "_started",
         "_text_head",
+        "_thinking_head",
         "_tools",
         "_usage",
     )
@@ -59,6 +62,7 @@ class MessagesEventStream(EventStreamTranslator):
         self._blocks = 0  # content blocks opened so far; the next one gets this index
         self._open = _CLOSED  # index of the open block
         self._text_head = b""  # delta frame head of the open block when it is text, else empty
+        self._thinking_head = b""  # the same when it is thinking
         self._tools: dict[int, int] = {}  # chat tool_call index → content block index
         self._called_tools = False
         self._finish_reason: str | None = None
@@ -100,6 +104,13 @@ class MessagesEventStream(EventStreamTranslator):
     def _on_choice(self, choice: dict[str, Any], out: list[bytes]) -> None:
         delta = choice.get("delta")
         if delta:
+            reasoning = delta.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                if not self._thinking_head:
+                    self._open_thinking(out)
+                out.append(self._thinking_head)
+                out.append(orjson.dumps(reasoning))
+                out.append(_DELTA_TAIL)
             text = delta.get("content") or delta.get("refusal")
             if text:
                 if not self._text_head:
@@ -164,6 +175,11 @@ class MessagesEventStream(EventStreamTranslator):
         index = self._open_block(out, {"type": "text", "text": ""})
         self._text_head = _DELTA_HEAD + str(index).encode() + _TEXT_DELTA_MID
 
+    def _open_thinking(self, out: list[bytes]) -> None:
+        # Chat reasoning carries no signature: the block's stays empty (a native row would not take it back).
+        index = self._open_block(out, {"type": "thinking", "thinking": "", "signature": ""})
+        self._thinking_head = _DELTA_HEAD + str(index).encode() + _THINKING_DELTA_MID
+
     def _open_block(self, out: list[bytes], block: dict[str, Any]) -> int:
         self._stop_block(out)
         index = self._open = self._blocks
@@ -177,7 +193,7 @@ class MessagesEventStream(EventStreamTranslator):
             frame = {"type": "content_block_stop", "index": self._open}
             out.append(named_frame(b"content_block_stop", frame))
             self._open = _CLOSED
-            self._text_head = b""
+            self._text_head = self._thinking_head = b""
 
     def _close(self, out: list[bytes]) -> None:
         if not self._started:

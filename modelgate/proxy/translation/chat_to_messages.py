@@ -12,8 +12,17 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_matrix import CHAT_ON_MESSAGES
+from modelgate.proxy.translation.field_rules import FieldRefused, check_fields
 from modelgate.proxy.translation.images import image_block_of
 from modelgate.proxy.translation.messages_to_chat import tool_input_of
+from modelgate.proxy.translation.reasoning import claude_thinking
+from modelgate.proxy.translation.structured_output import (
+    ANSWER_TOOL,
+    OPEN_OBJECT,
+    answer_tool_of,
+    requested_schema,
+)
 
 # Messages `stop_reason` → chat `finish_reason`; the rest (end_turn, stop_sequence, pause_turn) is "stop".
 FINISH_REASONS = {
@@ -38,18 +47,21 @@ def new_completion_id() -> str:
 def messages_request_of(
     payload: dict[str, Any], upstream_model: str, default_max_tokens: int
 ) -> dict[str, Any]:
-    """The Messages request for a chat completion request; Messages requires `max_tokens`, so the model's
-    default fills in when the client sets none."""
-    n = payload.get("n")
-    if isinstance(n, int) and n > 1:
-        raise InvalidRequest("'n' greater than 1 is not supported by this model's providers")
+    """The Messages request for a chat completion request (docs/translation-fields.md); Messages requires
+    `max_tokens`, so the model's default fills in when the client sets none."""
+    check_fields(payload, CHAT_ON_MESSAGES.fields)
     system, turns = _turns_of(payload.get("messages"))
     limit = payload.get("max_completion_tokens") or payload.get("max_tokens") or default_max_tokens
     request: dict[str, Any] = {"model": upstream_model, "max_tokens": limit, "messages": turns}
     if system:
         request["system"] = system
+    thinking = claude_thinking(payload.get("reasoning_effort"), limit)
     temperature = payload.get("temperature")
     if isinstance(temperature, int | float):
+        if thinking is not None and temperature != 1:
+            raise FieldRefused(
+                "temperature", "Claude takes no temperature while it thinks (reasoning_effort)"
+            )
         request["temperature"] = min(temperature, _MAX_TEMPERATURE)
     if payload.get("top_p") is not None:
         request["top_p"] = payload["top_p"]
@@ -60,16 +72,45 @@ def messages_request_of(
     if tools:
         request["tools"] = [_tool_of(tool) for tool in tools]
     choice = _tool_choice_of(payload.get("tool_choice"))
-    if tools and payload.get("parallel_tool_calls") is False:
+    if thinking is not None:
+        request["thinking"] = thinking
+        _output_format_while_thinking(payload.get("response_format"), request)
+        if choice is not None and choice["type"] in ("any", "tool"):
+            raise FieldRefused("tool_choice", "Claude cannot be made to call a tool while it thinks")
+    elif answer := answer_tool_of(
+        payload.get("response_format"), [t["name"] for t in request.get("tools", ())]
+    ):
+        request.setdefault("tools", []).append(
+            {"name": ANSWER_TOOL, "description": answer.description, "input_schema": answer.schema}
+        )
+        choice = _choice_with_answer_tool(choice, bool(tools))
+    if request.get("tools") and payload.get("parallel_tool_calls") is False:
         choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
     if choice is not None:
         request["tool_choice"] = choice
-    user = payload.get("user")
+    user = payload.get("user") or payload.get("safety_identifier")
     if isinstance(user, str) and user:
         request["metadata"] = {"user_id": user}
+    tier = payload.get("service_tier")
+    if tier is not None:
+        request["service_tier"] = "auto" if tier == "auto" else "standard_only"
     if payload.get("stream"):
         request["stream"] = True
     return request
+
+
+def _output_format_while_thinking(response_format: Any, request: dict[str, Any]) -> None:
+    """Structured output while Claude thinks: a forced tool is refused then, so the schema goes as Claude's
+    own structured output (`output_config.format`), which holds every object to its listed properties."""
+    schema = requested_schema(response_format)
+    if schema is None:
+        return
+    if schema is OPEN_OBJECT or not schema.get("properties"):
+        raise FieldRefused(
+            "response_format",
+            "Claude's structured output while it thinks needs a json_schema with properties",
+        )
+    request["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
 
 
 def _turns_of(messages: Any) -> tuple[str, list[dict[str, Any]]]:
@@ -172,6 +213,17 @@ def _tool_of(tool: dict[str, Any]) -> dict[str, Any]:
     return converted
 
 
+def _choice_with_answer_tool(choice: dict[str, Any] | None, client_tools: bool) -> dict[str, Any]:
+    """The tool choice once the answer tool is offered: the model must call a tool, the answer tool alone
+    when the client's tools may not be called, the client's named tool when it named one."""
+    kind = choice.get("type") if choice else None
+    if not client_tools or kind == "none":
+        return {"type": "tool", "name": ANSWER_TOOL}
+    if kind == "tool":
+        return choice  # type: ignore[return-value]  # a named tool: kind is "tool" only when choice is set
+    return {"type": "any"}
+
+
 def _tool_choice_of(choice: Any) -> dict[str, Any] | None:
     if choice == "required":
         return {"type": "any"}
@@ -187,19 +239,31 @@ def _tool_choice_of(choice: Any) -> dict[str, Any] | None:
 # -- answer ------------------------------------------------------------------------------------------
 
 
-def completion_of(message: dict[str, Any], model: str) -> dict[str, Any]:
-    """The chat completion for a complete Message; `model` is the name the client asked for."""
+def completion_of(message: dict[str, Any], model: str, structured: bool = False) -> dict[str, Any]:
+    """The chat completion for a complete Message; `model` is the name the client asked for. `structured`:
+    the request asked for structured output, so a call of the answer tool is the answer's text."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    structured_answer: str | None = None
+    reasoning: list[str] = []  # thinking, as `reasoning_content` (chat's de facto place; no signatures)
     for block in message.get("content") or ():
         kind = block.get("type")
         if kind == "text":
             texts.append(block.get("text", ""))
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            reasoning.append(block["thinking"])
+        elif kind == "tool_use" and structured and block.get("name") == ANSWER_TOOL:
+            structured_answer = orjson.dumps(block.get("input") or {}).decode()
         elif kind == "tool_use":
             arguments = orjson.dumps(block.get("input") or {}).decode()
             function = {"name": block.get("name", ""), "arguments": arguments}
             calls.append({"id": block.get("id", ""), "type": "function", "function": function})
-        # thinking blocks have no place in a chat answer
+    finish_reason = FINISH_REASONS.get(message.get("stop_reason"), "stop")
+    if structured_answer is not None and not calls:
+        # Words the model wrote before calling the answer tool are not part of the JSON answer.
+        texts = [structured_answer]
+        if finish_reason == "tool_calls":
+            finish_reason = "stop"
     answer: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts or not calls else None,
@@ -207,11 +271,13 @@ def completion_of(message: dict[str, Any], model: str) -> dict[str, Any]:
     }
     if calls:
         answer["tool_calls"] = calls
+    if reasoning:
+        answer["reasoning_content"] = "".join(reasoning)
     choice = {
         "index": 0,
         "message": answer,
         "logprobs": None,
-        "finish_reason": FINISH_REASONS.get(message.get("stop_reason"), "stop"),
+        "finish_reason": finish_reason,
     }
     return {
         "id": new_completion_id(),
@@ -229,9 +295,13 @@ def chat_usage_of(usage: Any) -> dict[str, Any]:
     cached = usage.get("cache_read_input_tokens") or 0
     prompt = (usage.get("input_tokens") or 0) + cached + (usage.get("cache_creation_input_tokens") or 0)
     completion = usage.get("output_tokens") or 0
-    return {
+    chat = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    details = usage.get("output_tokens_details")
+    if isinstance(details, dict) and details.get("thinking_tokens"):
+        chat["completion_tokens_details"] = {"reasoning_tokens": details["thinking_tokens"]}
+    return chat

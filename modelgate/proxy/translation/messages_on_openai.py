@@ -20,7 +20,7 @@ class MessagesOnChatCompletions:
     def request_body(self, payload: dict[str, Any], upstream_model: str, default_max_tokens: int) -> bytes:
         return orjson.dumps(chat_request_of(payload, upstream_model))
 
-    def response_body(self, body: bytes, model: str) -> bytes:
+    def response_body(self, body: bytes, model: str, payload: dict[str, Any]) -> bytes:
         try:
             completion = orjson.loads(body)
         except orjson.JSONDecodeError:

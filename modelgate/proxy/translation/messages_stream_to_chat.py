@@ -1,8 +1,10 @@
 """A Messages event stream as a chat completion stream, translated event by event as chunks arrive.
 
 Text deltas become `content` deltas, each tool_use block a tool call with its own `index`, its
-`input_json_delta` fragments that call's `arguments`; thinking blocks have no chat counterpart and are
-dropped. The usage chunk (`choices: []`) is sent only when the client asked for it, as OpenAI does.
+`input_json_delta` fragments that call's `arguments`; thinking deltas `reasoning_content` deltas (their
+signatures have no place in chat). When the request asked for structured output, the answer tool's
+fragments are `content` deltas (structured_output.py) and its call finishes with `stop`.
+The usage chunk (`choices: []`) is sent only when the client asked for it, as OpenAI does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from modelgate.domain.errors import UpstreamUnavailable
 from modelgate.proxy.pipeline.envelopes import envelope_a_body
 from modelgate.proxy.translation.chat_to_messages import FINISH_REASONS, chat_usage_of, new_completion_id
 from modelgate.proxy.translation.sse import DONE_FRAME, EventStreamTranslator, SseEvent, data_frame
+from modelgate.proxy.translation.structured_output import ANSWER_TOOL
 
 _CHOICE_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 _ROLE_DELTA = b'{"role":"assistant","content":""}'
@@ -33,19 +36,25 @@ class ChatChunkStream(EventStreamTranslator):
     """Messages events in, `chat.completion.chunk` frames and `[DONE]` out; one instance per answer."""
 
     __slots__ = (
+        "_answer_block",
+        "_answered",
         "_created",
         "_head",
         "_id",
         "_include_usage",
         "_model",
         "_stop_reason",
+        "_structured",
         "_tools",
         "_usage",
     )
 
-    def __init__(self, model: str, include_usage: bool) -> None:
+    def __init__(self, model: str, include_usage: bool, structured: bool = False) -> None:
         self._model = model
         self._include_usage = include_usage
+        self._structured = structured
+        self._answer_block = -1  # the content block index of the answer tool's call, once it opened
+        self._answered = False
         super().__init__()
         self._id = new_completion_id()
         self._created = int(time.time())
@@ -83,7 +92,11 @@ class ChatChunkStream(EventStreamTranslator):
             self._on_delta(data, out)
         elif kind == "content_block_start":
             block = data.get("content_block") or {}
-            if block.get("type") == "tool_use":
+            if block.get("type") != "tool_use":
+                pass
+            elif self._structured and block.get("name") == ANSWER_TOOL:
+                self._answer_block, self._answered = data.get("index", 0), True
+            else:
                 self._open_call(data.get("index", 0), block, out)
         elif kind == "message_start":
             message = data.get("message") or {}
@@ -112,10 +125,17 @@ class ChatChunkStream(EventStreamTranslator):
                 out.append(orjson.dumps(text))
                 out.append(b"}")
                 out.append(_CHOICE_TAIL)
+        elif kind == "thinking_delta":
+            thinking = delta.get("thinking")
+            if thinking:  # chat's de facto place for reasoning text (the signature has none)
+                self._chunk(b'{"reasoning_content":' + orjson.dumps(thinking) + b"}", out)
         elif kind == "input_json_delta":
-            call = self._tools.get(data.get("index", 0))
+            index = data.get("index", 0)
+            call = self._tools.get(index)
             fragment = delta.get("partial_json")
-            if call is not None and fragment:
+            if fragment and index == self._answer_block:
+                self._chunk(_CONTENT_OPEN + orjson.dumps(fragment) + b"}", out)
+            elif call is not None and fragment:
                 out.append(self._head)
                 out.append(_CALL_OPEN + str(call).encode() + _ARGUMENTS_OPEN)
                 out.append(orjson.dumps(fragment))
@@ -143,6 +163,8 @@ class ChatChunkStream(EventStreamTranslator):
 
     def _close(self, out: list[bytes]) -> None:
         finish_reason = FINISH_REASONS.get(self._stop_reason, "stop")
+        if self._answered and not self._tools and finish_reason == "tool_calls":
+            finish_reason = "stop"
         out.append(self._head)
         out.append(b'{},"logprobs":null,"finish_reason":"' + finish_reason.encode() + b'"}]}\n\n')
         if self._include_usage:

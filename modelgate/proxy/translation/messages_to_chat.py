@@ -13,6 +13,8 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_matrix import MESSAGES_ON_CHAT
+from modelgate.proxy.translation.field_rules import check_fields
 from modelgate.proxy.translation.images import image_part_of
 
 # Chat `finish_reason` → Messages `stop_reason`; "stop" needs more care (see stop_reason_of).
@@ -23,6 +25,8 @@ _STOP_REASONS = {
     "content_filter": "refusal",
 }
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
+# Messages `output_config.effort` values, each a chat `reasoning_effort` of the same name.
+_EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
 def new_message_id() -> str:
@@ -34,7 +38,8 @@ def new_message_id() -> str:
 
 
 def chat_request_of(payload: dict[str, Any], upstream_model: str) -> dict[str, Any]:
-    """The chat completion request for a (validated) Messages request."""
+    """The chat completion request for a (validated) Messages request (docs/translation-fields.md)."""
+    check_fields(payload, MESSAGES_ON_CHAT.fields)
     chat: dict[str, Any] = {"model": upstream_model, "messages": chat_messages_of(payload)}
     # The current OpenAI name; `max_tokens` is refused by its reasoning models.
     chat["max_completion_tokens"] = payload["max_tokens"]
@@ -54,15 +59,44 @@ def chat_request_of(payload: dict[str, Any], upstream_model: str) -> dict[str, A
             chat["tool_choice"] = chat_choice
         if choice.get("disable_parallel_tool_use") and tools:
             chat["parallel_tool_calls"] = False
+    output_config = payload.get("output_config")
+    if output_config is not None:
+        chat.update(_output_config_of(output_config))
     metadata = payload.get("metadata")
     if isinstance(metadata, dict):
         user = metadata.get("user_id") or metadata.get("user")
         if isinstance(user, str) and user:
             chat["user"] = user
+    tier = payload.get("service_tier")
+    if tier is not None:
+        chat["service_tier"] = "auto" if tier == "auto" else "default"
     if payload.get("stream"):
         chat["stream"] = True
         # Without it the chat stream carries no usage, and message_delta could not report any.
         chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def _output_config_of(config: Any) -> dict[str, Any]:
+    """`output_config` in chat terms: its JSON-schema `format` is `response_format` (an Anthropic structured
+    output is held to its schema, so the OpenAI one is strict), its `effort` is `reasoning_effort`."""
+    if not isinstance(config, dict):
+        raise InvalidRequest("'output_config' must be an object")
+    chat: dict[str, Any] = {}
+    output_format = config.get("format")
+    if output_format is not None:
+        if not isinstance(output_format, dict) or output_format.get("type") != "json_schema":
+            raise InvalidRequest("'output_config.format' must be {'type': 'json_schema', 'schema': {...}}")
+        schema = output_format.get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidRequest("'output_config.format.schema' must be an object")
+        spec = {"name": "output", "schema": schema, "strict": True}
+        chat["response_format"] = {"type": "json_schema", "json_schema": spec}
+    effort = config.get("effort")
+    if effort is not None:
+        if effort not in _EFFORTS:
+            raise InvalidRequest(f"'output_config.effort' must be one of {', '.join(_EFFORTS)}")
+        chat["reasoning_effort"] = effort
     return chat
 
 
@@ -200,6 +234,10 @@ def message_of(completion: dict[str, Any], model: str) -> dict[str, Any]:
     choice = choices[0]
     answer = choice.get("message") or {}
     content: list[dict[str, Any]] = []
+    reasoning = answer.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        # Chat reasoning carries no signature: a native row would not take this block back.
+        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
     text = answer.get("content")
     if isinstance(text, list):
         text = "".join(part.get("text", "") for part in text if isinstance(part, dict))
@@ -247,10 +285,11 @@ def tool_input_of(arguments: Any) -> dict[str, Any]:
 
 
 def matched_stop_of(choice: dict[str, Any]) -> str | None:
-    """The stop sequence that ended the answer, if the server names it (vLLM, SGLang)."""
+    """The stop sequence that ended the answer, if the server names it (vLLM, SGLang); "" when a stop
+    sequence ended it but which one is not known (Bedrock Converse through bedrock_converse)."""
     for name in ("stop_reason", "matched_stop"):
         value = choice.get(name)
-        if isinstance(value, str) and value:
+        if isinstance(value, str):
             return value
     return None
 
@@ -266,7 +305,7 @@ def stop_reason_of(
     if mapped is not None:
         return mapped, None
     if matched_stop is not None:
-        return "stop_sequence", matched_stop
+        return "stop_sequence", matched_stop or None
     # Plain OpenAI does not say whether "stop" came from a stop sequence; end_turn is the honest default.
     return "end_turn", None
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import anthropic
 import httpx
 import openai
+import pydantic
 import pytest
 
 from tests.fakes.bedrock_routes import INPUT_TOKENS, OUTPUT_TOKENS, TOOL_ID, FakeBedrock
@@ -574,3 +575,107 @@ def test_extended_thinking_and_caching_go_to_a_bedrock_claude_row_as_to_a_native
     assert sent.json["system"][0]["cache_control"] == {"type": "ephemeral"}
     plain = claude.messages.create(model="mixed", max_tokens=50, messages=_ask("no thinking"))
     assert plain.content[0].text and east.requests[0].path.endswith("/converse")  # the preferred row again
+
+
+# -- structured output and stop sequences across the families ----------------------------------------------
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    words: int
+
+
+PERSON = Person(name="Ada wrote programs", words=3)
+
+
+@pytest.mark.parametrize("model", ["claude", "llama"])
+def test_chat_parse_on_bedrock_gets_the_schema_through_a_forced_tool(client, east, model: str) -> None:
+    reply = client.chat.completions.parse(
+        model=model, messages=_ask("Ada wrote programs"), response_format=Person
+    )
+    assert reply.choices[0].message.parsed == PERSON
+    assert reply.choices[0].finish_reason == "stop"
+    sent = east.requests[-1].json
+    if model == "claude":  # InvokeModel: the Messages body
+        assert sent["tool_choice"] == {"type": "tool", "name": "json_answer"}
+        assert sent["tools"][0]["input_schema"]["properties"].keys() == {"name", "words"}
+    else:  # Converse
+        assert sent["toolConfig"]["toolChoice"] == {"tool": {"name": "json_answer"}}
+        spec = sent["toolConfig"]["tools"][0]["toolSpec"]
+        assert spec["inputSchema"]["json"]["properties"].keys() == {"name", "words"}
+
+
+@pytest.mark.parametrize("model", ["claude", "llama"])
+def test_chat_parse_streamed_on_bedrock(client, east, model: str) -> None:
+    with client.chat.completions.stream(
+        model=model, messages=_ask("Ada wrote programs"), response_format=Person
+    ) as stream:
+        deltas = [event.delta for event in stream if event.type == "content.delta"]
+        final = stream.get_final_completion()
+    # The fake sends the tool input in two halves: each a content delta (after the opening role delta).
+    assert [delta for delta in deltas if delta] == ['{"name":"Ada wrote ', 'programs","words":3}']
+    assert final.choices[0].message.parsed == PERSON
+    assert final.choices[0].finish_reason == "stop"
+
+
+def test_json_object_on_converse_answers_a_json_object(client, east) -> None:
+    reply = client.chat.completions.create(
+        model="llama", messages=_ask("Ada wrote programs"), response_format={"type": "json_object"}
+    )
+    assert json.loads(reply.choices[0].message.content) == {"city": "Paris"}  # the fake's open-object answer
+    assert east.requests[-1].json["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"] == {
+        "json": {"type": "object"}
+    }
+
+
+def test_a_converse_stop_sequence_is_a_messages_stop_sequence(claude, east) -> None:
+    message = claude.messages.create(
+        model="llama", max_tokens=50, messages=_ask("one two STOP three"), stop_sequences=["STOP"]
+    )
+    assert east.requests[-1].json["inferenceConfig"]["stopSequences"] == ["STOP"]
+    assert message.content[0].text == "echo: one two "
+    assert message.stop_reason == "stop_sequence"
+
+
+def test_a_streamed_converse_stop_sequence_is_a_messages_stop_sequence(claude, east) -> None:
+    with claude.messages.stream(
+        model="llama", max_tokens=50, messages=_ask("one two STOP three"), stop_sequences=["STOP"]
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "stop_sequence"
+
+
+def test_a_converse_stop_sequence_is_chat_stop(client, east) -> None:
+    reply = client.chat.completions.create(model="llama", messages=_ask("one two STOP three"), stop="STOP")
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.choices[0].message.content == "echo: one two "
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("n", 2), ("seed", 3), ("logprobs", True), ("parallel_tool_calls", False), ("reasoning_effort", "low")],
+)
+def test_a_field_converse_cannot_carry_is_refused_naming_the_provider(client, east, field, value) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="llama", messages=_ask("hi"), extra_body={field: value})
+    assert refused.value.body["message"].startswith(f"'{field}' cannot be sent to provider 'llama'")
+    assert east.requests == []
+
+
+def test_user_and_metadata_become_converse_request_metadata(client, east) -> None:
+    client.chat.completions.create(
+        model="llama", messages=_ask("hi"), user="u-1", safety_identifier="s-1", metadata={"team": "a"}
+    )
+    assert east.requests[-1].json["requestMetadata"] == {
+        "team": "a",
+        "user": "u-1",
+        "safety_identifier": "s-1",
+    }
+
+
+def test_an_image_url_to_converse_is_refused_and_never_fetched(client, east) -> None:
+    part = {"type": "image_url", "image_url": {"url": f"{east.base_url}/cat.png"}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="llama", messages=[{"role": "user", "content": [part]}])
+    assert "inline" in refused.value.body["message"]
+    assert east.requests == []  # the URL points at the fake itself: nothing fetched it

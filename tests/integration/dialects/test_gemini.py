@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import anthropic
 import httpx
 import openai
+import pydantic
 import pytest
 
 from tests.fakes.gemini_host import GeminiFake
@@ -357,3 +358,149 @@ def test_a_route_gemini_has_no_call_for_is_a_400(running) -> None:
         timeout=30,
     )
     assert 400 <= reply.status_code < 500 and reply.status_code != 500
+
+
+# -- structured output ---------------------------------------------------------------------------------------
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    words: int
+
+
+def test_chat_parse_goes_as_a_response_schema_and_comes_back_parsed(client, fake) -> None:
+    reply = client.chat.completions.parse(
+        model="gem", messages=[{"role": "user", "content": "Ada wrote programs"}], response_format=Person
+    )
+    assert reply.choices[0].message.parsed == Person(name="Ada wrote programs", words=3)
+    config = fake.requests[-1].json["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseSchema"]["properties"].keys() == {"name", "words"}
+    assert "additionalProperties" not in config["responseSchema"]  # cut to what Gemini accepts
+
+
+def test_chat_parse_streamed_on_gemini(client) -> None:
+    with client.chat.completions.stream(
+        model="gem", messages=[{"role": "user", "content": "Ada wrote programs"}], response_format=Person
+    ) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.parsed == Person(name="Ada wrote programs", words=3)
+
+
+def test_json_object_on_gemini_is_json_mime_type_without_a_schema(client, fake) -> None:
+    reply = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "hi"}], response_format={"type": "json_object"}
+    )
+    assert json.loads(reply.choices[0].message.content) == {"text": "hi"}
+    config = fake.requests[-1].json["generationConfig"]
+    assert config["responseMimeType"] == "application/json" and "responseSchema" not in config
+
+
+def test_messages_parse_on_gemini_goes_as_a_response_schema(claude, fake) -> None:
+    reply = claude.messages.parse(
+        model="gem",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "Ada wrote programs"}],
+        output_format=Person,
+    )
+    assert reply.parsed_output == Person(name="Ada wrote programs", words=3)
+    assert fake.requests[-1].json["generationConfig"]["responseSchema"]["required"] == ["name", "words"]
+
+
+# -- fields (docs/translation-fields.md) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("effort", "config"),
+    [
+        ("low", {"thinkingBudget": 1024, "includeThoughts": True}),
+        ("high", {"thinkingBudget": 24576, "includeThoughts": True}),
+        ("none", {"thinkingBudget": 0, "includeThoughts": False}),
+    ],
+)
+def test_reasoning_effort_is_a_thinking_budget_and_thoughts_come_back(client, fake, effort, config) -> None:
+    reply = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "hi"}], reasoning_effort=effort
+    )
+    assert fake.requests[-1].json["generationConfig"]["thinkingConfig"] == config
+    assert reply.choices[0].message.content == "echo: hi"
+    thoughts = "thinking it over" if config["includeThoughts"] else None
+    assert reply.choices[0].message.model_extra.get("reasoning_content") == thoughts
+    assert reply.usage.completion_tokens_details.reasoning_tokens == USAGE["thoughtsTokenCount"]
+
+
+def test_reasoning_effort_on_gemini_3_is_a_thinking_level_streamed_as_reasoning(client, fake) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="gem3", messages=[{"role": "user", "content": "hi"}], reasoning_effort="medium", stream=True
+        )
+    )
+    assert fake.requests[-1].json["generationConfig"]["thinkingConfig"] == {
+        "thinkingLevel": "high",
+        "includeThoughts": True,
+    }
+    reasoning = "".join(
+        c.choices[0].delta.model_extra.get("reasoning_content") or "" for c in chunks if c.choices
+    )
+    assert reasoning == "thinking it over"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("logprobs", True), ("store", True), ("parallel_tool_calls", False), ("metadata", {"a": "b"})],
+)
+def test_a_field_gemini_cannot_carry_is_refused_naming_the_provider(client, fake, field, value) -> None:
+    before = len(fake.requests)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="gem", messages=[{"role": "user", "content": "hi"}], extra_body={field: value}
+        )
+    assert refused.value.body["message"].startswith(f"'{field}' cannot be sent to provider 'google'")
+    assert len(fake.requests) == before
+
+
+def test_the_end_user_hints_are_not_sent_to_gemini(client, fake, claude) -> None:
+    client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "hi"}], user="u-1", safety_identifier="s-1"
+    )
+    assert b"u-1" not in fake.requests[-1].body and b"s-1" not in fake.requests[-1].body
+    # Claude Code and others always send metadata.user_id: it must not make a Gemini row refuse them.
+    message = claude.messages.create(
+        model="gem", max_tokens=20, messages=[{"role": "user", "content": "hi"}], metadata={"user_id": "u-2"}
+    )
+    assert message.content[0].text == "echo: hi"
+
+
+def test_seed_n_and_penalties_are_generation_config(client, fake) -> None:
+    client.chat.completions.create(
+        model="gem",
+        messages=[{"role": "user", "content": "hi"}],
+        seed=5,
+        n=2,
+        presence_penalty=0.1,
+        frequency_penalty=0.2,
+        stop=["END"],
+    )
+    config = fake.requests[-1].json["generationConfig"]
+    assert (config["seed"], config["candidateCount"], config["stopSequences"]) == (5, 2, ["END"])
+    assert (config["presencePenalty"], config["frequencyPenalty"]) == (0.1, 0.2)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_messages_effort_reaches_gemini_and_its_thoughts_come_back_as_a_thinking_block(
+    claude, fake, stream
+) -> None:
+    asked = {
+        "model": "gem",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+        "output_config": {"effort": "medium"},
+    }
+    if stream:
+        with claude.messages.stream(**asked) as events:
+            message = events.get_final_message()
+    else:
+        message = claude.messages.create(**asked)
+    assert fake.requests[-1].json["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 8192
+    assert [block.type for block in message.content] == ["thinking", "text"]
+    assert (message.content[0].thinking, message.content[1].text) == ("thinking it over", "echo: hi")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import anthropic
 import openai
+import pydantic
 import pytest
 
 from modelgate.config import ProviderConfig
@@ -428,3 +429,29 @@ def test_missing_google_auth_is_a_clear_error(monkeypatch) -> None:
     )
     with pytest.raises(RuntimeError, match=r"pip install modelgate\[vertex\]"):
         VertexUpstream(config)
+
+
+# -- structured output ---------------------------------------------------------------------------------------
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    words: int
+
+
+@pytest.mark.parametrize("model", ["claude", "gem"])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_chat_parse_on_both_families_on_vertex(client, fake, model: str, stream: bool) -> None:
+    asked = [{"role": "user", "content": "Ada wrote programs"}]
+    if stream:
+        with client.chat.completions.stream(model=model, messages=asked, response_format=Person) as events:
+            reply = events.get_final_completion()
+    else:
+        reply = client.chat.completions.parse(model=model, messages=asked, response_format=Person)
+    assert reply.choices[0].message.parsed == Person(name="Ada wrote programs", words=3)
+    assert reply.choices[0].finish_reason == "stop"
+    sent = fake.requests[-1].json
+    if model == "claude":  # rawPredict: the Messages body with the answer tool forced
+        assert sent["tool_choice"] == {"type": "tool", "name": "json_answer"}
+    else:
+        assert sent["generationConfig"]["responseMimeType"] == "application/json"

@@ -42,6 +42,7 @@ class Call:
     model: str = ""  # the host's name for the model (for an answer that must name it)
     route: str = ""  # which of the dialect's calls this is (the dialect's own label)
     want_usage: bool = False  # a stream whose client-side format carries usage only when asked
+    structured: bool = False  # the client asked for structured output (an answer tool's call is its text)
 
 
 class AnswerTransform(Protocol):

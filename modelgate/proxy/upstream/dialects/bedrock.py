@@ -25,6 +25,7 @@ import orjson
 from modelgate.config import ProviderConfig
 from modelgate.domain.errors import InvalidRequest
 from modelgate.proxy.translation.sse import named_frame
+from modelgate.proxy.translation.structured_output import asks_structured_output
 from modelgate.proxy.upstream.dialects.aws_eventstream import (
     EventStreamDecoder,
     EventStreamTransform,
@@ -143,6 +144,7 @@ class BedrockUpstream(DialectUpstream):
             model=model,
             route=action,
             want_usage=want_usage,
+            structured=asks_structured_output(request),
         )
 
     async def adapt(self, call: Call, answer: UpstreamResponse) -> UpstreamResponse:
@@ -158,10 +160,13 @@ class BedrockUpstream(DialectUpstream):
         if call.route == "count":
             return TranslatedAnswer(answer, headers=json_type, body=_count_answer)
         completion_id = _completion_id(answer.headers)
+        structured = call.structured
         return TranslatedAnswer(
             answer,
             headers=json_type,
-            body=lambda raw: orjson.dumps(converse_to_chat(_loads(raw), call.model, completion_id)),
+            body=lambda raw: orjson.dumps(
+                converse_to_chat(_loads(raw), call.model, completion_id, structured)
+            ),
         )
 
     async def _error(self, answer: UpstreamResponse) -> LocalAnswer:
@@ -215,7 +220,9 @@ class BedrockUpstream(DialectUpstream):
         if call.route == "invoke-stream":
             transform = InvokeStreamToMessages(call.model)
         else:
-            transform = ConverseStreamToChat(call.model, _completion_id(answer.headers), call.want_usage)
+            transform = ConverseStreamToChat(
+                call.model, _completion_id(answer.headers), call.want_usage, call.structured
+            )
         headers = {"content-type": "text/event-stream", "cache-control": "no-cache"}
         return TranslatedAnswer(answer, headers=headers, stream=transform, pending=opening)
 

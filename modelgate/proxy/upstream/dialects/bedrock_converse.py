@@ -14,7 +14,11 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_matrix import CHAT_ON_CONVERSE
+from modelgate.proxy.translation.field_rules import FieldRefused, check_fields
+from modelgate.proxy.translation.reasoning import claude_thinking
 from modelgate.proxy.translation.sse import DONE_FRAME, data_frame
+from modelgate.proxy.translation.structured_output import ANSWER_TOOL, AnswerTool, answer_tool_of
 from modelgate.proxy.upstream.dialects.aws_eventstream import EventStreamTransform
 from modelgate.proxy.upstream.dialects.base import add_turn, broken
 
@@ -27,6 +31,8 @@ FINISH_REASONS = {
     "content_filtered": "content_filter",
     "guardrail_intervened": "content_filter",
 }
+# The output limit a thinking request gets when the client named none (thinking needs a limit to fit in).
+CONVERSE_DEFAULT_MAX_TOKENS = 4096
 IMAGE_FORMATS = {
     "image/png": "png",
     "image/jpeg": "jpeg",
@@ -42,8 +48,7 @@ IMAGE_FORMATS = {
 def chat_to_converse(chat: dict[str, Any]) -> dict[str, Any]:
     """The Converse (or ConverseStream) body for a chat completion request; InvalidRequest for what Converse
     cannot carry."""
-    if (chat.get("n") or 1) != 1:
-        raise InvalidRequest("Bedrock Converse answers one choice: n must be 1")
+    check_fields(chat, CHAT_ON_CONVERSE.fields)
     system: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
     raw_messages = chat.get("messages")
@@ -70,7 +75,41 @@ def chat_to_converse(chat: dict[str, Any]) -> dict[str, Any]:
         converse["inferenceConfig"] = inference
     if tool_config := _tool_config(chat, messages):
         converse["toolConfig"] = tool_config
+    if metadata := _request_metadata(chat):
+        converse["requestMetadata"] = metadata
+    if (effort := chat.get("reasoning_effort")) is not None:
+        _add_reasoning(converse, effort, str(chat.get("model") or ""))
     return converse
+
+
+def _request_metadata(chat: dict[str, Any]) -> dict[str, str]:
+    """`user`, `safety_identifier` and the `metadata` pairs as Converse's `requestMetadata` (string pairs
+    Bedrock keeps with the invocation's log)."""
+    metadata = chat.get("metadata")
+    pairs: dict[str, str] = {}
+    if metadata is not None:
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise InvalidRequest("'metadata' must be an object of strings")
+        pairs.update(metadata)
+    for name in ("user", "safety_identifier"):
+        if isinstance(chat.get(name), str) and chat[name]:
+            pairs[name] = chat[name]
+    return pairs
+
+
+def _add_reasoning(converse: dict[str, Any], effort: Any, model: str) -> None:
+    """Claude models on Converse think with `thinking` among the additional model fields; other models'
+    reasoning settings differ per family and are not translated."""
+    if "anthropic." not in model:
+        raise FieldRefused(
+            "reasoning_effort", f"reasoning is translated for Claude models only, not {model!r}"
+        )
+    inference = converse.setdefault("inferenceConfig", {})
+    thinking = claude_thinking(effort, int(inference.get("maxTokens") or CONVERSE_DEFAULT_MAX_TOKENS))
+    if thinking is None:
+        return
+    inference.setdefault("maxTokens", CONVERSE_DEFAULT_MAX_TOKENS)
+    converse["additionalModelRequestFields"] = {"thinking": thinking}
 
 
 def _texts(content: Any, role: str) -> list[str]:
@@ -177,6 +216,9 @@ def _tool_config(chat: dict[str, Any], messages: list[dict[str, Any]]) -> dict[s
             spec["description"] = function["description"]
         tools.append({"toolSpec": spec})
     choice = chat.get("tool_choice")
+    answer = answer_tool_of(chat.get("response_format"), [tool["toolSpec"]["name"] for tool in tools])
+    if answer is not None:
+        return _answer_tool_config(answer, tools, choice)
     uses_tools = any("toolUse" in block or "toolResult" in block for m in messages for block in m["content"])
     if not tools or (choice == "none" and not uses_tools):
         return None  # Converse has no "none": without tools the model cannot call one
@@ -186,11 +228,29 @@ def _tool_config(chat: dict[str, Any], messages: list[dict[str, Any]]) -> dict[s
     elif choice == "required":
         config["toolChoice"] = {"any": {}}
     elif isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        if not name:
-            raise InvalidRequest("tool_choice must name a function")
-        config["toolChoice"] = {"tool": {"name": name}}
+        config["toolChoice"] = {"tool": {"name": _named(choice)}}
     return config
+
+
+def _named(choice: dict[str, Any]) -> str:
+    name = (choice.get("function") or {}).get("name")
+    if not name:
+        raise InvalidRequest("tool_choice must name a function")
+    return name
+
+
+def _answer_tool_config(answer: AnswerTool, tools: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
+    """Structured output as Converse takes it: the answer tool (structured_output.py) beside the client's
+    tools, and a tool choice that makes the model call a tool (that one, unless the client's may be
+    called)."""
+    spec = {"name": ANSWER_TOOL, "description": answer.description, "inputSchema": {"json": answer.schema}}
+    if isinstance(choice, dict):
+        forced = {"tool": {"name": _named(choice)}}
+    elif tools and choice != "none":
+        forced = {"any": {}}
+    else:
+        forced = {"tool": {"name": ANSWER_TOOL}}
+    return {"tools": [*tools, {"toolSpec": spec}], "toolChoice": forced}
 
 
 # -- the answer ----------------------------------------------------------------------------------------
@@ -209,18 +269,32 @@ def chat_usage(usage: Any) -> dict[str, int]:
     }
 
 
-def converse_to_chat(answer: dict[str, Any], model: str, completion_id: str) -> dict[str, Any]:
-    """A chat completion for a Converse answer."""
+def converse_to_chat(
+    answer: dict[str, Any], model: str, completion_id: str, structured: bool = False
+) -> dict[str, Any]:
+    """A chat completion for a Converse answer; `structured`: the request asked for structured output, so a
+    call of the answer tool is the answer's text."""
     message = (answer.get("output") or {}).get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise broken("Converse answer without output.message.content")
     texts: list[str] = []
     tool_calls: list[dict[str, Any]] = []
+    structured_answer: str | None = None
+    reasoning: list[str] = []  # as `reasoning_content` (chat's de facto place; signatures have none)
     for block in message["content"]:
         if not isinstance(block, dict):
             raise broken("Converse content block is not an object")
         if isinstance(block.get("text"), str):
             texts.append(block["text"])
+        elif isinstance(block.get("reasoningContent"), dict):
+            text = (block["reasoningContent"].get("reasoningText") or {}).get("text")
+            reasoning.append(text if isinstance(text, str) else "")
+        elif (
+            isinstance(block.get("toolUse"), dict)
+            and structured
+            and block["toolUse"].get("name") == ANSWER_TOOL
+        ):
+            structured_answer = orjson.dumps(block["toolUse"].get("input", {})).decode()
         elif isinstance(block.get("toolUse"), dict):
             use = block["toolUse"]
             tool_calls.append(
@@ -233,35 +307,48 @@ def converse_to_chat(answer: dict[str, Any], model: str, completion_id: str) -> 
                     },
                 }
             )
+    finish_reason = FINISH_REASONS.get(answer.get("stopReason", ""), "stop")
+    if structured_answer is not None and not tool_calls:
+        texts = [structured_answer]  # words before the answer tool's call are not part of the JSON
+        finish_reason = "stop" if finish_reason == "tool_calls" else finish_reason
     reply: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts or not tool_calls else None,
     }
     if tool_calls:
         reply["tool_calls"] = tool_calls
+    if any(reasoning):
+        reply["reasoning_content"] = "".join(reasoning)
+    choice: dict[str, Any] = {"index": 0, "message": reply, "finish_reason": finish_reason, "logprobs": None}
+    if answer.get("stopReason") == "stop_sequence":
+        choice["stop_reason"] = _matched_stop(answer)
     return {
         "id": completion_id,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": reply,
-                "finish_reason": FINISH_REASONS.get(answer.get("stopReason", ""), "stop"),
-                "logprobs": None,
-            }
-        ],
+        "choices": [choice],
         "usage": chat_usage(answer.get("usage")),
     }
+
+
+def _matched_stop(answer: dict[str, Any]) -> str:
+    """The stop sequence that ended a Converse answer, as vLLM names it in a chat choice's `stop_reason`
+    (messages_to_chat reads it): Claude models report it among the additional fields; "" when unknown, so
+    that a Messages client still learns the answer stopped at a stop sequence."""
+    extra = answer.get("additionalModelResponseFields")
+    matched = extra.get("stop_sequence") if isinstance(extra, dict) else None
+    return matched if isinstance(matched, str) else ""
 
 
 class ConverseStreamToChat(EventStreamTransform):
     """A ConverseStream answer as `chat.completion.chunk` server-sent events, ending with `data: [DONE]`;
     the usage chunk (no choices) only when the request asked for it."""
 
-    def __init__(self, model: str, completion_id: str, want_usage: bool) -> None:
+    def __init__(self, model: str, completion_id: str, want_usage: bool, structured: bool = False) -> None:
         super().__init__()
+        self._structured = structured
+        self._answer_block = -1  # the content block index of the answer tool's call, once it opened
         self._head = {
             "id": completion_id,
             "object": "chat.completion.chunk",
@@ -283,6 +370,9 @@ class ConverseStreamToChat(EventStreamTransform):
             use = (payload.get("start") or {}).get("toolUse")
             if not isinstance(use, dict):
                 return b""
+            if self._structured and use.get("name") == ANSWER_TOOL:
+                self._answer_block = _block_index(payload)
+                return b""
             index = self._tools.setdefault(_block_index(payload), len(self._tools))
             function = {"name": use.get("name", ""), "arguments": ""}
             call = {"index": index, "id": use.get("toolUseId", ""), "type": "function", "function": function}
@@ -292,13 +382,24 @@ class ConverseStreamToChat(EventStreamTransform):
             if isinstance(delta.get("text"), str):
                 return self._chunk({"content": delta["text"]})
             if isinstance(delta.get("toolUse"), dict):
-                index = self._tools.setdefault(_block_index(payload), len(self._tools))
                 arguments = str(delta["toolUse"].get("input", ""))
+                if _block_index(payload) == self._answer_block:
+                    return self._chunk({"content": arguments}) if arguments else b""
+                index = self._tools.setdefault(_block_index(payload), len(self._tools))
                 return self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
-            return b""  # reasoning, citations: not carried by chat chunks
+            reasoning = delta.get("reasoningContent")
+            if isinstance(reasoning, dict) and isinstance(reasoning.get("text"), str) and reasoning["text"]:
+                return self._chunk({"reasoning_content": reasoning["text"]})
+            return b""  # signatures, citations: not carried by chat chunks
         if name == "messageStop":
             self._stopped = True
-            return self._chunk({}, FINISH_REASONS.get(payload.get("stopReason", ""), "stop"))
+            finish_reason = FINISH_REASONS.get(payload.get("stopReason", ""), "stop")
+            if self._answer_block >= 0 and not self._tools and finish_reason == "tool_calls":
+                finish_reason = "stop"
+            choice = {"index": 0, "delta": {}, "finish_reason": finish_reason, "logprobs": None}
+            if payload.get("stopReason") == "stop_sequence":
+                choice["stop_reason"] = _matched_stop(payload)
+            return data_frame({**self._head, "choices": [choice]})
         if name == "metadata" and self._want_usage:
             return data_frame({**self._head, "choices": [], "usage": chat_usage(payload.get("usage"))})
         return b""

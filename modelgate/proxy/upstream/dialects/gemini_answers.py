@@ -1,10 +1,11 @@
 """Gemini's answers as OpenAI chat answers: a `GenerateContentResponse` as a chat completion, its SSE
 stream as `chat.completion.chunk` events, and its errors in the OpenAI error shape.
 
-Candidates become choices; text parts (thoughts left out) the content; `functionCall` parts tool calls with
-ids stable for the answer (`call_` + a digest of the answer id, candidate and position) that carry the call's
-thought signature; `finishReason` the finish reason; `usageMetadata` the usage (thinking tokens count as
-completion tokens, cached prompt tokens as `prompt_tokens_details.cached_tokens`).
+Candidates become choices; text parts the content (thought summaries `reasoning_content`); `functionCall`
+parts tool calls with ids stable for the answer (`call_` + a digest of the answer id, candidate and
+position) that carry the call's thought signature; `finishReason` the finish reason; `usageMetadata` the
+usage (thinking tokens count as completion tokens, cached prompt tokens as
+`prompt_tokens_details.cached_tokens`).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def _answer_id(answer: dict[str, Any]) -> str:
 class _Candidate:
     """What one candidate's parts say: its text, its calls, whether it thought."""
 
-    __slots__ = ("calls", "text")
+    __slots__ = ("calls", "reasoning", "text")
 
     def __init__(self, candidate: Any, answer_id: str, index: int, first_call: int) -> None:
         content = candidate.get("content") if isinstance(candidate, dict) else None
@@ -127,12 +128,13 @@ class _Candidate:
         if parts is not None and not isinstance(parts, list):
             raise broken("candidate parts are not a list")
         texts: list[str] = []
+        thoughts: list[str] = []  # the thought summary (asked for with reasoning_effort): reasoning_content
         self.calls: list[dict[str, Any]] = []
         for part in parts or ():
             if not isinstance(part, dict):
                 raise broken("a candidate part is not an object")
-            if isinstance(part.get("text"), str) and not part.get("thought"):
-                texts.append(part["text"])
+            if isinstance(part.get("text"), str):
+                (thoughts if part.get("thought") else texts).append(part["text"])
             call = part.get("functionCall")
             if isinstance(call, dict):
                 if not isinstance(call.get("name"), str):
@@ -150,6 +152,7 @@ class _Candidate:
                     }
                 )
         self.text = "".join(texts)
+        self.reasoning = "".join(thoughts)
 
 
 def _candidates(answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -175,6 +178,8 @@ def chat_completion(body: bytes, model: str) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": read.text or None, "refusal": None}
         if read.calls:
             message["tool_calls"] = read.calls
+        if read.reasoning:
+            message["reasoning_content"] = read.reasoning
         reason = finish_reason_of(candidate.get("finishReason"), bool(read.calls))
         choices.append({"index": index, "message": message, "finish_reason": reason, "logprobs": None})
     return {
@@ -250,6 +255,8 @@ class ChatChunks:
             if index not in self._started:
                 self._started.add(index)
                 delta = {"role": "assistant", "content": ""}
+            if read.reasoning:
+                delta["reasoning_content"] = read.reasoning
             if read.text:
                 delta["content"] = read.text
             if read.calls:

@@ -19,6 +19,9 @@ from typing import Any
 import orjson
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_matrix import CHAT_ON_GEMINI
+from modelgate.proxy.translation.field_rules import check_fields
+from modelgate.proxy.translation.reasoning import gemini_thinking
 from modelgate.proxy.upstream.dialects.base import add_turn
 from modelgate.proxy.upstream.dialects.gemini_schema import gemini_schema
 
@@ -29,7 +32,8 @@ _TOOL_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 
 
 def gemini_request(payload: dict[str, Any]) -> dict[str, Any]:
-    """The Gemini `generateContent` body for a chat completion request."""
+    """The Gemini `generateContent` body for a chat completion request (docs/translation-fields.md)."""
+    check_fields(payload, CHAT_ON_GEMINI.fields)
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array")
@@ -59,7 +63,10 @@ def gemini_request(payload: dict[str, Any]) -> dict[str, Any]:
         body["tools"] = [{"functionDeclarations": [_declaration(tool) for tool in _listed(tools, "tools")]}]
     if (choice := payload.get("tool_choice")) is not None:
         body["toolConfig"] = {"functionCallingConfig": _calling_config(choice)}
-    if config := _generation_config(payload):
+    config = _generation_config(payload)
+    if thinking := gemini_thinking(payload.get("reasoning_effort"), model):
+        config["thinkingConfig"] = thinking
+    if config:
         body["generationConfig"] = config
     return body
 
