@@ -10,6 +10,7 @@ from modelgate.domain.accounts import Accounts
 from modelgate.domain.audit_writer import AuditWriter
 from modelgate.domain.counters import Counters
 from modelgate.domain.ledger import LedgerWriter
+from modelgate.domain.overruns import OverrunReport
 from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.plugins.access_log import AccessLog
 from modelgate.plugins.admission import Admission
@@ -131,7 +132,12 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
         BillingGate(services.accounts),  # 402 unpaid invoice, balance or budget (recorded for admission)
         Admission(services.counters),  # takes claim, windows and reservations at once: 409, 429, 402
-        UsageMetering(services.ledger, services.counters),  # usage from answers; a ledger row per request
+        # usage from answers; a ledger row per request; overruns counted, audited, logged
+        UsageMetering(
+            services.ledger,
+            services.counters,
+            OverrunReport(services.audit, services.metrics.count_overrun),
+        ),
         Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
         AccessLog(services.config.logging.log_prompts),  # one structured line per request, last
         # The answer's own steps, after every step that reads it as the provider wrote it:

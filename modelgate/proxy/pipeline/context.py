@@ -93,6 +93,11 @@ class Metering:
     content_tokens: int = 0  # estimated output of a whole answer that reported no usage
     cost_micros: int | None = None
     ledger_row_id: str | None = None  # the id its ledger row takes, given when its admission was journaled
+    # Set by `plugins.billing_gate.final_cost`: charged past the reservation by this much; the reported usage
+    # was beyond the physical bound (charged at the bound) and what it would have cost.
+    over_reservation_micros: int = 0
+    usage_implausible: bool = False
+    reported_cost_micros: int = 0
 
 
 @dataclass(slots=True)
