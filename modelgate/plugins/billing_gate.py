@@ -40,7 +40,7 @@ def final_cost(ctx: RequestContext) -> int:
             metering.usage = usage = delivered_usage(ctx)
             prices = ctx.model.prices
             cost = prices.cost(usage)
-            if ctx.route.cap is not None and ctx.route.media is None:
+            if ctx.route.cap is not None and ctx.route.media is None and not ctx.admission.hosted_tools:
                 bound = physical_bound(ctx, usage)
                 if bound is not None and cost > bound:
                     metering.reported_cost_micros = cost
@@ -119,7 +119,8 @@ class BillingGate(Plugin):
 
 def delivered_usage(ctx: RequestContext) -> Usage:
     """The usage to charge for an answered request: the upstream's for a complete answer; for one cut short,
-    at least the generated text that was relayed (the prompt, when unreported, from the body size)."""
+    at least the generated text that was relayed, all of it, even past the cap a provider ignored (the
+    prompt, when unreported, from the body size)."""
     usage = ctx.metering.usage
     if ctx.outcome == "completed" and usage is not None:
         return usage
@@ -127,10 +128,6 @@ def delivered_usage(ctx: RequestContext) -> Usage:
     relayed = (
         scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.metering.content_tokens
     )
-    if (
-        ctx.admission.max_output_tokens
-    ):  # an estimate never passes the output allowance the provider was held to
-        relayed = min(relayed, ctx.admission.max_output_tokens)
     if usage is None:
         return Usage(input_tokens=len(ctx.body) // BYTES_PER_TOKEN, output_tokens=relayed, estimated=True)
     if not usage.input_tokens:

@@ -12,7 +12,8 @@ BREAKING = "breaking"  # breaks off mid-stream
 FAILING = "failing"  # 500 before the first byte
 UNAVAILABLE = "unavailable"  # 503 before the first byte
 SILENT = "silent"  # answers in full without any usage
-BEHAVIOURS = (STEADY, BREAKING, FAILING, UNAVAILABLE, SILENT)
+OVERRUNNING = "overrunning"  # ignores the request's cap: answers (and reports) more than was reserved for
+BEHAVIOURS = (STEADY, BREAKING, FAILING, UNAVAILABLE, SILENT, OVERRUNNING)
 
 # How the client reads a chat answer.
 SDK_STREAM = "sdk_stream"  # the official openai SDK, streamed and read to the end
@@ -112,7 +113,7 @@ def plan_mix(seed: int, shape: MixShape) -> list[Operation]:
 
 
 def _chat_call(rng: random.Random, index: int, shape: MixShape) -> ChatCall:
-    behaviour = rng.choices(BEHAVIOURS, weights=(55, 15, 8, 6, 16))[0]
+    behaviour = rng.choices(BEHAVIOURS, weights=(50, 15, 8, 6, 13, 8))[0]
     if behaviour == BREAKING:
         style = rng.choice((RAW_STREAM, RAW_STREAM, RAW_CUT, SDK_PLAIN))
     else:

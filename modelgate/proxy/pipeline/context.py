@@ -67,8 +67,14 @@ class AdmissionState:
     taken: bool = False  # admitted: everything asked is held until the request completes
     claimed_request_id: bool = False  # the request id, claimed in this process (plugins.request_id)
     # The token estimate the asks were sized by (plugins.output_caps).
-    estimated_input_tokens: int = 0
+    estimated_input_tokens: int = 0  # the body's own, plus the input it names but does not show
     max_output_tokens: int = 0
+    # The context a `previous_response_id` or `conversation` re-reads (plugins.object_binding): the tokens
+    # its last response reported, else the model's context window; 0 when the request names none.
+    carried_input_tokens: int = 0
+    # The request lets the provider run tools that feed the prompt (web search, ...): the usage it can bill
+    # has no physical bound (plugins.billing_gate.physical_bound).
+    hosted_tools: bool = False
     # Held once taken:
     reservations: list[tuple[str, int]] = field(default_factory=list)  # (money counter, amount)
     reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
