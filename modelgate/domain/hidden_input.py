@@ -9,8 +9,10 @@ base at detail "low", else the base and 8 tiles), audio by URL, and what hosted 
 MCP, code interpreter) put into the prompt. Together they never exceed the model's context window, which
 no prompt can.
 
-The request path stays cheap: the parts are walked only when a byte search in the body says one may be
-there (`may_name_parts`); a plain chat request costs a few substring searches.
+The request path stays cheap: the parts are walked only when a message (chat, messages) or input item
+(Responses) has content that is not plain text (`may_name_parts`): a plain chat request costs a look at each
+message's content type (~0.3 µs for two messages; a substring search of a 1 KB body costs ~1.5 µs on
+CPython 3.11, four of them about as much as parsing the body).
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ from typing import Any
 
 from modelgate.config import ModelConfig
 
-# Substrings of every part that names input the body does not hold (checked in C, before any walk).
-_PART_MARKERS = (b"image", b"file", b"audio", b"document")
 _IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 # Parts whose content the provider reads from elsewhere, or turns into more tokens than their bytes.
 _FILE_PARTS = frozenset({"file", "input_file", "document", "audio_url", "input_audio_url"})
@@ -28,11 +28,15 @@ _FILE_PARTS = frozenset({"file", "input_file", "document", "audio_url", "input_a
 _CLIENT_TOOLS = frozenset({"function", "custom"})
 
 
-def may_name_parts(body: bytes) -> bool:
-    """Whether the body may hold a part naming input it does not show (false: no walk needed)."""
-    for marker in _PART_MARKERS:
-        if marker in body:
-            return True
+def may_name_parts(payload: dict[str, Any]) -> bool:
+    """Whether the payload may hold a part naming input it does not show (false: no walk needed): parts
+    live in content that is not a string (chat and messages `messages`, Responses `input`)."""
+    for name in ("messages", "input"):
+        items = payload.get(name)
+        if items.__class__ is list:
+            for item in items:  # plain loops and class checks: this runs on every request
+                if item.__class__ is not dict or item.get("content").__class__ is not str:
+                    return True
     return False
 
 
@@ -48,7 +52,7 @@ def hosted_tools(payload: dict[str, Any]) -> bool:
     return False
 
 
-def hidden_input_tokens(payload: dict[str, Any], body: bytes, model: ModelConfig, carried: int) -> int:
+def hidden_input_tokens(payload: dict[str, Any], model: ModelConfig, carried: int) -> int:
     """Prompt tokens beyond the body's own: `carried` (a previous response's or conversation's context),
     a stored prompt, named files and images, hosted tools' results; at most the model's context window."""
     context = model.max_context_tokens
@@ -58,7 +62,7 @@ def hidden_input_tokens(payload: dict[str, Any], body: bytes, model: ModelConfig
         return context
     if hosted_tools(payload):
         return context
-    if may_name_parts(body):
+    if may_name_parts(payload):
         hidden += _part_tokens(payload, model)
     return hidden if hidden < context else context
 

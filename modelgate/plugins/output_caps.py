@@ -81,15 +81,15 @@ def ensure_estimate(ctx: RequestContext) -> None:
     rule = ctx.route.cap
     if rule is not None and ctx.payload is not None and ctx.body_stream is None:
         payload = ctx.payload
-        # Most requests name nothing hidden: a dict lookup and a few substring searches decide it.
+        # Most requests name nothing hidden: dict lookups and a look at each message's content decide it.
         if (
             admission.carried_input_tokens
             or "tools" in payload
             or "prompt" in payload
-            or may_name_parts(ctx.body)
+            or may_name_parts(payload)
         ):
             admission.estimated_input_tokens += hidden_input_tokens(
-                payload, ctx.body, ctx.model.config, admission.carried_input_tokens
+                payload, ctx.model.config, admission.carried_input_tokens
             )
             admission.hosted_tools = hosted_tools(payload)
         admission.max_output_tokens = _bounded_output(ctx, rule)
