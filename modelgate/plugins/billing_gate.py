@@ -119,8 +119,8 @@ class BillingGate(Plugin):
 
 def delivered_usage(ctx: RequestContext) -> Usage:
     """The usage to charge for an answered request: the upstream's for a complete answer; for one cut short,
-    at least the generated text that was relayed, all of it, even past the cap a provider ignored (the
-    prompt, when unreported, from the body size)."""
+    at least the generated text that was relayed, up to the output allowance (the prompt, when unreported,
+    from the body size)."""
     usage = ctx.metering.usage
     if ctx.outcome == "completed" and usage is not None:
         return usage
@@ -128,6 +128,10 @@ def delivered_usage(ctx: RequestContext) -> Usage:
     relayed = (
         scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.metering.content_tokens
     )
+    # An estimate (~4 bytes a token) never passes the output allowance the provider was held to: most honour
+    # it, and one that does not reports its usage, which is then charged in full.
+    if ctx.admission.max_output_tokens:
+        relayed = min(relayed, ctx.admission.max_output_tokens)
     if usage is None:
         return Usage(input_tokens=len(ctx.body) // BYTES_PER_TOKEN, output_tokens=relayed, estimated=True)
     if not usage.input_tokens:

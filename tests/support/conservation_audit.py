@@ -349,6 +349,10 @@ def _chat_tokens(record: CallRecord, row: LedgerRow, label: str) -> list[str]:
                 f"{row.output_tokens}"
             ]
         return []
+    if call.behaviour == OVERRUNNING and call.cap is not None:
+        # Cut short, its estimate is held to the cap the provider ignored (docs/billing.md); the default cap
+        # is above any echo of the mix.
+        delivered = min(delivered, call.cap * call.n)
     if row.output_tokens < delivered:
         return [
             f"{label}: {record.result} after {record.content_events} content deltas, ledger output tokens "
