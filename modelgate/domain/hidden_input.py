@@ -24,8 +24,20 @@ from modelgate.config import ModelConfig
 _IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 # Parts whose content the provider reads from elsewhere, or turns into more tokens than their bytes.
 _FILE_PARTS = frozenset({"file", "input_file", "document", "audio_url", "input_audio_url"})
-# Responses tools that run at the provider and feed what they find back into the prompt.
-_CLIENT_TOOLS = frozenset({"function", "custom"})
+# Tools that run at the provider and feed what they find back into the prompt (OpenAI Responses: web_search,
+# web_search_preview, file_search, mcp, code_interpreter, image_generation; Anthropic server tools:
+# web_search_20250305, web_fetch_…, code_execution_…). Client tools — chat and Responses `function` and
+# `custom`, Anthropic tools without a type or executed by the client (bash, text editor, computer) — add
+# only what the client sends back, which a later body shows.
+_HOSTED_TOOLS = (
+    "web_search",
+    "web_fetch",
+    "file_search",
+    "mcp",
+    "code_interpreter",
+    "code_execution",
+    "image_gen",
+)
 
 
 def may_name_parts(payload: dict[str, Any]) -> bool:
@@ -47,7 +59,8 @@ def hosted_tools(payload: dict[str, Any]) -> bool:
     if not isinstance(tools, list):
         return False
     for tool in tools:
-        if isinstance(tool, dict) and tool.get("type") not in _CLIENT_TOOLS:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if isinstance(kind, str) and kind.startswith(_HOSTED_TOOLS):
             return True
     return False
 

@@ -123,8 +123,13 @@ async def test_a_stored_prompt_and_hosted_tools_reserve_the_context_window(
         services, key, path="/v1/responses", tools=[{"type": "function", "name": "f"}], input="hi"
     )
 
+    untyped = await _capped(
+        services, key, path="/v1/messages", max_tokens=10, messages=MESSAGES, tools=[{"name": "f"}]
+    )
+
     assert (_hidden(prompt), _hidden(search), _hidden(function)) == (GPT_TEST_CONTEXT, GPT_TEST_CONTEXT, 0)
     assert search.admission.hosted_tools and not function.admission.hosted_tools
+    assert (_hidden(untyped), untyped.admission.hosted_tools) == (0, False)  # an Anthropic client tool
 
 
 async def test_a_carried_context_is_added_and_everything_hidden_stays_within_the_window(
