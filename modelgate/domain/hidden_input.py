@@ -88,10 +88,11 @@ def _part_tokens(payload: dict[str, Any], model: ModelConfig) -> int:
         item = stack.pop()
         if isinstance(item, dict):
             kind = item.get("type")
-            if kind in _IMAGE_PARTS and isinstance(kind, str):
-                total += _image_tokens(item, model)
-            elif kind in _FILE_PARTS and isinstance(kind, str):
-                return model.max_context_tokens
+            if kind.__class__ is str:  # a client may send anything: an unhashable `type` is no part
+                if kind in _IMAGE_PARTS:
+                    total += _image_tokens(item, model)
+                elif kind in _FILE_PARTS:
+                    return model.max_context_tokens
             for value in item.values():
                 if isinstance(value, (dict, list)):
                     stack.append(value)

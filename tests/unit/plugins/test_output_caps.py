@@ -103,8 +103,17 @@ def _hidden(ctx) -> int:
         ([_image("low"), _image("low"), _image("low")], 3 * 85),
         ([{"type": "file", "file": {"file_id": "file-1"}}], GPT_TEST_CONTEXT),
         ([_image()] * 10, GPT_TEST_CONTEXT),  # 10 x 1,445 tokens pass the window: held to it
+        ([{"type": {"image": 1}}, {"type": ["file"]}], 0),  # hostile shapes: no part, and no 500
     ],
-    ids=["words only", "one image", "high and auto", "three low", "file id", "ten images: the window"],
+    ids=[
+        "words only",
+        "one image",
+        "high and auto",
+        "three low",
+        "file id",
+        "ten images: the window",
+        "unhashable types",
+    ],
 )
 async def test_parts_the_body_only_names_are_added_to_the_input_estimate(
     services: PluginServices, key: StoredKey, parts: list, hidden: int
