@@ -176,17 +176,20 @@ def assert_refused_before_sending(
 FIRST_ID = "resp_truth00000001"
 
 
-def _first_response(gateway, tenant: Tenant, upstream: FakeUpstream, extra: dict) -> tuple[str, int]:
+def _first_response(
+    gateway, tenant: Tenant, upstream: FakeUpstream, extra: dict, stream: bool = False
+) -> tuple[str, int]:
     """A stored response (id FIRST_ID) whose provider bills 8,000 input and 2,000 output tokens (its body
     shows them: 16 KB); returns its id and its charge."""
     fault = Fault(billed_usage=responses_usage(8_000, 2_000), object_id=FIRST_ID)
     upstream.add_fault(RESPONSES, fault)
-    body = body_of({"model": "truth", "input": "x " * 8_000, "max_output_tokens": 2_000, **extra})
-    reply, request_id = send(gateway.base_url, tenant, RESPONSES, body)
+    body = {"model": "truth", "input": "x " * 8_000, "max_output_tokens": 2_000, "stream": stream, **extra}
+    reply, request_id = send(gateway.base_url, tenant, RESPONSES, body_of(body))
     assert reply.status_code == 200, reply.text
+    assert reply.content.startswith(b"event: response.created") == stream
     row = ledger_row(gateway.storage_url, request_id)
     assert row["cost_micros"] == bill(8_000, 2_000) and not row["over_reservation_micros"], str(row)
-    return reply.json()["id"], row["cost_micros"]
+    return FIRST_ID, row["cost_micros"]
 
 
 def test_a_chained_response_below_its_bound_is_refused_before_the_provider_is_called(
@@ -203,12 +206,13 @@ def test_a_chained_response_below_its_bound_is_refused_before_the_provider_is_ca
     assert_refused_before_sending(reply, upstream, RESPONSES, 1)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_chained_response_is_charged_exactly_what_the_provider_bills(
-    start_gateway, upstream: FakeUpstream
+    start_gateway, upstream: FakeUpstream, stream: bool
 ) -> None:
     gateway = start_gateway(extra=truth_toml(upstream))
     tenant = funded(gateway, 10_000_000)
-    response_id, first_cost = _first_response(gateway, tenant, upstream, {})
+    response_id, first_cost = _first_response(gateway, tenant, upstream, {}, stream)
     # The follow-up re-reads the 10,000 tokens of context, and its own few.
     upstream.add_fault(RESPONSES, Fault(billed_usage=responses_usage(10_012, 40)))
     follow_up = body_of({"model": "truth", "input": "and then?", "previous_response_id": response_id})
