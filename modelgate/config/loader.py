@@ -384,6 +384,8 @@ def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | N
         default_max_tokens=t.integer("default_max_tokens", check=at_least(1)),
         max_context_tokens=t.integer("max_context_tokens", check=at_least(1)),
         max_audio_seconds=t.number("max_audio_seconds", check=above(0)),
+        image_base_tokens=t.integer("image_base_tokens", check=at_least(0)),
+        image_tile_tokens=t.integer("image_tile_tokens", check=at_least(0)),
     )
     t.finish()
     if name is ABSENT:

@@ -291,6 +291,15 @@ class ModelConfig:
     max_context_tokens: int = 128000
     # The longest audio a transcription may bill for: reserved before (its duration is unknown until then).
     max_audio_seconds: float = 1500.0
+    # An image the body only names (a URL, a file id) reserves by OpenAI's tile formula: `image_base_tokens`
+    # at detail "low", else the base plus 8 tiles of `image_tile_tokens` (the most a 2048 x 768 image takes).
+    image_base_tokens: int = 85
+    image_tile_tokens: int = 170
+
+    @property
+    def max_image_tokens(self) -> int:
+        """The most prompt tokens one image can cost (detail high or unknown): 8 tiles and the base."""
+        return self.image_base_tokens + 8 * self.image_tile_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,10 @@
 
 Each organization has a live money counter: balance = stored balance - spend not yet written by the
 ledger; a request may reserve up to balance + the plan's credit limit - what is already reserved. A request
-reserves its worst-case cost before it is forwarded and settles to its real cost (never above the
-reservation) afterwards, so concurrent requests can never spend past the headroom.
+reserves its worst-case cost before it is forwarded and settles to its real cost afterwards, so concurrent
+requests can never spend past the headroom — except by what a provider bills beyond the bound the gateway
+reserved, which is charged in full and may take the balance below its floor by that excess (settling
+subtracts the real cost whatever was reserved, in process and in Redis alike: docs/billing.md).
 
 Balance events (a paid invoice, a top-up, an operator's adjustment: `domain.events`) reach every gateway
 process through the `modelgate_billing` channel (PostgreSQL NOTIFY and Redis pub/sub) and are folded into

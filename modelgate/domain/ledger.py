@@ -57,6 +57,9 @@ class LedgerEntry:
     row_id: str | None = None  # given by `admit`; None: a fresh id at `add`
     content_action: str = ""  # what content rules did: blocked, redacted, flagged (or nothing)
     usage_estimated: bool = False  # its tokens were estimated, not reported by the provider
+    # Charged past its reservation by this much (the provider billed more than the gateway bounded).
+    over_reservation_micros: int = 0
+    usage_implausible: bool = False  # reported usage no model could produce: charged at the physical bound
 
 
 CRASHED = "crashed"
@@ -89,10 +92,14 @@ LedgerRow = tuple
 _COLUMNS = 15
 _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
 # Optional, after the budgets (spool lines written before they existed end earlier): the content action, then
-# whether the usage was estimated (written only when true, the content action then written even if empty).
+# whether the usage was estimated (written only when true, the content action then written even if empty),
+# then the micro-units charged over the reservation and whether the usage was implausible (written only when
+# either is set, every column before them then written too).
 _CONTENT = 16
 _ESTIMATED = 17
-_NO_CONTENT_ACTION = ("", False)  # the last two columns of a row that ends at its budgets
+_OVER = 18
+_IMPLAUSIBLE = 19
+_NO_CONTENT_ACTION = ("", False, 0, False)  # the last columns of a row that ends at its budgets
 # An admission in the spool: this marker, then the row to charge should the request never complete.
 _ADMITTED = "admitted"
 # An admission that ended without a row (nothing to charge): this marker, then its row id.
@@ -101,8 +108,8 @@ _WITHDRAWN = "withdrawn"
 _INSERT = (
     "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
     " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at, units, outcome,"
-    " content_action, usage_estimated)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+    " content_action, usage_estimated, over_reservation_micros, usage_implausible)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
 )
 _BALANCE = "UPDATE organizations SET balance_micros = balance_micros - $1 WHERE id = $2"
 _BUDGET = (
@@ -407,7 +414,7 @@ class LedgerWriter:
                 (
                     *row[:_COLUMNS],
                     tuple(tuple(budget) for budget in row[_BUDGETS]),
-                    *row[_CONTENT : _ESTIMATED + 1],
+                    *row[_CONTENT : _IMPLAUSIBLE + 1],
                 )
             )
             if len(chunk) == size:
@@ -600,6 +607,8 @@ def ledger_row(
     budgets: tuple[tuple[str, float], ...],
     content_action: str = "",
     usage_estimated: bool = False,
+    over_reservation_micros: int = 0,
+    usage_implausible: bool = False,
 ) -> LedgerRow:
     """A row as the spool and `add_row` take it: a LedgerEntry's fields, positional (no object per
     request)."""
@@ -621,6 +630,8 @@ def ledger_row(
         outcome,
         budgets,
     )
+    if over_reservation_micros or usage_implausible:
+        return (*row, content_action, usage_estimated, over_reservation_micros, usage_implausible)
     if usage_estimated:
         return (*row, content_action, True)
     return (*row, content_action) if content_action else row
@@ -647,12 +658,16 @@ def entry_row(entry: LedgerEntry, row_id: str) -> LedgerRow:
         entry.budgets,
         entry.content_action,
         entry.usage_estimated,
+        entry.over_reservation_micros,
+        entry.usage_implausible,
     )
 
 
 def _parameters(row: LedgerRow) -> tuple:
     """The parameters of `_INSERT` for a row."""
-    return (*row[:_COLUMNS], _content_action(row), _usage_estimated(row))
+    if len(row) > _OVER:
+        return (*row[:_COLUMNS], *row[_CONTENT : _IMPLAUSIBLE + 1])
+    return (*row[:_COLUMNS], _content_action(row), _usage_estimated(row), 0, False)
 
 
 def _content_action(row: LedgerRow) -> str:

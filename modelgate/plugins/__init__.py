@@ -11,6 +11,7 @@ from modelgate.domain.accounts import Accounts
 from modelgate.domain.audit_writer import AuditWriter
 from modelgate.domain.counters import Counters
 from modelgate.domain.ledger import LedgerWriter
+from modelgate.domain.overruns import OverrunReport
 from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.plugins.access_log import AccessLog
 from modelgate.plugins.admission import Admission
@@ -108,8 +109,11 @@ CHAIN: tuple[ChainStep, ...] = (
     # 402 unpaid invoice, balance or budget (recorded for admission)
     ChainStep(BillingGate, lambda s: BillingGate(s.accounts)),
     ChainStep(Admission, lambda s: Admission(s.counters)),  # claim, windows and reservations at once
-    # usage from answers; a ledger row per request
-    ChainStep(UsageMetering, lambda s: UsageMetering(s.ledger, s.counters)),
+    # usage from answers; a ledger row per request; overruns counted, audited, logged
+    ChainStep(
+        UsageMetering,
+        lambda s: UsageMetering(s.ledger, s.counters, OverrunReport(s.audit, s.metrics.count_overrun)),
+    ),
     ChainStep(Metrics, lambda s: Metrics(s.metrics)),  # Prometheus (after metering: tokens known)
     ChainStep(
         AccessLog, lambda s: AccessLog(s.config.logging.log_prompts)

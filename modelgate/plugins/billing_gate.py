@@ -1,16 +1,17 @@
 """The billing gate: a request is forwarded only if its worst-case cost fits in the organization's
 balance (plus the plan's credit limit) and in every budget of the policy rules that apply — 402 otherwise.
 
-Until the first invoice is paid only a plan with a credit limit may spend. The worst case is a hard bound:
-the output cap it assumes is the one sent upstream (`plugins.output_caps`), and the charge never exceeds it.
+Until the first invoice is paid only a plan with a credit limit may spend. The worst case bounds what the
+provider can bill: the output cap it assumes is the one sent upstream, and the prompt includes what the body
+does not show (previous responses, conversations, stored prompts, files, media URLs: `plugins.output_caps`).
 The reservations are taken by the admission step right after this one (`plugins.admission`) and settled to
-the real cost when the request ends however it ends, so concurrent requests never overspend. Calls that
-generate nothing reserve 0 and cost nothing.
+the real cost when the request ends however it ends. The charge is the truth (docs/billing.md): a provider
+that still bills more is charged in full, and the overrun is recorded. Calls that generate nothing reserve 0
+and cost nothing.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 
 from modelgate.domain.accounts import Accounts
@@ -22,32 +23,47 @@ from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.realtime.billing import check_one_response
 
-log = logging.getLogger("modelgate.billing")
-
 
 def final_cost(ctx: RequestContext) -> int:
     """The cost to charge for a finished request (computed once, shared by billing and metering).
 
     Charged: every answer the upstream started to give (a success status relayed), whatever happened after —
-    from the upstream's usage, or for a stream cut short from what was relayed — never above the reservation.
+    from the upstream's usage, or for a stream cut short from what was relayed — in full, even past the
+    reservation (the excess is recorded in `ctx.metering.over_reservation_micros`). Only usage beyond what
+    the model can physically produce is charged at that bound instead (`physical_bound`).
     """
-    if ctx.metering.cost_micros is None:
+    metering = ctx.metering
+    if metering.cost_micros is None:
         if not ctx.answered_status or ctx.route.free:
-            ctx.metering.cost_micros = 0
+            metering.cost_micros = 0
         else:
-            ctx.metering.usage = delivered_usage(ctx)
-            cost = ctx.model.prices.cost(ctx.metering.usage)
-            if ctx.admission.reserved_micros is not None and cost > ctx.admission.reserved_micros:
-                log.warning(
-                    "request %s cost %d µ over its reservation of %d µ; charged the reservation",
-                    ctx.request_id,
-                    cost,
-                    ctx.admission.reserved_micros,
-                    extra={"request_id": ctx.request_id},
-                )
-                cost = ctx.admission.reserved_micros
-            ctx.metering.cost_micros = cost
-    return ctx.metering.cost_micros
+            metering.usage = usage = delivered_usage(ctx)
+            prices = ctx.model.prices
+            cost = prices.cost(usage)
+            if ctx.route.cap is not None and ctx.route.media is None and not ctx.admission.hosted_tools:
+                bound = physical_bound(ctx, usage)
+                if bound is not None and cost > bound:
+                    metering.reported_cost_micros = cost
+                    metering.usage_implausible = True
+                    cost = bound
+            reserved = ctx.admission.reserved_micros
+            if reserved is not None and cost > reserved:
+                metering.over_reservation_micros = cost - reserved
+            metering.cost_micros = cost
+    return metering.cost_micros
+
+
+def physical_bound(ctx: RequestContext, usage: Usage) -> int | None:
+    """The cost of the most a model can produce for this request, when `usage` goes beyond it: the model's
+    context window of prompt tokens, all uncached, plus the output cap sent times `n`; None when the usage
+    stays within (tokens prompt + output <= max_context_tokens + cap x n)."""
+    most_output = ctx.admission.max_output_tokens
+    if not most_output:
+        return None
+    context = ctx.model.config.max_context_tokens
+    if usage.input_tokens + usage.output_tokens <= context + most_output:
+        return None
+    return ctx.model.prices.worst_case(context, most_output)
 
 
 class BillingGate(Plugin):
@@ -103,7 +119,8 @@ class BillingGate(Plugin):
 
 def delivered_usage(ctx: RequestContext) -> Usage:
     """The usage to charge for an answered request: the upstream's for a complete answer; for one cut short,
-    at least the generated text that was relayed (the prompt, when unreported, from the body size)."""
+    at least the generated text that was relayed, up to the output allowance (the prompt, when unreported,
+    from the body size)."""
     usage = ctx.metering.usage
     if ctx.outcome == "completed" and usage is not None:
         return usage
@@ -111,9 +128,9 @@ def delivered_usage(ctx: RequestContext) -> Usage:
     relayed = (
         scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.metering.content_tokens
     )
-    if (
-        ctx.admission.max_output_tokens
-    ):  # an estimate never passes the output allowance the provider was held to
+    # An estimate (~4 bytes a token) never passes the output allowance the provider was held to: most honour
+    # it, and one that does not reports its usage, which is then charged in full.
+    if ctx.admission.max_output_tokens:
         relayed = min(relayed, ctx.admission.max_output_tokens)
     if usage is None:
         return Usage(input_tokens=len(ctx.body) // BYTES_PER_TOKEN, output_tokens=relayed, estimated=True)

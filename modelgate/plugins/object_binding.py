@@ -5,6 +5,11 @@ POST /v1/responses with `previous_response_id`, GET/DELETE /v1/responses/{id} an
 without a code (the spec's unknown task identifier), or 400 for previous_response_id. New stored response
 ids and video ids are bound as soon as they appear in the upstream answer: whatever their shape, as long as
 `proxy.state.objects.is_object_id` accepts them (an id it refuses is logged and left unbound).
+
+A binding also remembers the context its response carried (the input + output tokens the provider reported
+for it), and a `conversation` the context of the last response made in it: a follow-up re-reads that
+context, which its body does not show, so its reservation counts it (`AdmissionState.carried_input_tokens`;
+the model's context window when it is not known).
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ class ObjectBindingPlugin(Plugin):
             return
         if kind != "response":
             return
-        previous = ctx.payload.get("previous_response_id")
+        payload = ctx.payload
+        previous = payload.get("previous_response_id")
         if previous is not None:
             binding = await self._store.find(previous, ctx.key.organization_id, "response")
             if binding is None:
@@ -69,6 +75,19 @@ class ObjectBindingPlugin(Plugin):
                 raise InvalidRequest(
                     f"Previous response '{previous}' was made by a row this request cannot use."
                 )
+            ctx.admission.carried_input_tokens = self._carried(ctx, binding)
+        conversation = _conversation_id(payload)
+        if conversation is not None:
+            binding = await self._store.find(conversation, ctx.key.organization_id, "conversation")
+            ctx.admission.carried_input_tokens = self._carried(ctx, binding)
+
+    @staticmethod
+    def _carried(ctx: RequestContext, binding: ObjectBinding | None) -> int:
+        """The context a follow-up re-reads: what its response reported, else the model's whole window."""
+        context = ctx.model.config.max_context_tokens if ctx.model is not None else 0
+        if binding is None or binding.context_tokens is None:
+            return context
+        return binding.context_tokens if binding.context_tokens < context else context
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         self._bind_created(ctx, chunk)
@@ -104,8 +123,39 @@ class ObjectBindingPlugin(Plugin):
         )
 
     async def on_complete(self, ctx: RequestContext) -> None:
-        if ctx.route is not None and ctx.route.deletes and ctx.status == 200:
+        route = ctx.route
+        if route is None:
+            return
+        if route.deletes and ctx.status == 200:
             await self._store.forget(ctx.object_id)
+        elif route.creates == "response" and ctx.answered_status == 200:
+            self._remember_context(ctx)
+
+    def _remember_context(self, ctx: RequestContext) -> None:
+        """The context a created response carried, as the provider reported it (none reported: unknown)."""
+        usage = ctx.metering.usage
+        if usage is None or usage.estimated or ctx.outcome != "completed":
+            return
+        tokens = usage.input_tokens + usage.output_tokens
+        if ctx.bound_object:
+            self._store.remember_context(ctx.bound_object, tokens)
+        conversation = _conversation_id(ctx.payload)
+        if conversation is not None and ctx.row is not None:
+            self._store.remember_conversation(
+                ObjectBinding(
+                    conversation, ctx.key.organization_id, "conversation", ctx.model.name, ctx.row.key, tokens
+                )
+            )
+
+
+def _conversation_id(payload: dict | None) -> str | None:
+    """The conversation a Responses request is made in (an id, or `{"id": ...}`), when it names one."""
+    if payload is None:
+        return None
+    conversation = payload.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    return conversation if is_object_id(conversation) else None
 
 
 def _created_id(ctx: RequestContext, chunk: bytes) -> bytes | None:

@@ -1,4 +1,5 @@
-"""Output caps: what a request may generate, sent upstream and reserved for, so the reservation bounds it.
+"""Output caps: what a request may generate, sent upstream and reserved for, so the reservation bounds it;
+and the input estimate, with what the body names but does not show (`domain.hidden_input`).
 
 A request that names no cap gets one: the model's `default_max_tokens` (16 on legacy completions, the
 OpenAI default), written into the body the provider receives, so the provider can never generate more than
@@ -11,6 +12,7 @@ which reserve by the cap (`ensure_estimate`), are switched off.
 from __future__ import annotations
 
 from modelgate.domain.errors import InvalidRequest
+from modelgate.domain.hidden_input import hidden_input_tokens, hosted_tools, may_name_parts
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.route_table import CapRule
@@ -70,13 +72,27 @@ def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
 
 
 def ensure_estimate(ctx: RequestContext) -> None:
-    """Fill the request's token estimate once: input from the body size, output from its bounded cap."""
-    if ctx.admission.max_output_tokens or ctx.model is None:
+    """Fill the request's token estimate once: input from the body size and what the body names but does
+    not show (`domain.hidden_input`), output from its bounded cap."""
+    admission = ctx.admission
+    if admission.max_output_tokens or ctx.model is None:
         return
-    ctx.admission.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
+    admission.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
     rule = ctx.route.cap
     if rule is not None and ctx.payload is not None and ctx.body_stream is None:
-        ctx.admission.max_output_tokens = _bounded_output(ctx, rule)
+        payload = ctx.payload
+        # Most requests name nothing hidden: dict lookups and a look at each message's content decide it.
+        if (
+            admission.carried_input_tokens
+            or "tools" in payload
+            or "prompt" in payload
+            or may_name_parts(payload)
+        ):
+            admission.estimated_input_tokens += hidden_input_tokens(
+                payload, ctx.model.config, admission.carried_input_tokens
+            )
+            admission.hosted_tools = hosted_tools(payload)
+        admission.max_output_tokens = _bounded_output(ctx, rule)
     elif ctx.route.kind in _NO_TOKEN_OUTPUT:
         ctx.admission.max_output_tokens = 1
     else:

@@ -13,6 +13,7 @@ from functools import partial
 from modelgate.domain.counters import Counters
 from modelgate.domain.ledger import CRASHED, LedgerWriter, ledger_row
 from modelgate.domain.media import MediaUsageReader
+from modelgate.domain.overruns import Overrun, OverrunReport
 from modelgate.domain.usage import (
     BYTES_PER_TOKEN,
     StreamUsageScanner,
@@ -32,9 +33,12 @@ class UsageMetering(Plugin):
     requires = frozenset({"route", "key", "model", "stream", "payload", "body"})
     provides = frozenset({"metering"})
 
-    def __init__(self, ledger: LedgerWriter, counters: Counters) -> None:
+    def __init__(
+        self, ledger: LedgerWriter, counters: Counters, overruns: OverrunReport | None = None
+    ) -> None:
         self._ledger = ledger
         self._counters = counters
+        self._overruns = overruns
 
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
@@ -106,12 +110,36 @@ class UsageMetering(Plugin):
             tuple(ctx.admission.charged_budgets),
             content_action(ctx.content_hits) if ctx.content_hits else "",
             usage.estimated if usage else False,
+            ctx.metering.over_reservation_micros,
+            ctx.metering.usage_implausible,
         )
+        if ctx.metering.over_reservation_micros or ctx.metering.usage_implausible:
+            self._report_overrun(ctx, cost)
         if ctx.admission.reservations:
             # Spooled once its settlement is in the live counter (a crash in between is recovered by row id).
             self._counters.after_written(partial(self._ledger.add_row, row, admitted))
         else:
             self._ledger.add_row(row, admitted)
+
+    def _report_overrun(self, ctx: RequestContext, cost: int) -> None:
+        if self._overruns is None:
+            return
+        key, metering = ctx.key, ctx.metering
+        self._overruns.report(
+            Overrun(
+                key.organization_id,
+                key.id,
+                key.system_id,
+                ctx.route.name,
+                ctx.model.name,
+                ctx.request_id,
+                ctx.admission.reserved_micros or 0,
+                cost,
+                metering.over_reservation_micros,
+                metering.usage_implausible,
+                metering.reported_cost_micros,
+            )
+        )
 
     def _admit(self, ctx: RequestContext, reserved: int) -> str:
         """Journal the request before it is forwarded; returns its row id. The row charged should the

@@ -21,7 +21,10 @@ class Fault:
     whose `choices` hold one choice with an empty delta) or "last_content" (usage on the chunk carrying the
     last piece of content and the finish reason); both then carry a provider `cost` field, top level and in
     `usage`, as plain answers do with `provider_cost`. `object_id` is the id a created stored response or
-    video gets instead of the fake's own (providers' ids differ in length and alphabet).
+    video gets instead of the fake's own (providers' ids differ in length and alphabet). `billed_usage` is
+    the usage a chat completion or a response reports (plain and streamed) instead of the echo's count: a
+    provider billing what the request does not show (a previous response's context, a stored prompt, a
+    file, an image URL), or more than the cap it was sent.
     """
 
     status: int | None = None
@@ -38,6 +41,7 @@ class Fault:
     usage_chunk: str | None = None
     provider_cost: bool = False
     object_id: str | None = None
+    billed_usage: dict | None = None
 
 
 FOREVER = -1

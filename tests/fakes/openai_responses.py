@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .context import CONTEXT, answered_model, created_id, json_body, optional_int
+from .context import CONTEXT, answered_model, created_id, fault_of, json_body, optional_int
 from .echo_model import Reply, echo_reply, last_user_text, new_id, prompt_tokens
 from .envelopes import UpstreamError, json_response
 from .sse import SseScript, event_frame, play
@@ -87,6 +87,9 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         raise UpstreamError(400, message, param="previous_response_id")
     reply = echo_reply(last_user_text(items), max_tokens=optional_int(body, "max_output_tokens"))
     response = _response_object(body, model, reply, prompt_tokens(items, system=body.get("instructions")))
+    fault = fault_of(request)
+    if fault is not None and fault.billed_usage is not None:
+        response["usage"] = fault.billed_usage
     response["id"] = created_id(request, response["id"])
     if response["store"]:
         ctx.responses[response["id"]] = response

@@ -12,7 +12,8 @@ BREAKING = "breaking"  # breaks off mid-stream
 FAILING = "failing"  # 500 before the first byte
 UNAVAILABLE = "unavailable"  # 503 before the first byte
 SILENT = "silent"  # answers in full without any usage
-BEHAVIOURS = (STEADY, BREAKING, FAILING, UNAVAILABLE, SILENT)
+OVERRUNNING = "overrunning"  # ignores the request's cap: answers (and reports) more than was reserved for
+BEHAVIOURS = (STEADY, BREAKING, FAILING, UNAVAILABLE, SILENT, OVERRUNNING)
 
 # How the client reads a chat answer.
 SDK_STREAM = "sdk_stream"  # the official openai SDK, streamed and read to the end
@@ -112,22 +113,28 @@ def plan_mix(seed: int, shape: MixShape) -> list[Operation]:
 
 
 def _chat_call(rng: random.Random, index: int, shape: MixShape) -> ChatCall:
-    behaviour = rng.choices(BEHAVIOURS, weights=(55, 15, 8, 6, 16))[0]
+    behaviour = rng.choices(BEHAVIOURS, weights=(50, 15, 8, 6, 13, 8))[0]
     if behaviour == BREAKING:
         style = rng.choice((RAW_STREAM, RAW_STREAM, RAW_CUT, SDK_PLAIN))
     else:
         style = rng.choices((SDK_STREAM, SDK_PLAIN, RAW_STREAM, RAW_CUT), weights=(30, 25, 15, 30))[0]
     cap_kind = rng.random()
     cap = None if cap_kind < 0.4 else rng.randint(1, 5) if cap_kind < 0.7 else rng.randint(10, 60)
+    words = rng.randint(3, 30)
+    n = 1 if rng.random() < 0.8 else rng.randint(2, 3)
+    if behaviour == OVERRUNNING:
+        # Far past a cap of 1, answered n times: more over the output reservation than the prompt's byte
+        # estimate leaves spare (~3 bytes a word, 2 bytes a token), so a call read to the end overruns.
+        cap, words, n = 1, rng.randint(25, 30), rng.randint(2, 3)
     return ChatCall(
         index=index,
         organization=rng.randrange(shape.organizations),
         gateway=rng.randrange(shape.gateways),
         behaviour=behaviour,
         style=style,
-        words=rng.randint(3, 30),
+        words=words,
         cap=cap,
-        n=1 if rng.random() < 0.8 else rng.randint(2, 3),
+        n=n,
         include_usage=rng.random() < 0.5,
         cut_after=rng.randint(1, 12) if style == RAW_CUT else 0,
     )

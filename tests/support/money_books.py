@@ -29,6 +29,8 @@ class LedgerRow:
     cached_input_tokens: int
     output_tokens: int
     cost_micros: int
+    over_reservation_micros: int = 0  # charged past the reservation (issue #32: the charge is the truth)
+    usage_implausible: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,11 @@ class Books:
     def spent_micros(self) -> int:
         return sum(row.cost_micros for row in self.rows)
 
+    @property
+    def over_reservation_micros(self) -> int:
+        """Σ charged past the reservations: how far below its floor the balance may have gone."""
+        return sum(row.over_reservation_micros for row in self.rows)
+
     def events_after(self, seq: int) -> tuple[BalanceEventRow, ...]:
         return tuple(event for event in self.events if event.seq > seq)
 
@@ -62,8 +69,9 @@ async def read_books(db: Database, organization_id: str) -> Books:
         "SELECT balance_micros, credit_seq FROM organizations WHERE id = $1", organization_id
     )
     rows = await db.fetch(
-        "SELECT request_id, status, outcome, input_tokens, cached_input_tokens, output_tokens, cost_micros"
-        " FROM usage_ledger WHERE organization_id = $1 ORDER BY created_at, id",
+        "SELECT request_id, status, outcome, input_tokens, cached_input_tokens, output_tokens, cost_micros,"
+        " over_reservation_micros, usage_implausible FROM usage_ledger WHERE organization_id = $1"
+        " ORDER BY created_at, id",
         organization_id,
     )
     events = await db.fetch(
@@ -83,6 +91,8 @@ async def read_books(db: Database, organization_id: str) -> Books:
                 int(r["cached_input_tokens"]),
                 int(r["output_tokens"]),
                 int(r["cost_micros"]),
+                int(r["over_reservation_micros"]),
+                bool(r["usage_implausible"]),
             )
             for r in rows
         ),

@@ -167,6 +167,24 @@ class GatewayMetrics:
             ["rule", "action", "where"],
             registry=registry,
         )
+        self.charge_over_reservation = Counter(
+            "modelgate_charge_over_reservation",
+            "Requests charged more than their reservation (the provider billed past the gateway's bound).",
+            ["model"],
+            registry=registry,
+        )
+        self.charge_over_reservation_micros = Counter(
+            "modelgate_charge_over_reservation_micros",
+            "Micro-units charged over the reservations of those requests.",
+            ["model"],
+            registry=registry,
+        )
+        self.charge_implausible_usage = Counter(
+            "modelgate_charge_implausible_usage",
+            "Requests whose reported usage was beyond what the model can produce (charged at that bound).",
+            ["model"],
+            registry=registry,
+        )
         self.realtime_sessions = Gauge(
             "modelgate_realtime_sessions",
             "Open realtime (WebSocket) sessions of this process.",
@@ -196,6 +214,14 @@ class GatewayMetrics:
         )
         for result in ("applied", "refused"):
             self.config_reloads.labels(result)
+
+    def count_overrun(self, model: str, over_micros: int, implausible: bool) -> None:
+        """One request charged over its reservation (`over_micros` > 0) and/or with implausible usage."""
+        if over_micros:
+            self.charge_over_reservation.labels(model).inc()
+            self.charge_over_reservation_micros.labels(model).inc(over_micros)
+        if implausible:
+            self.charge_implausible_usage.labels(model).inc()
 
     def watch_ledger(self, ledger: LedgerWriter) -> None:
         """Read the ledger's queue depth, backlog and flush lag at every scrape."""

@@ -67,8 +67,14 @@ class AdmissionState:
     taken: bool = False  # admitted: everything asked is held until the request completes
     claimed_request_id: bool = False  # the request id, claimed in this process (plugins.request_id)
     # The token estimate the asks were sized by (plugins.output_caps).
-    estimated_input_tokens: int = 0
+    estimated_input_tokens: int = 0  # the body's own, plus the input it names but does not show
     max_output_tokens: int = 0
+    # The context a `previous_response_id` or `conversation` re-reads (plugins.object_binding): the tokens
+    # its last response reported, else the model's context window; 0 when the request names none.
+    carried_input_tokens: int = 0
+    # The request lets the provider run tools that feed the prompt (web search, ...): the usage it can bill
+    # has no physical bound (plugins.billing_gate.physical_bound).
+    hosted_tools: bool = False
     # Held once taken:
     reservations: list[tuple[str, int]] = field(default_factory=list)  # (money counter, amount)
     reserved_micros: int | None = None  # the balance reservation: the most this request may be charged
@@ -93,6 +99,11 @@ class Metering:
     content_tokens: int = 0  # estimated output of a whole answer that reported no usage
     cost_micros: int | None = None
     ledger_row_id: str | None = None  # the id its ledger row takes, given when its admission was journaled
+    # Set by `plugins.billing_gate.final_cost`: charged past the reservation by this much; the reported usage
+    # was beyond the physical bound (charged at the bound) and what it would have cost.
+    over_reservation_micros: int = 0
+    usage_implausible: bool = False
+    reported_cost_micros: int = 0
 
 
 @dataclass(slots=True)

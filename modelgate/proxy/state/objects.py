@@ -1,7 +1,11 @@
 """Model API objects (stored responses, videos) bound to their organization and routing row.
 
-Bindings are immutable once written, so they are cached; the cache is filled the moment an id is seen in
-the upstream answer, before the client can know the id, and the database row follows at once.
+Bindings are immutable once written, except for the context they carried, so they are cached; the cache is
+filled the moment an id is seen in the upstream answer, before the client can know the id, and the database
+row follows at once. A stored response's context (its reported input + output tokens: what a follow-up
+naming it re-reads) is known only when it completes and is added then; so is the context of a conversation
+(kind "conversation": the last response made in it). A process that cached a binding before its context was
+known bounds a follow-up by the model's context window instead: never less than the truth.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from modelgate.storage.database import Database, IntegrityViolation
 
@@ -38,6 +42,7 @@ class ObjectBinding:
     kind: str
     model: str
     row_key: str
+    context_tokens: int | None = None  # input + output tokens the provider reported for it (None: unknown)
 
 
 class ObjectStore:
@@ -48,13 +53,65 @@ class ObjectStore:
         self._cache: OrderedDict[str, ObjectBinding | None] = OrderedDict()
         self._max = max_cached
         self._pending: set[asyncio.Task] = set()
+        self._inserting: dict[str, asyncio.Task] = {}  # id -> its INSERT, until done
 
     def remember(self, binding: ObjectBinding) -> None:
         """Cache now, persist in the background (the request is not held for it)."""
         self._put(binding.id, binding)
-        task = asyncio.get_running_loop().create_task(self._persist(binding))
+        task = self._background(self._persist(binding))
+        self._inserting[binding.id] = task
+        task.add_done_callback(lambda _task: self._inserting.pop(binding.id, None))
+
+    def remember_context(self, object_id: str, context_tokens: int) -> None:
+        """The context a stored response carried, known at its end: cached now, persisted in the background
+        (after its binding's INSERT, when that is still under way)."""
+        binding = self._cache.get(object_id)
+        if binding is not None:
+            self._put(object_id, replace(binding, context_tokens=context_tokens))
+        self._background(self._persist_context(object_id, context_tokens, self._inserting.get(object_id)))
+
+    def remember_conversation(self, binding: ObjectBinding) -> None:
+        """A response made in conversation `binding.id` carried `binding.context_tokens`: the conversation's
+        context now. Only the organization that first used a conversation id moves it."""
+        cached = self._cache.get(binding.id)
+        if cached is None or cached.organization_id == binding.organization_id:
+            self._put(binding.id, binding)
+        self._background(self._persist_conversation(binding))
+
+    def _background(self, work) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(work)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return task
+
+    async def _persist_context(self, object_id: str, tokens: int, insert: asyncio.Task | None) -> None:
+        if insert is not None:
+            await asyncio.gather(insert, return_exceptions=True)
+        try:
+            await self._db.execute(
+                "UPDATE model_objects SET context_tokens = $1 WHERE id = $2", tokens, object_id
+            )
+        except Exception as exc:  # a follow-up is then bounded by the context window: safe
+            log.warning("the context of %s was not stored: %r", object_id, exc)
+
+    async def _persist_conversation(self, binding: ObjectBinding) -> None:
+        try:
+            await self._db.execute(
+                "INSERT INTO model_objects (id, organization_id, kind, model, row_key, created_at,"
+                " context_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                " ON CONFLICT (id) DO UPDATE SET context_tokens = excluded.context_tokens"
+                " WHERE model_objects.organization_id = excluded.organization_id"
+                " AND model_objects.kind = excluded.kind",
+                binding.id,
+                binding.organization_id,
+                binding.kind,
+                binding.model,
+                binding.row_key,
+                time.time(),
+                binding.context_tokens,
+            )
+        except Exception as exc:  # a follow-up is then bounded by the context window: safe
+            log.warning("the context of conversation %s was not stored: %r", binding.id, exc)
 
     async def _persist(self, binding: ObjectBinding) -> None:
         try:
@@ -76,7 +133,7 @@ class ObjectStore:
         binding = self._cache.get(object_id)
         if binding is None and object_id not in self._cache:
             row = await self._db.fetchrow(
-                "SELECT id, organization_id, kind, model, row_key FROM model_objects"
+                "SELECT id, organization_id, kind, model, row_key, context_tokens FROM model_objects"
                 " WHERE id = $1 AND deleted_at IS NULL",
                 object_id,
             )

@@ -1,7 +1,8 @@
-"""Money is conserved under chaos: a seeded, bounded mix of streamed, cut, broken, failed and usage-less
-chats, `n > 1`, missing and small caps, realtime sessions of several responses, top-ups and operator
-adjustments while requests are in flight, a graceful restart and a SIGKILL of a gateway mid-mix — and
-afterwards every organization's books balance to the micro-unit, on SQLite with one process and in-process
+"""Money is conserved under chaos: a seeded, bounded mix of streamed, cut, broken, failed, usage-less and
+overrunning (a provider ignoring its cap) chats, `n > 1`, missing and small caps, realtime sessions of several
+responses, top-ups and operator adjustments while requests are in flight, a graceful restart and a SIGKILL of
+a gateway mid-mix — and afterwards every organization's books balance to the micro-unit (Σ ledger costs =
+Σ provider-reported usage x prices, overruns included and marked), on SQLite with one process and in-process
 counters, and on PostgreSQL + Redis with two processes sharing them.
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
@@ -38,12 +39,14 @@ from tests.support.conservation_audit import (
     live_counters_match_storage,
     no_reservation_left_held,
     one_row_per_admitted_request,
+    overruns_charged_and_marked,
     summary,
     write_post_mortem,
 )
 from tests.support.conservation_mix import (
     BREAKING,
     FAILING,
+    OVERRUNNING,
     SILENT,
     STEADY,
     UNAVAILABLE,
@@ -117,6 +120,7 @@ FAULTS = {
     FAILING: Fault(status=500),
     UNAVAILABLE: Fault(status=503),
     SILENT: Fault(omit_usage=True, chunk_delay=0.02),
+    OVERRUNNING: Fault(ignore_output_cap=True, chunk_delay=0.02),
 }
 
 
@@ -425,4 +429,10 @@ def test_every_admitted_request_has_one_ledger_row(conservation: Run) -> None:
 
 
 def test_every_delivered_token_is_charged(conservation: Run) -> None:
+    """Σ ledger costs = Σ provider-reported usage x prices: each row costs its tokens at the model's prices,
+    and a call read to the end carries the usage the provider reported, past its reservation too."""
     _check(conservation, every_delivered_token_charged(conservation.evidence))
+
+
+def test_overruns_are_charged_in_full_and_marked(conservation: Run) -> None:
+    _check(conservation, overruns_charged_and_marked(conservation.evidence))

@@ -1,6 +1,6 @@
-"""Exact money through the real gateway: a request is charged for what it delivered however it ended, never
-above its reservation; the reservation bounds what the provider may generate; calls that generate nothing
-are free.
+"""Exact money through the real gateway: a request is charged for what it delivered however it ended (past
+its reservation too when the provider reports more: tests/integration/billing/test_true_charges.py); the
+reservation bounds what the provider may generate; calls that generate nothing are free.
 
 Prices are chosen so every expected amount is a whole number of micro-units: the chat model costs 1 µ per
 input token and 2 µ per output token, so a request's reservation is `len(body)//2 + 1` (the input estimate)

@@ -103,19 +103,37 @@ async def test_completion_settles_the_reservation_to_the_real_cost(
     assert await services.counters.money(key.record.balance_counter) == (to_micros(10.0) - 540, 0)
 
 
-async def test_a_cost_over_the_reservation_is_charged_the_reservation(
+async def test_a_cost_over_the_reservation_is_charged_in_full_and_the_excess_recorded(
     services: PluginServices, key: StoredKey
 ) -> None:
-    # a provider reporting more than the request could have used
+    # A provider ignoring the request's cap of 100: 4,000 output tokens, within what the model can produce.
+    # (Issue #32: this used to be charged the reservation; the charge is now the truth.)
+    plugin, ctx = await _answered(services, key, Usage(input_tokens=20, output_tokens=4_000))
+    reserved = ctx.admission.reserved_micros
+
+    await plugin.on_complete(ctx)
+
+    truth = 20 * 2 + 4_000 * 10
+    assert ctx.metering.cost_micros == truth
+    assert ctx.metering.over_reservation_micros == truth - reserved > 0
+    assert not ctx.metering.usage_implausible
+    assert await services.counters.money(key.record.balance_counter) == (to_micros(10.0) - truth, 0)
+
+
+async def test_usage_beyond_the_models_context_and_output_cap_is_charged_at_that_physical_bound(
+    services: PluginServices, key: StoredKey
+) -> None:
+    # gpt-test: a context window of 8,000 tokens, a cap of 100 sent: no answer can bill 100,000 prompt tokens.
     plugin, ctx = await _answered(services, key, Usage(input_tokens=100_000, output_tokens=100))
 
     await plugin.on_complete(ctx)
 
-    assert ctx.metering.cost_micros == ctx.admission.reserved_micros
-    assert await services.counters.money(key.record.balance_counter) == (
-        to_micros(10.0) - ctx.admission.reserved_micros,
-        0,
-    )
+    bound = 8_000 * 2 + 100 * 10
+    assert ctx.metering.usage_implausible
+    assert ctx.metering.reported_cost_micros == 100_000 * 2 + 100 * 10
+    assert ctx.metering.cost_micros == bound
+    assert ctx.metering.over_reservation_micros == bound - ctx.admission.reserved_micros
+    assert await services.counters.money(key.record.balance_counter) == (to_micros(10.0) - bound, 0)
 
 
 async def test_a_realtime_connect_the_balance_cannot_afford_one_response_of_is_402(

@@ -75,3 +75,93 @@ async def test_embeddings_reserve_no_output(services: PluginServices, key: Store
 
     assert ctx.admission.max_output_tokens == 1
     assert not ctx.payload_changed
+
+
+# -- input the body names but does not show (issue #32; modelgate/domain/hidden_input.py) ---------------
+
+GPT_TEST_CONTEXT = 8000  # gpt-test's max_context_tokens
+IMAGE_MOST = 85 + 8 * 170  # OpenAI's tile formula at detail high or unknown (the model's defaults)
+
+
+def _image(detail: str | None = None) -> dict:
+    inner = {"url": "https://images.example.com/a.png"}
+    if detail is not None:
+        inner["detail"] = detail
+    return {"type": "image_url", "image_url": inner}
+
+
+def _hidden(ctx) -> int:
+    return ctx.admission.estimated_input_tokens - (len(ctx.body) // 2 + 1)
+
+
+@pytest.mark.parametrize(
+    ("parts", "hidden"),
+    [
+        ([{"type": "text", "text": "a file of images, in words only"}], 0),
+        ([_image()], IMAGE_MOST),
+        ([_image("high"), _image("auto")], 2 * IMAGE_MOST),
+        ([_image("low"), _image("low"), _image("low")], 3 * 85),
+        ([{"type": "file", "file": {"file_id": "file-1"}}], GPT_TEST_CONTEXT),
+        ([_image()] * 10, GPT_TEST_CONTEXT),  # 10 x 1,445 tokens pass the window: held to it
+        ([{"type": {"image": 1}}, {"type": ["file"]}], 0),  # hostile shapes: no part, and no 500
+    ],
+    ids=[
+        "words only",
+        "one image",
+        "high and auto",
+        "three low",
+        "file id",
+        "ten images: the window",
+        "unhashable types",
+    ],
+)
+async def test_parts_the_body_only_names_are_added_to_the_input_estimate(
+    services: PluginServices, key: StoredKey, parts: list, hidden: int
+) -> None:
+    ctx = await _capped(services, key, messages=[{"role": "user", "content": parts}])
+
+    assert _hidden(ctx) == hidden
+
+
+async def test_a_stored_prompt_and_hosted_tools_reserve_the_context_window(
+    services: PluginServices, key: StoredKey
+) -> None:
+    prompt = await _capped(services, key, path="/v1/responses", prompt={"id": "pmpt_1"}, input="hi")
+    search = await _capped(services, key, path="/v1/responses", tools=[{"type": "web_search"}], input="hi")
+    function = await _capped(
+        services, key, path="/v1/responses", tools=[{"type": "function", "name": "f"}], input="hi"
+    )
+
+    untyped = await _capped(
+        services, key, path="/v1/messages", max_tokens=10, messages=MESSAGES, tools=[{"name": "f"}]
+    )
+
+    assert (_hidden(prompt), _hidden(search), _hidden(function)) == (GPT_TEST_CONTEXT, GPT_TEST_CONTEXT, 0)
+    assert search.admission.hosted_tools and not function.admission.hosted_tools
+    assert (_hidden(untyped), untyped.admission.hosted_tools) == (0, False)  # an Anthropic client tool
+
+
+async def test_a_carried_context_is_added_and_everything_hidden_stays_within_the_window(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await context_before(
+        "output_caps",
+        services,
+        path="/v1/responses",
+        payload={"model": "gpt-test", "input": [{"role": "user", "content": [_image("low")]}]},
+        key=key.record,
+    )
+    ctx.admission.carried_input_tokens = 3_000  # what plugins.object_binding found for a previous response
+    OutputCaps().on_request(ctx)
+    assert _hidden(ctx) == 3_000 + 85  # the carried context and a low-detail image
+
+    ctx = await context_before(
+        "output_caps",
+        services,
+        path="/v1/responses",
+        payload={"model": "gpt-test", "input": [{"role": "user", "content": [{"type": "input_image"}] * 5}]},
+        key=key.record,
+    )
+    ctx.admission.carried_input_tokens = 3_000
+    OutputCaps().on_request(ctx)
+    assert _hidden(ctx) == GPT_TEST_CONTEXT  # 3,000 + 5 x 1,445 passes the window: held to it
