@@ -22,6 +22,7 @@ from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.native_features import NativeFeatures
 from modelgate.plugins.object_binding import ObjectBindingPlugin
 from modelgate.plugins.output_caps import OutputCaps
+from modelgate.plugins.overload import Overload
 from modelgate.plugins.policy import Policy
 from modelgate.plugins.provider_filter import ProviderFilter
 from modelgate.plugins.rate_limits import RateLimits
@@ -70,6 +71,7 @@ class ChainServices:
 CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
     RequestTracing,
     RouteSupport,
+    Overload,
     Auth,
     RequestId,
     BodyLimits,
@@ -112,6 +114,7 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
     plugins: list[Plugin] = [
         RequestTracing(services.tracer),  # a span per request when [tracing] is on; first, to see it all
         RouteSupport(services.routes),  # 404 route not supported; picks envelope A or B
+        Overload(services.config, services.metrics),  # 503 + retry-after at once past max_open_requests
         Auth(services.keys),  # 401
         # 409 request_in_progress on a double submit; across processes when Redis is configured
         SharedRequestId(services.in_flight, services.counters)
