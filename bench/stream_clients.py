@@ -4,7 +4,9 @@ piece, at a fixed number of concurrent streams (one per keep-alive connection).
 wrk counts requests but cannot time the pieces of a stream, and its latencies are corrected for coordinated
 omission; this client reads each answer as it arrives and keeps 0.1 ms histograms (sparse dicts), so 10,000
 concurrent streams cost the load core little. Streams count only when they start inside the measured window
-(after the ramp and a warm-up); those still open at its end are cut and not counted.
+(after the ramp and a warm-up): a stream counts when it completes inside the window, a first byte or a gap
+when it arrives inside it, whenever its stream started (the warm-up is longer than a stream, so the window
+sees a steady state); streams still open at its end are cut and not counted.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class StreamStats:
 
     streams: int = 0
     errors: int = 0  # non-2xx answers, connections lost mid-answer, refused connects
-    pieces: int = 0  # reads of answer bytes after the first (each an SSE event at these chunk delays)
+    pieces: int = 0  # reads of answer bytes after the first (a slow proxy may deliver several events in one)
+    events: int = 0  # SSE events delivered (`data: ` lines), however they were grouped
     ttfb: dict[int, int] = field(default_factory=dict)
     gaps: dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -37,6 +40,7 @@ class StreamStats:
         self.streams += other.streams
         self.errors += other.errors
         self.pieces += other.pieces
+        self.events += other.events
         for mine, theirs in ((self.ttfb, other.ttfb), (self.gaps, other.gaps)):
             for bucket, count in theirs.items():
                 mine[bucket] = mine.get(bucket, 0) + count
@@ -80,7 +84,7 @@ class _TimedStream(asyncio.Protocol):
         self._left = -1  # bytes of a Content-Length answer still to come (an error answer)
         self._tail = b""
         self._sent_at = self._last_at = 0.0
-        self._counted = False
+        self._error_answer = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -94,12 +98,14 @@ class _TimedStream(asyncio.Protocol):
         self._head.clear()
         self._in_body, self._left, self._tail = False, -1, b""
         self._sent_at = time.perf_counter()
-        self._counted = window.start <= time.monotonic() < window.end
+        self._error_answer = False
         self._transport.write(self._request)
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
-        stats = self._window.stats
+        window = self._window
+        counted = window.start <= time.monotonic() < window.end
+        stats = window.stats
         if not self._in_body:
             self._head += data
             end = self._head.find(b"\r\n\r\n")
@@ -110,14 +116,16 @@ class _TimedStream(asyncio.Protocol):
             if head[9:10] != b"2" or b"chunked" not in head.lower():
                 length = head.lower().find(b"content-length:")
                 self._left = int(head[length + 15 :].split(b"\r\n", 1)[0]) if length >= 0 else 0
-                if self._counted:
+                self._error_answer = True
+                if counted:
                     stats.errors += 1
-                self._counted = False
-            elif self._counted:
+            elif counted:
                 bucket = int((now - self._sent_at) * _BUCKET)
                 stats.ttfb[bucket] = stats.ttfb.get(bucket, 0) + 1
-        elif self._counted:
+                stats.events += data.count(b"data: ")
+        elif counted and not self._error_answer:
             stats.pieces += 1
+            stats.events += data.count(b"data: ")
             bucket = int((now - self._last_at) * _BUCKET)
             stats.gaps[bucket] = stats.gaps.get(bucket, 0) + 1
         self._last_at = now
@@ -128,15 +136,16 @@ class _TimedStream(asyncio.Protocol):
             return
         seen = self._tail + data
         if _END in seen:
-            if self._counted:
+            if counted:
                 stats.streams += 1
             self._send()
         else:
             self._tail = seen[-len(_END) :]
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._counted and self._window.running:
-            self._window.stats.errors += 1
+        window = self._window
+        if window.running and window.start <= time.monotonic() < window.end:
+            window.stats.errors += 1
         if not self._lost.done():
             self._lost.set_result(None)
 

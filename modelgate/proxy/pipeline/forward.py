@@ -173,6 +173,9 @@ class Forwarder:
                 raise
             attempts.succeeded(row)
             ctx.row, ctx.status = row, status
+            # No failover from here on: a stream may stay open for minutes, holding no copy of the body
+            # built for the row (a row that renames the model, or a translated one, has its own).
+            body = body_template = None
             return await self._relay(ctx, upstream, translator, opening, rest)
         if translation_refusal is not None and not failed and not saturated:
             raise translation_refusal  # no row could carry the request: the client's 400, not an outage
