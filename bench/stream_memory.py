@@ -32,21 +32,25 @@ from modelgate.plugins import chain_plugins
 from modelgate.server import serve
 
 
-def _open_streams(port: int, request: bytes, n: int) -> list[socket.socket]:
-    """`n` streams, each read up to its first event (then left waiting for the next)."""
-    socks = []
-    for _ in range(n):
-        sock = socket.create_connection(("127.0.0.1", port))
-        sock.sendall(request)
-        socks.append(sock)
-    for sock in socks:
-        sock.settimeout(30)
-        seen = b""
-        while b"data: " not in seen:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise RuntimeError(f"a stream ended early: {seen[:200]!r}")
-            seen += chunk
+def _open_streams(port: int, request: bytes, n: int, batch: int = 100) -> list[socket.socket]:
+    """`n` streams, each read up to its first event (then left waiting for the next), opened `batch` at a
+    time: a thousand new upstream connections at once can outlast the 5 s connect timeout on a busy host."""
+    socks: list[socket.socket] = []
+    while len(socks) < n:
+        opened = []
+        for _ in range(min(batch, n - len(socks))):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(request)
+            opened.append(sock)
+        for sock in opened:
+            sock.settimeout(30)
+            seen = b""
+            while b"data: " not in seen:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise RuntimeError(f"a stream ended early: {seen[:200]!r}")
+                seen += chunk
+        socks += opened
     return socks
 
 
