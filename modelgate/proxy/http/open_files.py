@@ -4,26 +4,29 @@ provider's), so a gateway sized for thousands of streams raises its soft limit t
 
 from __future__ import annotations
 
-import logging
 import resource
-
-log = logging.getLogger("modelgate.server")
 
 
 def raise_open_files_limit() -> tuple[int, int]:
-    """Raise this process's soft RLIMIT_NOFILE to its hard limit; log and return (before, now)."""
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit: (the limit before, the limit now). Quiet:
+    the server says what it did once it listens (`open_files_text`), so a start that fails stays one line."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard
-    if soft == target:
-        log.info("open-files limit: %s (the hard limit)", _text(soft))
-        return soft, soft
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError) as exc:  # e.g. macOS refuses RLIM_INFINITY for files
-        log.warning("open-files limit: %s, could not raise it to %s: %s", _text(soft), _text(hard), exc)
-        return soft, soft
-    log.info("open-files limit raised from %s to %s (the hard limit)", _text(soft), _text(target))
-    return soft, target
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):  # e.g. macOS refuses RLIM_INFINITY for files
+            return soft, soft
+    return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def open_files_text(before: int, now: int) -> str:
+    """The log line about the limit: raised, or already the hard one."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if before == now:
+        if now == hard:
+            return f"open-files limit: {_text(now)} (the hard limit)"
+        return f"open-files limit: {_text(now)}, could not be raised to the hard limit {_text(hard)}"
+    return f"open-files limit raised from {_text(before)} to {_text(now)} (the hard limit)"
 
 
 def _text(limit: int) -> str:
