@@ -45,7 +45,7 @@ name = "bench-upstream"
 kind = "openai"
 base_url = "http://127.0.0.1:{upstream_port}/v1"
 api_key = "sk-bench-upstream"
-pool_size = 256
+# pool_size, max_open_requests and the rest: the defaults, as a deployment gets them.
 
 [[models]]
 name = "{model}"

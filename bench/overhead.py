@@ -4,6 +4,7 @@
     python bench/overhead.py --production     # PostgreSQL (a throwaway database) + Redis on 127.0.0.1
     python bench/overhead.py --matrix --duration 5   # floor / embedded / production side by side (matrix.py)
     python bench/overhead.py --soak 10 --production  # 10 minutes of mixed traffic, the RSS curve (soak.py)
+    python bench/overhead.py --long-streams 1000,3000 --rounds 2  # LLM-like streams (long_streams.py)
 
 Starts a fast fake upstream, the bare passthrough and the real gateway on 127.0.0.1, measures all three
 with the same ~1 KB chat request, prints one table, and stops every process it started by PID. With two
@@ -88,6 +89,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="MINUTES",
         help="instead of measuring: mixed chat/stream/embeddings traffic on the gateway (production mode "
         "with --production) for MINUTES, its RSS sampled every ~10 s; prints the curve and the slope",
+    )
+    parser.add_argument(
+        "--long-streams",
+        metavar="N,N",
+        help="instead of the short cases: LLM-like streams held at N concurrent (e.g. 1000,3000,10000) on "
+        "the direct provider, the floor and the gateway (default config); see bench/long_streams.py",
+    )
+    parser.add_argument("--ttfb-ms", type=float, default=200.0, help="long streams: first byte (default 200)")
+    parser.add_argument(
+        "--chunk-delay-ms", type=float, default=50.0, help="long streams: between chunks (default 50)"
+    )
+    parser.add_argument("--chunks", type=int, default=40, help="long streams: content chunks (default 40)")
+    parser.add_argument(
+        "--targets", default="direct,floor,gateway", help="long streams: which targets (default all three)"
     )
     parser.add_argument(
         "--profile",
@@ -214,6 +229,10 @@ def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     args = parse_args()
+    if args.long_streams:
+        from long_streams import run_long_streams
+
+        return run_long_streams(args)
     if args.matrix:
         from matrix import run_matrix
 

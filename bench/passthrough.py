@@ -18,7 +18,7 @@ from aiohttp import web
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 
 
-def build_app(upstream: str, key: str) -> web.Application:
+def build_app(upstream: str, key: str, upstream_connections: int = 256) -> web.Application:
     """One catch-all route relaying to `upstream` over one pooled client session."""
     expected = f"Bearer {key}"
 
@@ -42,7 +42,7 @@ def build_app(upstream: str, key: str) -> web.Application:
             return response
 
     async def open_session(app: web.Application) -> None:
-        connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=30)
+        connector = aiohttp.TCPConnector(limit=upstream_connections, keepalive_timeout=30)
         app[SESSION] = aiohttp.ClientSession(connector=connector, auto_decompress=False)
 
     async def close_session(app: web.Application) -> None:
@@ -57,9 +57,10 @@ def build_app(upstream: str, key: str) -> web.Application:
 
 async def serve(args: argparse.Namespace) -> None:
     """Serve until SIGTERM/SIGINT or until `--max-seconds` have passed."""
-    runner = web.AppRunner(build_app(args.upstream.rstrip("/"), args.key), access_log=None)
+    app = build_app(args.upstream.rstrip("/"), args.key, args.upstream_connections)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, args.host, args.port, reuse_port=args.reuse_port, backlog=1024).start()
+    await web.TCPSite(runner, args.host, args.port, reuse_port=args.reuse_port, backlog=4096).start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -75,6 +76,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="upstream origin, e.g. http://127.0.0.1:9000")
     parser.add_argument("--cpu", type=int, help="pin the process to this core")
+    parser.add_argument(
+        "--upstream-connections", type=int, default=256, help="most connections to the upstream (0: no cap)"
+    )
     parser.add_argument("--reuse-port", action="store_true", help="share the port with sibling processes")
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="exit by itself after this long")
     args = parser.parse_args()

@@ -44,6 +44,8 @@ def started_services(
     load_cpus: set[int],
     storage_url: str | None = None,
     with_passthrough: bool = True,
+    upstream_args: tuple[str, ...] = (),
+    passthrough_args: tuple[str, ...] = (),
 ) -> Services:
     """Start one run's services, stopped by PID when `stack` closes. A `storage_url` (the throwaway
     PostgreSQL database) means production mode: the gateway then uses Redis too."""
@@ -60,5 +62,7 @@ def started_services(
         storage_url=storage_url,
         redis_url=REDIS_URL if storage_url else None,
         with_passthrough=with_passthrough,
+        upstream_args=upstream_args,
+        passthrough_args=passthrough_args,
     )
     return services

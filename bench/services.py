@@ -43,16 +43,19 @@ def start_services(
     storage_url: str | None = None,
     redis_url: str | None = None,
     with_passthrough: bool = True,
+    upstream_args: tuple[str, ...] = (),
+    passthrough_args: tuple[str, ...] = (),
 ) -> None:
     """Start the upstream on the load cores, then the gateway and (unless told not to) the passthrough on
-    the proxy cores."""
+    the proxy cores; `upstream_args` and `passthrough_args` are more options of those two (the long-stream
+    case paces the upstream's streams and lifts the passthrough's connection cap)."""
     python = sys.executable
     limit = ["--max-seconds", str(lifetime)]  # our children also exit by themselves
 
     services.upstream_port = free_port()
     upstream = start(
         "upstream",
-        [python, str(BENCH / "upstream.py"), "--port", str(services.upstream_port), *limit],
+        [python, str(BENCH / "upstream.py"), "--port", str(services.upstream_port), *limit, *upstream_args],
         cpus=load_cpus,
         log_dir=log_dir,
     )
@@ -88,6 +91,7 @@ def start_services(
     upstream_origin = f"http://127.0.0.1:{services.upstream_port}"
     shared_port = ["--reuse-port"] if workers > 1 else []
     relay = ["--port", str(services.passthrough_port), "--upstream", upstream_origin, *limit, *shared_port]
+    relay += passthrough_args
     for index in range(workers):
         passthrough = start(
             f"passthrough-{index}",

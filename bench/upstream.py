@@ -4,6 +4,9 @@ Serves `POST /v1/chat/completions` with a fixed small JSON answer (with usage), 
 `"stream": true`, 11 SSE events (a role chunk, seven content chunks, a finish chunk, a usage chunk and
 `[DONE]`), and `POST /v1/embeddings` with one small vector and usage. It parses only what it must, so the
 upstream is never what limits the benchmark. Run: `python bench/upstream.py --port P [--cpu 1]`.
+
+Like an LLM (the long-stream case, bench/long_streams.py): `--ttfb-ms T --chunk-delay-ms D --chunks N` make a
+stream start after T ms and send N content events D ms apart (then the finish, usage and [DONE] events).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import os
 import re
 import signal
+from dataclasses import dataclass
 
 import orjson
 
@@ -84,12 +88,65 @@ def _sse_chunks() -> list[bytes]:
 STREAM_CHUNKS = _sse_chunks()
 
 
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """A model-like stream: the first event after `ttfb` seconds, `chunks` content events `delay` apart."""
+
+    ttfb: float
+    delay: float
+    chunks: int
+
+    def events(self) -> list[bytes]:
+        """The stream's chunked-encoded events: a role event, `chunks` content events, finish, usage, end."""
+        content = STREAM_CHUNKS[1]
+        return [STREAM_CHUNKS[0], *([content] * self.chunks), *STREAM_CHUNKS[-4:]]
+
+
+class _PacedStream:
+    """One paced answer: each event written by a timer, none after the connection is gone."""
+
+    __slots__ = ("_events", "_index", "_loop", "_pacing", "_protocol")
+
+    def __init__(self, protocol: ChatProtocol, pacing: Pacing, events: list[bytes]) -> None:
+        self._protocol, self._pacing, self._events, self._index = protocol, pacing, events, 0
+        self._loop = asyncio.get_running_loop()
+        self._loop.call_later(pacing.ttfb, self._first)
+
+    def _first(self) -> None:
+        transport = self._protocol.transport
+        if transport is not None:
+            transport.write(STREAM_HEAD)
+            self._next()
+
+    def _next(self) -> None:
+        transport = self._protocol.transport
+        if transport is None:
+            return
+        events = self._events
+        transport.write(events[self._index])
+        self._index += 1
+        if self._index == len(events) - 4:  # the last content event is out: the tail goes at once
+            transport.writelines(events[self._index :])
+            self._protocol.paced_done()
+        else:
+            self._loop.call_later(self._pacing.delay, self._next)
+
+
 class ChatProtocol(asyncio.Protocol):
     """One keep-alive connection: answers each complete request as soon as it has been received."""
+
+    pacing: Pacing | None = None  # set by serve() for paced streams
+    paced_events: list[bytes] = []
 
     def __init__(self) -> None:
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
+        self._pending: list[tuple[bytes, bytes]] = []  # requests behind a paced answer (pipelined)
+        self._pacing_now = False
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -107,7 +164,15 @@ class ChatProtocol(asyncio.Protocol):
                 return
             body = bytes(self._buffer[end + 4 : total])
             del self._buffer[:total]
-            self._answer(head, body)
+            if self._pacing_now:
+                self._pending.append((head, body))
+            else:
+                self._answer(head, body)
+
+    def paced_done(self) -> None:
+        self._pacing_now = False
+        while self._pending and not self._pacing_now and self._transport is not None:
+            self._answer(*self._pending.pop(0))
 
     def _answer(self, head: bytes, body: bytes) -> None:
         transport = self._transport
@@ -116,6 +181,10 @@ class ChatProtocol(asyncio.Protocol):
             transport.write(EMBEDDINGS_RESPONSE)
         elif not head.startswith(_ROUTE):
             transport.write(NOT_FOUND_RESPONSE)
+        elif _STREAM_FLAG.search(body) and self.pacing is not None:
+            self._pacing_now = True
+            _PacedStream(self, self.pacing, self.paced_events)
+            return
         elif _STREAM_FLAG.search(body):
             # Separate writes, so the head and each event leave as their own segments like a real stream.
             transport.write(STREAM_HEAD)
@@ -131,10 +200,12 @@ class ChatProtocol(asyncio.Protocol):
         self._transport = None
 
 
-async def serve(host: str, port: int, max_seconds: float) -> None:
+async def serve(host: str, port: int, max_seconds: float, pacing: Pacing | None = None) -> None:
     """Serve until SIGTERM/SIGINT or until `max_seconds` have passed."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(ChatProtocol, host, port, backlog=1024, reuse_address=True)
+    if pacing is not None:
+        ChatProtocol.pacing, ChatProtocol.paced_events = pacing, pacing.events()
+    server = await loop.create_server(ChatProtocol, host, port, backlog=4096, reuse_address=True)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -149,15 +220,22 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cpu", type=int, help="pin the process to this core")
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="exit by itself after this long")
+    parser.add_argument("--ttfb-ms", type=float, help="paced streams: first event after this long")
+    parser.add_argument("--chunk-delay-ms", type=float, default=50.0, help="paced streams: between events")
+    parser.add_argument("--chunks", type=int, default=40, help="paced streams: content events")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
+    pacing = None
+    if args.ttfb_ms is not None:
+        pacing = Pacing(args.ttfb_ms / 1000, args.chunk_delay_ms / 1000, args.chunks)
+    main = serve(args.host, args.port, args.max_seconds, pacing)
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(args.host, args.port, args.max_seconds))
+        asyncio.run(main)
     else:
-        uvloop.run(serve(args.host, args.port, args.max_seconds))
+        uvloop.run(main)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from modelgate.domain.redis_counters import RedisCounters
 from modelgate.domain.spool import Spool, database_identity, default_spool_dir
 from modelgate.plugins import PluginChain
 from modelgate.plugins.request_id import InFlightIds
+from modelgate.proxy.observability.loop_lag import LoopLag
 from modelgate.proxy.observability.metrics import GatewayMetrics
 from modelgate.proxy.observability.tracing import Tracer
 from modelgate.proxy.pipeline.model_api import Completions, ModelApi
@@ -64,6 +65,7 @@ class Gateway:
     allowances: AllowanceGrants | None = None  # monthly allowances of plans, granted once across processes
     shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
     completions: Completions = field(default_factory=Completions)  # of requests whose client left
+    loop_lag: LoopLag = field(default_factory=LoopLag)  # how late the event loop runs (/readyz, /metrics)
     _config_followers: list[Callable[[Config], None]] = field(default_factory=list)
     _retiring: set[asyncio.Task] = field(default_factory=set)
 
@@ -163,6 +165,9 @@ class Gateway:
             )
             metrics.watch_realtime(gateway.realtime.sessions)
             gateway.runtime = build_runtime(config, gateway)
+            metrics.watch_upstreams(lambda: gateway.runtime.upstreams)
+            gateway.loop_lag.start()
+            metrics.watch_loop_lag(gateway.loop_lag)
             gateway.follow_config(accounts.use_config)
             ledger.start()
             gateway.audit.start()
@@ -206,6 +211,7 @@ class Gateway:
 
     async def stop(self) -> None:
         """Flush what must be flushed (ledger, object bindings), then close clients and storage."""
+        self.loop_lag.stop()
         if self.allowances is not None:
             await self.allowances.stop()
         # Their ledger rows and settlements come first (a realtime session that outlived its close too).

@@ -31,6 +31,7 @@ from modelgate.gateway import Gateway
 from modelgate.proxy.http.client_address import forwarded_client, forwarded_client_middleware
 from modelgate.proxy.http.connection_guard import EdgeLimits, GuardedServer, name_the_server
 from modelgate.proxy.http.listen import ListenError, address_text, bind_listeners, bound_port
+from modelgate.proxy.http.open_files import open_files_text, raise_open_files_limit
 from modelgate.proxy.observability.logs import configure_logging, flush_logs, flush_logs_periodically
 from modelgate.proxy.observability.metrics import metrics_handler
 from modelgate.proxy.pipeline.route_table import ROUTES
@@ -62,6 +63,14 @@ async def readyz(request: web.Request) -> web.Response:
             status=503, content_type="application/json", body=b'{"status":"shutting down","checks":{}}'
         )
     checks: dict[str, str] = {}
+    server = gateway.config.server
+    # Load first: a process at its cap of open requests, or whose loop runs late, should get no new ones.
+    lag = gateway.loop_lag.seconds
+    lagging = lag > server.max_event_loop_lag_seconds
+    checks["event_loop"] = f"lagging: {lag:.3f}s" if lagging else "ok"
+    open_requests = gateway.metrics.stats.in_flight
+    at_capacity = server.max_open_requests and open_requests >= server.max_open_requests
+    checks["capacity"] = f"at capacity: {open_requests} open requests" if at_capacity else "ok"
     try:
         await asyncio.wait_for(gateway.db.ping(), timeout=2)
         checks["storage"] = "ok"
@@ -172,9 +181,11 @@ async def serve(
     stop: asyncio.Event | None = None,
     sock: socket.socket | None = None,
     freeze_heap: bool = False,
+    open_files: tuple[int, int] | None = None,
 ) -> None:
     """Run one gateway process until SIGTERM/SIGINT (or `stop` is set), then shut down gracefully.
-    `freeze_heap`: once started, `freeze_startup_heap` (the process is the gateway's own)."""
+    `freeze_heap`: once started, `freeze_startup_heap` (the process is the gateway's own); `open_files`: the
+    open-files limit before and after the process raised it, logged once it listens."""
     # Bound first: a taken port is one clear error before anything starts or says it is ready.
     listeners = [sock] if sock is not None else bind_listeners(host, port, reuse_port=workers > 1)
     try:
@@ -203,6 +214,8 @@ async def serve(
             await web.SockSite(runner, listener, backlog=1024).start()
         where = address_text(host, bound_port(listeners))  # the port the system chose for --port 0
         log.info("modelgate listening on http://%s (pid %d)", where, os.getpid())
+        if open_files is not None:
+            log.info(open_files_text(*open_files))
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         reloader = Reloader(gateway)
@@ -275,7 +288,9 @@ def run(config: Config, *, host: str, port: int, workers: int) -> int:
 def _run_loop(config: Config, host: str, port: int, workers: int) -> None:
     # Until serve() installs the reload handler, a SIGHUP must not end the process (its default action).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    main = serve(config, host=host, port=port, workers=workers, freeze_heap=True)
+    # Each open stream holds two descriptors; before the connection cap is clamped to the limit (serve).
+    open_files = raise_open_files_limit()
+    main = serve(config, host=host, port=port, workers=workers, freeze_heap=True, open_files=open_files)
     try:
         import uvloop
     except ImportError:

@@ -175,6 +175,8 @@ def _server(t: Table) -> ServerConfig:
         body_idle_timeout_seconds=t.number("body_idle_timeout_seconds", check=above(0)),
         keepalive_timeout_seconds=t.number("keepalive_timeout_seconds", check=above(0)),
         max_connections=t.integer("max_connections", check=at_least(1)),
+        max_open_requests=t.integer("max_open_requests", check=at_least(0)),
+        max_event_loop_lag_seconds=t.number("max_event_loop_lag_seconds", check=above(0)),
         model_api_front=t.boolean("model_api_front"),
     )
     t.finish()
@@ -303,7 +305,8 @@ def _provider(t: Table) -> ProviderConfig | None:
         connect_timeout=t.number("connect_timeout", check=above(0)),
         first_byte_timeout=t.number("first_byte_timeout", check=above(0)),
         read_timeout=t.number("read_timeout", check=above(0)),
-        pool_size=t.integer("pool_size", check=at_least(1)),
+        pool_size=t.integer("pool_size", check=at_least(0)),
+        pool_wait_timeout=t.number("pool_wait_timeout", check=above(0)),
         native_messages=t.boolean("native_messages"),
         anthropic_version=t.string("anthropic_version", check=non_empty),
         headers=t.string_pairs("headers", check_name=header_name, check_value=header_value),

@@ -71,7 +71,12 @@ class ServerConfig:
     header_timeout_seconds: float = 10.0
     body_idle_timeout_seconds: float = 30.0
     keepalive_timeout_seconds: float = 75.0
-    max_connections: int = 4096
+    max_connections: int = 16384
+    # Model API requests (streams included) one process keeps open at once; past it a new one is answered
+    # 503 with retry-after at once (modelgate/plugins/overload.py) and /readyz answers 503. 0: no cap.
+    max_open_requests: int = 10000
+    # /readyz answers 503 while the event loop runs this late (a CPU-bound process: send traffic elsewhere).
+    max_event_loop_lag_seconds: float = 0.5
     # Plain model API requests are served by the gateway's own HTTP/1.1 front (modelgate/proxy/http/front.py);
     # false sends every connection through aiohttp, as before it existed (about 10 % more CPU per request).
     model_api_front: bool = True
@@ -171,7 +176,11 @@ class ProviderConfig:
     connect_timeout: float = 5.0
     first_byte_timeout: float = 60.0
     read_timeout: float = 60.0
-    pool_size: int = 100
+    # Connections to the provider a worker may hold open at once; 0: no cap (LLM streams hold one each for
+    # seconds to minutes; the open-files limit bounds them). Over a cap a request waits at most
+    # pool_wait_timeout for a connection, then fails over to the next row (docs/deploy.md, sizing).
+    pool_size: int = 0
+    pool_wait_timeout: float = 1.0
     # None means "decide from kind", so hand-built records get the same default as loaded ones.
     native_messages: bool | None = None
     anthropic_version: str = "2023-06-01"
@@ -230,6 +239,7 @@ class ProviderConfig:
             first_byte_timeout=self.first_byte_timeout,
             read_timeout=self.read_timeout,
             pool_size=self.pool_size,
+            pool_wait_timeout=self.pool_wait_timeout,
             native_messages=self.native_messages if self.kind == kind else None,
             anthropic_version=self.anthropic_version,
             headers=self.headers + found.headers,

@@ -137,12 +137,24 @@ class UpstreamUnavailable(GatewayError):
 
 
 class ServiceUnavailable(GatewayError):
-    """503: no healthy row is left for the model."""
+    """503: no healthy row is left for the model, or no capacity to reach one."""
 
     status, type_a, code, type_b = 503, "server_error", "upstream_unavailable", "api_error"
 
-    def __init__(self, message: str = SERVICE_UNAVAILABLE_MESSAGE) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str = SERVICE_UNAVAILABLE_MESSAGE, *, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message, headers=headers)
+
+
+class Overloaded(ServiceUnavailable):
+    """503 at once: the process has `server.max_open_requests` open; another process or later has room."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(
+            f"The gateway is at capacity ({cap} open requests); try again shortly.",
+            headers={"retry-after": "1"},
+        )
 
 
 class UpstreamClientError(GatewayError):

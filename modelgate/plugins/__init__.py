@@ -24,6 +24,7 @@ from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.native_features import NativeFeatures
 from modelgate.plugins.object_binding import ObjectBindingPlugin
 from modelgate.plugins.output_caps import OutputCaps
+from modelgate.plugins.overload import Overload
 from modelgate.plugins.policy import Policy
 from modelgate.plugins.provider_filter import ProviderFilter
 from modelgate.plugins.rate_limits import RateLimits
@@ -88,6 +89,8 @@ CHAIN: tuple[ChainStep, ...] = (
     # a span per request when [tracing] is on; first, to see it all
     ChainStep(RequestTracing, lambda s: RequestTracing(s.tracer)),
     ChainStep(RouteSupport, lambda s: RouteSupport(s.routes)),  # 404 route not supported; envelope A or B
+    # 503 + retry-after at once past server.max_open_requests
+    ChainStep(Overload, lambda s: Overload(s.config, s.metrics)),
     ChainStep(Auth, lambda s: Auth(s.keys)),  # 401
     ChainStep(RequestId, _request_id),  # 409 request_in_progress (SharedRequestId with Redis)
     # 413 while reading; JSON parsed once; multipart heads only (the rest streams)

@@ -46,7 +46,8 @@ def test_the_edge_settings_have_defaults(tmp_path: Path) -> None:
     path.write_text(MINIMAL)
     server = load_config(path, env={}).server
     assert (server.header_timeout_seconds, server.body_idle_timeout_seconds) == (10.0, 30.0)
-    assert (server.keepalive_timeout_seconds, server.max_connections) == (75.0, 4096)
+    assert (server.keepalive_timeout_seconds, server.max_connections) == (75.0, 16384)
+    assert (server.max_open_requests, server.max_event_loop_lag_seconds) == (10000, 0.5)
 
 
 def test_the_connection_cap_leaves_descriptors_for_everything_else() -> None:

@@ -13,7 +13,7 @@ import hmac
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Iterator, Sized
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Protocol
 
 import orjson
@@ -32,6 +32,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from modelgate.domain.usage import Usage
+from modelgate.proxy.upstream.http_client import POOL_WAIT_BUCKETS
+
+if TYPE_CHECKING:
+    from modelgate.proxy.observability.loop_lag import LoopLag
+    from modelgate.proxy.upstream.providers import Upstream
 
 if TYPE_CHECKING:
     from modelgate.config import Config
@@ -109,6 +114,62 @@ class RequestStats:
         yield GaugeMetricFamily(
             "modelgate_active_streams", "Streamed answers being relayed now.", value=self.streams
         )
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+
+class UpstreamPoolStats:
+    """The connection pools of the running config's upstreams, read at scrape time: connections in use and
+    idle, requests waiting for one, how long they waited and how many gave up (`pool_wait_timeout`).
+
+    The pools keep plain numbers; nothing here runs per request."""
+
+    def __init__(self, upstreams: Callable[[], Mapping[str, Upstream]]) -> None:
+        self._upstreams = upstreams
+
+    def collect(self) -> Iterator[Metric]:
+        connections = GaugeMetricFamily(
+            "modelgate_upstream_connections",
+            "Connections of this process to each upstream, in use (carrying a request) or idle (kept alive).",
+            labels=("upstream", "state"),
+        )
+        limits = GaugeMetricFamily(
+            "modelgate_upstream_pool_limit",
+            "The operator's cap on connections to each upstream (pool_size); absent: no cap.",
+            labels=("upstream",),
+        )
+        waiting = GaugeMetricFamily(
+            "modelgate_upstream_pool_waiting",
+            "Requests waiting now for a connection to each upstream (its pool_size cap is full).",
+            labels=("upstream",),
+        )
+        waits = HistogramMetricFamily(
+            "modelgate_upstream_pool_wait_seconds",
+            "How long requests that found an upstream's pool full waited for a connection.",
+            labels=("upstream",),
+        )
+        timeouts = CounterMetricFamily(
+            "modelgate_upstream_pool_wait_timeouts",
+            "Requests that found no connection to an upstream within pool_wait_timeout (failed over or 503).",
+            labels=("upstream",),
+        )
+        for name, upstream in self._upstreams().items():
+            pool = upstream.pool
+            if pool is None:
+                continue
+            connections.add_metric((name, "in_use"), pool.busy)
+            connections.add_metric((name, "idle"), pool.idle)
+            if pool.limit is not None:
+                limits.add_metric((name,), pool.limit)
+            waiting.add_metric((name,), pool.waiting)
+            cumulative, buckets = 0, []
+            for bound, count in zip((*POOL_WAIT_BUCKETS, _INF), pool.wait_counts, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == _INF else floatToGoString(bound), cumulative))
+            waits.add_metric((name,), buckets, sum_value=pool.wait_seconds)
+            timeouts.add_metric((name,), pool.wait_timeouts)
+        yield from (connections, limits, waiting, waits, timeouts)
 
     def describe(self) -> Iterator[Metric]:
         return self.collect()
@@ -228,6 +289,20 @@ class GatewayMetrics:
         self.ledger_queue_depth.set_function(lambda: ledger.queued)
         self.ledger_backlog.set_function(lambda: ledger.backlog)
         self.ledger_flush_lag.set_function(lambda: max(0.0, time.time() - ledger.last_flush_at))
+
+    def watch_upstreams(self, upstreams: Callable[[], Mapping[str, Upstream]]) -> None:
+        """Read the connection pools of `upstreams()` (the running config's: a reload swaps them) at every
+        scrape."""
+        self.registry.register(UpstreamPoolStats(upstreams))
+
+    def watch_loop_lag(self, lag: LoopLag) -> None:
+        """Read the event loop's lag at every scrape."""
+        Gauge(
+            "modelgate_event_loop_lag_seconds",
+            "How late the event loop runs timers (worst of the last ~2 s): every open stream's next chunk "
+            "waits about this long; /readyz answers 503 past server.max_event_loop_lag_seconds.",
+            registry=self.registry,
+        ).set_function(lambda: lag.seconds)
 
     def watch_realtime(self, sessions: Sized) -> None:
         """Count the open realtime sessions at every scrape."""

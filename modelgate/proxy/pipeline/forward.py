@@ -19,6 +19,7 @@ from aiohttp import web
 
 from modelgate.domain.errors import (
     InvalidRequest,
+    ServiceUnavailable,
     UpstreamClientError,
     UpstreamUnavailable,
 )
@@ -32,7 +33,12 @@ from modelgate.proxy.translation import Translator, translator_for
 from modelgate.proxy.translation.field_rules import FieldRefused
 from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
 from modelgate.proxy.upstream.model_rows import ModelEntry, RoutingRow, RowSelector
-from modelgate.proxy.upstream.providers import StreamedBody, UpstreamFailure, UpstreamResponse
+from modelgate.proxy.upstream.providers import (
+    StreamedBody,
+    UpstreamFailure,
+    UpstreamResponse,
+    UpstreamSaturated,
+)
 
 log = logging.getLogger("modelgate.forward")
 
@@ -40,6 +46,8 @@ log = logging.getLogger("modelgate.forward")
 _PASS_HEADERS = ("content-type", "cache-control", "openai-processing-ms", "openai-version", "retry-after")
 _MAX_ERROR_BODY = 64 * 1024
 _STREAMED_TYPES = ("text/event-stream", "audio/", "video/", "image/", "application/octet-stream")
+# When every row's connection cap was full: a client (or load balancer) may try again this soon.
+_SATURATED_RETRY_AFTER = {"retry-after": "1"}
 
 
 def _failover_status(status: int, has_object_id: bool) -> bool:
@@ -101,7 +109,7 @@ class Forwarder:
             body_template = ctx.upstream_body() if route.body.value != "none" else None
         except orjson.JSONEncodeError:
             raise _nested_too_deeply() from None
-        failed = False
+        failed = saturated = False
         translation_refusal: InvalidRequest | None = None
         for row in attempts:
             translator = translator_for(route.name, row.upstream.kind, row.upstream.native_messages)
@@ -124,6 +132,12 @@ class Forwarder:
                 upstream = await row.upstream.send(
                     request.method, row_path, body, ctx.request_id, request.headers
                 )
+            except UpstreamSaturated as exc:
+                # The operator's cap on this row's connections is full: the provider is not at fault (no
+                # cool-down), and another row may have room.
+                saturated = True
+                attempts.cannot_carry(row, "pool_full", f"had no free connection: {exc}")
+                continue
             except UpstreamFailure as exc:
                 if ctx.body_stream is not None and ctx.body_stream.error is not None:
                     # The client's body broke a limit mid-upload and we aborted it: not the row's fault.
@@ -165,9 +179,14 @@ class Forwarder:
                 raise
             attempts.succeeded(row)
             ctx.row, ctx.status = row, status
+            # No failover from here on: a stream may stay open for minutes, holding no copy of the body
+            # built for the row (a row that renames the model, or a translated one, has its own).
+            body = body_template = None
             return await self._relay(ctx, upstream, translator, opening, rest)
-        if translation_refusal is not None and not failed:
+        if translation_refusal is not None and not failed and not saturated:
             raise translation_refusal  # no row could carry the request: the client's 400, not an outage
+        if saturated:  # the gateway's own capacity, not the provider, ran out: 503, come back shortly
+            raise ServiceUnavailable(headers=_SATURATED_RETRY_AFTER)
         raise UpstreamUnavailable()
 
     def _body_for(

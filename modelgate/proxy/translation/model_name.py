@@ -41,7 +41,8 @@ class ModelNameStream:
     __slots__ = ("_carry", "_head", "_line_head", "_name", "_named", "_renamed_head")
 
     def __init__(self, model: str) -> None:
-        self._name = orjson.dumps(model)
+        # A copy: orjson's result keeps its 4 KiB output buffer, for as long as the stream stays open.
+        self._name = bytes(memoryview(orjson.dumps(model)))
         self._named = _MODEL_KEY + b":" + self._name
         self._carry = b""
         self._head = self._line_head = self._renamed_head = b""

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
+import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
@@ -24,6 +27,13 @@ from typing import Any
 import httptools
 
 from modelgate.proxy.http.outbox import outbox_for
+
+log = logging.getLogger("modelgate.upstream")
+
+# A saturated pool (a request had to wait for a connection) is logged at most this often.
+_SATURATION_LOG_INTERVAL = 60.0
+# Bounds of the pool-wait histogram, seconds (a wait is bounded by the provider's pool_wait_timeout).
+POOL_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 # A consumer this far behind pauses reading from the provider (back-pressure); reading resumes once the
 # consumer has taken what was buffered.
@@ -36,6 +46,11 @@ class UpstreamBrokeOff(Exception):
 
 class UpstreamTimeout(UpstreamBrokeOff):
     """The provider sent nothing for longer than the allowed wait."""
+
+
+class PoolSaturated(UpstreamBrokeOff):
+    """Every connection the operator's cap allows was busy for the whole `pool_wait_timeout`: the provider
+    never saw the request."""
 
 
 class _Connection(asyncio.Protocol):
@@ -436,7 +451,13 @@ class Deadlines:
 
 
 class ConnectionPool:
-    """Keep-alive connections to one origin: at most `limit` open, idle ones reused newest first."""
+    """Keep-alive connections to one origin, idle ones reused newest first; at most `limit` open when the
+    operator set a cap (None: as many as requests need, bounded by the open-files limit).
+
+    Over the cap a request waits for a connection at most `wait_timeout` seconds, then gets PoolSaturated;
+    waits are counted (`waiting`, `wait_counts`, `wait_seconds`, `wait_timeouts`) for the metrics, and a
+    saturated pool is logged at most once a minute.
+    """
 
     def __init__(
         self,
@@ -444,16 +465,20 @@ class ConnectionPool:
         port: int,
         *,
         tls: ssl.SSLContext | None,
-        limit: int,
+        limit: int | None,
         connect_timeout: float,
         keepalive_seconds: float = 30.0,
+        wait_timeout: float | None = None,
+        name: str = "",
     ) -> None:
+        self.name = name or f"{host}:{port}"
         self._host = host
         self._port = port
         self._tls = tls
-        self._limit = limit
+        self._limit = limit if limit else None
         self._connect_timeout = connect_timeout
         self._keepalive = keepalive_seconds
+        self._wait_timeout = wait_timeout
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()  # connected or connecting, idle or busy
         self._connecting = 0
@@ -461,6 +486,12 @@ class ConnectionPool:
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
         self.deadlines = Deadlines()
+        # Only requests that found the pool full move these: the usual request pays nothing for them.
+        self.wait_counts = [0] * (len(POOL_WAIT_BUCKETS) + 1)  # per bucket, not cumulative
+        self.wait_seconds = 0.0
+        self.wait_timeouts = 0
+        self._saturated_since_log = 0
+        self._saturation_logged_at = -_SATURATION_LOG_INTERVAL
 
     @property
     def size(self) -> int:
@@ -471,8 +502,23 @@ class ConnectionPool:
     def idle(self) -> int:
         return len(self._idle)
 
+    @property
+    def busy(self) -> int:
+        """Connections carrying a request (or being opened for one)."""
+        return len(self._open) + self._connecting - len(self._idle)
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a connection now."""
+        return len(self._waiters)
+
+    @property
+    def limit(self) -> int | None:
+        return self._limit
+
     async def acquire(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
-        """(a connection, whether it served an earlier request); waits while `limit` are busy."""
+        """(a connection, whether it served an earlier request); over the cap, waits at most `wait_timeout`
+        for a place, then raises PoolSaturated."""
         if self._closed:
             raise UpstreamBrokeOff("the client is closed")
         idle = self._idle
@@ -483,24 +529,14 @@ class ConnectionPool:
                     return conn, True
             self.drop(conn)
         loop = asyncio.get_running_loop()
-        if fresh and idle and self.size >= self._limit:  # make room for a new connection
-            self.drop(idle.pop(0))
-        while self.size >= self._limit:
-            waiter = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                handed = await waiter
-            except BaseException:
-                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                    self.put(waiter.result())  # handed over just as we were cancelled: pass it on
-                else:
-                    with contextlib.suppress(ValueError):
-                        self._waiters.remove(waiter)
-                raise
-            if handed is not None and not handed.closed and not fresh:
-                return handed, True
-            if handed is not None:
-                self.drop(handed)
+        limit = self._limit
+        if limit is not None and self.size >= limit:
+            if fresh and idle:  # make room for a new connection
+                self.drop(idle.pop(0))
+            if self.size >= limit:
+                handed = await self._wait_for_place(loop, limit, fresh)
+                if handed is not None:
+                    return handed, True
         self._connecting += 1
         try:
             async with asyncio.timeout(self._connect_timeout):
@@ -521,6 +557,66 @@ class ConnectionPool:
             raise UpstreamBrokeOff("the client is closed")
         self._open.add(conn)
         return conn, False
+
+    async def _wait_for_place(
+        self, loop: asyncio.AbstractEventLoop, limit: int, fresh: bool
+    ) -> _Connection | None:
+        """Wait while `limit` connections are busy, at most `wait_timeout` in all: a kept-alive connection
+        handed over by a request that finished (unless `fresh`), or None when a place is free to open one."""
+        started = time.perf_counter()
+        self._note_saturation(limit)
+        deadline = None if self._wait_timeout is None else loop.time() + self._wait_timeout
+        try:
+            while self.size >= limit:
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+                timer = None
+                if deadline is not None:
+                    timer = loop.call_at(deadline, _expire, waiter)
+                try:
+                    handed = await waiter
+                except PoolSaturated:
+                    self.wait_timeouts += 1
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                    raise PoolSaturated(
+                        f"all {limit} connections busy for {self._wait_timeout:g}s (pool_size)"
+                    ) from None
+                except BaseException:
+                    if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                        if waiter.result() is not None:
+                            self.put(waiter.result())  # handed over just as we were cancelled: pass it on
+                    else:
+                        with contextlib.suppress(ValueError):
+                            self._waiters.remove(waiter)
+                    raise
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+                if handed is not None:
+                    if not handed.closed and not fresh:
+                        return handed
+                    self.drop(handed)
+            return None
+        finally:
+            waited = time.perf_counter() - started
+            self.wait_counts[bisect_left(POOL_WAIT_BUCKETS, waited)] += 1
+            self.wait_seconds += waited
+
+    def _note_saturation(self, limit: int) -> None:
+        self._saturated_since_log += 1
+        now = time.monotonic()
+        if now - self._saturation_logged_at >= _SATURATION_LOG_INTERVAL:
+            self._saturation_logged_at = now
+            log.warning(
+                "upstream %s: all %d connections of its pool are busy (pool_size); requests wait %s for one, "
+                "then fail over (%d waited since the last message)",
+                self.name,
+                limit,
+                "without a deadline" if self._wait_timeout is None else f"up to {self._wait_timeout:g}s",
+                self._saturated_since_log,
+            )
+            self._saturated_since_log = 0
 
     def put(self, conn: _Connection) -> None:
         """A connection whose answer was read to its end: to a waiter, else to the idle list."""
@@ -587,6 +683,11 @@ class ConnectionPool:
         for conn in list(self._open):
             self.drop(conn)
         self._idle.clear()
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(PoolSaturated("pool wait timed out"))
 
 
 class HttpClient:

@@ -102,6 +102,7 @@ class MockUpstream:
 
     kind = "mock"
     native_messages = True
+    pool = None  # in process: no connections
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -24,6 +24,7 @@ from modelgate.config import ProviderConfig
 from modelgate.proxy.upstream.http_client import (
     ConnectionPool,
     HttpClient,
+    PoolSaturated,
     UpstreamAnswer,
     UpstreamBrokeOff,
     UpstreamTimeout,
@@ -33,6 +34,11 @@ from modelgate.proxy.upstream.key_ring import Credential, KeyRing, fingerprint
 
 class UpstreamFailure(Exception):
     """The provider could not be reached, timed out or broke the connection."""
+
+
+class UpstreamSaturated(UpstreamFailure):
+    """The operator's cap on connections to the provider (`pool_size`) was full for `pool_wait_timeout`:
+    the request was never sent; not a fault of the provider, so no cool-down."""
 
 
 class StreamedBody(Protocol):
@@ -59,6 +65,11 @@ class Upstream(Protocol):
     kind: str
     host: str
     native_messages: bool
+
+    @property
+    def pool(self) -> ConnectionPool | None:
+        """Its pooled connections to the provider (None: in process, no connections)."""
+        ...
 
     async def send(
         self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
@@ -121,7 +132,7 @@ class HttpUpstream:
             [_credential(auth, key) for key in config.credentials], config.key_cooldown_seconds
         )
         self._headers = headers
-        self._pool_size = config.pool_size
+        self._pool_size = config.pool_size  # 0: no cap
         self._session: aiohttp.ClientSession | None = None
         self._origin = f"{parts.scheme}://{parts.netloc}"
         # The fixed part of every request's head, written once: host, then the provider's headers.
@@ -147,11 +158,18 @@ class HttpUpstream:
                 parts.hostname or "",
                 port,
                 tls=ssl.create_default_context() if secure else None,
-                limit=config.pool_size,
+                limit=config.pool_size or None,
                 connect_timeout=config.connect_timeout,
+                wait_timeout=config.pool_wait_timeout,
+                name=f"{config.name}@{self.host}",
             ),
             config.read_timeout,
         )
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """Its connection pool (the metrics read its connections and waits)."""
+        return self._client.pool
 
     def _aiohttp(self) -> aiohttp.ClientSession:
         # Created lazily so it binds to the serving loop (the process may fork workers first).
@@ -263,6 +281,8 @@ class HttpUpstream:
             return await self._client.request(head, body, self._first_byte_timeout)
         except UpstreamTimeout as exc:
             raise UpstreamFailure(f"{self.name}: no response within {self._first_byte_timeout:g}s") from exc
+        except PoolSaturated as exc:
+            raise UpstreamSaturated(f"{self.name}: {exc}") from exc
         except TimeoutError as exc:
             raise UpstreamFailure(f"{self.name}: no connection within the connect timeout") from exc
         except (UpstreamBrokeOff, OSError) as exc:

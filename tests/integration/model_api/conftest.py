@@ -26,10 +26,12 @@ def gateway_toml(
     extra: str = "",
     timeout: float = 3.0,
     cooldown_seconds: float = 30.0,
+    alpha_options: str = "",
 ) -> str:
     """Two OpenAI-kind providers on distinct hosts (127.0.0.1 / localhost), one Anthropic-kind, and mock.
 
-    `timeout` is the first-byte and read timeout of the OpenAI-kind providers.
+    `timeout` is the first-byte and read timeout of the OpenAI-kind providers; `alpha_options` are more
+    keys of provider alpha (e.g. its pool_size).
     """
     return f"""
 [storage]
@@ -47,6 +49,7 @@ api_key = "{UPSTREAM_KEY}"
 connect_timeout = 2.0
 first_byte_timeout = {timeout}
 read_timeout = {timeout}
+{alpha_options}
 
 [[providers]]
 name = "beta"

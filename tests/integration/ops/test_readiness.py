@@ -24,8 +24,14 @@ def test_readyz_reports_storage_and_is_ready_while_serving(tmp_path: Path, sqlit
     with GatewayProcess(config, cwd=tmp_path) as gateway:
         ready = httpx.get(f"{gateway.base_url}/readyz", timeout=5)
         assert ready.status_code == 200
-        assert ready.json() == {"status": "ready", "checks": {"storage": "ok"}, "ledger_backlog": 0}
+        assert ready.json() == {
+            "status": "ready",
+            "checks": {"event_loop": "ok", "capacity": "ok", "storage": "ok"},
+            "ledger_backlog": 0,
+        }
         assert httpx.get(f"{gateway.base_url}/healthz", timeout=5).json() == {"status": "ok"}
+    # Every open stream holds two descriptors: the process raised its soft limit to the hard one and said so.
+    assert "open-files limit" in gateway.output()
 
 
 def test_readyz_answers_503_during_the_shutdown_drain_while_requests_are_still_served(

@@ -26,7 +26,7 @@ import orjson
 
 from modelgate.config import ProviderConfig
 from modelgate.domain.errors import InvalidRequest
-from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
+from modelgate.proxy.upstream.http_client import ConnectionPool, UpstreamBrokeOff
 from modelgate.proxy.upstream.providers import HttpUpstream, StreamedBody, UpstreamResponse
 
 
@@ -177,6 +177,10 @@ class DialectUpstream:
         self.native_messages = bool(config.native_messages)
         self.http = HttpUpstream(config, key_header=self.key_header)
         self.host = self.http.host
+
+    @property
+    def pool(self) -> ConnectionPool:
+        return self.http.pool
 
     async def send(
         self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
