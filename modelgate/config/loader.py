@@ -176,6 +176,7 @@ def _server(t: Table) -> ServerConfig:
         keepalive_timeout_seconds=t.number("keepalive_timeout_seconds", check=above(0)),
         max_connections=t.integer("max_connections", check=at_least(1)),
         model_api_front=t.boolean("model_api_front"),
+        expose_provider_header=t.boolean("expose_provider_header"),
     )
     t.finish()
     if "public_url" in values:
