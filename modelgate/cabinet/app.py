@@ -106,9 +106,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     """Every failure becomes `{"error": message}`; an unexpected one is logged and answered 500.
 
     A query holding a NUL or invalid UTF-8 is refused here, for every endpoint, before any handler reads
-    a value from it (PostgreSQL cannot even compare text with a NUL: a lookup with one would be a 500)."""
+    a value from it (PostgreSQL cannot even compare text with a NUL: a lookup with one would be a 500);
+    except the single sign-on callback, a browser's redirect, which refuses it as it refuses any bad
+    callback: a redirect to the cabinet with `error=invalid_state` (a 400 without a cabinet URL)."""
     try:
-        refuse_unstorable_query(request)
+        if request.match_info.handler is not oidc_callback.finish_login:
+            refuse_unstorable_query(request)
         return await handler(request)
     except CabinetError as exc:
         return _error(exc.status, exc.message, exc.headers)
