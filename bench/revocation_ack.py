@@ -6,7 +6,9 @@ Starts two `modelgate serve` processes on a fresh PostgreSQL database (no Redis)
 key, uses it once through the second process (so it is cached there), revokes it through the first and
 times the revoke; also times 500 chat requests with a cached key on the second. Prints p50 and p99 of both.
 
-    /work/venv/bin/python bench/revocation_ack.py [--pg postgresql://postgres@127.0.0.1:5432/postgres]
+    PYTHONPATH=. python bench/revocation_ack.py [--pg postgresql://postgres@127.0.0.1:5432/postgres]
+
+(it starts the gateways with the test suite's GatewayProcess, hence the PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -60,12 +62,27 @@ async def _fresh_database(server: str) -> str:
     return server.rsplit("/", 1)[0] + "/" + name
 
 
+async def _drop_database(server: str, url: str) -> None:
+    conn = await asyncpg.connect(server)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}"')
+    finally:
+        await conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--revokes", type=int, default=100)
     args = parser.parse_args()
     url = asyncio.run(_fresh_database(args.pg))
+    try:
+        _measure(url, args.revokes)
+    finally:
+        asyncio.run(_drop_database(args.pg, url))
+
+
+def _measure(url: str, count: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "modelgate.toml"
         config.write_text(CONFIG.format(url=url))
@@ -77,7 +94,7 @@ def main() -> None:
             owner = {"authorization": f"Bearer {tenant.session_token}"}
             revokes: list[float] = []
             with httpx.Client(timeout=30) as client:
-                for index in range(args.revokes):
+                for index in range(count):
                     key = client.post(
                         f"{first.base_url}/api/organization/api-keys",
                         json={"alias": f"k{index}"},
