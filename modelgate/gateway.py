@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -271,11 +270,11 @@ async def _connect_channels(
     db.on_listen_restored(keys.forget_all)
     db.on_listen_restored(accounts.policies_changed_unseen)
     await db.listen(BILLING_CHANNEL, accounts.on_billing_message)
-    await db.listen(POLICY_CHANNEL, _acknowledging(db, accounts.on_policy_message))
-    await db.listen(PLAN_CHANNEL, _acknowledging(db, keys.forget_organization))
+    await db.listen(POLICY_CHANNEL, accounts.on_policy_message)
+    await db.listen(PLAN_CHANNEL, keys.forget_organization)
     accounts.add_broadcast(_plan_changes_here(keys))
     if db.dialect == "postgres":
-        accounts.add_broadcast(_acknowledged_notify(db))
+        accounts.add_broadcast(db.notify)
     for channels in (bus, host):
         if channels is None:
             continue
@@ -291,30 +290,6 @@ async def _connect_channels(
         keys.poll_before_lookups(host.poll)
     if bus is not None:
         await bus.start()
-
-
-def _acknowledged_notify(db: Database) -> Callable[[str, str], Awaitable[None]]:
-    """A plan or policy change sent through PostgreSQL: the cabinet answers once every live gateway process
-    acknowledged that it acted on it (as for a key revocation, see KeyDirectory.key_revoked)."""
-
-    async def broadcast(channel: str, organization_id: str) -> None:
-        token = secrets.token_hex(8)
-        db.expect_acknowledgements(token)
-        await db.notify(channel, f"{organization_id} {token}")
-        await db.acknowledged_by_every_listener(token)
-
-    return broadcast
-
-
-def _acknowledging(db: Database, act: Callable[[str], None]) -> Callable[[str], Awaitable[None] | None]:
-    """A listener of "<organization id> <token>" notifications: acts, then acknowledges the token."""
-
-    def heard(payload: str) -> Awaitable[None] | None:
-        organization_id, _, token = payload.partition(" ")
-        act(organization_id)
-        return db.acknowledge(token) if token else None
-
-    return heard
 
 
 def _plan_changes_here(keys: KeyDirectory) -> Callable[[str, str], Awaitable[None]]:
