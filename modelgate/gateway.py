@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,7 +134,9 @@ class Gateway:
                 ledger.on_row_spooled = settlements.spooled
             # Adopts what dead processes left in the spool, before serving.
             await ledger.open(settlements if bus is not None else None)
-            policies = PolicyDirectory(db)
+            # Content rules compile in a worker thread (RE2 programs kept small: see content_rules.py), so
+            # one organization's rules never hold up another's requests.
+            policies = PolicyDirectory(db, ThreadPoolExecutor(1, thread_name_prefix="content-rules"))
             accounts = Accounts(
                 db,
                 config,
@@ -229,6 +232,7 @@ class Gateway:
         if self.tracer is not None:
             await self.tracer.flush()
         await self.accounts.stop()
+        self.policies.close()
         await self.counters.close()  # hands back what this process held in Redis
         if self.redis is not None:
             await self.redis.close()
@@ -273,6 +277,7 @@ async def _connect_channels(
     db.on_listen_restored(accounts.policies_changed_unseen)
     await db.listen(BILLING_CHANNEL, accounts.on_billing_message)
     await db.listen(POLICY_CHANNEL, accounts.on_policy_message)
+    await db.listen(PLAN_CHANNEL, keys.forget_organization)
     accounts.add_broadcast(_plan_changes_here(keys))
     if db.dialect == "postgres":
         accounts.add_broadcast(db.notify)

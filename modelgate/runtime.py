@@ -52,7 +52,12 @@ class ModelRuntime:
         selector = RowSelector(config.routing.cooldown_seconds, config.routing.failure_threshold)
         local = handlers(selector) if handlers is not None else {}
         self.model_api = ModelApi(
-            chain, Forwarder(chain, selector), catalog, local, shutting_down, completions
+            chain,
+            Forwarder(chain, selector, expose_provider=config.server.expose_provider_header),
+            catalog,
+            local,
+            shutting_down,
+            completions,
         )
         self.in_flight = 0
         self._idle = asyncio.Event()

@@ -34,7 +34,7 @@ from modelgate.cabinet.oidc import login as oidc_login
 from modelgate.cabinet.oidc import provider_routes as oidc_providers
 from modelgate.cabinet.oidc.runtime import install_sso
 from modelgate.cabinet.openapi import openapi_handler
-from modelgate.cabinet.requests import CabinetError, json_response
+from modelgate.cabinet.requests import CabinetError, json_response, refuse_unstorable_query
 from modelgate.cabinet.services import SERVICES, CabinetServices
 
 log = logging.getLogger("modelgate.cabinet")
@@ -103,8 +103,15 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure becomes `{"error": message}`; an unexpected one is logged and answered 500."""
+    """Every failure becomes `{"error": message}`; an unexpected one is logged and answered 500.
+
+    A query holding a NUL or invalid UTF-8 is refused here, for every endpoint, before any handler reads
+    a value from it (PostgreSQL cannot even compare text with a NUL: a lookup with one would be a 500);
+    except the single sign-on callback, a browser's redirect, which refuses it as it refuses any bad
+    callback: a redirect to the cabinet with `error=invalid_state` (a 400 without a cabinet URL)."""
     try:
+        if request.match_info.handler is not oidc_callback.finish_login:
+            refuse_unstorable_query(request)
         return await handler(request)
     except CabinetError as exc:
         return _error(exc.status, exc.message, exc.headers)

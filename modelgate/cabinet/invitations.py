@@ -16,11 +16,13 @@ from modelgate.cabinet.invitation_delivery import InvitationDelivery
 from modelgate.cabinet.invitations_repository import (
     Invitation,
     consume,
+    end_pending_invitations,
     insert_invitation,
     invitation_by_token_hash,
     invitation_in_organization,
     invitations_of,
     mark_revoked,
+    pending_to,
 )
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
@@ -83,7 +85,15 @@ async def create_invitation(request: web.Request) -> web.Response:
         None,
     )
     async with services.db.transaction() as tx:
-        org = await require_organization(tx, principal.organization_id)
+        # The organization's row lock serialises invitations of one organization (one pending per address).
+        org = await require_organization(tx, principal.organization_id, lock=True)
+        pending = await pending_to(tx, org.id, email)
+        if pending is not None and pending.expires_at > at:
+            raise CabinetError(
+                409, f"{email} already has a pending invitation ({pending.id}); revoke it to invite again"
+            )
+        if pending is not None:  # expired: this one takes its place
+            await mark_revoked(tx, pending.id, at)
         await insert_invitation(tx, invitation, hash_token(token))
         await record(
             tx,
@@ -195,6 +205,7 @@ async def accept_invitation(request: web.Request) -> web.Response:
             user = existing or await insert_user(
                 tx, invitation.organization_id, invitation.email, password_hash, invitation.role, at
             )
+            await end_pending_invitations(tx, invitation.email, at)
             session_token = await services.create_session(tx, user.id, user.organization_id)
             await record(
                 tx,

@@ -95,6 +95,28 @@ async def insert_invitation(tx: Executor, invitation: Invitation, token_hash: st
     )
 
 
+async def pending_to(ex: Executor, organization_id: str, email: str) -> Invitation | None:
+    """The organization's pending invitation to the address (one at most: a unique index says so), expired
+    or not."""
+    row = await ex.fetchrow(
+        f"SELECT {_COLUMNS} FROM invitations"
+        " WHERE organization_id = $1 AND email = $2 AND status = 'pending'",
+        organization_id,
+        email,
+    )
+    return Invitation(**row) if row else None
+
+
+async def end_pending_invitations(tx: Executor, email: str, at: float) -> None:
+    """The address got its account (by an invitation, registration or single sign-on): its other pending
+    invitations can never be accepted (an address has one account), so they end (revoked)."""
+    await tx.execute(
+        "UPDATE invitations SET status = 'revoked', revoked_at = $1 WHERE email = $2 AND status = 'pending'",
+        at,
+        email,
+    )
+
+
 async def mark_revoked(tx: Executor, invitation_id: str, at: float) -> None:
     """Revoke an invitation (the handler has checked it is pending)."""
     await tx.execute(

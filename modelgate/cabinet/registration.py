@@ -10,6 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from modelgate.cabinet.clock import now
+from modelgate.cabinet.invitations_repository import end_pending_invitations
 from modelgate.cabinet.invoices_repository import open_plan_invoice
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
 from modelgate.cabinet.registration_invitations import (
@@ -108,6 +109,7 @@ async def register(request: web.Request) -> web.Response:
             if invitation is not None:
                 await use_registration_invitation(tx, invitation, org.id, at)
             owner = await insert_user(tx, org.id, email, password_hash, "owner", at)
+            await end_pending_invitations(tx, email, at)
             invoice = await open_plan_invoice(tx, org.id, plan, at)
             token = await services.create_session(tx, owner.id, org.id)
             await record(

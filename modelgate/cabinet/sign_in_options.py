@@ -17,7 +17,7 @@ from aiohttp import web
 
 from modelgate.cabinet.oidc.providers import providers_for_domain
 from modelgate.cabinet.oidc.urls import login_url
-from modelgate.cabinet.requests import bad_request, json_response, normalize_email, refuse_unstorable_query
+from modelgate.cabinet.requests import bad_request, json_response, normalize_email
 from modelgate.cabinet.services import services_of
 from modelgate.domain.money import to_micros
 
@@ -33,7 +33,6 @@ def gateway_version() -> str:
 
 
 def _email_domain(request: web.Request) -> str | None:
-    refuse_unstorable_query(request)
     for name in request.query:
         if name not in QUERY_PARAMETERS:
             raise bad_request(f"unknown query parameter: {name}; use {', '.join(QUERY_PARAMETERS)}")

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from modelgate.cabinet.auth import authenticate
-from modelgate.cabinet.requests import bad_request, json_response, refuse_unstorable_query
+from modelgate.cabinet.requests import bad_request, json_response
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.usage_repository import UsageTotals, usage_breakdown, usage_by
 
@@ -56,7 +56,6 @@ def report_then(request: web.Request, group_by: str) -> str | None:
 
 def report_range(request: web.Request, today: date) -> tuple[date, date, str]:
     """The validated (from, to, groupBy) of a usage query; by default the last 30 days by day."""
-    refuse_unstorable_query(request)
     for name in request.query:
         if name not in QUERY_PARAMETERS:
             raise bad_request(f"unknown query parameter: {name}; use {', '.join(QUERY_PARAMETERS)}")

@@ -178,6 +178,7 @@ def _server(t: Table) -> ServerConfig:
         max_open_requests=t.integer("max_open_requests", check=at_least(0)),
         max_event_loop_lag_seconds=t.number("max_event_loop_lag_seconds", check=above(0)),
         model_api_front=t.boolean("model_api_front"),
+        expose_provider_header=t.boolean("expose_provider_header"),
     )
     t.finish()
     if "public_url" in values:

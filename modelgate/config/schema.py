@@ -80,6 +80,9 @@ class ServerConfig:
     # Plain model API requests are served by the gateway's own HTTP/1.1 front (modelgate/proxy/http/front.py);
     # false sends every connection through aiohttp, as before it existed (about 10 % more CPU per request).
     model_api_front: bool = True
+    # Name the row's provider in an `x-modelgate-provider` answer header. Off by default: which provider
+    # serves a model is the operator's business, not the tenant's (useful when debugging routing).
+    expose_provider_header: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -336,13 +336,16 @@ class ContentMatcher:
         self.joinable = not any(term.label == "pattern" and _anchored(term.regex.pattern) for term in regexes)
 
     @classmethod
-    def compile(cls, terms: Sequence[ContentTerm]) -> ContentMatcher:
-        """Compile terms of any rules into one matcher; raises ContentRuleError naming the first bad term."""
+    def compile(cls, terms: Sequence[ContentTerm], *, checked: bool = False) -> ContentMatcher:
+        """Compile terms of any rules into one matcher; raises ContentRuleError naming the first bad term.
+        `checked`: every term already passed `check_term` (the checks cost more than the compile: Python's
+        own regex parser runs on every pattern), so they are not repeated."""
         phrases: dict[str, list[str]] = {}
         regex_rules: dict[tuple[str, str], list[str]] = {}
         longest = 0
         for term in terms:
-            check_term(term.kind, term.value)
+            if not checked:
+                check_term(term.kind, term.value)
             if term.kind == "phrase":
                 folded = _fold_phrase(term.value)
                 _add_rule(phrases.setdefault(folded, []), term.rule_id)
@@ -350,7 +353,9 @@ class ContentMatcher:
             else:
                 _add_rule(regex_rules.setdefault((term.kind, term.value), []), term.rule_id)
                 longest = max(longest, _regex_longest(term.kind, term.value))
-        regexes = tuple(_regex_term(kind, value, tuple(ids)) for (kind, value), ids in regex_rules.items())
+        regexes = tuple(
+            _regex_term(kind, value, tuple(ids), checked) for (kind, value), ids in regex_rules.items()
+        )
         combined, regex_set = _combine(regexes) if regexes else (None, None)
         index = _PhraseIndex.of(phrases) if phrases else None
         return cls(index, regexes, combined, regex_set, longest, _ascii_program(phrases, regexes))
@@ -448,9 +453,10 @@ def _regex_longest(kind: str, value: str) -> int:
     return UNBOUNDED_MATCH if bound >= PRIVATE_KEY_SPAN else min(bound, UNBOUNDED_MATCH)
 
 
-def _regex_term(kind: str, value: str, rule_ids: tuple[str, ...]) -> _RegexTerm:
+def _regex_term(kind: str, value: str, rule_ids: tuple[str, ...], checked: bool = False) -> _RegexTerm:
     if kind == "pattern":
-        return _RegexTerm(_compile_pattern(value, RUN_MAX_MEM), "pattern", rule_ids, None)
+        regex = re2.compile(value, _options(RUN_MAX_MEM)) if checked else _compile_pattern(value, RUN_MAX_MEM)
+        return _RegexTerm(regex, "pattern", rule_ids, None)
     detector = DETECTOR_TABLE[value]
     return _RegexTerm(re2.compile(detector.source, _options(RUN_MAX_MEM)), value, rule_ids, detector.refine)
 

@@ -35,6 +35,11 @@ class ContentSpec:
     patterns: tuple[str, ...] = ()
     detectors: tuple[str, ...] = ()
 
+    @property
+    def size(self) -> int:
+        """The characters of its terms: what compiling them costs grows with it."""
+        return sum(len(term) for terms in (self.phrases, self.patterns, self.detectors) for term in terms)
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyRule:
@@ -144,6 +149,12 @@ async def rule_in_organization(ex: Executor, organization_id: str, rule_id: str)
         organization_id,
     )
     return _rule(row) if row else None
+
+
+async def content_size_of(ex: Executor, organization_id: str, *, besides: str | None = None) -> int:
+    """The characters of the terms of the organization's content rules (but rule `besides`)."""
+    rules = await policy_rules_of(ex, organization_id)
+    return sum(rule.content.size for rule in rules if rule.content is not None and rule.id != besides)
 
 
 async def count_rules(ex: Executor, organization_id: str) -> int:

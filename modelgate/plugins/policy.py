@@ -36,4 +36,6 @@ class Policy(Plugin):
             raise PolicyBlocked(
                 f"Access to the model `{ctx.model.name}` is blocked by a policy rule of your organization."
             )
+        if decision.content_key is not None:  # its content rules are compiling, off the event loop
+            decision = await ctx.policy.settled(decision, key.id, key.system_id, ctx.model.name)
         ctx.decision = decision

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from modelgate.cabinet.invitations_repository import end_pending_invitations
 from modelgate.cabinet.oidc.failures import SsoFailure
 from modelgate.cabinet.oidc.providers import OidcProvider
 from modelgate.cabinet.requests import normalize_email
@@ -70,4 +71,5 @@ async def account_for(tx: Executor, provider: OidcProvider, email: str, at: floa
         raise SsoFailure("no_account", f"{email} has no account and this provider does not create accounts")
     # No password: the account signs in through its identity provider.
     created = await insert_user(tx, provider.organization_id, email, None, provider.settings.default_role, at)
+    await end_pending_invitations(tx, email, at)
     return SsoAccount(created, provisioned=True)

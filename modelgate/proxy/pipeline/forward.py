@@ -92,9 +92,11 @@ def _client_error(
 class Forwarder:
     """Sends the request to the best row and relays its answer."""
 
-    def __init__(self, chain: PluginChain, selector: RowSelector) -> None:
+    def __init__(self, chain: PluginChain, selector: RowSelector, *, expose_provider: bool = False) -> None:
         self._chain = chain
         self._selector = selector
+        # server.expose_provider_header: the row's provider is the operator's business unless it says so.
+        self._expose_provider = expose_provider
 
     async def forward(self, ctx: RequestContext) -> web.StreamResponse:
         # A body relayed as it arrives cannot be replayed to another row: one try.
@@ -220,7 +222,8 @@ class Forwarder:
             if value is not None:
                 headers[name] = value
         stamp_request_id(headers, ctx.request_id, ctx.envelope)
-        headers["x-modelgate-provider"] = ctx.row.provider
+        if self._expose_provider:
+            headers["x-modelgate-provider"] = ctx.row.provider
         chain = self._chain
         head = ctx.answer = AnswerHead(
             upstream.status, headers, upstream_headers, rest is not None, translator

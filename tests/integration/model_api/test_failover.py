@@ -8,8 +8,9 @@ import time
 import pytest
 
 from tests.fakes import Fault
-from tests.integration.model_api.conftest import UPSTREAM_KEY
+from tests.integration.model_api.conftest import UPSTREAM_KEY, gateway_toml
 from tests.integration.model_api.error_bodies import assert_envelope_a
+from tests.support.gateway import ThreadedGateway, write_config
 
 CHAT = "/v1/chat/completions"
 BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "route me"}]}
@@ -50,6 +51,29 @@ kinds = ["chat"]
 [[models.rows]]
 provider = "dead"
 """
+
+
+# The module's gateways name the row's provider in their answers (off by default), which is how these tests
+# see which row served.
+EXPOSE_PROVIDER = """
+[server]
+expose_provider_header = true
+"""
+
+
+@pytest.fixture
+def gateway(tmp_path, upstreams):
+    toml = gateway_toml(f"sqlite:///{tmp_path / 'gw.db'}", *upstreams, extra=EXPOSE_PROVIDER)
+    with ThreadedGateway(write_config(tmp_path / "modelgate.toml", toml)) as running:
+        yield running
+
+
+@pytest.fixture
+def gateway_with(gateway_with):
+    def start(extra: str = "", **options) -> ThreadedGateway:
+        return gateway_with(extra=extra + EXPOSE_PROVIDER, **options)
+
+    return start
 
 
 def served_by(response) -> str:
