@@ -277,7 +277,6 @@ async def _connect_channels(
     db.on_listen_restored(accounts.policies_changed_unseen)
     await db.listen(BILLING_CHANNEL, accounts.on_billing_message)
     await db.listen(POLICY_CHANNEL, accounts.on_policy_message)
-    await db.listen(PLAN_CHANNEL, keys.forget_organization)
     accounts.add_broadcast(_plan_changes_here(keys))
     if db.dialect == "postgres":
         accounts.add_broadcast(db.notify)

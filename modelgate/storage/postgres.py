@@ -1,9 +1,6 @@
 """PostgreSQL backend (asyncpg pool): the production storage.
 
-LISTEN/NOTIFY carries cache invalidations (key revocation, policy changes) between gateway processes. A
-notification may be acknowledged: each process's listening connection carries a name of its own
-(`application_name`, so `pg_stat_activity` lists the live listeners), and a sender can wait until every live
-listener said, on ACK_CHANNEL, that it acted on it.
+LISTEN/NOTIFY carries cache invalidations (key revocation, policy changes) between gateway processes.
 """
 
 from __future__ import annotations
@@ -11,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,16 +17,6 @@ import asyncpg
 from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError, plain_insert
 
 log = logging.getLogger("modelgate.storage")
-
-ACK_CHANNEL = "modelgate_ack"
-LISTENER_PREFIX = "modelgate-listener-"
-# How long a sender waits for every live listener's acknowledgement; a process that is connected but does
-# not answer in this time is stuck, and is not waited for any longer (a warning names it).
-ACK_TIMEOUT_SECONDS = 5.0
-_LIVE_LISTENERS = (
-    "SELECT application_name FROM pg_stat_activity"
-    " WHERE datname = current_database() AND starts_with(application_name, $1)"
-)
 
 
 class _Conn:
@@ -97,9 +82,6 @@ class PostgresDatabase:
         self._restored: list[Callable[[], None]] = []
         self._reconnecting: asyncio.Task | None = None
         self._closing = False
-        self.listener_name = LISTENER_PREFIX + secrets.token_hex(8)
-        # Acknowledgements awaited, by token: who acknowledged, an event set on each, when it was asked.
-        self._awaited: dict[str, tuple[set[str], asyncio.Event, float]] = {}
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 10) -> PostgresDatabase:
@@ -153,8 +135,6 @@ class PostgresDatabase:
     async def listen(self, channel: str, handler: NotifyHandler) -> None:
         if self._listen_conn is None:
             self._listen_conn = await self._listening_connection()
-            self._handlers[ACK_CHANNEL] = [self._acknowledged]
-            await self._listen_conn.add_listener(ACK_CHANNEL, self._dispatch)
         if channel not in self._handlers:
             self._handlers[channel] = []
             await self._listen_conn.add_listener(channel, self._dispatch)
@@ -166,9 +146,7 @@ class PostgresDatabase:
         self._restored.append(callback)
 
     async def _listening_connection(self) -> asyncpg.Connection:
-        conn = await asyncpg.connect(
-            self._url, timeout=10, server_settings={"application_name": self.listener_name}
-        )
+        conn = await asyncpg.connect(self._url, timeout=10)
         conn.add_termination_listener(self._listener_lost)
         return conn
 
@@ -197,46 +175,6 @@ class PostgresDatabase:
                 return
         finally:
             self._reconnecting = None
-
-    def expect_acknowledgements(self, token: str) -> None:
-        """Start collecting the acknowledgements of `token` (before its notification can be heard)."""
-        now = time.monotonic()
-        for stale in [t for t, (_, _, at) in self._awaited.items() if now - at > 60]:  # never waited for
-            del self._awaited[stale]
-        self._awaited[token] = (set(), asyncio.Event(), now)
-
-    async def acknowledge(self, token: str) -> None:
-        """Tell the sender of `token`'s notification that this process acted on it."""
-        await self.notify(ACK_CHANNEL, f"{token} {self.listener_name}")
-
-    def _acknowledged(self, payload: str) -> None:
-        token, _, listener = payload.partition(" ")
-        awaited = self._awaited.get(token)
-        if awaited is not None:
-            awaited[0].add(listener)
-            awaited[1].set()
-
-    async def acknowledged_by_every_listener(self, token: str) -> bool:
-        """Wait until every live listener (this process's too) acknowledged `token`; False when one did
-        not within ACK_TIMEOUT_SECONDS. A listener that goes away meanwhile is not waited for."""
-        acked, event, _ = self._awaited[token]
-        deadline = time.monotonic() + ACK_TIMEOUT_SECONDS
-        try:
-            while True:
-                live = {row["application_name"] for row in await self.fetch(_LIVE_LISTENERS, LISTENER_PREFIX)}
-                missing = live - acked
-                if not missing:
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    log.warning("no acknowledgement of %s from %s", token, ", ".join(sorted(missing)))
-                    return False
-                event.clear()
-                # Woken by each acknowledgement; every 0.5 s the live listeners are read again.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(remaining, 0.5))
-        finally:
-            del self._awaited[token]
 
     def _dispatch(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
         for handler in self._handlers.get(channel, ()):

@@ -186,13 +186,3 @@ class SQLiteDatabase:
 
     def on_listen_restored(self, callback: Callable[[], None]) -> None:
         return None  # notifications stay in this process: there is no connection to lose
-
-    # Notifications stay in this process, heard as they are sent: there is nobody else to acknowledge them.
-    def expect_acknowledgements(self, token: str) -> None:
-        return None
-
-    async def acknowledge(self, token: str) -> None:
-        return None
-
-    async def acknowledged_by_every_listener(self, token: str) -> bool:
-        return True

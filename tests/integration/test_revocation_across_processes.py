@@ -8,7 +8,6 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -247,58 +246,3 @@ def test_a_plan_change_applies_on_every_worker_on_sqlite_at_once(
         assert _round(gateway, tenant.api_key) == {200}
         set_plan(gateway, config, _organization_id(tmp_path, tenant), "free")
         assert _round(gateway, tenant.api_key) == {402}
-
-
-def _new_key(base_url: str, tenant: Tenant) -> tuple[str, str]:
-    reply = httpx.post(
-        f"{base_url}/api/organization/api-keys",
-        json={"alias": f"k-{time.monotonic_ns()}"},
-        headers={"authorization": f"Bearer {tenant.session_token}"},
-        timeout=30,
-    )
-    assert reply.status_code == 201, reply.text
-    return reply.json()["id"], reply.json()["secret"]
-
-
-def test_a_revoked_key_is_refused_by_a_busy_process_once_the_revoke_answered_without_redis(
-    tmp_path: Path, pg_server_url: str
-) -> None:
-    """Issue 33, finding 3: on PostgreSQL alone, with the other process kept busy by 8 clients, 7 of 200
-    revoked keys were still accepted there right after the revoke answered (the NOTIFY was read after the
-    request). The revoke now answers only once every live process acknowledged it."""
-    config = _config(tmp_path, pg_server_url)
-    with GatewayProcess(config, cwd=tmp_path) as first, GatewayProcess(config, cwd=tmp_path) as busy:
-        tenant = register_tenant(first.base_url)
-        stop = threading.Event()
-
-        def keep_busy() -> None:
-            with httpx.Client(timeout=30, headers={"authorization": f"Bearer {tenant.api_key}"}) as client:
-                while not stop.is_set():
-                    client.post(
-                        f"{busy.base_url}/v1/chat/completions",
-                        json={"model": "mock-chat", "messages": [{"role": "user", "content": "busy " * 200}]},
-                    )
-
-        clients = [threading.Thread(target=keep_busy) for _ in range(8)]
-        for client in clients:
-            client.start()
-        accepted = 0
-        revokes: list[float] = []
-        try:
-            for _ in range(200):
-                key_id, secret = _new_key(first.base_url, tenant)
-                assert _chat(busy.base_url, secret) == 200  # cached by the busy process
-                started = time.perf_counter()
-                assert revoke_key(first.base_url, tenant, key_id).status_code == 200
-                revokes.append(time.perf_counter() - started)
-                accepted += _chat(busy.base_url, secret) != 401
-        finally:
-            stop.set()
-            for client in clients:
-                client.join()
-        revokes.sort()
-        print(
-            f"\n{accepted} of 200 revoked keys accepted by the busy process; revoke answered in"
-            f" p50 {revokes[100] * 1000:.1f} ms, p99 {revokes[198] * 1000:.1f} ms"
-        )
-        assert accepted == 0

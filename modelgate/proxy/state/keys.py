@@ -12,14 +12,12 @@ is off.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import partial
 
-from modelgate.domain.accounts import balance_key
+from modelgate.domain.accounts import PLAN_CHANNEL, balance_key
 from modelgate.domain.api_keys import key_by_secret_hash
 from modelgate.domain.tokens import hash_token
 from modelgate.storage.database import Database, Executor
@@ -86,9 +84,9 @@ class KeyDirectory:
         self._publishers.append(publish)
 
     async def start(self) -> None:
-        """Hear revocations made by other processes on the same database (plan changes: see the gateway's
-        `_connect_channels`)."""
-        await self._db.listen(REVOCATION_CHANNEL, self._revocation_heard)
+        """Hear revocations and plan changes made by other processes on the same database."""
+        await self._db.listen(REVOCATION_CHANNEL, self.forget)
+        await self._db.listen(PLAN_CHANNEL, self.forget_organization)
 
     async def lookup(self, secret: str) -> KeyRecord | None:
         """The active key behind a secret, or None."""
@@ -122,13 +120,6 @@ class KeyDirectory:
         if len(self._tombstones) > 10_000:
             self._tombstones = {h: t for h, t in self._tombstones.items() if t > now}
 
-    def _revocation_heard(self, payload: str) -> Awaitable[None] | None:
-        """A revocation's NOTIFY: "<secret hash> <token>"; acknowledged once the key is forgotten here, so
-        the revoke (waiting for every process's acknowledgement) answers only after no process uses it."""
-        secret_hash, _, token = payload.partition(" ")
-        self.forget(secret_hash)
-        return self._db.acknowledge(token) if token else None
-
     def forget_all(self) -> None:
         """Drop every cached key (revocations may have been missed): the next lookups read them afresh."""
         self._generation += 1
@@ -141,19 +132,11 @@ class KeyDirectory:
         for secret_hash in stale:
             del self._cache[secret_hash]
 
-    async def key_revoked(self, secret_hash: str, tx: Executor) -> Callable[[], Awaitable[object]] | None:
-        """The cabinet's revocation sink: called inside the revoke transaction, before commit. Returns what
-        the cabinet awaits after the commit, before it answers: on PostgreSQL, every live gateway process's
-        acknowledgement that it forgot the key (a process busy with other requests may hear the NOTIFY
-        after it served a request sent once the revoke had answered: 7 of 200 were accepted so)."""
+    async def key_revoked(self, secret_hash: str, tx: Executor) -> None:
+        """The cabinet's revocation sink: called inside the revoke transaction, before commit."""
         self.forget(secret_hash)
-        settled = None
         if self._db.dialect == "postgres":
-            token = secrets.token_hex(8)
-            self._db.expect_acknowledgements(token)
             # Sent through the transaction, so other processes hear it exactly when the revocation commits.
-            await tx.execute("SELECT pg_notify($1, $2)", REVOCATION_CHANNEL, f"{secret_hash} {token}")
-            settled = partial(self._db.acknowledged_by_every_listener, token)
+            await tx.execute("SELECT pg_notify($1, $2)", REVOCATION_CHANNEL, secret_hash)
         for publish in self._publishers:
             await publish(REVOCATION_CHANNEL, secret_hash)
-        return settled
