@@ -7,12 +7,13 @@ import ipaddress
 import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .catalogue import find_in_catalogue
 from .dialects import default_base_url, read_options
+from .price_sheet import read_prices
 from .reader import (
     ABSENT,
     Absent,
@@ -47,7 +48,6 @@ from .schema import (
     ModelConfig,
     PlanConfig,
     PluginsConfig,
-    PriceConfig,
     ProviderConfig,
     RedisConfig,
     RoutingConfig,
@@ -379,7 +379,8 @@ def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | N
     row_tables = t.tables("rows", required="at least one row is required ([[models.rows]])")
     model_name = "" if name is ABSENT else name
     rows = tuple(row for rt in row_tables if (row := _row(rt, model_name, providers)) is not None)
-    prices = _prices(t.table("prices"))
+    priced = t.has("prices")
+    prices = read_prices(t.table("prices"), "config" if priced else "")
     values = given(
         default_max_tokens=t.integer("default_max_tokens", check=at_least(1)),
         max_context_tokens=t.integer("max_context_tokens", check=at_least(1)),
@@ -388,6 +389,12 @@ def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | N
     t.finish()
     if name is ABSENT:
         return None
+    if not priced:
+        # Not priced here: the catalogue's sheet for what the first row calls the model (config wins).
+        entry = find_in_catalogue(rows[0].upstream_model if rows else name, name)
+        if entry is not None:
+            prices = entry.prices
+            values.setdefault("max_context_tokens", entry.context_window)
     model = ModelConfig(name=name, kinds=() if kinds is ABSENT else kinds, rows=rows, prices=prices, **values)
     if model.default_max_tokens > model.max_context_tokens:
         limit, value = model.max_context_tokens, model.default_max_tokens
@@ -414,12 +421,6 @@ def _row(t: Table, model_name: str, providers: Mapping[str, ProviderConfig]) -> 
         host = provider.host if provider else None
     upstream_model = model_name if upstream_model is ABSENT else upstream_model
     return RowConfig(provider=provider_name, upstream_model=upstream_model, host=host, **values)
-
-
-def _prices(t: Table) -> PriceConfig:
-    values = given(**{f.name: t.number(f.name, check=at_least(0)) for f in fields(PriceConfig)})
-    t.finish()
-    return PriceConfig(**values)
 
 
 def _plan(t: Table) -> PlanConfig | None:

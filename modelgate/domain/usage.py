@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from modelgate.config.schema import DEFAULT_SERVICE_TIERS
+
 _USAGE = b'"usage"'
 # A usage object, not `"usage": null` (which OpenAI-style streams repeat in every chunk): only events that
 # hold one are decoded.
@@ -41,7 +43,14 @@ BYTES_PER_TOKEN = 4
 
 @dataclass(slots=True)
 class Usage:
-    """Token usage read from an upstream answer."""
+    """Usage read from an upstream answer: every kind a provider bills by.
+
+    Totals and their parts: `input_tokens` is every prompt token the provider counted, its cache reads
+    (`cached_input_tokens`), cache writes (5-minute and 1-hour) and audio and image tokens included;
+    `output_tokens` is every generated token, its reasoning, audio and image tokens included. The price
+    sheet (modelgate/domain/prices.py) charges each part at its rate and the rest at the text rate, so no
+    token is charged twice whichever way a provider counts.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -54,39 +63,172 @@ class Usage:
     # usage `"estimated": true`), or the gateway's own estimate of an answer cut short
     # (modelgate/plugins/billing_gate.py).
     estimated: bool = False
+    cache_write_5m_tokens: int = 0  # parts of input_tokens
+    cache_write_1h_tokens: int = 0
+    input_audio_tokens: int = 0
+    input_image_tokens: int = 0
+    reasoning_tokens: int = 0  # parts of output_tokens
+    output_audio_tokens: int = 0
+    output_image_tokens: int = 0
+    web_search_calls: int = 0  # server-side tool calls, priced per call
+    file_search_calls: int = 0
+    code_interpreter_calls: int = 0
+    image_variant: str = ""  # "1024x1024/high": the size and quality the images were made at
+    service_tier: str = ""  # the tier the provider says it served the request on ("" = default)
+
+    def detail(self) -> dict[str, int | float | str] | None:
+        """The kinds beyond input, cached and output tokens that are present (None when none is), for
+        the ledger row's audit column."""
+        found = None
+        for name in DETAIL_KINDS:
+            value = getattr(self, name)
+            if value:
+                if found is None:
+                    found = {}
+                found[name] = value
+        return found
+
+
+# The kinds kept in a ledger row's `usage_detail` (only those present), beside its token columns.
+DETAIL_KINDS = (
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "input_audio_tokens",
+    "input_image_tokens",
+    "reasoning_tokens",
+    "output_audio_tokens",
+    "output_image_tokens",
+    "web_search_calls",
+    "file_search_calls",
+    "code_interpreter_calls",
+    "images",
+    "image_variant",
+    "audio_seconds",
+    "video_seconds",
+    "service_tier",
+)
+# Responses API output items that are billed per call, by the Usage field that counts them.
+_TOOL_ITEMS = {
+    "web_search_call": "web_search_calls",
+    "file_search_call": "file_search_calls",
+    "code_interpreter_call": "code_interpreter_calls",
+}
 
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def merge_usage(target: Usage, usage: dict) -> None:
-    """Fold one `usage` object (OpenAI chat/completions/embeddings, Responses, Anthropic) into `target`."""
-    input_tokens = _int(usage.get("prompt_tokens")) or _int(usage.get("input_tokens"))
+def _details(usage: dict, *names: str) -> dict:
+    for name in names:
+        value = usage.get(name)
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def merge_usage(target: Usage, usage: dict, holder: dict | None = None) -> None:
+    """Fold one `usage` object into `target`: OpenAI chat / completions / embeddings / Responses / realtime
+    (their `*_details`), Anthropic (cache reads and writes with their 5m/1h split, server tool use), and
+    the chat usage the Bedrock Converse and Gemini dialects translate theirs into. `holder` is the object
+    the usage belongs to (a chat completion, a Response, a Message): its service tier and the Responses
+    tool calls it made are read from it.
+
+    Streams report usage in several events (Anthropic: message_start, then cumulative message_delta;
+    Responses: the final response): every count is the largest seen, so repeating one never adds to it.
+    """
+    prompt = _int(usage.get("prompt_tokens"))
+    # OpenAI's prompt_tokens and Responses' input_tokens include cache reads and writes; Anthropic's
+    # input_tokens exclude them (its cache counts are beside them): added here to make the same total.
+    input_tokens = prompt or _int(usage.get("input_tokens"))
     cache_read = _int(usage.get("cache_read_input_tokens"))
     cache_write = _int(usage.get("cache_creation_input_tokens"))
-    if cache_read or cache_write:
-        # Anthropic counts cached and cache-writing tokens outside input_tokens.
-        input_tokens += cache_read + cache_write
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    cached = cached or cache_read
+    write_5m = write_1h = 0
+    creation = usage.get("cache_creation")
+    if isinstance(creation, dict):
+        write_5m = _int(creation.get("ephemeral_5m_input_tokens"))
+        write_1h = _int(creation.get("ephemeral_1h_input_tokens"))
+    # The plain count is the 5-minute kind; a split that accounts for less leaves the rest at 5 minutes.
+    write_5m += max(cache_write - write_5m - write_1h, 0)
+    if not prompt and (cache_read or write_5m or write_1h):
+        input_tokens += cache_read + write_5m + write_1h
+    details = _details(usage, "prompt_tokens_details", "input_tokens_details", "input_token_details")
+    cached = _int(details.get("cached_tokens")) or cache_read or _int(usage.get("prompt_cache_hit_tokens"))
+    if details:
+        # OpenAI's cache writes: the short retention at the 5-minute rate, the 12-hour one at the 1-hour rate.
+        written = _int(details.get("cache_write_tokens"))
+        retention = details.get("cache_write_tokens_details")
+        long_write = _int(retention.get("ttl_12h_tokens")) if isinstance(retention, dict) else 0
+        write_1h = max(write_1h, long_write)
+        write_5m = max(write_5m, written - long_write)
+        # Audio and image tokens read from the cache are among the cached ones (charged at the cached rate).
+        cached_parts = details.get("cached_tokens_details")
+        cached_parts = cached_parts if isinstance(cached_parts, dict) else {}
+        audio = _int(details.get("audio_tokens")) - _int(cached_parts.get("audio_tokens"))
+        image = _int(details.get("image_tokens")) - _int(cached_parts.get("image_tokens"))
+        _raise(target, "input_audio_tokens", audio)
+        _raise(target, "input_image_tokens", image)
     output_tokens = _int(usage.get("completion_tokens")) or _int(usage.get("output_tokens"))
-    # Streams report usage in several events (Anthropic: message_start, then cumulative message_delta).
-    target.input_tokens = max(target.input_tokens, input_tokens)
-    target.cached_input_tokens = max(target.cached_input_tokens, cached)
-    target.output_tokens = max(target.output_tokens, output_tokens)
+    out = _details(usage, "completion_tokens_details", "output_tokens_details", "output_token_details")
+    if out:
+        reasoning = _int(out.get("reasoning_tokens")) or _int(out.get("thinking_tokens"))
+        _raise(target, "reasoning_tokens", reasoning)
+        _raise(target, "output_audio_tokens", _int(out.get("audio_tokens")))
+        _raise(target, "output_image_tokens", _int(out.get("image_tokens")))
+    tools = usage.get("server_tool_use")
+    if isinstance(tools, dict):
+        _raise(target, "web_search_calls", _int(tools.get("web_search_requests")))
+    if target.input_tokens < input_tokens:
+        target.input_tokens = input_tokens
+    if target.cached_input_tokens < cached:
+        target.cached_input_tokens = cached
+    if target.output_tokens < output_tokens:
+        target.output_tokens = output_tokens
+    if target.cache_write_5m_tokens < write_5m:
+        target.cache_write_5m_tokens = write_5m
+    if target.cache_write_1h_tokens < write_1h:
+        target.cache_write_1h_tokens = write_1h
+    tier = usage.get("service_tier")
+    if holder is not None:
+        tier = tier or holder.get("service_tier")
+        items = holder.get("output")
+        if isinstance(items, list) and items:
+            _count_tool_items(target, items)
+    if isinstance(tier, str):
+        target.service_tier = "" if tier in DEFAULT_SERVICE_TIERS else tier
     if usage.get("estimated") is True:
         target.estimated = True
 
 
+def _raise(target: Usage, name: str, value: int) -> None:
+    if value > getattr(target, name):
+        setattr(target, name, value)
+
+
+def _count_tool_items(target: Usage, items: list) -> None:
+    """The billed tool calls among a Response's output items (counted whole: a final Response lists all)."""
+    counts: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, dict):
+            field = _TOOL_ITEMS.get(item.get("type"))  # type: ignore[arg-type]
+            if field is not None:
+                counts[field] = counts.get(field, 0) + 1
+    for field, count in counts.items():
+        _raise(target, field, count)
+
+
 def usage_objects(document: Any) -> list[dict]:
     """The usage objects of one JSON document or event (top level, or inside `response` / `message`)."""
+    return [usage for usage, _ in usage_holders(document)]
+
+
+def usage_holders(document: Any) -> list[tuple[dict, dict]]:
+    """(usage, the object holding it) of one JSON document or event."""
     found = []
     if isinstance(document, dict):
         for holder in (document, document.get("response"), document.get("message")):
             if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
-                found.append(holder["usage"])
+                found.append((holder["usage"], holder))
     return found
 
 
@@ -98,12 +240,12 @@ def usage_of_body(body: bytes) -> Usage | None:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    objects = usage_objects(document)
+    objects = usage_holders(document)
     if not objects:
         return None
     usage = Usage()
-    for item in objects:
-        merge_usage(usage, item)
+    for item, holder in objects:
+        merge_usage(usage, item, holder)
     return usage
 
 
@@ -214,10 +356,10 @@ class StreamUsageScanner:
                 document = orjson.loads(data[line_start + 5 : done])  # a CR ending the line is whitespace
             except orjson.JSONDecodeError:
                 continue
-            for item in usage_objects(document):
+            for item, holder in usage_holders(document):
                 if self.usage is None:
                     self.usage = Usage()
-                merge_usage(self.usage, item)
+                merge_usage(self.usage, item, holder)
 
 
 def usage_objects_at(data: bytes, end: int) -> list[tuple[int, int]]:
