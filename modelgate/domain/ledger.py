@@ -57,6 +57,7 @@ class LedgerEntry:
     row_id: str | None = None  # given by `admit`; None: a fresh id at `add`
     content_action: str = ""  # what content rules did: blocked, redacted, flagged (or nothing)
     usage_estimated: bool = False  # its tokens were estimated, not reported by the provider
+    usage_detail: str = ""  # JSON of the usage kinds beyond its token columns (modelgate.domain.usage.Usage)
 
 
 CRASHED = "crashed"
@@ -92,7 +93,10 @@ _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
 # whether the usage was estimated (written only when true, the content action then written even if empty).
 _CONTENT = 16
 _ESTIMATED = 17
-_NO_CONTENT_ACTION = ("", False)  # the last two columns of a row that ends at its budgets
+# Then the usage detail (JSON text; written only when the usage had a kind beyond input, cached and output
+# tokens: cache writes, audio, image, reasoning, tool calls, media units, a service tier).
+_DETAIL = 18
+_NO_CONTENT_ACTION = ("", False, None)  # the last columns of a row that ends at its budgets
 # An admission in the spool: this marker, then the row to charge should the request never complete.
 _ADMITTED = "admitted"
 # An admission that ended without a row (nothing to charge): this marker, then its row id.
@@ -101,8 +105,8 @@ _WITHDRAWN = "withdrawn"
 _INSERT = (
     "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
     " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at, units, outcome,"
-    " content_action, usage_estimated)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+    " content_action, usage_estimated, usage_detail)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
 )
 _BALANCE = "UPDATE organizations SET balance_micros = balance_micros - $1 WHERE id = $2"
 _BUDGET = (
@@ -407,7 +411,7 @@ class LedgerWriter:
                 (
                     *row[:_COLUMNS],
                     tuple(tuple(budget) for budget in row[_BUDGETS]),
-                    *row[_CONTENT : _ESTIMATED + 1],
+                    *row[_CONTENT : _DETAIL + 1],
                 )
             )
             if len(chunk) == size:
@@ -600,6 +604,7 @@ def ledger_row(
     budgets: tuple[tuple[str, float], ...],
     content_action: str = "",
     usage_estimated: bool = False,
+    usage_detail: str = "",
 ) -> LedgerRow:
     """A row as the spool and `add_row` take it: a LedgerEntry's fields, positional (no object per
     request)."""
@@ -621,6 +626,8 @@ def ledger_row(
         outcome,
         budgets,
     )
+    if usage_detail:
+        return (*row, content_action, usage_estimated, usage_detail)
     if usage_estimated:
         return (*row, content_action, True)
     return (*row, content_action) if content_action else row
@@ -647,16 +654,21 @@ def entry_row(entry: LedgerEntry, row_id: str) -> LedgerRow:
         entry.budgets,
         entry.content_action,
         entry.usage_estimated,
+        entry.usage_detail,
     )
 
 
 def _parameters(row: LedgerRow) -> tuple:
     """The parameters of `_INSERT` for a row."""
-    return (*row[:_COLUMNS], _content_action(row), _usage_estimated(row))
+    return (*row[:_COLUMNS], _content_action(row), _usage_estimated(row), _usage_detail(row))
 
 
 def _content_action(row: LedgerRow) -> str:
     return row[_CONTENT] if len(row) > _CONTENT else ""
+
+
+def _usage_detail(row: LedgerRow) -> str | None:
+    return row[_DETAIL] or None if len(row) > _DETAIL else None
 
 
 def _usage_estimated(row: LedgerRow) -> bool:

@@ -169,9 +169,11 @@ class ModelPrices:
             per_image_by={variant: price * MICROS for variant, price in prices.per_image_by},
         )
 
-    def prices_tier(self, service_tier: str | None) -> bool:
+    def prices_tier(self, service_tier: object) -> bool:
         """Whether a request may ask for this service tier: the default one, or one the sheet prices."""
-        return not service_tier or service_tier in DEFAULT_SERVICE_TIERS or service_tier in self.service_tiers
+        if not isinstance(service_tier, str):
+            return False
+        return service_tier in DEFAULT_SERVICE_TIERS or service_tier in self.service_tiers
 
     def rates_for(self, usage: Usage) -> TokenRates:
         """The rates a usage is charged at: its service tier's; else the highest long-context tier its

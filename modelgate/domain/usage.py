@@ -89,6 +89,13 @@ class Usage:
         return found
 
 
+def usage_detail(usage: Usage) -> str:
+    """The ledger row's `usage_detail`: JSON of the kinds beyond its token columns, "" when none is present
+    (the usual answer: nothing is encoded)."""
+    found = usage.detail()
+    return orjson.dumps(found).decode() if found else ""
+
+
 # The kinds kept in a ledger row's `usage_detail` (only those present), beside its token columns.
 DETAIL_KINDS = (
     "cache_write_5m_tokens",

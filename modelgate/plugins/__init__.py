@@ -30,6 +30,7 @@ from modelgate.plugins.realtime_credentials import RealtimeCredentials
 from modelgate.plugins.request_id import InFlightIds, RequestId, SharedRequestId
 from modelgate.plugins.request_validation import RequestValidation
 from modelgate.plugins.route_support import RouteSupport
+from modelgate.plugins.service_tiers import ServiceTiers
 from modelgate.plugins.stream_errors import StreamErrors
 from modelgate.plugins.tracing import RequestTracing
 from modelgate.plugins.translation import Translation
@@ -78,6 +79,7 @@ CHAIN_PLUGINS: tuple[type[Plugin], ...] = (
     ModelRouting,
     ProviderFilter,
     NativeFeatures,
+    ServiceTiers,
     ObjectBindingPlugin,
     Policy,
     PromptPolicy,
@@ -123,6 +125,7 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         ModelRouting(services.catalog),  # 404 model_not_found; candidate rows
         ProviderFilter(services.catalog),  # 400 on the provider object; filters rows
         NativeFeatures(),  # 400 when thinking, caching or token counting has no native row left
+        ServiceTiers(),  # 400 on a service_tier the model's price sheet does not price
         ObjectBindingPlugin(services.objects, services.catalog),  # follow-ups reach their row
         Policy(services.policies),  # 403 denied model, 404 model not enabled for the key
         PromptPolicy(),  # 403 a content rule blocks the prompt; redacts it before it leaves

@@ -18,6 +18,7 @@ from modelgate.domain.usage import (
     StreamUsageScanner,
     generated_tokens,
     tokens_of,
+    usage_detail,
     usage_of_body,
 )
 from modelgate.plugins.billing_gate import final_cost
@@ -106,6 +107,7 @@ class UsageMetering(Plugin):
             tuple(ctx.admission.charged_budgets),
             content_action(ctx.content_hits) if ctx.content_hits else "",
             usage.estimated if usage else False,
+            usage_detail(usage) if usage else "",
         )
         if ctx.admission.reservations:
             # Spooled once its settlement is in the live counter (a crash in between is recovered by row id).
