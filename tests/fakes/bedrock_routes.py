@@ -42,6 +42,8 @@ class BedrockState:
     log: RequestLog
     gates: Gates
     modes: deque[str] = field(default_factory=deque)
+    # The TokenUsage a Converse answer reports instead of the fixed one (plain and streamed), until cleared.
+    report_usage: dict | None = None
 
 
 class FakeBedrock(FakeUpstream):
@@ -118,10 +120,11 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     if action == "invoke":
         return web.json_response(_claude_message(document, model))
     if action == "converse":
-        return web.json_response(_converse_answer(document))
-    frames = list(
-        _claude_events(document, model, mode) if action.startswith("invoke") else _converse_events(document)
-    )
+        return web.json_response(_converse_answer(document, state.report_usage))
+    if action.startswith("invoke"):
+        frames = list(_claude_events(document, model, mode))
+    else:
+        frames = list(_converse_events(document, state.report_usage))
     return await _stream(request, frames, mode)
 
 
@@ -331,7 +334,9 @@ def _converse_reply(body: dict) -> tuple[str, str | None]:
     return _reply(" ".join(texts), names, results[0] if results else None)
 
 
-def _converse_usage() -> dict:
+def _converse_usage(reported: dict | None = None) -> dict:
+    if reported is not None:
+        return reported
     return {
         "inputTokens": INPUT_TOKENS,
         "outputTokens": OUTPUT_TOKENS,
@@ -339,7 +344,7 @@ def _converse_usage() -> dict:
     }
 
 
-def _converse_answer(body: dict) -> dict:
+def _converse_answer(body: dict, reported: dict | None = None) -> dict:
     text, tool = _converse_reply(body)
     block = (
         {"toolUse": {"toolUseId": TOOL_ID, "name": tool, "input": {"city": "Paris"}}}
@@ -349,12 +354,12 @@ def _converse_answer(body: dict) -> dict:
     return {
         "output": {"message": {"role": "assistant", "content": [block]}},
         "stopReason": "tool_use" if tool else "end_turn",
-        "usage": _converse_usage(),
+        "usage": _converse_usage(reported),
         "metrics": {"latencyMs": 42},
     }
 
 
-def _converse_events(body: dict) -> Iterator[bytes]:
+def _converse_events(body: dict, reported: dict | None = None) -> Iterator[bytes]:
     text, tool = _converse_reply(body)
     yield event_frame("messageStart", {"role": "assistant"})
     if tool:
@@ -367,4 +372,4 @@ def _converse_events(body: dict) -> Iterator[bytes]:
         yield event_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta})
     yield event_frame("contentBlockStop", {"contentBlockIndex": 0})
     yield event_frame("messageStop", {"stopReason": "tool_use" if tool else "end_turn"})
-    yield event_frame("metadata", {"usage": _converse_usage(), "metrics": {"latencyMs": 42}})
+    yield event_frame("metadata", {"usage": _converse_usage(reported), "metrics": {"latencyMs": 42}})

@@ -21,7 +21,10 @@ class Fault:
     whose `choices` hold one choice with an empty delta) or "last_content" (usage on the chunk carrying the
     last piece of content and the finish reason); both then carry a provider `cost` field, top level and in
     `usage`, as plain answers do with `provider_cost`. `object_id` is the id a created stored response or
-    video gets instead of the fake's own (providers' ids differ in length and alphabet).
+    video gets instead of the fake's own (providers' ids differ in length and alphabet). `report_usage` is
+    what a chat completion or a Messages answer reports instead of its own usage: `{"usage": {...}}` in the
+    provider's shape, and for chat a `service_tier` beside it (plain and streamed alike; a Messages stream
+    then repeats the whole usage in its message_delta, as the API may).
     """
 
     status: int | None = None
@@ -38,6 +41,7 @@ class Fault:
     usage_chunk: str | None = None
     provider_cost: bool = False
     object_id: str | None = None
+    report_usage: dict | None = None
 
 
 FOREVER = -1
