@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
+from pathlib import Path
 
 from modelgate.config import Config, ConfigError, load_config
 
@@ -119,6 +120,30 @@ def cmd_prices_show(args: argparse.Namespace) -> int:
         print(f"  service tier {tier_name}:")
         for name, value in _sheet_lines(tokens, "    "):
             print(f"    {name} = {value}")
+    return 0
+
+
+def cmd_prices_import_litellm(args: argparse.Namespace) -> int:
+    """Write LiteLLM's price file as a catalogue for `[billing] price_catalogue` (checked before written)."""
+    import datetime
+    import json
+    import tomllib
+
+    from modelgate.config.catalogue import CatalogueError, read_catalogue
+    from modelgate.config.litellm_import import catalogue_from_litellm
+
+    try:
+        data = json.loads(Path(args.file).read_text("utf-8"))
+        text, count = catalogue_from_litellm(data, datetime.date.today().isoformat(), Path(args.file).name)
+        read_catalogue(tomllib.loads(text), "the imported catalogue")
+    except (OSError, ValueError, CatalogueError) as exc:
+        print(f"{args.file}: cannot import: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.output:
+        Path(args.output).write_text(text, "utf-8")
+    else:
+        sys.stdout.write(text)
+    print(f"{count} models imported from {args.file}", file=sys.stderr)
     return 0
 
 
@@ -263,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("model")
     show.add_argument("--config", help="TOML config file (default: embedded defaults)")
     show.set_defaults(func=cmd_prices_show)
+    imported = price_actions.add_parser(
+        "import-litellm", help="turn LiteLLM's model_prices_and_context_window.json into a price catalogue"
+    )
+    imported.add_argument("file")
+    imported.add_argument("--output", help="write the catalogue here (default: standard output)")
+    imported.set_defaults(func=cmd_prices_import_litellm)
 
     _add_billing_commands(commands)
     return parser

@@ -9,6 +9,7 @@ it names prices. The shipped file is read once per process, at the first config 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -50,11 +51,16 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
         window = t.integer("context_window", check=above(0))
         if window is ABSENT and not t.has("context_window"):
             t.report("context_window", "missing required key")
+        aliases = t.strings("aliases")  # the provider's other names for it (dated snapshot ids)
         label = f"catalogue: {name}, {provider}, {date}, {url}"
         prices = read_prices(t.table("prices"), label)
         t.finish()
         if ABSENT not in (provider, date, url, window):
-            entries[name] = CatalogueEntry(name, provider, date, url, window, prices)
+            entry = CatalogueEntry(name, provider, date, url, window, prices)
+            for known in (name, *(() if aliases is ABSENT else aliases)):
+                if known in entries:
+                    t.report("aliases", f"{known!r} is listed twice")
+                entries[known] = entry
     root.finish()
     if context.problems:
         raise CatalogueError("\n".join(context.problems))
@@ -67,14 +73,16 @@ def shipped_catalogue() -> dict[str, CatalogueEntry]:
     return read_catalogue(tomllib.loads(CATALOGUE_PATH.read_text("utf-8")), CATALOGUE_PATH.name)
 
 
-def find_in_catalogue(*names: str) -> CatalogueEntry | None:
-    """The first of `names` the catalogue lists (an upstream name may carry a provider prefix such as
-    `models/` or `anthropic.`; the catalogue lists the bare name too)."""
-    catalogue = shipped_catalogue()
-    for name in names:
-        entry = catalogue.get(name)
-        if entry is None and "/" in name:
-            entry = catalogue.get(name.rsplit("/", 1)[1])
-        if entry is not None:
-            return entry
+def find_in_catalogue(
+    *names: str, extra: Mapping[str, CatalogueEntry] | None = None
+) -> CatalogueEntry | None:
+    """The first of `names` the operator's catalogue (`extra`), else the shipped one, lists; a name with a
+    path prefix (`models/gemini-2.5-pro`, `openai/gpt-4o`) is also looked up by its last part."""
+    for catalogue in (extra or {}, shipped_catalogue()):
+        for name in names:
+            entry = catalogue.get(name)
+            if entry is None and "/" in name:
+                entry = catalogue.get(name.rsplit("/", 1)[1])
+            if entry is not None:
+                return entry
     return None

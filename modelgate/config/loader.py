@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .catalogue import find_in_catalogue
+from .catalogue import CatalogueEntry, CatalogueError, find_in_catalogue, read_catalogue
 from .dialects import default_base_url, read_options
 from .price_sheet import read_prices
 from .reader import (
@@ -122,7 +122,8 @@ def _build(root: Table) -> Config:
     providers = _unique(root.tables("providers"), _provider, "name", "provider name")
     by_name = {provider.name: provider for provider in providers}
     model_tables = root.tables("models", required="at least one model is required ([[models]])")
-    models = _unique(model_tables, lambda t: _model(t, by_name), "name", "model name")
+    extra = _operator_catalogue(root, billing.price_catalogue)
+    models = _unique(model_tables, lambda t: _model(t, by_name, extra), "name", "model name")
     plan_tables = root.tables("plans", required="at least one plan is required ([[plans]])")
     plans = _unique(plan_tables, _plan, "code", "plan code")
     root.finish()
@@ -242,6 +243,7 @@ def _billing(t: Table) -> BillingConfig:
         spool_fsync=t.choice("spool_fsync", SPOOL_FSYNC_POLICIES, "spool fsync policy"),
         spool_fsync_interval_seconds=t.number("spool_fsync_interval_seconds", check=above(0)),
         currency=t.string("currency", check=currency),
+        price_catalogue=t.string("price_catalogue", check=non_empty),
     )
     t.finish()
     return BillingConfig(**values)
@@ -369,7 +371,23 @@ def _host(t: Table, provider_kind: str | Absent) -> HostConfig | None:
     )
 
 
-def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | None:
+def _operator_catalogue(root: Table, path: str) -> dict[str, CatalogueEntry]:
+    """The entries of `[billing] price_catalogue` (relative to the config file); its problems are the
+    config's."""
+    if not path:
+        return {}
+    source = root.context.source
+    file = Path(path) if source == EMBEDDED_SOURCE else Path(source).parent / path
+    try:
+        return read_catalogue(tomllib.loads(file.read_text("utf-8")), str(file))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, CatalogueError) as exc:
+        root.report("billing.price_catalogue", f"cannot use {str(file)!r}: {exc}")
+        return {}
+
+
+def _model(
+    t: Table, providers: Mapping[str, ProviderConfig], extra: Mapping[str, CatalogueEntry] | None = None
+) -> ModelConfig | None:
     name = t.string("name", required=True, check=non_empty)
     kinds = t.strings(
         "kinds",
@@ -391,7 +409,7 @@ def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | N
         return None
     if not priced:
         # Not priced here: the catalogue's sheet for what the first row calls the model (config wins).
-        entry = find_in_catalogue(rows[0].upstream_model if rows else name, name)
+        entry = find_in_catalogue(rows[0].upstream_model if rows else name, name, extra=extra)
         if entry is not None:
             prices = entry.prices
             values.setdefault("max_context_tokens", entry.context_window)

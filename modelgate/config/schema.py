@@ -131,6 +131,9 @@ class BillingConfig:
     spool_fsync: str = "interval"  # one of SPOOL_FSYNC_POLICIES
     spool_fsync_interval_seconds: float = 1.0
     currency: str = "USD"
+    # A price catalogue file of the operator's (the shipped one's format, e.g. from `modelgate prices
+    # import-litellm`), relative to the config file: its entries win over the shipped catalogue's.
+    price_catalogue: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+import pytest
+
 from modelgate.cli import main
-from modelgate.config import load_config
+from modelgate.config import ConfigError, load_config
 from modelgate.config.catalogue import shipped_catalogue
 from modelgate.plugins import chain_plugins
 
@@ -76,3 +79,69 @@ def test_prices_show_names_the_source_and_check_config_warns_about_a_free_model(
     warned = capsys.readouterr().err
     assert "model 'unknown' has no prices" in warned
     assert "'haiku'" not in warned
+
+
+# Shaped like entries of LiteLLM's model_prices_and_context_window.json (USD per token).
+LITELLM = {
+    "sample_spec": {"max_tokens": "set to max_output_tokens", "input_cost_per_token": 0.0},
+    "gemini-test-pro": {
+        "litellm_provider": "vertex_ai-language-models",
+        "max_input_tokens": 1048576,
+        "max_tokens": 65535,
+        "input_cost_per_token": 1.25e-06,
+        "input_cost_per_token_above_200k_tokens": 2.5e-06,
+        "output_cost_per_token": 1e-05,
+        "output_cost_per_token_above_200k_tokens": 1.5e-05,
+        "cache_read_input_token_cost": 1.25e-07,
+        "input_cost_per_audio_token": 1e-06,
+    },
+    "gpt-test": {
+        "litellm_provider": "openai",
+        "max_input_tokens": 400000,
+        "input_cost_per_token": 1.25e-06,
+        "output_cost_per_token": 1e-05,
+        "cache_read_input_token_cost": 1.25e-07,
+        "input_cost_per_token_priority": 2.5e-06,
+        "output_cost_per_token_priority": 2e-05,
+        "input_cost_per_token_flex": 6.25e-07,
+    },
+    "no-price-model": {"litellm_provider": "x", "max_input_tokens": 1000, "mode": "embedding"},
+}
+
+
+def test_a_litellm_price_file_imports_as_a_catalogue_the_config_can_name(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "model_prices_and_context_window.json"
+    source.write_text(orjson.dumps(LITELLM).decode(), encoding="utf-8")
+    assert main(["prices", "import-litellm", str(source), "--output", str(tmp_path / "prices.toml")]) == 0
+    assert "2 models imported" in capsys.readouterr().err
+    config = CONFIG.replace("[[plans]]", '[billing]\nprice_catalogue = "prices.toml"\n\n[[plans]]', 1)
+    config += '\n[[models]]\nname = "gem"\nkinds = ["chat"]\n[[models.rows]]\nprovider = "a"\n'
+    config += 'upstream_model = "gemini-test-pro"\n'
+    config += '\n[[models]]\nname = "gpt"\nkinds = ["chat"]\n[[models.rows]]\nprovider = "a"\n'
+    config += 'upstream_model = "gpt-test"\n'
+    path = tmp_path / "c.toml"
+    path.write_text(config, encoding="utf-8")
+    models = {m.name: m for m in load_config(path, env={}, chain=chain_plugins()).models}
+
+    gem = models["gem"]
+    assert gem.max_context_tokens == 1048576
+    assert (gem.prices.tokens.input_per_mtok, gem.prices.tokens.cached_input_per_mtok) == (1.25, 0.125)
+    assert gem.prices.tokens.input_audio_per_mtok == 1.0
+    assert gem.prices.long_context[0].above_input_tokens == 200000
+    assert gem.prices.long_context[0].tokens.output_per_mtok == 15.0
+    tiers = dict(models["gpt"].prices.service_tiers)
+    assert (tiers["priority"].input_per_mtok, tiers["priority"].output_per_mtok) == (2.5, 20.0)
+    assert tiers["flex"].input_per_mtok == 0.625
+    assert models["unknown"].prices.source == ""
+
+
+def test_a_price_catalogue_the_config_names_that_is_broken_is_a_config_problem(tmp_path: Path) -> None:
+    (tmp_path / "prices.toml").write_text('[models."x"]\nprovider = "p"\n', encoding="utf-8")
+    config = CONFIG.replace("[[plans]]", '[billing]\nprice_catalogue = "prices.toml"\n\n[[plans]]', 1)
+    path = tmp_path / "c.toml"
+    path.write_text(config, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={}, chain=chain_plugins())
+    [problem] = caught.value.problems
+    assert "billing.price_catalogue: cannot use" in problem
+    assert "models.x.date: missing required key" in problem
