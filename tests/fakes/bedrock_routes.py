@@ -44,6 +44,7 @@ class BedrockState:
     modes: deque[str] = field(default_factory=deque)
     # The TokenUsage a Converse answer reports instead of the fixed one (plain and streamed), until cleared.
     report_usage: dict | None = None
+    report_claude_usage: dict | None = None  # the same for InvokeModel (Anthropic's shape)
 
 
 class FakeBedrock(FakeUpstream):
@@ -62,6 +63,7 @@ class FakeBedrock(FakeUpstream):
         super().clear()
         self.clear_faults()
         self.state.modes.clear()
+        self.state.report_usage = self.state.report_claude_usage = None
 
     async def _listen(self) -> None:
         app = web.Application()
@@ -118,11 +120,11 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     if mode == "garbage" and not action.endswith("stream"):
         return web.Response(body=b"{not json", content_type="application/json")
     if action == "invoke":
-        return web.json_response(_claude_message(document, model))
+        return web.json_response(_claude_message(document, model, state.report_claude_usage))
     if action == "converse":
         return web.json_response(_converse_answer(document, state.report_usage))
     if action.startswith("invoke"):
-        frames = list(_claude_events(document, model, mode))
+        frames = list(_claude_events(document, model, mode, state.report_claude_usage))
     else:
         frames = list(_converse_events(document, state.report_usage))
     return await _stream(request, frames, mode)
@@ -280,7 +282,7 @@ def _claude_reply(body: dict) -> tuple[str, str | None]:
     )
 
 
-def _claude_message(body: dict, model: str) -> dict:
+def _claude_message(body: dict, model: str, reported: dict | None = None) -> dict:
     text, tool = _claude_reply(body)
     block = {"type": "tool_use", "id": TOOL_ID, "name": tool, "input": {"city": "Paris"}} if tool else None
     return {  # no `model`: the gateway names it
@@ -290,7 +292,7 @@ def _claude_message(body: dict, model: str) -> dict:
         "content": [block or {"type": "text", "text": text}],
         "stop_reason": "tool_use" if tool else "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS},
+        "usage": reported or {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS},
     }
 
 
@@ -298,10 +300,10 @@ def _chunk(event: dict) -> bytes:
     return event_frame("chunk", {"bytes": base64.b64encode(orjson.dumps(event)).decode()})
 
 
-def _claude_events(body: dict, model: str, mode: str) -> Iterator[bytes]:
+def _claude_events(body: dict, model: str, mode: str, reported: dict | None = None) -> Iterator[bytes]:
     text, tool = _claude_reply(body)
     message = {**_claude_message(body, model), "content": [], "stop_reason": None, "model": model}
-    message["usage"] = {"input_tokens": INPUT_TOKENS, "output_tokens": 1}
+    message["usage"] = {**(reported or {"input_tokens": INPUT_TOKENS}), "output_tokens": 1}
     yield _chunk({"type": "message_start", "message": message})
     if tool:
         start = {"type": "tool_use", "id": TOOL_ID, "name": tool, "input": {}}
@@ -315,7 +317,7 @@ def _claude_events(body: dict, model: str, mode: str) -> Iterator[bytes]:
     yield _chunk({"type": "content_block_stop", "index": 0})
     delta = {"type": "message_delta", "delta": {"stop_reason": "tool_use" if tool else "end_turn"}}
     if mode != "no-delta-usage":
-        delta["usage"] = {"output_tokens": OUTPUT_TOKENS}
+        delta["usage"] = reported or {"output_tokens": OUTPUT_TOKENS}
     yield _chunk(delta)
     yield _chunk({"type": "message_stop", "amazon-bedrock-invocationMetrics": METRICS})
 

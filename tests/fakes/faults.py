@@ -22,9 +22,10 @@ class Fault:
     last piece of content and the finish reason); both then carry a provider `cost` field, top level and in
     `usage`, as plain answers do with `provider_cost`. `object_id` is the id a created stored response or
     video gets instead of the fake's own (providers' ids differ in length and alphabet). `report_usage` is
-    what a chat completion or a Messages answer reports instead of its own usage: `{"usage": {...}}` in the
-    provider's shape, and for chat a `service_tier` beside it (plain and streamed alike; a Messages stream
-    then repeats the whole usage in its message_delta, as the API may).
+    what a chat completion, a Response or a Messages answer reports instead of its own usage: `{"usage":
+    {...}}` in the provider's shape, for chat and Responses a `service_tier` beside it, for Responses
+    `output_items` (tool calls) added to its output (plain and streamed alike; a Messages stream then repeats
+    the whole usage in its message_delta, as the API may).
     """
 
     status: int | None = None

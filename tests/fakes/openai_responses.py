@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .context import CONTEXT, answered_model, created_id, json_body, optional_int
+from .context import CONTEXT, answered_model, created_id, fault_of, json_body, optional_int
 from .echo_model import Reply, echo_reply, last_user_text, new_id, prompt_tokens
 from .envelopes import UpstreamError, json_response
 from .sse import SseScript, event_frame, play
@@ -88,6 +88,12 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     reply = echo_reply(last_user_text(items), max_tokens=optional_int(body, "max_output_tokens"))
     response = _response_object(body, model, reply, prompt_tokens(items, system=body.get("instructions")))
     response["id"] = created_id(request, response["id"])
+    fault = fault_of(request)
+    if fault is not None and fault.report_usage:
+        # The usage, tool-call items (`output_items`, after the message) and service tier a test asks for.
+        response["usage"] = fault.report_usage["usage"]
+        response["output"] += fault.report_usage.get("output_items", [])
+        response["service_tier"] = fault.report_usage.get("service_tier", "default")
     if response["store"]:
         ctx.responses[response["id"]] = response
     if body.get("stream") is True:

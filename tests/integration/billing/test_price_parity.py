@@ -23,18 +23,24 @@ import openai
 import pytest
 
 from tests.fakes import FakeUpstream, Fault
+from tests.fakes.azure_routes import AzureFake
 from tests.fakes.bedrock_routes import FakeBedrock
-from tests.fakes.gemini_host import GeminiFake
+from tests.fakes.gemini_host import PROJECT, REGION, GeminiFake
 from tests.integration.media.conftest import ledger_row
 from tests.support.gateway import register_tenant
 
 KEY_ID, SECRET = "AKIDPARITYTEST01", "parity-test-secret"
 GEMINI_KEY = "gemini-parity-key"
+AZURE_KEY = "azure-parity-key"
+CLAUDE_ON_BEDROCK = "anthropic.claude-3-5-sonnet-20241022-v2:0"
 MAX_TOKENS = 100_000  # generous: every case's usage stays within its reservation
 
 # USD per million tokens (= micro-units per token) and USD per call, as the sheets below say.
 OPENAI = {"input": 2.5, "cached": 1.25, "output": 10, "audio_in": 40, "audio_out": 80}
 OPENAI_PRIORITY = {"input": 5, "cached": 2.5, "output": 20}
+OPENAI_TOOLS = {"web_search": 0.01, "file_search": 0.0025}
+AZURE = {"input": 2.5, "cached": 1.25, "output": 10}
+IMAGES = {"per_image": 0.04, "1024x1024/high": 0.167}
 CLAUDE = {"input": 3, "cached": 0.3, "write_5m": 3.75, "write_1h": 6, "output": 15, "web_search": 0.01}
 CLAUDE_LONG = {"input": 6, "cached": 0.6, "write_5m": 7.5, "write_1h": 12, "output": 22.5}
 CONVERSE = {"input": 3, "cached": 0.3, "write_5m": 3.75, "output": 15}
@@ -42,29 +48,93 @@ GEMINI = {"input": 1.25, "cached": 0.125, "audio_in": 5, "output": 10}
 GEMINI_LONG = {"input": 2.5, "cached": 0.25, "output": 15}
 
 
-def models_toml(upstream: FakeUpstream, bedrock: FakeBedrock, gemini: GeminiFake) -> str:
-    return f"""
+@dataclass(frozen=True)
+class Fakes:
+    upstream: FakeUpstream
+    bedrock: FakeBedrock
+    gemini: GeminiFake
+    azure: AzureFake
+    credentials: str  # a service-account file the Gemini fake knows, for its Vertex routes
+
+
+_SHEET_KEYS = {
+    "input": "input_per_mtok",
+    "cached": "cached_input_per_mtok",
+    "write_5m": "cache_write_5m_per_mtok",
+    "write_1h": "cache_write_1h_per_mtok",
+    "output": "output_per_mtok",
+    "audio_in": "input_audio_per_mtok",
+    "audio_out": "output_audio_per_mtok",
+    "web_search": "per_web_search_call",
+    "file_search": "per_file_search_call",
+}
+
+
+def sheet(*rates: dict, long_context: tuple[int, dict] | None = None, tiers: dict | None = None) -> str:
+    """A [models.prices] table of these rates (USD per million tokens, per call)."""
+    lines = ["[models.prices]"]
+    lines += [f"{_SHEET_KEYS[kind]} = {rate}" for prices in rates for kind, rate in prices.items()]
+    if long_context is not None:
+        above, prices = long_context
+        lines += ["[[models.prices.long_context]]", f"above_input_tokens = {above}"]
+        lines += [f"{_SHEET_KEYS[kind]} = {rate}" for kind, rate in prices.items()]
+    for name, prices in (tiers or {}).items():
+        lines.append(f"[models.prices.service_tiers.{name}]")
+        lines += [f"{_SHEET_KEYS[kind]} = {rate}" for kind, rate in prices.items()]
+    return "\n".join(lines) + "\n"
+
+
+def model(name: str, kinds: str, provider: str, upstream_model: str | None, prices: str) -> str:
+    upstream = f'upstream_model = "{upstream_model}"\n' if upstream_model else ""
+    return (
+        f'\n[[models]]\nname = "{name}"\nkinds = [{kinds}]\nmax_context_tokens = 1000000\n'
+        f'[[models.rows]]\nprovider = "{provider}"\n{upstream}{prices}'
+    )
+
+
+def models_toml(fakes: Fakes) -> str:
+    vertex = (
+        f'dialect = "vertex"\nbase_url = "{fakes.gemini.base_url}"\nproject = "{PROJECT}"\n'
+        f'region = "{REGION}"\ncredentials_file = "{fakes.credentials}"'
+    )
+    bedrock = (
+        f'dialect = "bedrock"\nbase_url = "{fakes.bedrock.base_url}"\nregion = "us-east-1"\n'
+        f'aws_access_key_id = "{KEY_ID}"\naws_secret_access_key = "{SECRET}"'
+    )
+    providers = f"""
 [[providers]]
 name = "fake-openai"
 kind = "openai"
-base_url = "{upstream.base_url}/v1"
+base_url = "{fakes.upstream.base_url}/v1"
 
 [[providers]]
 name = "fake-anthropic"
 kind = "anthropic"
-base_url = "{upstream.base_url}"
+base_url = "{fakes.upstream.base_url}"
 api_key = "upstream-key-0123456789"
+
+[[providers]]
+name = "azure"
+kind = "openai"
+[[providers.hosts]]
+name = "azure"
+dialect = "azure_openai"
+base_url = "{fakes.azure.base_url}"
+api_key = "{AZURE_KEY}"
 
 [[providers]]
 name = "bedrock"
 kind = "openai"
 [[providers.hosts]]
 name = "east"
-dialect = "bedrock"
-base_url = "{bedrock.base_url}"
-region = "us-east-1"
-aws_access_key_id = "{KEY_ID}"
-aws_secret_access_key = "{SECRET}"
+{bedrock}
+
+[[providers]]
+name = "bedrock-claude"
+kind = "anthropic"
+[[providers.hosts]]
+name = "east"
+{bedrock}
 
 [[providers]]
 name = "google"
@@ -72,79 +142,49 @@ kind = "openai"
 [[providers.hosts]]
 name = "gemini"
 dialect = "gemini"
-base_url = "{gemini.base_url}"
+base_url = "{fakes.gemini.base_url}"
 api_key = "{GEMINI_KEY}"
 
+[[providers]]
+name = "vertex-google"
+kind = "openai"
+[[providers.hosts]]
+name = "gcp"
+{vertex}
+
+[[providers]]
+name = "vertex-claude"
+kind = "anthropic"
+api_key = "never-sent-to-google"
+[[providers.hosts]]
+name = "gcp"
+{vertex}
+"""
+    claude = sheet(CLAUDE, long_context=(200_000, CLAUDE_LONG))
+    gemini = sheet(GEMINI, long_context=(200_000, GEMINI_LONG))
+    return (
+        providers
+        + model("p-openai", '"chat", "responses"', "fake-openai", None,
+                sheet(OPENAI, OPENAI_TOOLS, tiers={"priority": OPENAI_PRIORITY}))
+        + model("p-claude", '"messages"', "fake-anthropic", "claude-sonnet-4-5", claude)
+        + model("p-converse", '"chat"', "bedrock", "meta.llama3-1-70b-instruct-v1:0", sheet(CONVERSE))
+        + model("p-gemini", '"chat"', "google", "gemini-2.5-flash", gemini)
+        + model("p-azure", '"chat"', "azure", "gpt4o-prod", sheet(AZURE))
+        + model("p-invoke", '"messages"', "bedrock-claude", CLAUDE_ON_BEDROCK, claude)
+        + model("p-vertex-claude", '"messages"', "vertex-claude", "claude-sonnet-4-6", claude)
+        + model("p-vertex-gemini", '"chat"', "vertex-google", "gemini-2.5-flash", gemini)
+        + f"""
 [[models]]
-name = "p-openai"
-kinds = ["chat"]
-max_context_tokens = 1000000
+name = "p-image"
+kinds = ["images"]
 [[models.rows]]
 provider = "fake-openai"
 [models.prices]
-input_per_mtok = {OPENAI["input"]}
-cached_input_per_mtok = {OPENAI["cached"]}
-output_per_mtok = {OPENAI["output"]}
-input_audio_per_mtok = {OPENAI["audio_in"]}
-output_audio_per_mtok = {OPENAI["audio_out"]}
-[models.prices.service_tiers.priority]
-input_per_mtok = {OPENAI_PRIORITY["input"]}
-cached_input_per_mtok = {OPENAI_PRIORITY["cached"]}
-output_per_mtok = {OPENAI_PRIORITY["output"]}
-
-[[models]]
-name = "p-claude"
-kinds = ["messages"]
-max_context_tokens = 1000000
-[[models.rows]]
-provider = "fake-anthropic"
-upstream_model = "claude-sonnet-4-5"
-[models.prices]
-input_per_mtok = {CLAUDE["input"]}
-cached_input_per_mtok = {CLAUDE["cached"]}
-cache_write_5m_per_mtok = {CLAUDE["write_5m"]}
-cache_write_1h_per_mtok = {CLAUDE["write_1h"]}
-output_per_mtok = {CLAUDE["output"]}
-per_web_search_call = {CLAUDE["web_search"]}
-[[models.prices.long_context]]
-above_input_tokens = 200000
-input_per_mtok = {CLAUDE_LONG["input"]}
-cached_input_per_mtok = {CLAUDE_LONG["cached"]}
-cache_write_5m_per_mtok = {CLAUDE_LONG["write_5m"]}
-cache_write_1h_per_mtok = {CLAUDE_LONG["write_1h"]}
-output_per_mtok = {CLAUDE_LONG["output"]}
-
-[[models]]
-name = "p-converse"
-kinds = ["chat"]
-max_context_tokens = 1000000
-[[models.rows]]
-provider = "bedrock"
-upstream_model = "meta.llama3-1-70b-instruct-v1:0"
-[models.prices]
-input_per_mtok = {CONVERSE["input"]}
-cached_input_per_mtok = {CONVERSE["cached"]}
-cache_write_5m_per_mtok = {CONVERSE["write_5m"]}
-output_per_mtok = {CONVERSE["output"]}
-
-[[models]]
-name = "p-gemini"
-kinds = ["chat"]
-max_context_tokens = 1000000
-[[models.rows]]
-provider = "google"
-upstream_model = "gemini-2.5-flash"
-[models.prices]
-input_per_mtok = {GEMINI["input"]}
-cached_input_per_mtok = {GEMINI["cached"]}
-input_audio_per_mtok = {GEMINI["audio_in"]}
-output_per_mtok = {GEMINI["output"]}
-[[models.prices.long_context]]
-above_input_tokens = 200000
-input_per_mtok = {GEMINI_LONG["input"]}
-cached_input_per_mtok = {GEMINI_LONG["cached"]}
-output_per_mtok = {GEMINI_LONG["output"]}
+per_image = {IMAGES["per_image"]}
+[models.prices.per_image_by]
+"1024x1024/high" = {IMAGES["1024x1024/high"]}
 """
+    )  # fmt: skip
 
 
 def bill(*parts: tuple[int, float]) -> int:
@@ -160,6 +200,7 @@ class Case:
     reported: dict  # the usage in the provider's own shape
     billed: int  # by hand, from the rates above
     service_tier: str | None = None
+    output_items: tuple[dict, ...] = ()  # Responses tool-call items the answer lists
 
 
 CASES = [
@@ -293,80 +334,196 @@ CASES = [
         {"promptTokenCount": 250_000, "candidatesTokenCount": 100, "totalTokenCount": 250_100},
         bill((250_000, GEMINI_LONG["input"]), (100, GEMINI_LONG["output"])),
     ),
+    Case(
+        "openai responses: web and file search calls, reasoning",
+        "responses",
+        "p-openai",
+        {
+            "input_tokens": 2000,
+            "input_tokens_details": {"cached_tokens": 500, "cache_write_tokens": 0},
+            "output_tokens": 300,
+            "output_tokens_details": {"reasoning_tokens": 100},
+            "total_tokens": 2300,
+        },
+        bill(
+            (1500, OPENAI["input"]),
+            (500, OPENAI["cached"]),
+            (300, OPENAI["output"]),
+            (2 * 1_000_000, OPENAI_TOOLS["web_search"]),
+            (1 * 1_000_000, OPENAI_TOOLS["file_search"]),
+        ),
+        output_items=(
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "web_search_call", "id": "ws_2", "status": "completed"},
+            {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": []},
+        ),
+    ),
+    Case(
+        "azure cached + reasoning",
+        "azure",
+        "p-azure",
+        {
+            "prompt_tokens": 1200,
+            "completion_tokens": 400,
+            "total_tokens": 1600,
+            "prompt_tokens_details": {"cached_tokens": 1024, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 300, "audio_tokens": 0},
+        },
+        bill((176, AZURE["input"]), (1024, AZURE["cached"]), (400, AZURE["output"])),
+    ),
+    Case(
+        "bedrock invoke: cache reads, writes 5m/1h",
+        "invoke",
+        "p-invoke",
+        {
+            "input_tokens": 30,
+            "cache_read_input_tokens": 500,
+            "cache_creation_input_tokens": 150,
+            "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 50},
+            "output_tokens": 40,
+        },
+        bill(
+            (30, CLAUDE["input"]),
+            (500, CLAUDE["cached"]),
+            (100, CLAUDE["write_5m"]),
+            (50, CLAUDE["write_1h"]),
+            (40, CLAUDE["output"]),
+        ),
+    ),
+    Case(
+        "vertex claude: plain cache write, web search",
+        "vertex-claude",
+        "p-vertex-claude",
+        {
+            "input_tokens": 10,
+            "cache_creation_input_tokens": 200,
+            "output_tokens": 20,
+            "server_tool_use": {"web_search_requests": 1},
+        },
+        bill(
+            (10, CLAUDE["input"]),
+            (200, CLAUDE["write_5m"]),
+            (20, CLAUDE["output"]),
+            (1_000_000, CLAUDE["web_search"]),
+        ),
+    ),
+    Case(
+        "vertex gemini cached + thoughts",
+        "vertex-gemini",
+        "p-vertex-gemini",
+        {
+            "promptTokenCount": 3000,
+            "cachedContentTokenCount": 1000,
+            "candidatesTokenCount": 100,
+            "thoughtsTokenCount": 50,
+            "totalTokenCount": 3150,
+        },
+        bill((2000, GEMINI["input"]), (1000, GEMINI["cached"]), (150, GEMINI["output"])),
+    ),
+    Case(
+        "images by size and quality (n=2, 1024x1024 high)",
+        "images",
+        "p-image",
+        {},
+        bill((2 * 1_000_000, IMAGES["1024x1024/high"])),
+    ),
 ]
 
 
 @pytest.fixture
-def fakes() -> Iterator[tuple[FakeUpstream, FakeBedrock, GeminiFake]]:
+def fakes(tmp_path) -> Iterator[Fakes]:
     with (
         FakeUpstream("parity") as upstream,
         FakeBedrock(keys={KEY_ID: (SECRET, None)}) as bedrock,
         GeminiFake(api_keys=(GEMINI_KEY,)) as gemini,
+        AzureFake(api_keys=(AZURE_KEY,)) as azure,
     ):
-        yield upstream, bedrock, gemini
+        yield Fakes(upstream, bedrock, gemini, azure, str(gemini.service_account_file(tmp_path)))
+
+
+_ANTHROPIC_SDK = ("anthropic", "invoke", "vertex-claude")
+
+
+def _report(case: Case, fakes: Fakes) -> None:
+    """Have the case's fake provider report the case's usage on its next answers."""
+    if case.dialect in ("openai", "anthropic", "responses"):
+        path = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages", "responses": "/v1/responses"}
+        reported: dict = {"usage": case.reported}
+        if case.service_tier:
+            reported["service_tier"] = case.service_tier
+        if case.output_items:
+            reported["output_items"] = list(case.output_items)
+        fakes.upstream.add_fault(path[case.dialect], Fault(report_usage=reported))
+    elif case.dialect == "converse":
+        fakes.bedrock.state.report_usage = case.reported
+    elif case.dialect == "invoke":
+        fakes.bedrock.state.report_claude_usage = case.reported
+    elif case.dialect in ("gemini", "vertex-gemini"):
+        fakes.gemini.state.report_usage = case.reported
+    elif case.dialect == "vertex-claude":
+        fakes.gemini.state.report_claude_usage = case.reported
+    elif case.dialect == "azure":
+        fakes.azure.state.report_usage = case.reported
 
 
 def _send(case: Case, stream: bool, base_url: str, api_key: str, request_id: str) -> None:
     headers = {"x-request-id": request_id}
-    if case.dialect == "anthropic":
-        client = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0)
-        args = {
-            "model": case.model,
-            "max_tokens": MAX_TOKENS,
-            "messages": [{"role": "user", "content": "hi"}],
-        }
+    prompt = [{"role": "user", "content": "hi"}]
+    if case.dialect in _ANTHROPIC_SDK:
+        claude = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0)
+        args = {"model": case.model, "max_tokens": MAX_TOKENS, "messages": prompt, "extra_headers": headers}
         if stream:
-            with client.messages.stream(**args, extra_headers=headers) as events:
+            with claude.messages.stream(**args) as events:
                 events.until_done()
         else:
-            client.messages.create(**args, extra_headers=headers, timeout=60)
+            claude.messages.create(**args, timeout=60)
         return
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0)
-    args = {"model": case.model, "max_tokens": MAX_TOKENS, "messages": [{"role": "user", "content": "hi"}]}
+    if case.dialect == "images":
+        client.images.generate(model=case.model, prompt="a cat", n=2, size="1024x1024", quality="high",
+                               extra_headers=headers)  # fmt: skip
+        return
+    if case.dialect == "responses":
+        answer = client.responses.create(
+            model=case.model, input="hi", max_output_tokens=MAX_TOKENS, stream=stream, extra_headers=headers
+        )
+        for _ in answer if stream else ():
+            pass
+        return
+    args = {"model": case.model, "max_tokens": MAX_TOKENS, "messages": prompt, "extra_headers": headers}
     if case.service_tier:
         args["service_tier"] = case.service_tier
     if stream:
-        for _ in client.chat.completions.create(**args, stream=True, extra_headers=headers):
+        for _ in client.chat.completions.create(**args, stream=True):
             pass
     else:
-        client.chat.completions.create(**args, extra_headers=headers)
+        client.chat.completions.create(**args)
 
 
 def test_the_ledger_charges_each_dialects_reported_usage_exactly_as_the_price_sheet_bills_it(
-    start_gateway, fakes, capsys
+    start_gateway, fakes: Fakes, capsys
 ) -> None:
-    upstream, bedrock, gemini = fakes
-    gateway = start_gateway(extra=models_toml(upstream, bedrock, gemini))
+    gateway = start_gateway(extra=models_toml(fakes))
     tenant = register_tenant(gateway.base_url)
     table = []
     for case in CASES:
-        for stream in (False, True):
+        for stream in (False, True) if case.dialect != "images" else (False,):
             request_id = f"parity-{secrets.token_hex(8)}"
-            if case.dialect in ("openai", "anthropic"):
-                path = "/v1/chat/completions" if case.dialect == "openai" else "/v1/messages"
-                reported = {"usage": case.reported}
-                if case.service_tier:
-                    reported["service_tier"] = case.service_tier
-                upstream.add_fault(path, Fault(report_usage=reported))
-            elif case.dialect == "converse":
-                bedrock.state.report_usage = case.reported
-            else:
-                gemini.state.report_usage = case.reported
+            _report(case, fakes)
             _send(case, stream, gateway.base_url, tenant.api_key, request_id)
             charged = ledger_row(gateway.storage_url, request_id)["cost_micros"]
             table.append((f"{case.name}, {'streamed' if stream else 'plain'}", case.billed, charged))
     with capsys.disabled():
-        print(f"\n{'case':<58} {'billed µ':>10} {'charged µ':>10}")
+        print(f"\n{'case':<62} {'billed µ':>10} {'charged µ':>10}")
         for name, billed, charged in table:
-            print(f"{name:<58} {billed:>10} {charged:>10}")
+            print(f"{name:<62} {billed:>10} {charged:>10}")
     assert [(name, charged) for name, _, charged in table] == [(name, billed) for name, billed, _ in table]
 
 
 def test_a_service_tier_the_sheet_does_not_price_is_refused_before_anything_is_sent(
-    start_gateway, fakes
+    start_gateway, fakes: Fakes
 ) -> None:
-    upstream, bedrock, gemini = fakes
-    gateway = start_gateway(extra=models_toml(upstream, bedrock, gemini))
+    gateway = start_gateway(extra=models_toml(fakes))
     tenant = register_tenant(gateway.base_url)
     reply = httpx.post(
         f"{gateway.base_url}/v1/chat/completions",
@@ -379,4 +536,4 @@ def test_a_service_tier_the_sheet_does_not_price_is_refused_before_anything_is_s
         "Invalid 'service_tier': 'flex' is not priced for model 'p-openai';"
         " ask for one it prices or leave it out."
     )
-    assert upstream.requests_to("/v1/chat/completions") == []
+    assert fakes.upstream.requests_to("/v1/chat/completions") == []
