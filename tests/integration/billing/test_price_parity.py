@@ -166,7 +166,7 @@ name = "gcp"
         providers
         + model("p-openai", '"chat", "responses"', "fake-openai", None,
                 sheet(OPENAI, OPENAI_TOOLS, tiers={"priority": OPENAI_PRIORITY}))
-        + model("p-claude", '"messages"', "fake-anthropic", "claude-sonnet-4-5", claude)
+        + model("p-claude", '"messages", "chat"', "fake-anthropic", "claude-sonnet-4-5", claude)
         + model("p-converse", '"chat"', "bedrock", "meta.llama3-1-70b-instruct-v1:0", sheet(CONVERSE))
         + model("p-gemini", '"chat"', "google", "gemini-2.5-flash", gemini)
         + model("p-azure", '"chat"', "azure", "gpt4o-prod", sheet(AZURE))
@@ -359,6 +359,25 @@ CASES = [
         ),
     ),
     Case(
+        "chat translated to anthropic messages: cache 5m/1h",
+        "chat-on-anthropic",
+        "p-claude",
+        {
+            "input_tokens": 40,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 600,
+            "cache_creation": {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 400},
+            "output_tokens": 60,
+        },
+        bill(
+            (40, CLAUDE["input"]),
+            (1000, CLAUDE["cached"]),
+            (200, CLAUDE["write_5m"]),
+            (400, CLAUDE["write_1h"]),
+            (60, CLAUDE["output"]),
+        ),
+    ),
+    Case(
         "azure cached + reasoning",
         "azure",
         "p-azure",
@@ -446,8 +465,13 @@ _ANTHROPIC_SDK = ("anthropic", "invoke", "vertex-claude")
 
 def _report(case: Case, fakes: Fakes) -> None:
     """Have the case's fake provider report the case's usage on its next answers."""
-    if case.dialect in ("openai", "anthropic", "responses"):
-        path = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages", "responses": "/v1/responses"}
+    if case.dialect in ("openai", "anthropic", "chat-on-anthropic", "responses"):
+        path = {
+            "openai": "/v1/chat/completions",
+            "anthropic": "/v1/messages",
+            "chat-on-anthropic": "/v1/messages",
+            "responses": "/v1/responses",
+        }
         reported: dict = {"usage": case.reported}
         if case.service_tier:
             reported["service_tier"] = case.service_tier
