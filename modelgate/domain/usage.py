@@ -91,7 +91,24 @@ class Usage:
 
 def usage_detail(usage: Usage) -> str:
     """The ledger row's `usage_detail`: JSON of the kinds beyond its token columns, "" when none is present
-    (the usual answer: nothing is encoded)."""
+    (the usual answer: nothing is encoded, and one chain of attribute reads tells so, ~0.3 us)."""
+    if not (
+        usage.reasoning_tokens
+        or usage.cache_write_5m_tokens
+        or usage.cache_write_1h_tokens
+        or usage.input_audio_tokens
+        or usage.input_image_tokens
+        or usage.output_audio_tokens
+        or usage.output_image_tokens
+        or usage.web_search_calls
+        or usage.file_search_calls
+        or usage.code_interpreter_calls
+        or usage.images
+        or usage.audio_seconds
+        or usage.video_seconds
+        or usage.service_tier
+    ):
+        return ""
     found = usage.detail()
     return orjson.dumps(found).decode() if found else ""
 

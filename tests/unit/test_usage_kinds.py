@@ -11,7 +11,7 @@ import pytest
 
 from modelgate.config import ConfigError, load_config
 from modelgate.domain.prices import ModelPrices
-from modelgate.domain.usage import StreamUsageScanner, Usage, usage_of_body
+from modelgate.domain.usage import DETAIL_KINDS, StreamUsageScanner, Usage, usage_detail, usage_of_body
 from modelgate.plugins import chain_plugins
 from modelgate.proxy.upstream.dialects.bedrock_converse import chat_usage
 from modelgate.proxy.upstream.dialects.gemini_answers import usage_of
@@ -239,3 +239,11 @@ def test_a_price_sheet_is_checked_at_load_with_every_problem_named(tmp_path: Pat
         "c.toml: models[0].prices.service_tiers.priority.inptu_per_mtok: unknown key; did you mean"
         " 'input_per_mtok'?",
     ]
+
+
+@pytest.mark.parametrize("kind", [kind for kind in DETAIL_KINDS if kind != "image_variant"])
+def test_every_richer_kind_reaches_the_ledgers_usage_detail(kind: str) -> None:
+    usage = Usage(input_tokens=10, output_tokens=10, cached_input_tokens=5)
+    assert usage_detail(usage) == ""
+    setattr(usage, kind, "priority" if kind == "service_tier" else 3)
+    assert orjson.loads(usage_detail(usage)) == {kind: "priority" if kind == "service_tier" else 3}
