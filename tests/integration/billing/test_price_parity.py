@@ -11,6 +11,7 @@ within its reservation (a generous max_tokens). Run with `-s` to see the table (
 
 from __future__ import annotations
 
+import asyncio
 import math
 import secrets
 from collections.abc import Iterator
@@ -20,8 +21,10 @@ from fractions import Fraction
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 
+from modelgate.storage import open_database
 from tests.fakes import FakeUpstream, Fault
 from tests.fakes.azure_routes import AzureFake
 from tests.fakes.bedrock_routes import FakeBedrock
@@ -542,6 +545,40 @@ def test_the_ledger_charges_each_dialects_reported_usage_exactly_as_the_price_sh
         for name, billed, charged in table:
             print(f"{name:<62} {billed:>10} {charged:>10}")
     assert [(name, charged) for name, _, charged in table] == [(name, billed) for name, billed, _ in table]
+
+
+def test_the_ledger_row_keeps_the_usage_kinds_beyond_its_token_columns(start_gateway, fakes: Fakes) -> None:
+    gateway = start_gateway(extra=models_toml(fakes))
+    tenant = register_tenant(gateway.base_url)
+    case = next(case for case in CASES if case.dialect == "anthropic")
+    _report(case, fakes)
+    request_id = f"parity-{secrets.token_hex(8)}"
+    _send(case, True, gateway.base_url, tenant.api_key, request_id)
+    ledger_row(gateway.storage_url, request_id)  # flushed
+    plain = f"parity-{secrets.token_hex(8)}"
+    _report(CASES[0], fakes)
+    _send(CASES[0], False, gateway.base_url, tenant.api_key, plain)  # OpenAI: reasoning only
+    ledger_row(gateway.storage_url, plain)
+
+    async def details() -> dict[str, str | None]:
+        db = await open_database(gateway.storage_url)
+        try:
+            rows = await db.fetch(
+                "SELECT request_id, usage_detail FROM usage_ledger WHERE request_id IN ($1, $2)",
+                request_id,
+                plain,
+            )
+        finally:
+            await db.close()
+        return {row["request_id"]: row["usage_detail"] for row in rows}
+
+    found = asyncio.run(details())
+    assert orjson.loads(found[request_id]) == {
+        "cache_write_5m_tokens": 300,
+        "cache_write_1h_tokens": 400,
+        "web_search_calls": 2,
+    }
+    assert orjson.loads(found[plain]) == {"reasoning_tokens": 200}
 
 
 def test_a_service_tier_the_sheet_does_not_price_is_refused_before_anything_is_sent(
