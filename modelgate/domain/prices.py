@@ -211,7 +211,9 @@ class ModelPrices:
         """The real cost of an answer: every kind at its rate, rounded up to a whole micro-unit once."""
         if usage is None:
             return self.per_request
-        variable = self.rates_for(usage).tokens_cost(usage)
+        # The usual sheet has no tiers and the usual answer no tier: its base rates, with no call to choose.
+        rates = self.rates_for(usage) if usage.service_tier or self.long_context else self.rates
+        variable = rates.tokens_cost(usage)  # type: ignore[union-attr]
         if usage.audio_seconds or usage.video_seconds:
             variable += usage.audio_seconds * self.per_audio_second
             variable += usage.video_seconds * self.per_video_second

@@ -143,14 +143,6 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _details(usage: dict, *names: str) -> dict:
-    for name in names:
-        value = usage.get(name)
-        if isinstance(value, dict):
-            return value
-    return {}
-
-
 def merge_usage(target: Usage, usage: dict, holder: dict | None = None) -> None:
     """Fold one `usage` object into `target`: OpenAI chat / completions / embeddings / Responses / realtime
     (their `*_details`), Anthropic (cache reads and writes with their 5m/1h split, server tool use), and
@@ -160,48 +152,77 @@ def merge_usage(target: Usage, usage: dict, holder: dict | None = None) -> None:
 
     Streams report usage in several events (Anthropic: message_start, then cumulative message_delta;
     Responses: the final response): every count is the largest seen, so repeating one never adds to it.
+    Runs once per answer: the kinds an answer lacks cost one dict lookup each, no call (`_int` inlined).
     """
-    prompt = _int(usage.get("prompt_tokens"))
-    # OpenAI's prompt_tokens and Responses' input_tokens include cache reads and writes; Anthropic's
-    # input_tokens exclude them (its cache counts are beside them): added here to make the same total.
-    input_tokens = prompt or _int(usage.get("input_tokens"))
-    cache_read = _int(usage.get("cache_read_input_tokens"))
-    cache_write = _int(usage.get("cache_creation_input_tokens"))
-    write_5m = write_1h = 0
-    creation = usage.get("cache_creation")
-    if isinstance(creation, dict):
-        write_5m = _int(creation.get("ephemeral_5m_input_tokens"))
-        write_1h = _int(creation.get("ephemeral_1h_input_tokens"))
-    # The plain count is the 5-minute kind; a split that accounts for less leaves the rest at 5 minutes.
-    write_5m += max(cache_write - write_5m - write_1h, 0)
-    if not prompt and (cache_read or write_5m or write_1h):
-        input_tokens += cache_read + write_5m + write_1h
-    details = _details(usage, "prompt_tokens_details", "input_tokens_details", "input_token_details")
-    cached = _int(details.get("cached_tokens")) or cache_read or _int(usage.get("prompt_cache_hit_tokens"))
-    if details:
-        # OpenAI's cache writes: the short retention at the 5-minute rate, the 12-hour one at the 1-hour rate.
-        written = _int(details.get("cache_write_tokens"))
-        retention = details.get("cache_write_tokens_details")
-        long_write = _int(retention.get("ttl_12h_tokens")) if isinstance(retention, dict) else 0
-        write_1h = max(write_1h, long_write)
-        write_5m = max(write_5m, written - long_write)
-        # Audio and image tokens read from the cache are among the cached ones (charged at the cached rate).
-        cached_parts = details.get("cached_tokens_details")
-        cached_parts = cached_parts if isinstance(cached_parts, dict) else {}
-        audio = _int(details.get("audio_tokens")) - _int(cached_parts.get("audio_tokens"))
-        image = _int(details.get("image_tokens")) - _int(cached_parts.get("image_tokens"))
-        _raise(target, "input_audio_tokens", audio)
-        _raise(target, "input_image_tokens", image)
-    output_tokens = _int(usage.get("completion_tokens")) or _int(usage.get("output_tokens"))
-    out = _details(usage, "completion_tokens_details", "output_tokens_details", "output_token_details")
-    if out:
-        reasoning = _int(out.get("reasoning_tokens")) or _int(out.get("thinking_tokens"))
-        _raise(target, "reasoning_tokens", reasoning)
-        _raise(target, "output_audio_tokens", _int(out.get("audio_tokens")))
-        _raise(target, "output_image_tokens", _int(out.get("image_tokens")))
-    tools = usage.get("server_tool_use")
-    if isinstance(tools, dict):
-        _raise(target, "web_search_calls", _int(tools.get("web_search_requests")))
+    get = usage.get
+    value = get("prompt_tokens")
+    prompt = value if type(value) is int and value > 0 else 0
+    if prompt:
+        input_tokens = prompt
+    else:
+        value = get("input_tokens")
+        input_tokens = value if type(value) is int and value > 0 else 0
+    cached = write_5m = write_1h = 0
+    if (
+        "cache_read_input_tokens" in usage
+        or "cache_creation_input_tokens" in usage
+        or "cache_creation" in usage
+    ):
+        # Anthropic's input_tokens exclude cache reads and writes (counted beside them): added here to make
+        # the total OpenAI's prompt_tokens and Responses' input_tokens are (they include them).
+        cached = _int(get("cache_read_input_tokens"))
+        creation = get("cache_creation")
+        if type(creation) is dict:
+            write_5m = _int(creation.get("ephemeral_5m_input_tokens"))
+            write_1h = _int(creation.get("ephemeral_1h_input_tokens"))
+        # The plain count is the 5-minute kind; a split that accounts for less leaves the rest at 5 minutes.
+        write_5m += max(_int(get("cache_creation_input_tokens")) - write_5m - write_1h, 0)
+        if not prompt:
+            input_tokens += cached + write_5m + write_1h
+    details = get("prompt_tokens_details") or get("input_tokens_details") or get("input_token_details")
+    if type(details) is dict:
+        value = details.get("cached_tokens")
+        if type(value) is int and value > cached:
+            cached = value
+        value = details.get("cache_write_tokens")
+        if value:
+            # OpenAI's cache writes: the short retention at the 5-minute rate, the 12-hour one at the 1-hour
+            # rate.
+            retention = details.get("cache_write_tokens_details")
+            long_write = _int(retention.get("ttl_12h_tokens")) if type(retention) is dict else 0
+            write_1h = max(write_1h, long_write)
+            write_5m = max(write_5m, _int(value) - long_write)
+        audio, image = details.get("audio_tokens"), details.get("image_tokens")
+        if audio or image:
+            # Audio and image tokens read from the cache are among the cached ones (at the cached rate).
+            parts = details.get("cached_tokens_details")
+            parts = parts if type(parts) is dict else {}
+            audio = _int(audio) - _int(parts.get("audio_tokens"))
+            image = _int(image) - _int(parts.get("image_tokens"))
+            if audio > target.input_audio_tokens:
+                target.input_audio_tokens = audio
+            if image > target.input_image_tokens:
+                target.input_image_tokens = image
+    elif not cached:
+        cached = _int(get("prompt_cache_hit_tokens"))  # DeepSeek's
+    value = get("completion_tokens") or get("output_tokens")
+    output_tokens = value if type(value) is int and value > 0 else 0
+    out = get("completion_tokens_details") or get("output_tokens_details") or get("output_token_details")
+    if type(out) is dict:
+        value = out.get("reasoning_tokens") or out.get("thinking_tokens")
+        if type(value) is int and value > target.reasoning_tokens:
+            target.reasoning_tokens = value
+        value = out.get("audio_tokens")
+        if type(value) is int and value > target.output_audio_tokens:
+            target.output_audio_tokens = value
+        value = out.get("image_tokens")
+        if type(value) is int and value > target.output_image_tokens:
+            target.output_image_tokens = value
+    tools = get("server_tool_use")
+    if type(tools) is dict:
+        value = _int(tools.get("web_search_requests"))
+        if value > target.web_search_calls:
+            target.web_search_calls = value
     if target.input_tokens < input_tokens:
         target.input_tokens = input_tokens
     if target.cached_input_tokens < cached:
@@ -212,15 +233,15 @@ def merge_usage(target: Usage, usage: dict, holder: dict | None = None) -> None:
         target.cache_write_5m_tokens = write_5m
     if target.cache_write_1h_tokens < write_1h:
         target.cache_write_1h_tokens = write_1h
-    tier = usage.get("service_tier")
+    tier = get("service_tier")
     if holder is not None:
         tier = tier or holder.get("service_tier")
         items = holder.get("output")
-        if isinstance(items, list) and items:
+        if type(items) is list and items:
             _count_tool_items(target, items)
-    if isinstance(tier, str):
+    if type(tier) is str:
         target.service_tier = "" if tier in DEFAULT_SERVICE_TIERS else tier
-    if usage.get("estimated") is True:
+    if get("estimated") is True:
         target.estimated = True
 
 
