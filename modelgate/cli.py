@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
+from pathlib import Path
 
 from modelgate.config import Config, ConfigError, load_config
 
@@ -81,7 +82,80 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         f"{config.source}: OK ({len(config.providers)} providers, {len(config.models)} models, "
         f"{len(config.plans)} plans)"
     )
+    for model in config.models:
+        if not model.prices.source:
+            print(
+                f"warning: model {model.name!r} has no prices (no [models.prices], and the price catalogue"
+                " does not list its upstream model): its requests are charged nothing",
+                file=sys.stderr,
+            )
     return 0
+
+
+def cmd_prices_show(args: argparse.Namespace) -> int:
+    """Print the price sheet a model is charged by, and where it came from."""
+    config = _load(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    model = next((m for m in config.models if m.name == args.model), None)
+    if model is None:
+        print(f"no model {args.model!r} in {config.source}", file=sys.stderr)
+        return EXIT_CONFIG
+    prices = model.prices
+    print(f"model {model.name}: prices from {prices.source or 'nowhere (charged nothing)'}")
+    print(f"  context window: {model.max_context_tokens} tokens")
+    for name, value in _sheet_lines(prices.tokens):
+        print(f"  {name} = {value}")
+    for name in ("per_request", "per_image", "per_audio_second", "per_video_second", "per_web_search_call",
+                 "per_file_search_call", "per_code_interpreter_call"):  # fmt: skip
+        if value := getattr(prices, name):
+            print(f"  {name} = {value}")
+    for variant, price in prices.per_image_by:
+        print(f"  per image {variant} = {price}")
+    for tier in prices.long_context:
+        print(f"  above {tier.above_input_tokens} prompt tokens:")
+        for name, value in _sheet_lines(tier.tokens, "    "):
+            print(f"    {name} = {value}")
+    for tier_name, tokens in prices.service_tiers:
+        print(f"  service tier {tier_name}:")
+        for name, value in _sheet_lines(tokens, "    "):
+            print(f"    {name} = {value}")
+    return 0
+
+
+def cmd_prices_import_litellm(args: argparse.Namespace) -> int:
+    """Write LiteLLM's price file as a catalogue for `[billing] price_catalogue` (checked before written)."""
+    import datetime
+    import json
+    import tomllib
+
+    from modelgate.config.catalogue import CatalogueError, read_catalogue
+    from modelgate.config.litellm_import import catalogue_from_litellm
+
+    try:
+        data = json.loads(Path(args.file).read_text("utf-8"))
+        text, count = catalogue_from_litellm(data, datetime.date.today().isoformat(), Path(args.file).name)
+        read_catalogue(tomllib.loads(text), "the imported catalogue")
+    except (OSError, ValueError, CatalogueError) as exc:
+        print(f"{args.file}: cannot import: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.output:
+        Path(args.output).write_text(text, "utf-8")
+    else:
+        sys.stdout.write(text)
+    print(f"{count} models imported from {args.file}", file=sys.stderr)
+    return 0
+
+
+def _sheet_lines(tokens: object, indent: str = "  ") -> list[tuple[str, str]]:
+    """(key, value) of each token price named; those left out say what they default to."""
+    from dataclasses import fields
+
+    lines = []
+    for field in fields(tokens):  # type: ignore[arg-type]
+        value = getattr(tokens, field.name)
+        lines.append((field.name, "(derived: see docs/prices.md)" if value is None else str(value)))
+    return lines
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -205,6 +279,21 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="apply pending storage migrations")
     migrate.add_argument("--config", help="TOML config file (default: embedded defaults)")
     migrate.set_defaults(func=cmd_migrate)
+
+    prices = commands.add_parser("prices", help="price sheets: what a model is charged by")
+    price_actions = prices.add_subparsers(dest="prices_command", required=True)
+    show = price_actions.add_parser(
+        "show", help="print the price sheet a model is charged by, with its source"
+    )
+    show.add_argument("model")
+    show.add_argument("--config", help="TOML config file (default: embedded defaults)")
+    show.set_defaults(func=cmd_prices_show)
+    imported = price_actions.add_parser(
+        "import-litellm", help="turn LiteLLM's model_prices_and_context_window.json into a price catalogue"
+    )
+    imported.add_argument("file")
+    imported.add_argument("--output", help="write the catalogue here (default: standard output)")
+    imported.set_defaults(func=cmd_prices_import_litellm)
 
     _add_billing_commands(commands)
     return parser

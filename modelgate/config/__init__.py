@@ -10,6 +10,7 @@ from .schema import (
     Config,
     HostConfig,
     LoggingConfig,
+    LongContextPriceConfig,
     ModelConfig,
     PlanConfig,
     PluginsConfig,
@@ -20,6 +21,7 @@ from .schema import (
     RowConfig,
     ServerConfig,
     StorageConfig,
+    TokenPriceConfig,
     TracingConfig,
 )
 
@@ -34,6 +36,7 @@ __all__ = [
     "ConfigError",
     "HostConfig",
     "LoggingConfig",
+    "LongContextPriceConfig",
     "ModelConfig",
     "PlanConfig",
     "PluginsConfig",
@@ -44,6 +47,7 @@ __all__ = [
     "RowConfig",
     "ServerConfig",
     "StorageConfig",
+    "TokenPriceConfig",
     "TracingConfig",
     "load_config",
 ]

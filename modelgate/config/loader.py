@@ -7,12 +7,13 @@ import ipaddress
 import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .catalogue import CatalogueEntry, CatalogueError, find_in_catalogue, read_catalogue
 from .dialects import default_base_url, read_options
+from .price_sheet import read_prices
 from .reader import (
     ABSENT,
     Absent,
@@ -47,7 +48,6 @@ from .schema import (
     ModelConfig,
     PlanConfig,
     PluginsConfig,
-    PriceConfig,
     ProviderConfig,
     RedisConfig,
     RoutingConfig,
@@ -122,7 +122,8 @@ def _build(root: Table) -> Config:
     providers = _unique(root.tables("providers"), _provider, "name", "provider name")
     by_name = {provider.name: provider for provider in providers}
     model_tables = root.tables("models", required="at least one model is required ([[models]])")
-    models = _unique(model_tables, lambda t: _model(t, by_name), "name", "model name")
+    extra = _operator_catalogue(root, billing.price_catalogue)
+    models = _unique(model_tables, lambda t: _model(t, by_name, extra), "name", "model name")
     plan_tables = root.tables("plans", required="at least one plan is required ([[plans]])")
     plans = _unique(plan_tables, _plan, "code", "plan code")
     root.finish()
@@ -245,6 +246,7 @@ def _billing(t: Table) -> BillingConfig:
         spool_fsync=t.choice("spool_fsync", SPOOL_FSYNC_POLICIES, "spool fsync policy"),
         spool_fsync_interval_seconds=t.number("spool_fsync_interval_seconds", check=above(0)),
         currency=t.string("currency", check=currency),
+        price_catalogue=t.string("price_catalogue", check=non_empty),
     )
     t.finish()
     return BillingConfig(**values)
@@ -373,7 +375,23 @@ def _host(t: Table, provider_kind: str | Absent) -> HostConfig | None:
     )
 
 
-def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | None:
+def _operator_catalogue(root: Table, path: str) -> dict[str, CatalogueEntry]:
+    """The entries of `[billing] price_catalogue` (relative to the config file); its problems are the
+    config's."""
+    if not path:
+        return {}
+    source = root.context.source
+    file = Path(path) if source == EMBEDDED_SOURCE else Path(source).parent / path
+    try:
+        return read_catalogue(tomllib.loads(file.read_text("utf-8")), str(file))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, CatalogueError) as exc:
+        root.report("billing.price_catalogue", f"cannot use {str(file)!r}: {exc}")
+        return {}
+
+
+def _model(
+    t: Table, providers: Mapping[str, ProviderConfig], extra: Mapping[str, CatalogueEntry] | None = None
+) -> ModelConfig | None:
     name = t.string("name", required=True, check=non_empty)
     kinds = t.strings(
         "kinds",
@@ -383,7 +401,8 @@ def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | N
     row_tables = t.tables("rows", required="at least one row is required ([[models.rows]])")
     model_name = "" if name is ABSENT else name
     rows = tuple(row for rt in row_tables if (row := _row(rt, model_name, providers)) is not None)
-    prices = _prices(t.table("prices"))
+    priced = t.has("prices")
+    prices = read_prices(t.table("prices"), "config" if priced else "")
     values = given(
         default_max_tokens=t.integer("default_max_tokens", check=at_least(1)),
         max_context_tokens=t.integer("max_context_tokens", check=at_least(1)),
@@ -394,6 +413,12 @@ def _model(t: Table, providers: Mapping[str, ProviderConfig]) -> ModelConfig | N
     t.finish()
     if name is ABSENT:
         return None
+    if not priced:
+        # Not priced here: the catalogue's sheet for what the first row calls the model (config wins).
+        entry = find_in_catalogue(rows[0].upstream_model if rows else name, name, extra=extra)
+        if entry is not None:
+            prices = entry.prices
+            values.setdefault("max_context_tokens", entry.context_window)
     model = ModelConfig(name=name, kinds=() if kinds is ABSENT else kinds, rows=rows, prices=prices, **values)
     if model.default_max_tokens > model.max_context_tokens:
         limit, value = model.max_context_tokens, model.default_max_tokens
@@ -420,12 +445,6 @@ def _row(t: Table, model_name: str, providers: Mapping[str, ProviderConfig]) -> 
         host = provider.host if provider else None
     upstream_model = model_name if upstream_model is ABSENT else upstream_model
     return RowConfig(provider=provider_name, upstream_model=upstream_model, host=host, **values)
-
-
-def _prices(t: Table) -> PriceConfig:
-    values = given(**{f.name: t.number(f.name, check=at_least(0)) for f in fields(PriceConfig)})
-    t.finish()
-    return PriceConfig(**values)
 
 
 def _plan(t: Table) -> PlanConfig | None:

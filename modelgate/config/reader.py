@@ -182,6 +182,10 @@ class Table:
                 self.context.report(path, f"expected a table, got {describe(item)}")
         return tables
 
+    def keys(self) -> list[str]:
+        """The keys this table holds (for tables whose keys are names: service tiers, image variants)."""
+        return list(self._data)
+
     def finish(self) -> None:
         """Report every key that no getter asked for; call after reading all known keys."""
         for key in self._data:

@@ -139,6 +139,9 @@ class BillingConfig:
     spool_fsync: str = "interval"  # one of SPOOL_FSYNC_POLICIES
     spool_fsync_interval_seconds: float = 1.0
     currency: str = "USD"
+    # A price catalogue file of the operator's (the shipped one's format, e.g. from `modelgate prices
+    # import-litellm`), relative to the config file: its entries win over the shipped catalogue's.
+    price_catalogue: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,17 +282,61 @@ class RowConfig:
     priority: int = 0
 
 
+# Service tier names that mean the default tier (requests' `auto` / `default`, Anthropic's `standard`,
+# Bedrock's `on_demand`): charged at the sheet's own rates.
+DEFAULT_SERVICE_TIERS = frozenset({"", "auto", "default", "standard", "standard_only", "on_demand"})
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPriceConfig:
+    """Token prices in USD per million tokens; None: not named (derived, see modelgate/domain/prices.py)."""
+
+    input_per_mtok: float | None = None
+    cached_input_per_mtok: float | None = None
+    cache_write_5m_per_mtok: float | None = None
+    cache_write_1h_per_mtok: float | None = None
+    input_audio_per_mtok: float | None = None
+    input_image_per_mtok: float | None = None
+    output_per_mtok: float | None = None
+    reasoning_per_mtok: float | None = None
+    output_audio_per_mtok: float | None = None
+    output_image_per_mtok: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LongContextPriceConfig:
+    """Above `above_input_tokens` prompt tokens the whole request is charged at these token prices."""
+
+    above_input_tokens: int
+    tokens: TokenPriceConfig
+
+
 @dataclass(frozen=True, slots=True)
 class PriceConfig:
-    """What a model costs, in USD; token prices are per million tokens."""
+    """What a model costs, in USD; token prices are per million tokens, the rest per unit."""
 
-    input_per_mtok: float = 0.0
-    cached_input_per_mtok: float = 0.0
-    output_per_mtok: float = 0.0
+    tokens: TokenPriceConfig = field(default_factory=TokenPriceConfig)
     per_request: float = 0.0
     per_image: float = 0.0
     per_audio_second: float = 0.0
     per_video_second: float = 0.0
+    per_web_search_call: float = 0.0
+    per_file_search_call: float = 0.0
+    per_code_interpreter_call: float = 0.0
+    per_image_by: tuple[tuple[str, float], ...] = ()  # ("1024x1024/high", 0.167), ("1024x1024", 0.04)
+    long_context: tuple[LongContextPriceConfig, ...] = ()  # ascending thresholds
+    service_tiers: tuple[tuple[str, TokenPriceConfig], ...] = ()  # ("priority", prices), ...
+    # Where the sheet came from: "config", "catalogue: <model> <provider> <date> <source URL>", or "" (no
+    # prices: the model is free, which check-config warns about).
+    source: str = ""
+
+    @property
+    def input_per_mtok(self) -> float:
+        return self.tokens.input_per_mtok or 0.0
+
+    @property
+    def output_per_mtok(self) -> float:
+        return self.tokens.output_per_mtok or 0.0
 
 
 @dataclass(frozen=True, slots=True)

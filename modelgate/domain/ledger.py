@@ -60,6 +60,7 @@ class LedgerEntry:
     # Charged past its reservation by this much (the provider billed more than the gateway bounded).
     over_reservation_micros: int = 0
     usage_implausible: bool = False  # reported usage no model could produce: charged at the physical bound
+    usage_detail: str = ""  # JSON of the usage kinds beyond its token columns (modelgate.domain.usage.Usage)
 
 
 CRASHED = "crashed"
@@ -94,12 +95,15 @@ _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
 # Optional, after the budgets (spool lines written before they existed end earlier): the content action, then
 # whether the usage was estimated (written only when true, the content action then written even if empty),
 # then the micro-units charged over the reservation and whether the usage was implausible (written only when
-# either is set, every column before them then written too).
+# either is set, or a usage detail follows, every column before them then written too).
 _CONTENT = 16
 _ESTIMATED = 17
 _OVER = 18
 _IMPLAUSIBLE = 19
-_NO_CONTENT_ACTION = ("", False, 0, False)  # the last columns of a row that ends at its budgets
+# Then the usage detail (JSON text; written only when the usage had a kind beyond input, cached and output
+# tokens: cache writes, audio, image, reasoning, tool calls, media units, a service tier).
+_DETAIL = 20
+_NO_CONTENT_ACTION = ("", False, 0, False, None)  # the last columns of a row that ends at its budgets
 # An admission in the spool: this marker, then the row to charge should the request never complete.
 _ADMITTED = "admitted"
 # An admission that ended without a row (nothing to charge): this marker, then its row id.
@@ -108,8 +112,8 @@ _WITHDRAWN = "withdrawn"
 _INSERT = (
     "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id, status,"
     " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at, units, outcome,"
-    " content_action, usage_estimated, over_reservation_micros, usage_implausible)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+    " content_action, usage_estimated, over_reservation_micros, usage_implausible, usage_detail)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
 )
 _BALANCE = "UPDATE organizations SET balance_micros = balance_micros - $1 WHERE id = $2"
 _BUDGET = (
@@ -414,7 +418,7 @@ class LedgerWriter:
                 (
                     *row[:_COLUMNS],
                     tuple(tuple(budget) for budget in row[_BUDGETS]),
-                    *row[_CONTENT : _IMPLAUSIBLE + 1],
+                    *row[_CONTENT : _DETAIL + 1],
                 )
             )
             if len(chunk) == size:
@@ -609,6 +613,7 @@ def ledger_row(
     usage_estimated: bool = False,
     over_reservation_micros: int = 0,
     usage_implausible: bool = False,
+    usage_detail: str = "",
 ) -> LedgerRow:
     """A row as the spool and `add_row` take it: a LedgerEntry's fields, positional (no object per
     request)."""
@@ -630,6 +635,15 @@ def ledger_row(
         outcome,
         budgets,
     )
+    if usage_detail:
+        return (
+            *row,
+            content_action,
+            usage_estimated,
+            over_reservation_micros,
+            usage_implausible,
+            usage_detail,
+        )
     if over_reservation_micros or usage_implausible:
         return (*row, content_action, usage_estimated, over_reservation_micros, usage_implausible)
     if usage_estimated:
@@ -660,18 +674,23 @@ def entry_row(entry: LedgerEntry, row_id: str) -> LedgerRow:
         entry.usage_estimated,
         entry.over_reservation_micros,
         entry.usage_implausible,
+        entry.usage_detail,
     )
 
 
 def _parameters(row: LedgerRow) -> tuple:
     """The parameters of `_INSERT` for a row."""
     if len(row) > _OVER:
-        return (*row[:_COLUMNS], *row[_CONTENT : _IMPLAUSIBLE + 1])
-    return (*row[:_COLUMNS], _content_action(row), _usage_estimated(row), 0, False)
+        return (*row[:_COLUMNS], *row[_CONTENT : _IMPLAUSIBLE + 1], _usage_detail(row))
+    return (*row[:_COLUMNS], _content_action(row), _usage_estimated(row), 0, False, None)
 
 
 def _content_action(row: LedgerRow) -> str:
     return row[_CONTENT] if len(row) > _CONTENT else ""
+
+
+def _usage_detail(row: LedgerRow) -> str | None:
+    return row[_DETAIL] or None if len(row) > _DETAIL else None
 
 
 def _usage_estimated(row: LedgerRow) -> bool:

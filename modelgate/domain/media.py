@@ -1,8 +1,9 @@
 """Usage and cost of the media routes: images, audio seconds, speech and video seconds.
 
 What is charged (prices from `[models.prices]`, plus `per_request` on every charged answer):
-- images (generations, edits, variations): `per_image` * the number of images in the answer's `data`
-  (the request's `n` when the answer has no list), plus token prices when the answer reports `usage`;
+- images (generations, edits, variations): the image's price by its size and quality (`per_image_by`, the
+  answer's `size` / `quality`, else the request's; else `per_image`) * the number of images in the answer's
+  `data` (the request's `n` when the answer has no list), plus token prices when the answer reports `usage`;
 - transcriptions and translations: `per_audio_second` * `duration` of a `verbose_json` answer (or
   `usage.seconds`), else nothing beyond `per_request` and any reported token usage; the model's
   `max_audio_seconds` bounds it (reserved before, and the charge never exceeds the reservation);
@@ -91,6 +92,7 @@ class MediaUsageReader:
         if kind is MediaKind.IMAGES:
             data = document.get("data")
             usage.images = len(data) if isinstance(data, list) else _requested_images(self._payload)
+            usage.image_variant = _image_variant(document, self._payload)
         elif kind is MediaKind.AUDIO_IN:
             duration = _number(document.get("duration"))
             if duration is not None:
@@ -102,6 +104,15 @@ class MediaUsageReader:
             usage.video_seconds = seconds if seconds is not None else _DEFAULT_VIDEO_SECONDS
 
 
+def _image_variant(answer: dict, payload: dict | None) -> str:
+    """ "SIZE/QUALITY" the images were made at: the answer's (gpt-image answers say), else the request's."""
+    size = answer.get("size") or (payload.get("size") if payload else None)
+    quality = answer.get("quality") or (payload.get("quality") if payload else None)
+    if not isinstance(size, str) or not size:
+        return ""
+    return f"{size}/{quality}" if isinstance(quality, str) and quality else size
+
+
 def media_worst_case(kind: MediaKind | None, payload: dict | None, prices: ModelPrices) -> int | None:
     """What to reserve before a media request (None: not a charged media call, use the token worst case).
 
@@ -109,7 +120,7 @@ def media_worst_case(kind: MediaKind | None, payload: dict | None, prices: Model
     for it, and the charge is capped there.
     """
     if kind is MediaKind.IMAGES:
-        return prices.per_request + prices.per_image * _requested_images(payload)
+        return prices.per_request + math.ceil(prices.highest_image_price * _requested_images(payload))
     if kind is MediaKind.VIDEO:
         seconds = _number(payload.get("seconds")) if payload else None
         seconds = _DEFAULT_VIDEO_SECONDS if seconds is None else seconds

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from modelgate.config.schema import DEFAULT_SERVICE_TIERS
+
 _USAGE = b'"usage"'
 # A usage object, not `"usage": null` (which OpenAI-style streams repeat in every chunk): only events that
 # hold one are decoded.
@@ -41,7 +43,14 @@ BYTES_PER_TOKEN = 4
 
 @dataclass(slots=True)
 class Usage:
-    """Token usage read from an upstream answer."""
+    """Usage read from an upstream answer: every kind a provider bills by.
+
+    Totals and their parts: `input_tokens` is every prompt token the provider counted, its cache reads
+    (`cached_input_tokens`), cache writes (5-minute and 1-hour) and audio and image tokens included;
+    `output_tokens` is every generated token, its reasoning, audio and image tokens included. The price
+    sheet (modelgate/domain/prices.py) charges each part at its rate and the rest at the text rate, so no
+    token is charged twice whichever way a provider counts.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -54,39 +63,217 @@ class Usage:
     # usage `"estimated": true`), or the gateway's own estimate of an answer cut short
     # (modelgate/plugins/billing_gate.py).
     estimated: bool = False
+    cache_write_5m_tokens: int = 0  # parts of input_tokens
+    cache_write_1h_tokens: int = 0
+    input_audio_tokens: int = 0
+    input_image_tokens: int = 0
+    reasoning_tokens: int = 0  # parts of output_tokens
+    output_audio_tokens: int = 0
+    output_image_tokens: int = 0
+    web_search_calls: int = 0  # server-side tool calls, priced per call
+    file_search_calls: int = 0
+    code_interpreter_calls: int = 0
+    image_variant: str = ""  # "1024x1024/high": the size and quality the images were made at
+    service_tier: str = ""  # the tier the provider says it served the request on ("" = default)
+
+    def detail(self) -> dict[str, int | float | str] | None:
+        """The kinds beyond input, cached and output tokens that are present (None when none is), for
+        the ledger row's audit column."""
+        found = None
+        for name in DETAIL_KINDS:
+            value = getattr(self, name)
+            if value:
+                if found is None:
+                    found = {}
+                found[name] = value
+        return found
+
+
+def usage_detail(usage: Usage) -> str:
+    """The ledger row's `usage_detail`: JSON of the kinds beyond its token columns, "" when none is present
+    (the usual answer: nothing is encoded, and one chain of attribute reads tells so, ~0.3 us)."""
+    if not (
+        usage.reasoning_tokens
+        or usage.cache_write_5m_tokens
+        or usage.cache_write_1h_tokens
+        or usage.input_audio_tokens
+        or usage.input_image_tokens
+        or usage.output_audio_tokens
+        or usage.output_image_tokens
+        or usage.web_search_calls
+        or usage.file_search_calls
+        or usage.code_interpreter_calls
+        or usage.images
+        or usage.audio_seconds
+        or usage.video_seconds
+        or usage.service_tier
+    ):
+        return ""
+    found = usage.detail()
+    return orjson.dumps(found).decode() if found else ""
+
+
+# The kinds kept in a ledger row's `usage_detail` (only those present), beside its token columns.
+DETAIL_KINDS = (
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "input_audio_tokens",
+    "input_image_tokens",
+    "reasoning_tokens",
+    "output_audio_tokens",
+    "output_image_tokens",
+    "web_search_calls",
+    "file_search_calls",
+    "code_interpreter_calls",
+    "images",
+    "image_variant",
+    "audio_seconds",
+    "video_seconds",
+    "service_tier",
+)
+# Responses API output items that are billed per call, by the Usage field that counts them.
+_TOOL_ITEMS = {
+    "web_search_call": "web_search_calls",
+    "file_search_call": "file_search_calls",
+    "code_interpreter_call": "code_interpreter_calls",
+}
 
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def merge_usage(target: Usage, usage: dict) -> None:
-    """Fold one `usage` object (OpenAI chat/completions/embeddings, Responses, Anthropic) into `target`."""
-    input_tokens = _int(usage.get("prompt_tokens")) or _int(usage.get("input_tokens"))
-    cache_read = _int(usage.get("cache_read_input_tokens"))
-    cache_write = _int(usage.get("cache_creation_input_tokens"))
-    if cache_read or cache_write:
-        # Anthropic counts cached and cache-writing tokens outside input_tokens.
-        input_tokens += cache_read + cache_write
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    cached = cached or cache_read
-    output_tokens = _int(usage.get("completion_tokens")) or _int(usage.get("output_tokens"))
-    # Streams report usage in several events (Anthropic: message_start, then cumulative message_delta).
-    target.input_tokens = max(target.input_tokens, input_tokens)
-    target.cached_input_tokens = max(target.cached_input_tokens, cached)
-    target.output_tokens = max(target.output_tokens, output_tokens)
-    if usage.get("estimated") is True:
+def merge_usage(target: Usage, usage: dict, holder: dict | None = None) -> None:
+    """Fold one `usage` object into `target`: OpenAI chat / completions / embeddings / Responses / realtime
+    (their `*_details`), Anthropic (cache reads and writes with their 5m/1h split, server tool use), and
+    the chat usage the Bedrock Converse and Gemini dialects translate theirs into. `holder` is the object
+    the usage belongs to (a chat completion, a Response, a Message): its service tier and the Responses
+    tool calls it made are read from it.
+
+    Streams report usage in several events (Anthropic: message_start, then cumulative message_delta;
+    Responses: the final response): every count is the largest seen, so repeating one never adds to it.
+    Runs once per answer: the kinds an answer lacks cost one dict lookup each, no call (`_int` inlined).
+    """
+    get = usage.get
+    value = get("prompt_tokens")
+    prompt = value if type(value) is int and value > 0 else 0
+    if prompt:
+        input_tokens = prompt
+    else:
+        value = get("input_tokens")
+        input_tokens = value if type(value) is int and value > 0 else 0
+    cached = write_5m = write_1h = 0
+    if (
+        "cache_read_input_tokens" in usage
+        or "cache_creation_input_tokens" in usage
+        or "cache_creation" in usage
+    ):
+        # Anthropic's input_tokens exclude cache reads and writes (counted beside them): added here to make
+        # the total OpenAI's prompt_tokens and Responses' input_tokens are (they include them).
+        cached = _int(get("cache_read_input_tokens"))
+        creation = get("cache_creation")
+        if type(creation) is dict:
+            write_5m = _int(creation.get("ephemeral_5m_input_tokens"))
+            write_1h = _int(creation.get("ephemeral_1h_input_tokens"))
+        # The plain count is the 5-minute kind; a split that accounts for less leaves the rest at 5 minutes.
+        write_5m += max(_int(get("cache_creation_input_tokens")) - write_5m - write_1h, 0)
+        if not prompt:
+            input_tokens += cached + write_5m + write_1h
+    details = get("prompt_tokens_details") or get("input_tokens_details") or get("input_token_details")
+    if type(details) is dict:
+        value = details.get("cached_tokens")
+        if type(value) is int and value > cached:
+            cached = value
+        value = details.get("cache_write_tokens")
+        if value:
+            # OpenAI's cache writes: the short retention at the 5-minute rate, the 12-hour one at the 1-hour
+            # rate.
+            retention = details.get("cache_write_tokens_details")
+            long_write = _int(retention.get("ttl_12h_tokens")) if type(retention) is dict else 0
+            write_1h = max(write_1h, long_write)
+            write_5m = max(write_5m, _int(value) - long_write)
+        audio, image = details.get("audio_tokens"), details.get("image_tokens")
+        if audio or image:
+            # Audio and image tokens read from the cache are among the cached ones (at the cached rate).
+            parts = details.get("cached_tokens_details")
+            parts = parts if type(parts) is dict else {}
+            audio = _int(audio) - _int(parts.get("audio_tokens"))
+            image = _int(image) - _int(parts.get("image_tokens"))
+            if audio > target.input_audio_tokens:
+                target.input_audio_tokens = audio
+            if image > target.input_image_tokens:
+                target.input_image_tokens = image
+    elif not cached:
+        cached = _int(get("prompt_cache_hit_tokens"))  # DeepSeek's
+    value = get("completion_tokens") or get("output_tokens")
+    output_tokens = value if type(value) is int and value > 0 else 0
+    out = get("completion_tokens_details") or get("output_tokens_details") or get("output_token_details")
+    if type(out) is dict:
+        value = out.get("reasoning_tokens") or out.get("thinking_tokens")
+        if type(value) is int and value > target.reasoning_tokens:
+            target.reasoning_tokens = value
+        value = out.get("audio_tokens")
+        if type(value) is int and value > target.output_audio_tokens:
+            target.output_audio_tokens = value
+        value = out.get("image_tokens")
+        if type(value) is int and value > target.output_image_tokens:
+            target.output_image_tokens = value
+    tools = get("server_tool_use")
+    if type(tools) is dict:
+        value = _int(tools.get("web_search_requests"))
+        if value > target.web_search_calls:
+            target.web_search_calls = value
+    if target.input_tokens < input_tokens:
+        target.input_tokens = input_tokens
+    if target.cached_input_tokens < cached:
+        target.cached_input_tokens = cached
+    if target.output_tokens < output_tokens:
+        target.output_tokens = output_tokens
+    if target.cache_write_5m_tokens < write_5m:
+        target.cache_write_5m_tokens = write_5m
+    if target.cache_write_1h_tokens < write_1h:
+        target.cache_write_1h_tokens = write_1h
+    tier = get("service_tier")
+    if holder is not None:
+        tier = tier or holder.get("service_tier")
+        items = holder.get("output")
+        if type(items) is list and items:
+            _count_tool_items(target, items)
+    if type(tier) is str:
+        target.service_tier = "" if tier in DEFAULT_SERVICE_TIERS else tier
+    if get("estimated") is True:
         target.estimated = True
+
+
+def _raise(target: Usage, name: str, value: int) -> None:
+    if value > getattr(target, name):
+        setattr(target, name, value)
+
+
+def _count_tool_items(target: Usage, items: list) -> None:
+    """The billed tool calls among a Response's output items (counted whole: a final Response lists all)."""
+    counts: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, dict):
+            field = _TOOL_ITEMS.get(item.get("type"))  # type: ignore[arg-type]
+            if field is not None:
+                counts[field] = counts.get(field, 0) + 1
+    for field, count in counts.items():
+        _raise(target, field, count)
 
 
 def usage_objects(document: Any) -> list[dict]:
     """The usage objects of one JSON document or event (top level, or inside `response` / `message`)."""
+    return [usage for usage, _ in usage_holders(document)]
+
+
+def usage_holders(document: Any) -> list[tuple[dict, dict]]:
+    """(usage, the object holding it) of one JSON document or event."""
     found = []
     if isinstance(document, dict):
         for holder in (document, document.get("response"), document.get("message")):
             if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
-                found.append(holder["usage"])
+                found.append((holder["usage"], holder))
     return found
 
 
@@ -98,12 +285,12 @@ def usage_of_body(body: bytes) -> Usage | None:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    objects = usage_objects(document)
+    objects = usage_holders(document)
     if not objects:
         return None
     usage = Usage()
-    for item in objects:
-        merge_usage(usage, item)
+    for item, holder in objects:
+        merge_usage(usage, item, holder)
     return usage
 
 
@@ -214,10 +401,10 @@ class StreamUsageScanner:
                 document = orjson.loads(data[line_start + 5 : done])  # a CR ending the line is whitespace
             except orjson.JSONDecodeError:
                 continue
-            for item in usage_objects(document):
+            for item, holder in usage_holders(document):
                 if self.usage is None:
                     self.usage = Usage()
-                merge_usage(self.usage, item)
+                merge_usage(self.usage, item, holder)
 
 
 def usage_objects_at(data: bytes, end: int) -> list[tuple[int, int]]:

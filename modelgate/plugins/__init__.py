@@ -33,6 +33,7 @@ from modelgate.plugins.realtime_credentials import RealtimeCredentials
 from modelgate.plugins.request_id import InFlightIds, RequestId, SharedRequestId
 from modelgate.plugins.request_validation import RequestValidation
 from modelgate.plugins.route_support import RouteSupport
+from modelgate.plugins.service_tiers import ServiceTiers
 from modelgate.plugins.stream_errors import StreamErrors
 from modelgate.plugins.tracing import RequestTracing
 from modelgate.plugins.translation import Translation
@@ -102,6 +103,8 @@ CHAIN: tuple[ChainStep, ...] = (
     ChainStep(ProviderFilter, lambda s: ProviderFilter(s.catalog)),  # 400 on the provider object
     # 400 when thinking, caching or token counting has no native row left
     ChainStep(NativeFeatures, lambda s: NativeFeatures()),
+    # 400 on a service_tier the model's price sheet does not price
+    ChainStep(ServiceTiers, lambda s: ServiceTiers()),
     # follow-ups reach their row
     ChainStep(ObjectBindingPlugin, lambda s: ObjectBindingPlugin(s.objects, s.catalog)),
     ChainStep(Policy, lambda s: Policy(s.policies)),  # 403 denied model, 404 model not enabled for the key

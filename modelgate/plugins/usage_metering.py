@@ -19,6 +19,7 @@ from modelgate.domain.usage import (
     StreamUsageScanner,
     generated_tokens,
     tokens_of,
+    usage_detail,
     usage_of_body,
 )
 from modelgate.plugins.billing_gate import final_cost
@@ -112,6 +113,7 @@ class UsageMetering(Plugin):
             usage.estimated if usage else False,
             ctx.metering.over_reservation_micros,
             ctx.metering.usage_implausible,
+            usage_detail(usage) if usage else "",
         )
         if ctx.metering.over_reservation_micros or ctx.metering.usage_implausible:
             self._report_overrun(ctx, cost)

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .context import CONTEXT, FakeContext, answered_model, json_body, required
+from .context import CONTEXT, FakeContext, answered_model, fault_of, json_body, required
 from .echo_model import (
     Reply,
     ToolCall,
@@ -136,8 +136,12 @@ async def messages(request: web.Request) -> web.StreamResponse:
         "stop_sequence": None if calls else reply.stop_sequence,
         "usage": {**_input_usage(ctx, body, model, history), "output_tokens": output_tokens},
     }
+    fault = fault_of(request)
+    reported = fault.report_usage if fault is not None else None
+    if reported:
+        message["usage"] = reported["usage"]
     if body.get("stream") is True:
-        return await play(request, _message_script(message, calls))
+        return await play(request, _message_script(message, calls, bool(reported)))
     return json_response(message)
 
 
@@ -168,7 +172,7 @@ def _block_frames(index: int, block: dict[str, Any], calls: dict[str, ToolCall])
     return [start, *deltas]
 
 
-def _message_script(message: dict[str, Any], calls: list[ToolCall]) -> SseScript:
+def _message_script(message: dict[str, Any], calls: list[ToolCall], whole_usage: bool = False) -> SseScript:
     def stop(index: int) -> bytes:
         return event_frame("content_block_stop", {"type": "content_block_stop", "index": index})
 
@@ -197,7 +201,7 @@ def _message_script(message: dict[str, Any], calls: list[ToolCall]) -> SseScript
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-                "usage": {"output_tokens": usage["output_tokens"]},
+                "usage": usage if whole_usage else {"output_tokens": usage["output_tokens"]},
             },
         ),
         event_frame("message_stop", {"type": "message_stop"}),

@@ -91,6 +91,8 @@ class AzureState:
         self._tokens: set[str] = set()
         self._counter = itertools.count(1)
         self._faults: deque[AzureFault] = deque()
+        # The chat usage an answer reports instead of its own (plain and streamed), until cleared.
+        self.report_usage: dict | None = None
 
     def issue_token(self) -> str:
         with self._lock:
@@ -116,6 +118,7 @@ class AzureState:
         with self._lock:
             self._faults.clear()
         self.log.clear()
+        self.report_usage = None
 
     def revoke_tokens(self) -> None:
         """Refuse every token issued so far (as after a secret rotation)."""
@@ -278,7 +281,7 @@ async def _chat(request: web.Request, v1: bool) -> web.StreamResponse:
     else:
         text, finish = f"echo: {user_text}", "stop"
     completion_tokens = len(text.split()) + (5 if call else 0)
-    usage = {
+    usage = request.app[STATE].report_usage or {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,

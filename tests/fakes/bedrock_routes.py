@@ -50,6 +50,9 @@ class BedrockState:
     log: RequestLog
     gates: Gates
     modes: deque[str] = field(default_factory=deque)
+    # The TokenUsage a Converse answer reports instead of the fixed one (plain and streamed), until cleared.
+    report_usage: dict | None = None
+    report_claude_usage: dict | None = None  # the same for InvokeModel (Anthropic's shape)
 
 
 class FakeBedrock(FakeUpstream):
@@ -68,6 +71,7 @@ class FakeBedrock(FakeUpstream):
         super().clear()
         self.clear_faults()
         self.state.modes.clear()
+        self.state.report_usage = self.state.report_claude_usage = None
 
     async def _listen(self) -> None:
         app = web.Application()
@@ -124,12 +128,13 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     if mode == "garbage" and not action.endswith("stream"):
         return web.Response(body=b"{not json", content_type="application/json")
     if action == "invoke":
-        return web.json_response(_claude_message(document, model))
+        return web.json_response(_claude_message(document, model, state.report_claude_usage))
     if action == "converse":
-        return web.json_response(_converse_answer(document))
-    frames = list(
-        _claude_events(document, model, mode) if action.startswith("invoke") else _converse_events(document)
-    )
+        return web.json_response(_converse_answer(document, state.report_usage))
+    if action.startswith("invoke"):
+        frames = list(_claude_events(document, model, mode, state.report_claude_usage))
+    else:
+        frames = list(_converse_events(document, state.report_usage))
     return await _stream(request, frames, mode)
 
 
@@ -301,7 +306,7 @@ def _claude_input(body: dict, tool: str, text: str) -> dict:
     return _tool_input({t["name"]: t.get("input_schema") for t in body.get("tools", [])}, tool, text)
 
 
-def _claude_message(body: dict, model: str) -> dict:
+def _claude_message(body: dict, model: str, reported: dict | None = None) -> dict:
     text, tool = _claude_reply(body)
     block = (
         {"type": "tool_use", "id": TOOL_ID, "name": tool, "input": _claude_input(body, tool, text)}
@@ -315,7 +320,7 @@ def _claude_message(body: dict, model: str) -> dict:
         "content": [block or {"type": "text", "text": text}],
         "stop_reason": "tool_use" if tool else "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS},
+        "usage": reported or {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS},
     }
 
 
@@ -323,10 +328,10 @@ def _chunk(event: dict) -> bytes:
     return event_frame("chunk", {"bytes": base64.b64encode(orjson.dumps(event)).decode()})
 
 
-def _claude_events(body: dict, model: str, mode: str) -> Iterator[bytes]:
+def _claude_events(body: dict, model: str, mode: str, reported: dict | None = None) -> Iterator[bytes]:
     text, tool = _claude_reply(body)
     message = {**_claude_message(body, model), "content": [], "stop_reason": None, "model": model}
-    message["usage"] = {"input_tokens": INPUT_TOKENS, "output_tokens": 1}
+    message["usage"] = {**(reported or {"input_tokens": INPUT_TOKENS}), "output_tokens": 1}
     yield _chunk({"type": "message_start", "message": message})
     if tool:
         start = {"type": "tool_use", "id": TOOL_ID, "name": tool, "input": {}}
@@ -341,7 +346,7 @@ def _claude_events(body: dict, model: str, mode: str) -> Iterator[bytes]:
     yield _chunk({"type": "content_block_stop", "index": 0})
     delta = {"type": "message_delta", "delta": {"stop_reason": "tool_use" if tool else "end_turn"}}
     if mode != "no-delta-usage":
-        delta["usage"] = {"output_tokens": OUTPUT_TOKENS}
+        delta["usage"] = reported or {"output_tokens": OUTPUT_TOKENS}
     yield _chunk(delta)
     yield _chunk({"type": "message_stop", "amazon-bedrock-invocationMetrics": METRICS})
 
@@ -376,7 +381,9 @@ def _converse_stop(body: dict, text: str) -> tuple[str, str]:
     return (text[: min(hits)[0]], "stop_sequence") if hits else (text, "end_turn")
 
 
-def _converse_usage() -> dict:
+def _converse_usage(reported: dict | None = None) -> dict:
+    if reported is not None:
+        return reported
     return {
         "inputTokens": INPUT_TOKENS,
         "outputTokens": OUTPUT_TOKENS,
@@ -384,7 +391,7 @@ def _converse_usage() -> dict:
     }
 
 
-def _converse_answer(body: dict) -> dict:
+def _converse_answer(body: dict, reported: dict | None = None) -> dict:
     text, tool = _converse_reply(body)
     text, stop_reason = _converse_stop(body, text)
     block = (
@@ -395,12 +402,12 @@ def _converse_answer(body: dict) -> dict:
     return {
         "output": {"message": {"role": "assistant", "content": [block]}},
         "stopReason": "tool_use" if tool else stop_reason,
-        "usage": _converse_usage(),
+        "usage": _converse_usage(reported),
         "metrics": {"latencyMs": 42},
     }
 
 
-def _converse_events(body: dict) -> Iterator[bytes]:
+def _converse_events(body: dict, reported: dict | None = None) -> Iterator[bytes]:
     text, tool = _converse_reply(body)
     text, stop_reason = _converse_stop(body, text)
     yield event_frame("messageStart", {"role": "assistant"})
@@ -415,4 +422,4 @@ def _converse_events(body: dict) -> Iterator[bytes]:
         yield event_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta})
     yield event_frame("contentBlockStop", {"contentBlockIndex": 0})
     yield event_frame("messageStop", {"stopReason": "tool_use" if tool else stop_reason})
-    yield event_frame("metadata", {"usage": _converse_usage(), "metrics": {"latencyMs": 42}})
+    yield event_frame("metadata", {"usage": _converse_usage(reported), "metrics": {"latencyMs": 42}})

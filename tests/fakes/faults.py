@@ -24,7 +24,11 @@ class Fault:
     video gets instead of the fake's own (providers' ids differ in length and alphabet). `billed_usage` is
     the usage a chat completion or a response reports (plain and streamed) instead of the echo's count: a
     provider billing what the request does not show (a previous response's context, a stored prompt, a
-    file, an image URL), or more than the cap it was sent.
+    file, an image URL), or more than the cap it was sent. `report_usage` is what a chat completion, a
+    Response or a Messages answer reports instead of its own usage: `{"usage": {...}}` in the provider's
+    shape, for chat and Responses a `service_tier` beside it, for Responses `output_items` (tool calls)
+    added to its output (plain and streamed alike; a Messages stream then repeats the whole usage in its
+    message_delta, as the API may).
     """
 
     status: int | None = None
@@ -42,6 +46,7 @@ class Fault:
     provider_cost: bool = False
     object_id: str | None = None
     billed_usage: dict | None = None
+    report_usage: dict | None = None
 
 
 FOREVER = -1

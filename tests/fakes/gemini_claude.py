@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .gemini_state import google_error
+from .gemini_state import STATE, google_error
 from .schema_answer import schema_answer
 
 CLAUDE_USAGE = {"input_tokens": 13, "output_tokens": 4}
@@ -70,10 +70,15 @@ def _event(name: str, payload: Any) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps({"type": name, **payload}) + b"\n\n"
 
 
-async def _stream(request: web.Request, message: dict[str, Any]) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, message: dict[str, Any], whole_usage: bool = False
+) -> web.StreamResponse:
     reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
     await reply.prepare(request)
-    start = {**message, "content": [], "stop_reason": None, "usage": {"input_tokens": 13, "output_tokens": 1}}
+    opening = (
+        {**message["usage"], "output_tokens": 1} if whole_usage else {"input_tokens": 13, "output_tokens": 1}
+    )
+    start = {**message, "content": [], "stop_reason": None, "usage": opening}
     frames = [_event("message_start", {"message": start})]
     for index, block in enumerate(message["content"]):
         if block["type"] == "text":
@@ -89,7 +94,15 @@ async def _stream(request: web.Request, message: dict[str, Any]) -> web.StreamRe
         frames.append(_event("content_block_stop", {"index": index}))
     stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
     frames.append(
-        _event("message_delta", {"delta": stop, "usage": {"output_tokens": CLAUDE_USAGE["output_tokens"]}})
+        _event(
+            "message_delta",
+            {
+                "delta": stop,
+                "usage": message["usage"]
+                if whole_usage
+                else {"output_tokens": CLAUDE_USAGE["output_tokens"]},
+            },
+        )
     )
     frames.append(_event("message_stop", {}))
     for frame in frames:
@@ -124,7 +137,10 @@ async def claude_answer(request: web.Request, body_bytes: bytes, action: str) ->
     if action != ("streamRawPredict" if stream else "rawPredict"):
         return google_error(400, "INVALID_ARGUMENT", f"{action} does not match stream={stream}")
     message = _message(body)
-    return await _stream(request, message) if stream else web.json_response(message)
+    reported = request.app[STATE].report_claude_usage
+    if reported is not None:
+        message["usage"] = reported
+    return await _stream(request, message, reported is not None) if stream else web.json_response(message)
 
 
 def count_tokens_answer(body_bytes: bytes) -> web.Response:

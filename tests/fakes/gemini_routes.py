@@ -199,7 +199,7 @@ def _reply(body: dict[str, Any], state: GeminiState) -> dict[str, Any]:
         ]
     return {
         "candidates": candidates,
-        "usageMetadata": dict(USAGE),
+        "usageMetadata": dict(state.report_usage or USAGE),
         "modelVersion": "gemini-2.5-flash-001",
         "responseId": base64.urlsafe_b64encode(os.urandom(9)).decode(),
     }

@@ -45,6 +45,9 @@ class GeminiState:
         self.expires_in = 3600
         self.refuse_tokens = False
         self.malformed = False
+        # The usageMetadata an answer reports instead of the fixed USAGE (plain and streamed), until cleared.
+        self.report_usage: dict | None = None
+        self.report_claude_usage: dict | None = None  # the same for Claude on Vertex (Anthropic's shape)
         self.token_requests = 0
         self.log = RequestLog()
         self.signatures: set[str] = set()
@@ -82,6 +85,8 @@ class GeminiState:
         self.log.clear()
         self.malformed = False
         self.refuse_tokens = False
+        self.report_usage = None
+        self.report_claude_usage = None
 
 
 def _b64(segment: str) -> bytes:

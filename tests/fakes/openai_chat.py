@@ -98,6 +98,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "model": model,
         "system_fingerprint": SYSTEM_FINGERPRINT,
     }
+    reported = fault.report_usage if fault is not None else None
+    if reported:
+        usage = reported["usage"]
+        head["service_tier"] = reported.get("service_tier", "default")
     shape = fault.usage_chunk if fault is not None else None
     priced = shape is not None or (fault is not None and fault.provider_cost)
     if priced:
@@ -115,7 +119,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     choices = [
         {"index": i, "message": message, "logprobs": None, "finish_reason": finish} for i in range(answers)
     ]
-    answer = {**head, "object": "chat.completion", "choices": choices, "service_tier": "default"}
+    answer = {"service_tier": "default", **head, "object": "chat.completion", "choices": choices}
     if not omit_usage:
         answer["usage"] = usage
     if priced:

@@ -91,6 +91,12 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if fault is not None and fault.billed_usage is not None:
         response["usage"] = fault.billed_usage
     response["id"] = created_id(request, response["id"])
+    fault = fault_of(request)
+    if fault is not None and fault.report_usage:
+        # The usage, tool-call items (`output_items`, after the message) and service tier a test asks for.
+        response["usage"] = fault.report_usage["usage"]
+        response["output"] += fault.report_usage.get("output_items", [])
+        response["service_tier"] = fault.report_usage.get("service_tier", "default")
     if response["store"]:
         ctx.responses[response["id"]] = response
     if body.get("stream") is True:

@@ -15,6 +15,7 @@ from modelgate.config import (
     ConfigError,
     HostConfig,
     LoggingConfig,
+    LongContextPriceConfig,
     ModelConfig,
     PlanConfig,
     PluginsConfig,
@@ -25,6 +26,7 @@ from modelgate.config import (
     RowConfig,
     ServerConfig,
     StorageConfig,
+    TokenPriceConfig,
     TracingConfig,
     load_config,
 )
@@ -156,19 +158,28 @@ def test_example_file_documents_every_key():
         HostConfig,
         RowConfig,
         PriceConfig,
+        TokenPriceConfig,
+        LongContextPriceConfig,
         ModelConfig,
         PlanConfig,
     )
     # A host's dialect options are keys of their own in the file (modelgate/config/dialects.py), not one
     # `options` key.
-    keys = {f.name for record in records for f in dataclasses.fields(record)} - {"options"} | ALL_OPTIONS
+    # `tokens` holds the token prices, written at the top of [models.prices]; `source` is not a key (it says
+    # whether the sheet came from the file or the catalogue).
+    not_keys = {"options", "tokens", "source"}
+    keys = {f.name for record in records for f in dataclasses.fields(record)} - not_keys | ALL_OPTIONS
 
     # A key is a comment line followed by `key = ...` (itself possibly commented out), or a sub-table
     # header such as [models.prices] that the comments around it explain.
     undocumented = [
         key
         for key in keys
-        if not re.search(rf"^#.*\n#? ?{key} = |^\[\[?(models|providers)\.{key}\]\]?$", text, re.MULTILINE)
+        if not re.search(
+            rf"^#.*\n#? ?{key} = |^#? ?\[\[?(models|providers)(\.prices)?\.{key}(\.\w+)?\]\]?$",
+            text,
+            re.MULTILINE,
+        )
     ]
 
     assert undocumented == []

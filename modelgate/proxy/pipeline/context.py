@@ -12,7 +12,7 @@ from aiohttp import web
 
 from modelgate.domain.counters import MoneyAsk, WindowAsk
 from modelgate.domain.ledger import LedgerEntry
-from modelgate.domain.usage import Usage
+from modelgate.domain.usage import Usage, usage_detail
 from modelgate.proxy.content.redaction import strongest
 from modelgate.proxy.pipeline.envelopes import Envelope
 
@@ -195,6 +195,7 @@ def entry_for(
         row_id=row_id,
         content_action=content_action(ctx.content_hits) if ctx.content_hits else "",
         usage_estimated=usage.estimated if usage else False,
+        usage_detail=usage_detail(usage) if usage else "",
     )
 
 

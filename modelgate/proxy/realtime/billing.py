@@ -61,12 +61,11 @@ def output_cap(options: dict | None) -> int | None:
 
 
 def realtime_usage(reported: dict) -> Usage:
-    """A `response.done` usage object as Usage (cached input read from realtime's `input_token_details`)."""
+    """A `response.done` usage object as Usage: realtime's `input_token_details` (cached, audio and image
+    tokens, the cached ones' own audio and image) and `output_token_details` (audio) are read by
+    merge_usage, so each is charged at its rate."""
     usage = Usage()
     merge_usage(usage, reported)
-    details = reported.get("input_token_details")
-    if isinstance(details, dict):
-        usage.cached_input_tokens = max(usage.cached_input_tokens, _tokens(details.get("cached_tokens")) or 0)
     return usage
 
 

@@ -68,9 +68,9 @@ async def test_each_response_done_writes_its_row_and_moves_the_balance_at_once(b
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     start = await stored_balance(storage, tenant.email)
     secret = await asyncio.to_thread(mint, base, tenant)
-    uncached = USAGE["input_tokens"] - USAGE["input_token_details"]["cached_tokens"]
-    # Cached input has no price of its own in this config: it costs nothing, the rest at the token prices.
-    cost = math.ceil(uncached * INPUT_PER_MTOK + USAGE["output_tokens"] * OUTPUT_PER_MTOK - 1e-9)
+    # Cached input has no price of its own in this config: it costs the input price (a provider that gives no
+    # discount bills it whole; docs/prices.md), so every input token is at the input price.
+    cost = math.ceil(USAGE["input_tokens"] * INPUT_PER_MTOK + USAGE["output_tokens"] * OUTPUT_PER_MTOK - 1e-9)
     async with session() as client:
         ws = await connect(client, base, tenant, secret)
         for count in (1, 2, 3):

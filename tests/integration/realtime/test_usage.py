@@ -57,9 +57,11 @@ async def test_each_responses_usage_is_a_ledger_row_flushed_when_the_gateway_sto
     minted, *metered = rows  # minting the secret is a free request of its own
     assert (minted["status"], minted["cost_micros"]) == (200, 0)
     assert len(metered) == 2  # one per response, no row for the session as a whole
-    uncached = USAGE["input_tokens"] - USAGE["input_token_details"]["cached_tokens"]
-    # Cached input has no price of its own in this config: it costs nothing, the rest at the token prices.
-    expected = math.ceil(uncached * INPUT_PER_MTOK + USAGE["output_tokens"] * OUTPUT_PER_MTOK - 1e-9)
+    # Cached input has no price of its own in this config: it costs the input price (a provider that gives no
+    # discount bills it whole; docs/prices.md), so every input token is at the input price.
+    expected = math.ceil(
+        USAGE["input_tokens"] * INPUT_PER_MTOK + USAGE["output_tokens"] * OUTPUT_PER_MTOK - 1e-9
+    )
     for row, response_id in zip(metered, ids, strict=True):
         assert (row["status"], row["outcome"], row["model"]) == (200, "completed", "realtime-test")
         assert row["request_id"].endswith(":" + response_id)

@@ -256,17 +256,24 @@ def _answer_tool_config(answer: AnswerTool, tools: list[dict[str, Any]], choice:
 # -- the answer ----------------------------------------------------------------------------------------
 
 
-def chat_usage(usage: Any) -> dict[str, int]:
-    """Converse's `TokenUsage` as a chat completion's `usage`."""
+def chat_usage(usage: Any) -> dict[str, Any]:
+    """Converse's `TokenUsage` as a chat completion's `usage`. Converse counts cache reads and writes
+    beside `inputTokens` (as Anthropic does); chat's `prompt_tokens` includes them, with the reads as
+    `cached_tokens` and the writes as `cache_write_tokens` in its details."""
     if not isinstance(usage, dict):
         usage = {}
-    prompt = int(usage.get("inputTokens") or 0)
+    read = int(usage.get("cacheReadInputTokens") or 0)
+    written = int(usage.get("cacheWriteInputTokens") or 0)
+    prompt = int(usage.get("inputTokens") or 0) + read + written
     completion = int(usage.get("outputTokens") or 0)
-    return {
+    chat: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": int(usage.get("totalTokens") or prompt + completion),
     }
+    if read or written:
+        chat["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": written}
+    return chat
 
 
 def converse_to_chat(

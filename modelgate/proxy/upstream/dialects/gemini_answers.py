@@ -4,8 +4,9 @@ stream as `chat.completion.chunk` events, and its errors in the OpenAI error sha
 Candidates become choices; text parts the content (thought summaries `reasoning_content`); `functionCall`
 parts tool calls with ids stable for the answer (`call_` + a digest of the answer id, candidate and
 position) that carry the call's thought signature; `finishReason` the finish reason; `usageMetadata` the
-usage (thinking tokens count as completion tokens, cached prompt tokens as
-`prompt_tokens_details.cached_tokens`).
+usage (thinking tokens count as completion tokens and `reasoning_tokens`, cached prompt tokens as
+`prompt_tokens_details.cached_tokens`, tool-use prompt tokens as prompt tokens, audio and image tokens by
+modality in the details).
 """
 
 from __future__ import annotations
@@ -63,9 +64,34 @@ def usage_of(metadata: Any) -> dict[str, Any]:
         "total_tokens": metadata.get("totalTokenCount") or prompt + completion,
         "prompt_tokens_details": {"cached_tokens": metadata.get("cachedContentTokenCount") or 0},
     }
+    prompt_details = usage["prompt_tokens_details"]
+    cached_details = _by_modality(metadata.get("cacheTokensDetails"))
+    for modality, tokens in _by_modality(metadata.get("promptTokensDetails")).items():
+        prompt_details[modality] = tokens
+    if cached_details:
+        prompt_details["cached_tokens_details"] = cached_details
+    completion_details = _by_modality(metadata.get("candidatesTokensDetails"))
     if thoughts:
-        usage["completion_tokens_details"] = {"reasoning_tokens": thoughts}
+        completion_details["reasoning_tokens"] = thoughts
+    if completion_details:
+        usage["completion_tokens_details"] = completion_details
     return usage
+
+
+_MODALITY_TOKENS = {"AUDIO": "audio_tokens", "IMAGE": "image_tokens"}
+
+
+def _by_modality(details: Any) -> dict[str, int]:
+    """Gemini's `[{modality, tokenCount}]` as chat details' `audio_tokens` / `image_tokens` (text, video and
+    documents are billed at the text rate, so they need no count of their own)."""
+    counts: dict[str, int] = {}
+    if isinstance(details, list):
+        for item in details:
+            if isinstance(item, dict) and (name := _MODALITY_TOKENS.get(item.get("modality"))):
+                tokens = item.get("tokenCount")
+                if isinstance(tokens, int) and tokens > 0:
+                    counts[name] = counts.get(name, 0) + tokens
+    return counts
 
 
 def blocked_prompt(answer: Any) -> str | None:
