@@ -3,9 +3,11 @@
 What is charged (prices from `[models.prices]`, plus `per_request` on every charged answer):
 - images (generations, edits, variations): `per_image` * the number of images in the answer's `data`
   (the request's `n` when the answer has no list), plus token prices when the answer reports `usage`;
-- transcriptions and translations: `per_audio_second` * `duration` of a `verbose_json` answer (or
-  `usage.seconds`), else nothing beyond `per_request` and any reported token usage; the model's
-  `max_audio_seconds` bounds it (reserved before, and the charge never exceeds the reservation);
+- transcriptions and translations, in every response format: `per_audio_second` * the seconds the answer
+  reports (`duration` of `verbose_json`, or `usage.seconds`), else the duration in the uploaded file's
+  header (modelgate/domain/audio_duration.py), else an estimate from its size
+  (ESTIMATED_AUDIO_BYTES_PER_SECOND, the row marked estimated); plus any reported token usage; the model's
+  `max_audio_seconds` is reserved;
 - speech: `per_request` (the audio is streamed back, not read);
 - video creation: `per_video_second` * the created video's `seconds` (the request's when the answer has none);
 - follow-ups (video retrieve, content, delete, list; minting a realtime client secret): free.
@@ -19,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from modelgate.domain.audio_duration import AudioProbe
 from modelgate.domain.prices import ModelPrices
 from modelgate.domain.usage import Usage, merge_usage
 
@@ -36,6 +39,9 @@ class MediaKind(Enum):
 # The kinds whose answer is a JSON document naming what was made (read once, never scanned for tokens).
 _JSON_ANSWERS = frozenset({MediaKind.IMAGES, MediaKind.AUDIO_IN, MediaKind.VIDEO})
 _DEFAULT_VIDEO_SECONDS = 4.0  # the videos API's default clip length
+# An upload whose container the gateway cannot read is taken for audio at 128 kbit/s (a common MP3 / Opus
+# rate): its bytes over this, charged as estimated.
+ESTIMATED_AUDIO_BYTES_PER_SECOND = 16_000
 
 
 def _number(value: Any) -> float | None:
@@ -64,11 +70,12 @@ class MediaUsageReader:
     binary answers (speech, video content) are never parsed.
     """
 
-    __slots__ = ("_kind", "_payload", "_read", "usage")
+    __slots__ = ("_kind", "_payload", "_read", "_upload", "usage")
 
-    def __init__(self, kind: MediaKind, payload: dict | None) -> None:
+    def __init__(self, kind: MediaKind, payload: dict | None, upload: AudioProbe | None = None) -> None:
         self._kind = kind
         self._payload = payload
+        self._upload = upload  # the audio file sent, read as it passed (transcriptions, translations)
         self._read = kind not in _JSON_ANSWERS
         self.usage = Usage()
 
@@ -79,9 +86,9 @@ class MediaUsageReader:
         try:
             document = orjson.loads(chunk)
         except orjson.JSONDecodeError:
-            return  # e.g. a transcription as text/srt/vtt: no duration to charge
+            document = None  # e.g. a transcription as text, srt or vtt: no duration in it
         if not isinstance(document, dict):
-            return
+            document = {}
         usage, kind = self.usage, self._kind
         reported = document.get("usage")
         if isinstance(reported, dict):
@@ -95,11 +102,22 @@ class MediaUsageReader:
             duration = _number(document.get("duration"))
             if duration is not None:
                 usage.audio_seconds = duration
+            elif not usage.audio_seconds and self._upload is not None:
+                _upload_seconds(usage, self._upload)
         else:  # MediaKind.VIDEO
             seconds = _number(document.get("seconds"))
             if seconds is None and self._payload:
                 seconds = _number(self._payload.get("seconds"))
             usage.video_seconds = seconds if seconds is not None else _DEFAULT_VIDEO_SECONDS
+
+
+def _upload_seconds(usage: Usage, upload: AudioProbe) -> None:
+    """The seconds of the uploaded audio, from its header, else estimated from its size."""
+    if upload.seconds is not None:
+        usage.audio_seconds = upload.seconds
+    elif upload.size:
+        usage.audio_seconds = upload.size / ESTIMATED_AUDIO_BYTES_PER_SECOND
+        usage.estimated = True
 
 
 def media_worst_case(kind: MediaKind | None, payload: dict | None, prices: ModelPrices) -> int | None:

@@ -45,7 +45,8 @@ class UsageMetering(Plugin):
         route = ctx.route
         if route.media is not None:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
-            ctx.metering.scanner = MediaUsageReader(route.media, ctx.payload)
+            upload = ctx.body_stream.file_probe if ctx.body_stream is not None else None
+            ctx.metering.scanner = MediaUsageReader(route.media, ctx.payload, upload)
             return
         if ctx.stream:
             ctx.metering.scanner = StreamUsageScanner(route.final_events)
