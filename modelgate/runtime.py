@@ -52,7 +52,13 @@ class ModelRuntime:
         selector = RowSelector(config.routing.cooldown_seconds, config.routing.failure_threshold)
         local = handlers(selector) if handlers is not None else {}
         self.model_api = ModelApi(
-            chain, Forwarder(chain, selector), catalog, local, shutting_down, completions
+            chain,
+            Forwarder(chain, selector),
+            catalog,
+            local,
+            shutting_down,
+            completions,
+            finish_abandoned=config.billing.abandoned_calls == "finish",
         )
         self.in_flight = 0
         self._idle = asyncio.Event()

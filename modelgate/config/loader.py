@@ -33,6 +33,7 @@ from .reader import (
     url_prefix,
 )
 from .schema import (
+    ABANDONED_CALL_POLICIES,
     HOST_DIALECTS,
     LOG_LEVELS,
     PROVIDER_KINDS,
@@ -242,6 +243,7 @@ def _billing(t: Table) -> BillingConfig:
         spool_fsync=t.choice("spool_fsync", SPOOL_FSYNC_POLICIES, "spool fsync policy"),
         spool_fsync_interval_seconds=t.number("spool_fsync_interval_seconds", check=above(0)),
         currency=t.string("currency", check=currency),
+        abandoned_calls=t.choice("abandoned_calls", ABANDONED_CALL_POLICIES, "abandoned call policy"),
     )
     t.finish()
     return BillingConfig(**values)

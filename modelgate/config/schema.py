@@ -42,6 +42,10 @@ def dialect_family(dialect: str, provider_kind: str) -> str:
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # When the ledger spool fsyncs: after every row, every `spool_fsync_interval_seconds`, or never.
 SPOOL_FSYNC_POLICIES = ("always", "interval", "never")
+# What happens to a non-streamed call whose client leaves once it was sent: "finish" reads the provider's
+# answer to its end (within the provider's timeouts) and charges its usage; "cancel" lets go of the provider
+# at once and charges the estimate of what it billed (the prompt), marked estimated.
+ABANDONED_CALL_POLICIES = ("finish", "cancel")
 # Who may register an organization: anyone, holders of an operator's registration invitation, or nobody.
 REGISTRATION_MODES = ("open", "invite_only", "closed")
 
@@ -131,6 +135,7 @@ class BillingConfig:
     spool_fsync: str = "interval"  # one of SPOOL_FSYNC_POLICIES
     spool_fsync_interval_seconds: float = 1.0
     currency: str = "USD"
+    abandoned_calls: str = "finish"  # one of ABANDONED_CALL_POLICIES
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ def final_cost(ctx: RequestContext) -> int:
     from the upstream's usage, or for a stream cut short from what was relayed — never above the reservation.
     """
     if ctx.metering.cost_micros is None:
-        if not ctx.answered_status or ctx.route.free:
+        if ctx.route.free or not (ctx.answered_status or ctx.metering.abandoned):
             ctx.metering.cost_micros = 0
         else:
             ctx.metering.usage = delivered_usage(ctx)

@@ -149,7 +149,7 @@ class UsageMetering(Plugin):
 
 def _outcome(ctx: RequestContext) -> str:
     """How the request ended, for its ledger row."""
-    if ctx.answered_status:
+    if ctx.answered_status or ctx.metering.abandoned:
         return ctx.outcome
     # Answered by the gateway itself (a realtime secret, a video list): complete, and free.
     return "completed" if 0 < ctx.status < 400 else "refused"

@@ -22,12 +22,15 @@ class Fault:
     last piece of content and the finish reason); both then carry a provider `cost` field, top level and in
     `usage`, as plain answers do with `provider_cost`. `object_id` is the id a created stored response or
     video gets instead of the fake's own (providers' ids differ in length and alphabet).
+    `hold_before_headers` names a gate the request waits at before it is answered at all (a slow
+    non-streamed answer, finished when the test releases the gate).
     """
 
     status: int | None = None
     body: dict | None = None
     headers: dict[str, str] | None = None
     delay_before_headers: float = 0.0
+    hold_before_headers: str | None = None
     hang: bool = False
     disconnect_after_chunks: int | None = None
     chunk_delay: float = 0.0

@@ -93,6 +93,9 @@ class Metering:
     content_tokens: int = 0  # estimated output of a whole answer that reported no usage
     cost_micros: int | None = None
     ledger_row_id: str | None = None  # the id its ledger row takes, given when its admission was journaled
+    # A non-streamed call let go of after it was sent, before its answer came (its client left with
+    # `[billing] abandoned_calls = "cancel"`, or a graceful stop cut it): charged the estimate of its prompt.
+    abandoned: bool = False
 
 
 @dataclass(slots=True)

@@ -138,8 +138,10 @@ class ModelApi:
         handlers: Mapping[str, LocalHandler] | None = None,
         shutting_down: Callable[[], bool] = lambda: False,
         completions: Completions | None = None,
+        finish_abandoned: bool = True,
     ) -> None:
         self._chain = chain
+        self._finish_abandoned = finish_abandoned  # `[billing] abandoned_calls = "finish"`
         self._shutting_down = shutting_down
         self._completions = completions
         self._handlers = dict(handlers or {})
@@ -184,7 +186,9 @@ class ModelApi:
             handler = self._handlers.get(ctx.route.name)
             if handler is not None:
                 return await handler(ctx)
-            return await self._forwarder.forward(ctx)
+            if ctx.stream or not self._finish_abandoned:
+                return await self._forwarder.forward(ctx)
+            return await self._forward_to_the_end(ctx)
         except GatewayError as error:
             ctx.error = error
             ctx.status = error.status
@@ -194,7 +198,10 @@ class ModelApi:
             return response
         except (asyncio.CancelledError, ConnectionResetError):
             ctx.status = 499  # the client went away, or a graceful stop ran out of time for it
-            if ctx.answered_status and not ctx.outcome:
+            if not ctx.answered_status and ctx.attempts and not ctx.stream:
+                # Sent, then let go of before its answer came: the provider billed at least the prompt.
+                ctx.metering.abandoned = True
+            if (ctx.answered_status or ctx.metering.abandoned) and not ctx.outcome:
                 ctx.outcome = "shutdown" if self._shutting_down() else "client_closed"
             raise
         except Exception as exc:
@@ -204,6 +211,41 @@ class ModelApi:
             ctx.error = exc
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
+
+    async def _forward_to_the_end(self, ctx: RequestContext) -> web.StreamResponse:
+        """Forward a non-streamed call whose answer is read to its end even if its client leaves meanwhile
+        (the provider finishes it and bills it: it is charged its usage, outcome `client_closed`).
+
+        On the front the connection does not cancel the handler while it waits (`finish_on_loss`); under
+        aiohttp, which does, the forwarding runs in a task of its own that the cancellation does not reach.
+        A graceful stop still cancels it."""
+        request = ctx.request
+        if request.__class__ is FrontRequest:
+            protocol = request.protocol
+            protocol.finish_on_loss = True
+            try:
+                response = await self._forwarder.forward(ctx)
+            finally:
+                protocol.finish_on_loss = False
+            if protocol.client_gone:
+                _abandoned(ctx)
+            return response
+        forwarding = asyncio.get_running_loop().create_task(self._forwarder.forward(ctx))
+        try:
+            return await asyncio.shield(forwarding)
+        except asyncio.CancelledError:
+            if self._shutting_down() or forwarding.done():
+                forwarding.cancel()
+                await asyncio.wait((forwarding,))  # its upstream is let go before the completion phase
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # the client left: the answer is read to its end all the same
+        try:
+            response = await forwarding
+        finally:
+            _abandoned(ctx)
+        return response
 
     async def _complete(self, ctx: RequestContext) -> None:
         """The completion phase: every hook runs, whatever the others do."""
@@ -221,6 +263,13 @@ class ModelApi:
                 )
         if ctx.error is not None:
             drop_tracebacks(ctx.error)
+
+
+def _abandoned(ctx: RequestContext) -> None:
+    """The client left while its non-streamed call was read to its end: charged as answered, not sent."""
+    ctx.status = 499
+    if ctx.answered_status:
+        ctx.outcome = "client_closed"
 
 
 def drop_tracebacks(error: BaseException) -> None:
