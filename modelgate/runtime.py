@@ -118,6 +118,7 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
         gateway.metrics,
         gateway.tracer,
         gateway.realtime.secrets,
+        gateway.background,
     )
 
     def handlers(selector: RowSelector) -> dict[str, LocalHandler]:

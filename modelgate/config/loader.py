@@ -244,6 +244,10 @@ def _billing(t: Table) -> BillingConfig:
         spool_fsync_interval_seconds=t.number("spool_fsync_interval_seconds", check=above(0)),
         currency=t.string("currency", check=currency),
         abandoned_calls=t.choice("abandoned_calls", ABANDONED_CALL_POLICIES, "abandoned call policy"),
+        background_poll_seconds=t.number("background_poll_seconds", check=above(0)),
+        background_poll_max_seconds=t.number("background_poll_max_seconds", check=above(0)),
+        background_follow_seconds=t.number("background_follow_seconds", check=above(0)),
+        background_lease_seconds=t.number("background_lease_seconds", check=above(0)),
     )
     t.finish()
     return BillingConfig(**values)

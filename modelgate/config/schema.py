@@ -136,6 +136,12 @@ class BillingConfig:
     spool_fsync_interval_seconds: float = 1.0
     currency: str = "USD"
     abandoned_calls: str = "finish"  # one of ABANDONED_CALL_POLICIES
+    # Background responses are polled after this, then twice as long each time up to the most, for at most
+    # background_follow_seconds; a process's follows are adopted by another once its lease has run out.
+    background_poll_seconds: float = 1.0
+    background_poll_max_seconds: float = 60.0
+    background_follow_seconds: float = 86400.0
+    background_lease_seconds: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from modelgate.proxy.observability.tracing import Tracer
 from modelgate.proxy.pipeline.chain import Plugin, PluginChain
 from modelgate.proxy.pipeline.route_table import RouteTable
 from modelgate.proxy.realtime.secrets import InProcessSecrets, RealtimeSecrets
+from modelgate.proxy.state.background_follower import BackgroundFollower
 from modelgate.proxy.state.keys import KeyDirectory
 from modelgate.proxy.state.objects import ObjectStore
 from modelgate.proxy.upstream.model_rows import ModelCatalog
@@ -63,6 +64,7 @@ class ChainServices:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     tracer: Tracer | None = None  # set when [tracing] is on
     realtime_secrets: RealtimeSecrets = field(default_factory=InProcessSecrets)
+    background: BackgroundFollower | None = None  # follows background responses to their final usage
 
 
 # Every plugin class of the chain, in the order default_chain runs them: their `name` and `essential` are
@@ -131,7 +133,8 @@ def default_chain(services: ChainServices, disabled: tuple[str, ...] = ()) -> Pl
         RealtimeCap(services.config, services.counters),  # 429 realtime sessions over the plan's cap
         BillingGate(services.accounts),  # 402 unpaid invoice, balance or budget (recorded for admission)
         Admission(services.counters),  # takes claim, windows and reservations at once: 409, 429, 402
-        UsageMetering(services.ledger, services.counters),  # usage from answers; a ledger row per request
+        # usage from answers; a ledger row per request (a background response's once its usage is known)
+        UsageMetering(services.ledger, services.counters, services.background),
         Metrics(services.metrics),  # Prometheus counters and histograms (after metering: tokens known)
         AccessLog(services.config.logging.log_prompts),  # one structured line per request, last
         # The answer's own steps, after every step that reads it as the provider wrote it:

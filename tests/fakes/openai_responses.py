@@ -88,6 +88,14 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     reply = echo_reply(last_user_text(items), max_tokens=optional_int(body, "max_output_tokens"))
     response = _response_object(body, model, reply, prompt_tokens(items, system=body.get("instructions")))
     response["id"] = created_id(request, response["id"])
+    if body.get("background") is True and body.get("stream") is not True:
+        # Answered before the model runs, as the real API does: queued, usage null. What it becomes (its
+        # usage, what the provider bills) is set when the test finishes it.
+        ctx.background[response["id"]] = {**response, "background": True}
+        queued = {**response, "status": "queued", "background": True, "output": [], "usage": None}
+        queued["completed_at"] = None
+        ctx.responses[response["id"]] = queued
+        return json_response(queued)
     if response["store"]:
         ctx.responses[response["id"]] = response
     if body.get("stream") is True:

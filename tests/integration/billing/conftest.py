@@ -24,6 +24,7 @@ def billing_toml(
     credit_limit: float = 0.0,
     flush_interval: float = 0.2,
     abandoned_calls: str = "finish",
+    billing_extra: str = "",
     extra: str = "",
 ) -> str:
     redis = f'[redis]\nurl = "{redis_url}"\n' if redis_url else ""
@@ -38,6 +39,7 @@ url = "{storage_url}"
 [billing]
 ledger_flush_interval_seconds = {flush_interval}
 abandoned_calls = "{abandoned_calls}"
+{billing_extra}
 
 [[providers]]
 name = "mock"
