@@ -201,6 +201,30 @@ def test_polls_the_provider_fails_are_retried_until_the_final_usage_arrives(
     assert len(upstream.requests_to(path)) >= 5
 
 
+def test_a_graceful_stop_charges_the_estimate_and_hands_the_follow_over_at_once(
+    start_gateway, upstream: FakeUpstream
+) -> None:
+    # A lease far longer than the test: only the stop's hand-over lets the next process adopt it in time.
+    slow_lease = FAST_POLLS.replace("background_lease_seconds = 1.0", "background_lease_seconds = 3600.0")
+    stopping = start_gateway(extra=priced_responses(upstream), billing_extra=slow_lease)
+    tenant = register_tenant(stopping.base_url)
+    request_id = new_request_id()
+    created = create(sdk(stopping, tenant), request_id)
+    path = f"/v1/responses/{created.id}"
+    assert wait_until(lambda: len(upstream.requests_to(path)) >= 1)
+    stopping.stop()
+    (handed_over,) = rows_of(stopping.storage_url, request_id)
+    assert (handed_over["outcome"], handed_over["usage_estimated"]) == ("background", True)
+
+    following = start_gateway(extra=priced_responses(upstream), billing_extra=slow_lease)
+    polls = len(upstream.requests_to(path))
+    assert wait_until(lambda: len(upstream.requests_to(path)) > polls), "the next process did not adopt it"
+    upstream.finish_background(created.id)
+    handed_over, rest = charged_rows(following.storage_url, request_id, 2)
+    assert rest["outcome"] == "completed"
+    assert handed_over["cost_micros"] + rest["cost_micros"] == FINAL_BILL
+
+
 def _process_config(tmp_path: Path, storage_url: str, upstream: FakeUpstream) -> Path:
     path = tmp_path / "background.toml"
     path.write_text(f"""
