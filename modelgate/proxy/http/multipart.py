@@ -324,6 +324,11 @@ class StreamedMultipart:
         return self._length
 
     @property
+    def complete(self) -> bool:
+        """Whether the whole body has arrived (its closing boundary was read)."""
+        return self._scanner.complete
+
+    @property
     def file_probe(self) -> AudioProbe | None:
         """What was read of the uploaded audio file (its duration, once the part has passed)."""
         return self._scanner.file_probe

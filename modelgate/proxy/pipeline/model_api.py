@@ -198,7 +198,13 @@ class ModelApi:
             return response
         except (asyncio.CancelledError, ConnectionResetError):
             ctx.status = 499  # the client went away, or a graceful stop ran out of time for it
-            if not ctx.answered_status and ctx.attempts and not ctx.stream:
+            upload = ctx.body_stream
+            if (
+                not ctx.answered_status
+                and ctx.attempts
+                and not ctx.stream
+                and (upload is None or upload.complete)
+            ):
                 # Sent, then let go of before its answer came: the provider billed at least the prompt.
                 ctx.metering.abandoned = True
             if (ctx.answered_status or ctx.metering.abandoned) and not ctx.outcome:
@@ -234,7 +240,8 @@ class ModelApi:
         try:
             return await asyncio.shield(forwarding)
         except asyncio.CancelledError:
-            if self._shutting_down() or forwarding.done():
+            unsent = ctx.body_stream is not None and not ctx.body_stream.complete  # left mid-upload
+            if self._shutting_down() or forwarding.done() or unsent:
                 forwarding.cancel()
                 await asyncio.wait((forwarding,))  # its upstream is let go before the completion phase
                 raise

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import socket
 import threading
+from urllib.parse import urlsplit
 
 import openai
 import pytest
@@ -13,7 +16,14 @@ import pytest
 from modelgate.domain.media import ESTIMATED_AUDIO_BYTES_PER_SECOND
 from tests.fakes import Fault
 from tests.fakes.media_routes import AUDIO_BYTES_PER_SECOND, SPEECH_CHUNK, SPEECH_CHUNKS
-from tests.integration.media.conftest import PER_AUDIO_SECOND_USD, TTS_PER_REQUEST_USD, ledger_row
+from tests.integration.media.conftest import (
+    MULTIPART,
+    PER_AUDIO_SECOND_USD,
+    TTS_PER_REQUEST_USD,
+    MiB,
+    ledger_row,
+    multipart,
+)
 from tests.support.audio_files import flac, wav
 from tests.support.gateway import register_tenant
 
@@ -146,3 +156,29 @@ def test_speech_chunks_reach_the_client_before_the_upstream_finishes(client: ope
         assert len(first) + len(rest) == SPEECH_CHUNK * SPEECH_CHUNKS
     finally:
         releaser.cancel()
+
+
+def test_a_client_that_leaves_mid_upload_is_not_charged(stack) -> None:
+    """The call was never wholly sent: the provider bills nothing, so neither does the gateway (a client
+    leaving after the upload is read to its end: tests/integration/billing/test_abandoned_calls.py)."""
+    total, chunks = multipart([("model", "whisper-test")], [("file", 4 * MiB)])
+    request_id = f"left-mid-upload-{os.urandom(4).hex()}"
+    url = urlsplit(stack.gateway.base_url)
+    head = (
+        f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Authorization: Bearer {stack.tenant.api_key}\r\nContent-Type: {MULTIPART['content-type']}\r\n"
+        f"x-request-id: {request_id}\r\nContent-Length: {total}\r\n\r\n"
+    )
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        sent = 0
+        for chunk in chunks:
+            sock.sendall(chunk)
+            sent += len(chunk)
+            if sent > MiB:
+                break
+        assert stack.alpha.media.wait_receiving(MiB // 2), "the upload never reached the provider"
+    # The socket is closed: the gateway aborts the upload.
+    row = ledger_row(stack.gateway.storage_url, request_id)
+    assert (row["cost_micros"], row["units"]) == (0, 0), row
+    assert stack.alpha.media.wait_uploads(1) and not stack.alpha.media.uploads[0].complete
