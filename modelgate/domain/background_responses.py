@@ -95,40 +95,54 @@ class BackgroundResponses:
     async def adopt(self, now: float, lease_until: float) -> list[BackgroundFollow]:
         """Take over the follows whose lease expired (their process stopped or died): each is adopted by
         exactly one process, the one whose conditional update wins."""
+        return [
+            found
+            for found, owner, lease in await self.expired(now)
+            if await self.take(found, owner, lease, lease_until)
+        ]
+
+    async def expired(self, now: float) -> list[tuple[BackgroundFollow, str, float]]:
+        """The unsettled follows whose lease ran out before `now`, each with its owner and lease as read."""
         rows = await self._db.fetch(
             f"SELECT {_COLUMNS}, owner, lease_until FROM background_responses"
             " WHERE settled_at IS NULL AND lease_until < $1",
             now,
         )
-        adopted = []
-        for row in rows:
-            taken = await self._db.execute(
+        return [
+            (
+                BackgroundFollow(
+                    row["response_id"],
+                    row["row_id"],
+                    row["organization_id"],
+                    row["key_id"],
+                    row["system_id"],
+                    row["model"],
+                    row["row_key"],
+                    row["request_id"],
+                    tuple(tuple(budget) for budget in orjson.loads(row["budgets"])),
+                    int(row["crash_cost_micros"]),
+                    int(row["crash_input_tokens"]),
+                    float(row["created_at"]),
+                ),
+                row["owner"],
+                row["lease_until"],
+            )
+            for row in rows
+        ]
+
+    async def take(self, follow: BackgroundFollow, owner: str, lease: float, lease_until: float) -> bool:
+        """Adopt `follow` if it is still as `expired` read it (that owner, that lease): one taker wins."""
+        return bool(
+            await self._db.execute(
                 "UPDATE background_responses SET owner = $1, lease_until = $2"
                 " WHERE response_id = $3 AND owner = $4 AND lease_until = $5 AND settled_at IS NULL",
                 self.owner,
                 lease_until,
-                row["response_id"],
-                row["owner"],
-                row["lease_until"],
+                follow.response_id,
+                owner,
+                lease,
             )
-            if taken:
-                adopted.append(
-                    BackgroundFollow(
-                        row["response_id"],
-                        row["row_id"],
-                        row["organization_id"],
-                        row["key_id"],
-                        row["system_id"],
-                        row["model"],
-                        row["row_key"],
-                        row["request_id"],
-                        tuple(tuple(budget) for budget in orjson.loads(row["budgets"])),
-                        int(row["crash_cost_micros"]),
-                        int(row["crash_input_tokens"]),
-                        float(row["created_at"]),
-                    )
-                )
-        return adopted
+        )
 
     async def claim_charge(self, response_id: str, now: float) -> bool:
         """The one charge of a response: True for the single caller that takes it."""

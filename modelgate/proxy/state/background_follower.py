@@ -114,6 +114,9 @@ class BackgroundFollower:
 
     async def _run(self, follow: BackgroundFollow, record: bool) -> None:
         if record and not await self._record(follow):
+            # Followed already (the provider gave an id twice): this request gets its crash cost, once.
+            self._charged.add(follow.response_id)
+            await self._close_at_crash_cost(follow)
             return
         delay = self.timing.first
         deadline = follow.created_at + self.timing.give_up
@@ -188,10 +191,7 @@ class BackgroundFollower:
             claimed = await self._retry_claim(follow)
         self._charged.add(follow.response_id)
         if not claimed:  # charged by another process, which adopted it: this journal's crash cost is its part
-            if follow.reservations:
-                await self._accounts.queue_settlement(follow.reservations, follow.crash_cost, follow.row_id)
-                self._counters.after_written(partial(self._ledger.add_row, self._crash_row(follow), True))
-                follow.reservations = None
+            await self._close_at_crash_cost(follow)
             return
         if follow.adopted:
             await self._charge_rest(follow, usage, cost, outcome)
@@ -261,6 +261,14 @@ class BackgroundFollower:
         await CrashSettlements(self._counters).charge(follow.organization_id, rest, row_id, follow.budgets)
         self._ledger.add_row(row, True)
 
+    async def _close_at_crash_cost(self, follow: BackgroundFollow) -> None:
+        """Settle the reservations this process holds for `follow` to its crash cost, and close its admission
+        with the crash row, as the journal's replay would have."""
+        if follow.reservations:
+            await self._accounts.queue_settlement(follow.reservations, follow.crash_cost, follow.row_id)
+            self._counters.after_written(partial(self._ledger.add_row, self._crash_row(follow), True))
+            follow.reservations = None
+
     def _crash_row(self, follow: BackgroundFollow) -> tuple:
         """The row its journal would charge had the process died: the prompt estimate."""
         return ledger_row(
@@ -296,10 +304,7 @@ class BackgroundFollower:
         for follow, _task in follows:
             if follow.response_id in self._charged:
                 continue
-            if follow.reservations:
-                await self._accounts.queue_settlement(follow.reservations, follow.crash_cost, follow.row_id)
-                self._counters.after_written(partial(self._ledger.add_row, self._crash_row(follow), True))
-                follow.reservations = None
+            await self._close_at_crash_cost(follow)
             try:
                 await self._repository.hand_over(follow.response_id)
             except Exception as exc:  # its lease expires by itself
