@@ -188,7 +188,20 @@ class ModelApi:
                 return await handler(ctx)
             if ctx.stream or not self._finish_abandoned:
                 return await self._forwarder.forward(ctx)
-            return await self._forward_to_the_end(ctx)
+            # A non-streamed call is read to its end even if its client leaves meanwhile (the provider
+            # finishes and bills it): charged its usage, outcome `client_closed`. The front does not cancel a
+            # handler that waits for it (`finish_on_loss`), at no cost; under aiohttp, see `_forward_apart`.
+            if request.__class__ is not FrontRequest:
+                return await self._forward_apart(ctx)
+            protocol = request.protocol
+            protocol.finish_on_loss = True
+            try:
+                response = await self._forwarder.forward(ctx)
+            finally:
+                protocol.finish_on_loss = False
+            if protocol.client_gone:
+                _abandoned(ctx)
+            return response
         except GatewayError as error:
             ctx.error = error
             ctx.status = error.status
@@ -218,24 +231,10 @@ class ModelApi:
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
 
-    async def _forward_to_the_end(self, ctx: RequestContext) -> web.StreamResponse:
-        """Forward a non-streamed call whose answer is read to its end even if its client leaves meanwhile
-        (the provider finishes it and bills it: it is charged its usage, outcome `client_closed`).
-
-        On the front the connection does not cancel the handler while it waits (`finish_on_loss`); under
-        aiohttp, which does, the forwarding runs in a task of its own that the cancellation does not reach.
-        A graceful stop still cancels it."""
-        request = ctx.request
-        if request.__class__ is FrontRequest:
-            protocol = request.protocol
-            protocol.finish_on_loss = True
-            try:
-                response = await self._forwarder.forward(ctx)
-            finally:
-                protocol.finish_on_loss = False
-            if protocol.client_gone:
-                _abandoned(ctx)
-            return response
+    async def _forward_apart(self, ctx: RequestContext) -> web.StreamResponse:
+        """Forward a non-streamed call in a task of its own, which aiohttp's cancellation of the handler
+        (its client left) does not reach: the answer is read to its end. A graceful stop, or a client that
+        leaves before its upload was whole, still cancels it."""
         forwarding = asyncio.get_running_loop().create_task(self._forwarder.forward(ctx))
         try:
             return await asyncio.shield(forwarding)
