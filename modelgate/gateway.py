@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from modelgate.domain.accounts import (
 )
 from modelgate.domain.allowance import AllowanceGrants
 from modelgate.domain.audit_writer import AuditWriter
+from modelgate.domain.background_responses import BackgroundResponses
 from modelgate.domain.counters import Counters, InProcessCounters
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.policy_decisions import PolicyDirectory
@@ -32,6 +34,7 @@ from modelgate.proxy.observability.tracing import Tracer
 from modelgate.proxy.pipeline.model_api import Completions, ModelApi
 from modelgate.proxy.realtime.relay import RealtimeSessions, RealtimeState
 from modelgate.proxy.realtime.secrets import InProcessSecrets, RedisSecrets
+from modelgate.proxy.state.background_follower import BackgroundFollower, FollowTiming
 from modelgate.proxy.state.host_channel import HostChannel
 from modelgate.proxy.state.keys import REVOCATION_CHANNEL, KeyDirectory
 from modelgate.proxy.state.objects import ObjectStore
@@ -64,6 +67,7 @@ class Gateway:
     runtime: ModelRuntime = field(init=False)
     host_channel: HostChannel | None = None  # SQLite: the processes of this host tell each other
     allowances: AllowanceGrants | None = None  # monthly allowances of plans, granted once across processes
+    background: BackgroundFollower | None = None  # background responses followed to their final usage
     shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
     completions: Completions = field(default_factory=Completions)  # of requests whose client left
     loop_lag: LoopLag = field(default_factory=LoopLag)  # how late the event loop runs (/readyz, /metrics)
@@ -167,12 +171,27 @@ class Gateway:
                 ),
             )
             metrics.watch_realtime(gateway.realtime.sessions)
+            billing = config.billing
+            gateway.background = BackgroundFollower(
+                BackgroundResponses(db, secrets.token_hex(8)),
+                accounts,
+                counters,
+                ledger,
+                lambda: gateway.catalog,
+                FollowTiming(
+                    billing.background_poll_seconds,
+                    billing.background_poll_max_seconds,
+                    billing.background_follow_seconds,
+                    billing.background_lease_seconds,
+                ),
+            )
             gateway.runtime = build_runtime(config, gateway)
             metrics.watch_upstreams(lambda: gateway.runtime.upstreams)
             gateway.loop_lag.start()
             metrics.watch_loop_lag(gateway.loop_lag)
             gateway.follow_config(accounts.use_config)
             ledger.start()
+            gateway.background.start()  # also adopts the follows of stopped processes
             gateway.audit.start()
             await counters.start()
             # Also where channels exist: NOTIFY and pub/sub drop what is sent while a listener reconnects.
@@ -219,6 +238,8 @@ class Gateway:
             await self.allowances.stop()
         # Their ledger rows and settlements come first (a realtime session that outlived its close too).
         await self.completions.drain(self.config.server.shutdown_grace_seconds)
+        if self.background is not None:  # its follows charged their crash cost and handed over
+            await self.background.stop()
         await self.counters.flush()  # the rows that follow their settlements' batch (UsageMetering)
         # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.
         await self.ledger.stop(self.config.server.shutdown_grace_seconds)

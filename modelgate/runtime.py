@@ -58,6 +58,7 @@ class ModelRuntime:
             local,
             shutting_down,
             completions,
+            finish_abandoned=config.billing.abandoned_calls == "finish",
         )
         self.in_flight = 0
         self._idle = asyncio.Event()
@@ -117,6 +118,7 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
         gateway.metrics,
         gateway.tracer,
         gateway.realtime.secrets,
+        gateway.background,
     )
 
     def handlers(selector: RowSelector) -> dict[str, LocalHandler]:

@@ -34,6 +34,7 @@ from .reader import (
     url_prefix,
 )
 from .schema import (
+    ABANDONED_CALL_POLICIES,
     HOST_DIALECTS,
     LOG_LEVELS,
     PROVIDER_KINDS,
@@ -247,6 +248,11 @@ def _billing(t: Table) -> BillingConfig:
         spool_fsync_interval_seconds=t.number("spool_fsync_interval_seconds", check=above(0)),
         currency=t.string("currency", check=currency),
         price_catalogue=t.string("price_catalogue", check=non_empty),
+        abandoned_calls=t.choice("abandoned_calls", ABANDONED_CALL_POLICIES, "abandoned call policy"),
+        background_poll_seconds=t.number("background_poll_seconds", check=above(0)),
+        background_poll_max_seconds=t.number("background_poll_max_seconds", check=above(0)),
+        background_follow_seconds=t.number("background_follow_seconds", check=above(0)),
+        background_lease_seconds=t.number("background_lease_seconds", check=above(0)),
     )
     t.finish()
     return BillingConfig(**values)

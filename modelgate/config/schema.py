@@ -42,6 +42,10 @@ def dialect_family(dialect: str, provider_kind: str) -> str:
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # When the ledger spool fsyncs: after every row, every `spool_fsync_interval_seconds`, or never.
 SPOOL_FSYNC_POLICIES = ("always", "interval", "never")
+# What happens to a non-streamed call whose client leaves once it was sent: "finish" reads the provider's
+# answer to its end (within the provider's timeouts) and charges its usage; "cancel" lets go of the provider
+# at once and charges the estimate of what it billed (the prompt), marked estimated.
+ABANDONED_CALL_POLICIES = ("finish", "cancel")
 # Who may register an organization: anyone, holders of an operator's registration invitation, or nobody.
 REGISTRATION_MODES = ("open", "invite_only", "closed")
 
@@ -142,6 +146,13 @@ class BillingConfig:
     # A price catalogue file of the operator's (the shipped one's format, e.g. from `modelgate prices
     # import-litellm`), relative to the config file: its entries win over the shipped catalogue's.
     price_catalogue: str = ""
+    abandoned_calls: str = "finish"  # one of ABANDONED_CALL_POLICIES
+    # Background responses are polled after this, then twice as long each time up to the most, for at most
+    # background_follow_seconds; a process's follows are adopted by another once its lease has run out.
+    background_poll_seconds: float = 1.0
+    background_poll_max_seconds: float = 60.0
+    background_follow_seconds: float = 86400.0
+    background_lease_seconds: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

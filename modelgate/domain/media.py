@@ -4,9 +4,11 @@ What is charged (prices from `[models.prices]`, plus `per_request` on every char
 - images (generations, edits, variations): the image's price by its size and quality (`per_image_by`, the
   answer's `size` / `quality`, else the request's; else `per_image`) * the number of images in the answer's
   `data` (the request's `n` when the answer has no list), plus token prices when the answer reports `usage`;
-- transcriptions and translations: `per_audio_second` * `duration` of a `verbose_json` answer (or
-  `usage.seconds`), else nothing beyond `per_request` and any reported token usage; the model's
-  `max_audio_seconds` bounds it (reserved before, and the charge never exceeds the reservation);
+- transcriptions and translations, in every response format: `per_audio_second` * the seconds the answer
+  reports (`duration` of `verbose_json`, or `usage.seconds`), else the duration in the uploaded file's
+  header (modelgate/domain/audio_duration.py), else an estimate from its size
+  (ESTIMATED_AUDIO_BYTES_PER_SECOND, the row marked estimated); plus any reported token usage; the model's
+  `max_audio_seconds` is reserved;
 - speech: `per_request` (the audio is streamed back, not read);
 - video creation: `per_video_second` * the created video's `seconds` (the request's when the answer has none);
 - follow-ups (video retrieve, content, delete, list; minting a realtime client secret): free.
@@ -20,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from modelgate.domain.audio_duration import AudioProbe
 from modelgate.domain.prices import ModelPrices
 from modelgate.domain.usage import Usage, merge_usage
 
@@ -37,6 +40,9 @@ class MediaKind(Enum):
 # The kinds whose answer is a JSON document naming what was made (read once, never scanned for tokens).
 _JSON_ANSWERS = frozenset({MediaKind.IMAGES, MediaKind.AUDIO_IN, MediaKind.VIDEO})
 _DEFAULT_VIDEO_SECONDS = 4.0  # the videos API's default clip length
+# An upload whose container the gateway cannot read is taken for audio at 128 kbit/s (a common MP3 / Opus
+# rate): its bytes over this, charged as estimated.
+ESTIMATED_AUDIO_BYTES_PER_SECOND = 16_000
 
 
 def _number(value: Any) -> float | None:
@@ -65,11 +71,12 @@ class MediaUsageReader:
     binary answers (speech, video content) are never parsed.
     """
 
-    __slots__ = ("_kind", "_payload", "_read", "usage")
+    __slots__ = ("_kind", "_payload", "_read", "_upload", "usage")
 
-    def __init__(self, kind: MediaKind, payload: dict | None) -> None:
+    def __init__(self, kind: MediaKind, payload: dict | None, upload: AudioProbe | None = None) -> None:
         self._kind = kind
         self._payload = payload
+        self._upload = upload  # the audio file sent, read as it passed (transcriptions, translations)
         self._read = kind not in _JSON_ANSWERS
         self.usage = Usage()
 
@@ -80,9 +87,9 @@ class MediaUsageReader:
         try:
             document = orjson.loads(chunk)
         except orjson.JSONDecodeError:
-            return  # e.g. a transcription as text/srt/vtt: no duration to charge
+            document = None  # e.g. a transcription as text, srt or vtt: no duration in it
         if not isinstance(document, dict):
-            return
+            document = {}
         usage, kind = self.usage, self._kind
         reported = document.get("usage")
         if isinstance(reported, dict):
@@ -97,6 +104,8 @@ class MediaUsageReader:
             duration = _number(document.get("duration"))
             if duration is not None:
                 usage.audio_seconds = duration
+            elif not usage.audio_seconds and self._upload is not None:
+                _upload_seconds(usage, self._upload)
         else:  # MediaKind.VIDEO
             seconds = _number(document.get("seconds"))
             if seconds is None and self._payload:
@@ -111,6 +120,15 @@ def _image_variant(answer: dict, payload: dict | None) -> str:
     if not isinstance(size, str) or not size:
         return ""
     return f"{size}/{quality}" if isinstance(quality, str) and quality else size
+
+
+def _upload_seconds(usage: Usage, upload: AudioProbe) -> None:
+    """The seconds of the uploaded audio, from its header, else estimated from its size."""
+    if upload.seconds is not None:
+        usage.audio_seconds = upload.seconds
+    elif upload.size:
+        usage.audio_seconds = upload.size / ESTIMATED_AUDIO_BYTES_PER_SECOND
+        usage.estimated = True
 
 
 def media_worst_case(kind: MediaKind | None, payload: dict | None, prices: ModelPrices) -> int | None:

@@ -44,6 +44,7 @@ from modelgate.proxy.observability.tracing import Tracer
 from modelgate.proxy.pipeline.chain import Plugin, PluginChain
 from modelgate.proxy.pipeline.route_table import RouteTable
 from modelgate.proxy.realtime.secrets import InProcessSecrets, RealtimeSecrets
+from modelgate.proxy.state.background_follower import BackgroundFollower
 from modelgate.proxy.state.keys import KeyDirectory
 from modelgate.proxy.state.objects import ObjectStore
 from modelgate.proxy.upstream.model_rows import ModelCatalog
@@ -67,6 +68,7 @@ class ChainServices:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     tracer: Tracer | None = None  # set when [tracing] is on
     realtime_secrets: RealtimeSecrets = field(default_factory=InProcessSecrets)
+    background: BackgroundFollower | None = None  # follows background responses to their final usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +117,13 @@ CHAIN: tuple[ChainStep, ...] = (
     # 402 unpaid invoice, balance or budget (recorded for admission)
     ChainStep(BillingGate, lambda s: BillingGate(s.accounts)),
     ChainStep(Admission, lambda s: Admission(s.counters)),  # claim, windows and reservations at once
-    # usage from answers; a ledger row per request; overruns counted, audited, logged
+    # usage from answers; a ledger row per request (a background response's once its usage is known);
+    # overruns counted, audited, logged
     ChainStep(
         UsageMetering,
-        lambda s: UsageMetering(s.ledger, s.counters, OverrunReport(s.audit, s.metrics.count_overrun)),
+        lambda s: UsageMetering(
+            s.ledger, s.counters, OverrunReport(s.audit, s.metrics.count_overrun), s.background
+        ),
     ),
     ChainStep(Metrics, lambda s: Metrics(s.metrics)),  # Prometheus (after metering: tokens known)
     ChainStep(

@@ -34,7 +34,7 @@ def final_cost(ctx: RequestContext) -> int:
     """
     metering = ctx.metering
     if metering.cost_micros is None:
-        if not ctx.answered_status or ctx.route.free:
+        if ctx.route.free or not (ctx.answered_status or metering.abandoned):
             metering.cost_micros = 0
         else:
             metering.usage = usage = delivered_usage(ctx)
@@ -109,8 +109,8 @@ class BillingGate(Plugin):
 
     async def on_complete(self, ctx: RequestContext) -> None:
         reservations = ctx.admission.reservations
-        if not reservations:
-            return
+        if not reservations or (ctx.metering.background_id and ctx.answered_status == 200):
+            return  # nothing reserved; or held until a background response's final usage is known
         cost = final_cost(ctx)
         # Batched with other requests' (and this one's TPM corrections); its ledger row follows once the batch
         # is written (UsageMetering), so the handler never waits on Redis here.

@@ -18,7 +18,9 @@ import asyncio
 import orjson
 from aiohttp import web
 
+from modelgate.domain.audio_duration import AudioProbe
 from modelgate.domain.errors import GatewayError, InvalidRequest, RequestTooLarge, UnsupportedMediaType
+from modelgate.domain.media import MediaKind
 from modelgate.proxy.http.body_decoding import BodyDecodingError, request_body
 from modelgate.proxy.http.multipart import MultipartLimits, StreamedMultipart, request_too_large
 from modelgate.proxy.pipeline.chain import Plugin
@@ -83,6 +85,9 @@ class BodyLimits(Plugin):
                 request.headers["content-type"],
                 MultipartLimits(limit, route.limit.part),
                 declared,
+                # An audio upload's duration is read as it passes: what is charged when the answer does
+                # not say it (modelgate/domain/media.py).
+                AudioProbe() if route.media is MediaKind.AUDIO_IN else None,
             )
             ctx.payload = await body.read_head()
             ctx.body_stream = body

@@ -10,6 +10,9 @@ from __future__ import annotations
 import time
 from functools import partial
 
+import orjson
+
+from modelgate.domain.background_responses import BackgroundFollow
 from modelgate.domain.counters import Counters
 from modelgate.domain.ledger import CRASHED, LedgerWriter, ledger_row
 from modelgate.domain.media import MediaUsageReader
@@ -25,6 +28,8 @@ from modelgate.domain.usage import (
 from modelgate.plugins.billing_gate import final_cost
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext, content_action
+from modelgate.proxy.state.background_follower import BackgroundFollower
+from modelgate.proxy.state.objects import is_object_id
 
 
 class UsageMetering(Plugin):
@@ -35,11 +40,16 @@ class UsageMetering(Plugin):
     provides = frozenset({"metering"})
 
     def __init__(
-        self, ledger: LedgerWriter, counters: Counters, overruns: OverrunReport | None = None
+        self,
+        ledger: LedgerWriter,
+        counters: Counters,
+        overruns: OverrunReport | None = None,
+        background: BackgroundFollower | None = None,
     ) -> None:
         self._ledger = ledger
         self._counters = counters
         self._overruns = overruns
+        self._background = background
 
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
@@ -47,10 +57,14 @@ class UsageMetering(Plugin):
         reserved = ctx.admission.reserved_micros
         if reserved is not None:  # admitted by the billing gate (the step before this one)
             ctx.metering.ledger_row_id = self._admit(ctx, reserved)
+            if ctx.route.creates == "response" and not ctx.stream and self._background is not None:
+                if ctx.payload.get("background") is True:
+                    ctx.metering.background_id = ""  # its answer says whether it is still to run
         route = ctx.route
         if route.media is not None:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
-            ctx.metering.scanner = MediaUsageReader(route.media, ctx.payload)
+            upload = ctx.body_stream.file_probe if ctx.body_stream is not None else None
+            ctx.metering.scanner = MediaUsageReader(route.media, ctx.payload, upload)
             return
         if ctx.stream:
             ctx.metering.scanner = StreamUsageScanner(route.final_events)
@@ -74,6 +88,8 @@ class UsageMetering(Plugin):
                 ctx.metering.usage = scanner.usage
         elif ctx.model is not None and ctx.status == 200:
             ctx.metering.usage = usage_of_body(chunk)
+            if ctx.metering.background_id == "":
+                ctx.metering.background_id = pending_background_id(chunk)
             if ctx.metering.usage is None:  # charged by the text it carries
                 ctx.metering.content_tokens = tokens_of(*generated_tokens(chunk))
         return chunk  # read, never changed: the upstream's own bytes
@@ -82,6 +98,9 @@ class UsageMetering(Plugin):
         if ctx.model is None or ctx.key is None:  # refused before a model was known: nothing was used
             return
         if ctx.route.websocket and ctx.status == 101:  # one row per response, written by the relay
+            return
+        if ctx.metering.background_id and ctx.answered_status == 200:
+            self._follow_background(ctx)  # its row is written once its final usage is known
             return
         cost = final_cost(ctx)
         usage = ctx.metering.usage  # final_cost settles it
@@ -143,6 +162,29 @@ class UsageMetering(Plugin):
             )
         )
 
+    def _follow_background(self, ctx: RequestContext) -> None:
+        """Hand a queued background response to the follower, with the reservations it keeps and what its
+        journal admission charges should this process die first (as `_admit` computed it)."""
+        key = ctx.key
+        crash_input = len(ctx.body) // BYTES_PER_TOKEN
+        self._background.follow(
+            BackgroundFollow(
+                ctx.metering.background_id,
+                ctx.metering.ledger_row_id,
+                key.organization_id,
+                key.id,
+                key.system_id,
+                ctx.model.name,
+                ctx.row.key,
+                ctx.request_id,
+                tuple(ctx.admission.charged_budgets),
+                min(ctx.model.prices.prompt_cost(crash_input), ctx.admission.reserved_micros),
+                crash_input,
+                time.time(),
+                list(ctx.admission.reservations),
+            )
+        )
+
     def _admit(self, ctx: RequestContext, reserved: int) -> str:
         """Journal the request before it is forwarded; returns its row id. The row charged should the
         process die before the request completes: the prompt, which the provider surely billed (about 4
@@ -176,9 +218,21 @@ class UsageMetering(Plugin):
         return row_id
 
 
+def pending_background_id(answer: bytes) -> str | None:
+    """The id of a background response whose creation answer says it is still to run, else None."""
+    try:
+        document = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(document, dict) or document.get("status") not in ("queued", "in_progress"):
+        return None
+    response_id = document.get("id")
+    return response_id if is_object_id(response_id) else None
+
+
 def _outcome(ctx: RequestContext) -> str:
     """How the request ended, for its ledger row."""
-    if ctx.answered_status:
+    if ctx.answered_status or ctx.metering.abandoned:
         return ctx.outcome
     # Answered by the gateway itself (a realtime secret, a video list): complete, and free.
     return "completed" if 0 < ctx.status < 400 else "refused"

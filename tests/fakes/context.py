@@ -33,6 +33,8 @@ class FakeContext:
     # Touched only on the server loop, so no lock: stored Responses API objects and
     # Anthropic prompt-cache prefixes already written.
     responses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Background responses: what each becomes once the test finishes it (FakeUpstream.finish_background).
+    background: dict[str, dict[str, Any]] = field(default_factory=dict)
     prompt_cache: set[str] = field(default_factory=set)
     # Uploads, videos and realtime sessions (media_routes.py, realtime_routes.py); thread-safe.
     media: MediaLog = field(default_factory=MediaLog)

@@ -29,12 +29,15 @@ class Fault:
     shape, for chat and Responses a `service_tier` beside it, for Responses `output_items` (tool calls)
     added to its output (plain and streamed alike; a Messages stream then repeats the whole usage in its
     message_delta, as the API may).
+    `hold_before_headers` names a gate the request waits at before it is answered at all (a slow
+    non-streamed answer, finished when the test releases the gate).
     """
 
     status: int | None = None
     body: dict | None = None
     headers: dict[str, str] | None = None
     delay_before_headers: float = 0.0
+    hold_before_headers: str | None = None
     hang: bool = False
     disconnect_after_chunks: int | None = None
     chunk_delay: float = 0.0

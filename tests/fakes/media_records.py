@@ -15,11 +15,13 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class UploadPart:
-    """One part of a multipart upload: its name, file name (None for a text field) and size in bytes."""
+    """One part of a multipart upload: its name, file name (None for a text field), size in bytes and first
+    bytes (a file's, for the fake to read its header)."""
 
     name: str | None
     filename: str | None
     size: int
+    head: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,11 +18,12 @@ from .envelopes import UpstreamError, json_response
 from .media_records import Upload, UploadPart
 
 PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\nfake-image").decode()
-AUDIO_BYTES_PER_SECOND = 16_000  # the fake's "duration" of an audio upload
+AUDIO_BYTES_PER_SECOND = 16_000  # the fake's "duration" of an audio upload it cannot decode (not a WAV)
 SPEECH_CHUNK = 16 * 1024
 SPEECH_CHUNKS = 8
 CONTENT_CHUNK = 256 * 1024
 _FIELD_MAX = 64 * 1024
+_FILE_HEAD = 44  # a canonical WAV header: what the fake reads of a file to hear how long it is
 
 
 async def read_upload(request: web.Request) -> Upload:
@@ -42,11 +43,15 @@ async def read_upload(request: web.Request) -> Upload:
                 break
             current = UploadPart(part.name, part.filename, 0)
             text = bytearray() if part.filename is None else None
+            head = bytearray()
             while chunk := await part.read_chunk(64 * 1024):
-                current = UploadPart(part.name, part.filename, current.size + len(chunk))
+                current = UploadPart(part.name, part.filename, current.size + len(chunk), current.head)
                 media.received(len(chunk))
                 if text is not None and len(text) < _FIELD_MAX:
                     text += chunk
+                if len(head) < _FILE_HEAD:
+                    head += chunk[: _FILE_HEAD - len(head)]
+                    current = UploadPart(part.name, part.filename, current.size, bytes(head))
             if text is not None and part.name:
                 fields[part.name] = text.decode("utf-8", "replace")
             parts.append(current)
@@ -108,16 +113,30 @@ async def audio_transcriptions(request: web.Request) -> web.Response:
     if not files:
         raise UpstreamError(400, "file: a file is required", param="file")
     text = f"fake transcript of {files[0].filename} ({files[0].size} bytes)"
-    duration = round(files[0].size / AUDIO_BYTES_PER_SECOND, 3)
+    duration = round(audio_seconds(files[0]), 3)
     answer = upload.fields.get("response_format", "json")
     if answer == "text":
         return web.Response(text=text, content_type="text/plain")
+    if answer in ("srt", "vtt"):  # subtitles, as text: no duration in them
+        cue = f"00:00:00,000 --> 00:00:{min(duration, 59):06.3f}\n{text}\n".replace(".", ",")
+        subtitles = ("WEBVTT\n\n" if answer == "vtt" else "1\n") + cue
+        return web.Response(text=subtitles, content_type="text/plain")
     if answer == "verbose_json":
         task = "translate" if request.path.endswith("translations") else "transcribe"
         return json_response(
             {"task": task, "language": "english", "duration": duration, "text": text, "segments": []}
         )
     return json_response({"text": text})
+
+
+def audio_seconds(file: UploadPart) -> float:
+    """How long the fake hears an uploaded file: a canonical PCM WAV by its samples (what a provider bills),
+    anything else by its size."""
+    head = file.head
+    if len(head) == _FILE_HEAD and head[:4] == b"RIFF" and head[8:12] == b"WAVE" and head[36:40] == b"data":
+        byte_rate = int.from_bytes(head[28:32], "little")
+        return min(int.from_bytes(head[40:44], "little"), file.size - _FILE_HEAD) / byte_rate
+    return file.size / AUDIO_BYTES_PER_SECOND
 
 
 async def _stream_bytes(

@@ -47,6 +47,9 @@ async def _apply_fault(request: web.Request, fault: Fault, vendor: Vendor) -> we
     delay = fault.delay_before_headers
     if delay and not await ctx.unless_stopping(asyncio.sleep(delay)):
         return _dropped(request)
+    gate = fault.hold_before_headers
+    if gate is not None and not await ctx.unless_stopping(ctx.gates.wait(gate)):
+        return _dropped(request)
     if fault.hang:
         # A future nobody resolves: ends by cancellation when the client leaves, or when the server stops.
         await ctx.unless_stopping(asyncio.get_running_loop().create_future())

@@ -91,12 +91,19 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if fault is not None and fault.billed_usage is not None:
         response["usage"] = fault.billed_usage
     response["id"] = created_id(request, response["id"])
-    fault = fault_of(request)
     if fault is not None and fault.report_usage:
         # The usage, tool-call items (`output_items`, after the message) and service tier a test asks for.
         response["usage"] = fault.report_usage["usage"]
         response["output"] += fault.report_usage.get("output_items", [])
         response["service_tier"] = fault.report_usage.get("service_tier", "default")
+    if body.get("background") is True and body.get("stream") is not True:
+        # Answered before the model runs, as the real API does: queued, usage null. What it becomes (its
+        # usage, what the provider bills) is set when the test finishes it.
+        ctx.background[response["id"]] = {**response, "background": True}
+        queued = {**response, "status": "queued", "background": True, "output": [], "usage": None}
+        queued["completed_at"] = None
+        ctx.responses[response["id"]] = queued
+        return json_response(queued)
     if response["store"]:
         ctx.responses[response["id"]] = response
     if body.get("stream") is True:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
+from typing import Any
 
 from aiohttp import web
 
@@ -169,6 +170,27 @@ class FakeUpstream:
     def requests_to(self, path: str) -> list[RecordedRequest]:
         return [record for record in self._ctx.log.snapshot() if record.path == path]
 
+    def finish_background(
+        self, response_id: str, status: str = "completed", output_tokens: int | None = None
+    ) -> dict:
+        """End a background response: its retrieve shows `status` and the usage the provider bills for it
+        (its own echo's, or `output_tokens` of output, e.g. what a cancelled one produced); returns it."""
+
+        def finish() -> dict:
+            final = dict(self._ctx.background[response_id])
+            final["status"] = status
+            if output_tokens is not None:
+                usage = dict(final["usage"])
+                usage["output_tokens"] = output_tokens
+                usage["total_tokens"] = usage["input_tokens"] + output_tokens
+                final["usage"] = usage
+            self._ctx.responses[response_id] = final
+            return final
+
+        assert self._loop is not None
+        future = asyncio.run_coroutine_threadsafe(_call(finish), self._loop)
+        return future.result(timeout=STOP_TIMEOUT)
+
     def clear(self) -> None:
         """Forget recorded requests (uploads and realtime sessions too) and reset `cancelled_count`."""
         self._ctx.log.clear()
@@ -223,3 +245,8 @@ class FakeUpstream:
     def wait_active_streams(self, n: int = 0, timeout: float = 5.0) -> bool:
         """Block until exactly `n` streams are in flight."""
         return self._ctx.stats.wait_active(n, timeout)
+
+
+async def _call(function: Callable[[], Any]) -> Any:
+    """Run `function` on the server loop (the state it touches is the loop's own)."""
+    return function()

@@ -503,3 +503,20 @@ def test_the_realtime_plugins_are_known_and_cannot_be_disabled(write):
         "plugin 'realtime_cap' cannot be disabled",
         "plugin 'realtime_credentials' cannot be disabled",
     ]
+
+
+def test_late_usage_settings_are_checked_at_load(write):
+    path = write(
+        '[billing]\nabandoned_calls = "ignore"\nbackground_poll_seconds = 0\nbackground_lease_seconds = -1\n'
+        + VALID
+    )
+
+    found = problems(path)
+    assert found[0] == (
+        "my.toml: billing.abandoned_calls: unknown abandoned call policy 'ignore';"
+        " expected one of: finish, cancel"
+    )
+    assert [problem.split(":")[1].strip() for problem in found[1:]] == [
+        "billing.background_poll_seconds",
+        "billing.background_lease_seconds",
+    ]

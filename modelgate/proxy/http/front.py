@@ -17,7 +17,8 @@ refuses or answers anything on its own; it keeps the guard's deadlines while it 
 - a body may pause at most `body_idle_timeout` between bytes;
 - an idle keep-alive connection closes after `keepalive_timeout`.
 
-A handler is cancelled when its client disconnects (aiohttp's `handler_cancellation`), and a graceful stop
+A handler is cancelled when its client disconnects (aiohttp's `handler_cancellation`) — unless it waits for a
+non-streamed answer it must read to its end (`finish_on_loss`) — and a graceful stop
 waits for requests in flight as aiohttp's does: the front's connections are in the server's own list.
 """
 
@@ -137,6 +138,8 @@ class FrontConnection(asyncio.Protocol):
         "_started",
         "_task_handler",
         "_timer",
+        "client_gone",
+        "finish_on_loss",
         "peer",
         "transport",
     )
@@ -159,6 +162,10 @@ class FrontConnection(asyncio.Protocol):
         self._read_paused = False
         self._drain: asyncio.Future | None = None
         self._idle: asyncio.Future | None = None  # set once nothing is read or served (a graceful stop)
+        # While set, a client that leaves does not cancel its handler, which reads its provider's answer to
+        # the end (a non-streamed call: modelgate/proxy/pipeline/model_api.py); `client_gone` tells it.
+        self.finish_on_loss = False
+        self.client_gone = False
         self._out: list[bytes] | None = None  # bytes queued in the outbox in this pass, in order
         self._outbox = outbox_for(self._loop)
 
@@ -197,7 +204,10 @@ class FrontConnection(asyncio.Protocol):
         self._out = None
         task = self._task_handler
         if task is not None and not task.done():
-            task.cancel()  # the client left: its handler is cancelled, as with aiohttp's handler_cancellation
+            if self.finish_on_loss:
+                self.client_gone = True  # its handler goes on to the end of the provider's answer
+            else:
+                task.cancel()  # the client left: its handler is cancelled (aiohttp's handler_cancellation)
         self._wake_writer(ConnectionResetError("the client closed the connection"))
         self._set_idle()
 

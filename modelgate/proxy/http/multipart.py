@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from modelgate.domain.audio_duration import AudioProbe
 from modelgate.domain.errors import GatewayError, InvalidRequest, RequestTooLarge
 from modelgate.proxy.http.body_decoding import BodySource
 
@@ -111,18 +112,22 @@ class MultipartScanner:
         "_part_name",
         "_part_size",
         "_part_start",
+        "_probing",
         "_state",
         "complete",
         "completed",
         "fields",
         "file_before_model",
+        "file_probe",
         "guarded",
         "oversized",
         "spans",
         "total",
     )
 
-    def __init__(self, boundary: bytes, limits: MultipartLimits) -> None:
+    def __init__(
+        self, boundary: bytes, limits: MultipartLimits, file_probe: AudioProbe | None = None
+    ) -> None:
         self._delimiter = b"\r\n--" + boundary
         # A virtual CRLF in front, so the opening delimiter looks like every other one.
         self._buffer = b"\r\n"
@@ -141,6 +146,9 @@ class MultipartScanner:
         self.completed: list[TextField] = []  # every kept field, in body order, until `take_fields`
         self.guarded = False  # a text field too large to keep is refused instead of passed through
         self.oversized: str | None = None  # the first text field that was too large to keep
+        # Reads the duration of the first file part named `file` as it passes (an audio upload's).
+        self.file_probe = file_probe
+        self._probing = False
 
     @property
     def held_from(self) -> int | None:
@@ -231,6 +239,8 @@ class MultipartScanner:
         self._part_size = 0
         self._part_start = self._offset
         self._field = bytearray() if filename is None and name else None
+        probe = self.file_probe
+        self._probing = probe is not None and filename is not None and name == "file" and not probe.size
         self._state = _State.CONTENT
 
     def _content(self) -> bool:
@@ -256,6 +266,8 @@ class MultipartScanner:
                 f"multipart part {self._part_name or '?'!r} is larger than the "
                 f"{self._limits.part // MiB} MiB allowed for one part"
             )
+        if self._probing:
+            self.file_probe.feed(content)
         field = self._field
         if field is not None:
             if len(field) + len(content) > FIELD_MAX:
@@ -267,6 +279,9 @@ class MultipartScanner:
                 field += content
 
     def _end_part(self) -> None:
+        if self._probing:
+            self._probing = False
+            self.file_probe.finish()
         name = self._part_name
         if self._field is not None and name:
             value = self._field.decode("utf-8", "replace")
@@ -282,11 +297,16 @@ class StreamedMultipart:
     as it arrives. Iterating it (once) yields the body's bytes; a broken limit ends it with `error` set."""
 
     def __init__(
-        self, content: BodySource, content_type: str, limits: MultipartLimits, declared: int | None
+        self,
+        content: BodySource,
+        content_type: str,
+        limits: MultipartLimits,
+        declared: int | None,
+        file_probe: AudioProbe | None = None,
     ) -> None:
         self.content_type = content_type
         self._content = content
-        self._scanner = MultipartScanner(boundary_of(content_type), limits)
+        self._scanner = MultipartScanner(boundary_of(content_type), limits, file_probe)
         self._head = b""
         self._head_fields: list[TextField] = []  # the head's fields, for a guard installed after routing
         self._length = declared
@@ -302,6 +322,16 @@ class StreamedMultipart:
     def length(self) -> int | None:
         """The Content-Length to send upstream: the client's, adjusted to the edits; None when not known."""
         return self._length
+
+    @property
+    def complete(self) -> bool:
+        """Whether the whole body has arrived (its closing boundary was read)."""
+        return self._scanner.complete
+
+    @property
+    def file_probe(self) -> AudioProbe | None:
+        """What was read of the uploaded audio file (its duration, once the part has passed)."""
+        return self._scanner.file_probe
 
     @property
     def fields(self) -> dict[str, str]:

@@ -104,6 +104,13 @@ class Metering:
     over_reservation_micros: int = 0
     usage_implausible: bool = False
     reported_cost_micros: int = 0
+    # A non-streamed call let go of after it was sent, before its answer came (its client left with
+    # `[billing] abandoned_calls = "cancel"`, or a graceful stop cut it): charged the estimate of its prompt.
+    abandoned: bool = False
+    # A background response (`background: true`, not streamed): "" while its answer is awaited, then the id
+    # of one still queued or in progress, which is followed to its final usage and charged then
+    # (modelgate/proxy/state/background_follower.py); None for every other request.
+    background_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -138,8 +138,10 @@ class ModelApi:
         handlers: Mapping[str, LocalHandler] | None = None,
         shutting_down: Callable[[], bool] = lambda: False,
         completions: Completions | None = None,
+        finish_abandoned: bool = True,
     ) -> None:
         self._chain = chain
+        self._finish_abandoned = finish_abandoned  # `[billing] abandoned_calls = "finish"`
         self._shutting_down = shutting_down
         self._completions = completions
         self._handlers = dict(handlers or {})
@@ -184,7 +186,22 @@ class ModelApi:
             handler = self._handlers.get(ctx.route.name)
             if handler is not None:
                 return await handler(ctx)
-            return await self._forwarder.forward(ctx)
+            if ctx.stream or not self._finish_abandoned:
+                return await self._forwarder.forward(ctx)
+            # A non-streamed call is read to its end even if its client leaves meanwhile (the provider
+            # finishes and bills it): charged its usage, outcome `client_closed`. The front does not cancel a
+            # handler that waits for it (`finish_on_loss`), at no cost; under aiohttp, see `_forward_apart`.
+            if request.__class__ is not FrontRequest:
+                return await self._forward_apart(ctx)
+            protocol = request.protocol
+            protocol.finish_on_loss = True
+            try:
+                response = await self._forwarder.forward(ctx)
+            finally:
+                protocol.finish_on_loss = False
+            if protocol.client_gone:
+                _abandoned(ctx)
+            return response
         except GatewayError as error:
             ctx.error = error
             ctx.status = error.status
@@ -194,7 +211,16 @@ class ModelApi:
             return response
         except (asyncio.CancelledError, ConnectionResetError):
             ctx.status = 499  # the client went away, or a graceful stop ran out of time for it
-            if ctx.answered_status and not ctx.outcome:
+            upload = ctx.body_stream
+            if (
+                not ctx.answered_status
+                and ctx.attempts
+                and not ctx.stream
+                and (upload is None or upload.complete)
+            ):
+                # Sent, then let go of before its answer came: the provider billed at least the prompt.
+                ctx.metering.abandoned = True
+            if (ctx.answered_status or ctx.metering.abandoned) and not ctx.outcome:
                 ctx.outcome = "shutdown" if self._shutting_down() else "client_closed"
             raise
         except Exception as exc:
@@ -204,6 +230,28 @@ class ModelApi:
             ctx.error = exc
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
+
+    async def _forward_apart(self, ctx: RequestContext) -> web.StreamResponse:
+        """Forward a non-streamed call in a task of its own, which aiohttp's cancellation of the handler
+        (its client left) does not reach: the answer is read to its end. A graceful stop, or a client that
+        leaves before its upload was whole, still cancels it."""
+        forwarding = asyncio.get_running_loop().create_task(self._forwarder.forward(ctx))
+        try:
+            return await asyncio.shield(forwarding)
+        except asyncio.CancelledError:
+            unsent = ctx.body_stream is not None and not ctx.body_stream.complete  # left mid-upload
+            if self._shutting_down() or forwarding.done() or unsent:
+                forwarding.cancel()
+                await asyncio.wait((forwarding,))  # its upstream is let go before the completion phase
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # the client left: the answer is read to its end all the same
+        try:
+            response = await forwarding
+        finally:
+            _abandoned(ctx)
+        return response
 
     async def _complete(self, ctx: RequestContext) -> None:
         """The completion phase: every hook runs, whatever the others do."""
@@ -221,6 +269,13 @@ class ModelApi:
                 )
         if ctx.error is not None:
             drop_tracebacks(ctx.error)
+
+
+def _abandoned(ctx: RequestContext) -> None:
+    """The client left while its non-streamed call was read to its end: charged as answered, not sent."""
+    ctx.status = 499
+    if ctx.answered_status:
+        ctx.outcome = "client_closed"
 
 
 def drop_tracebacks(error: BaseException) -> None:

@@ -23,6 +23,8 @@ def billing_toml(
     input_per_mtok: float = 0.0,
     credit_limit: float = 0.0,
     flush_interval: float = 0.2,
+    abandoned_calls: str = "finish",
+    billing_extra: str = "",
     extra: str = "",
 ) -> str:
     redis = f'[redis]\nurl = "{redis_url}"\n' if redis_url else ""
@@ -36,6 +38,8 @@ url = "{storage_url}"
 {redis}
 [billing]
 ledger_flush_interval_seconds = {flush_interval}
+abandoned_calls = "{abandoned_calls}"
+{billing_extra}
 
 [[providers]]
 name = "mock"

@@ -83,8 +83,13 @@ def test_request_bodies_are_logged_at_debug_only_with_log_prompts(
         tenant = register_tenant(gateway.base_url)
         reply = chat(gateway.base_url, tenant, text=prompt)
         request_id = reply.headers["x-request-id"]
-        access = [r for r in caplog.records if r.name == "modelgate.access"]
-        assert wait_until(lambda: any(getattr(r, "request_id", None) == request_id for r in access))
+        # Read afresh each time: the line is written in the completion phase, after the answer went out.
+        assert wait_until(
+            lambda: any(
+                r.name == "modelgate.access" and getattr(r, "request_id", None) == request_id
+                for r in list(caplog.records)
+            )
+        )
 
     bodies = [r for r in caplog.records if r.name == "modelgate.access" and hasattr(r, "body")]
     if log_prompts:
