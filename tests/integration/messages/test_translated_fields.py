@@ -48,7 +48,6 @@ def sent_chat(oai) -> dict:
         ("frequency_penalty", 0.5),
         ("presence_penalty", 0.5),
         ("logit_bias", {"1": 5}),
-        ("service_tier", "flex"),
         ("verbosity", "low"),
         ("prompt_cache_key", "k"),
     ],
@@ -61,6 +60,16 @@ def test_a_field_messages_cannot_carry_is_refused_naming_it_and_the_provider(
     assert refused.value.status_code == 400
     assert refused.value.body["type"] == "invalid_request_error"
     assert refused.value.body["message"].startswith(f"'{field}' cannot be sent to provider 'claude'")
+    assert anth.requests_to(MESSAGES_PATH) == []
+
+
+def test_a_flex_service_tier_is_refused_before_it_reaches_messages(openai_sdk, anth) -> None:
+    # Messages has no flex tier; the price sheet of this model prices none either, so the service_tiers step
+    # refuses it first (before anything is reserved), naming the field.
+    with pytest.raises(openai.BadRequestError) as refused:
+        openai_sdk.chat.completions.create(model="claude-native", messages=HELLO, service_tier="flex")
+    assert refused.value.status_code == 400
+    assert "'service_tier'" in refused.value.body["message"]
     assert anth.requests_to(MESSAGES_PATH) == []
 
 

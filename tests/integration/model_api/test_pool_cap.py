@@ -18,6 +18,12 @@ from tests.integration.ops.conftest import scrape, wait_until
 CHAT = "/v1/chat/completions"
 WAIT = 0.3  # pool_wait_timeout of the capped provider
 ONE_CONNECTION = f"pool_size = 1\npool_wait_timeout = {WAIT}"
+# The gateways name the row's provider in their answers (off by default), which is how these tests see which
+# row served.
+EXPOSE_PROVIDER = """
+[server]
+expose_provider_header = true
+"""
 ALPHA_ONLY = """
 [[models]]
 name = "alpha-only"
@@ -44,7 +50,7 @@ def stream_held_on(http: httpx.Client, alpha, model: str = "gpt-test") -> Iterat
 
 
 def test_a_request_over_the_cap_fails_over_after_pool_wait_timeout(gateway_with, tenant_on, alpha, beta):
-    gateway = gateway_with(alpha_options=ONE_CONNECTION, extra=ALPHA_ONLY)
+    gateway = gateway_with(alpha_options=ONE_CONNECTION, extra=EXPOSE_PROVIDER + ALPHA_ONLY)
     http = tenant_on(gateway)
     with stream_held_on(http, alpha) as held:
         started = time.monotonic()
@@ -71,7 +77,7 @@ def test_a_full_pool_is_not_a_failing_provider_so_its_row_does_not_cool_down(
     gateway_with, tenant_on, alpha, beta
 ):
     # failure_threshold is 2: two real failures would take alpha out of rotation for 30 s.
-    http = tenant_on(gateway_with(alpha_options=ONE_CONNECTION))
+    http = tenant_on(gateway_with(alpha_options=ONE_CONNECTION, extra=EXPOSE_PROVIDER))
     with stream_held_on(http, alpha) as held:
         assert [http.post(CHAT, json=body()).headers["x-modelgate-provider"] for _ in range(2)] == [
             "beta",
@@ -83,7 +89,7 @@ def test_a_full_pool_is_not_a_failing_provider_so_its_row_does_not_cool_down(
 
 
 def test_with_no_other_row_a_request_over_the_cap_gets_503_with_retry_after(gateway_with, tenant_on, alpha):
-    http = tenant_on(gateway_with(alpha_options=ONE_CONNECTION, extra=ALPHA_ONLY))
+    http = tenant_on(gateway_with(alpha_options=ONE_CONNECTION, extra=EXPOSE_PROVIDER + ALPHA_ONLY))
     with stream_held_on(http, alpha, "alpha-only") as held:
         started = time.monotonic()
         refused = http.post(CHAT, json=body("alpha-only"))
@@ -98,7 +104,9 @@ def test_with_no_other_row_a_request_over_the_cap_gets_503_with_retry_after(gate
 def test_a_waiting_request_is_a_metric_and_takes_the_connection_freed_within_its_wait(
     gateway_with, tenant_on, alpha
 ):
-    gateway = gateway_with(alpha_options="pool_size = 1\npool_wait_timeout = 30", extra=ALPHA_ONLY)
+    gateway = gateway_with(
+        alpha_options="pool_size = 1\npool_wait_timeout = 30", extra=EXPOSE_PROVIDER + ALPHA_ONLY
+    )
     http = tenant_on(gateway)
 
     def waiting() -> float:
