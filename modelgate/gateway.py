@@ -25,7 +25,7 @@ from modelgate.domain.counters import Counters, InProcessCounters
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.domain.redis_counters import RedisCounters
-from modelgate.domain.spool import Spool, database_identity, default_spool_dir
+from modelgate.infra.spool import Spool, database_identity, default_spool_dir
 from modelgate.plugins import PluginChain
 from modelgate.plugins.request_id import InFlightIds
 from modelgate.proxy.observability.loop_lag import LoopLag

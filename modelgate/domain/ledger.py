@@ -1,6 +1,6 @@
 """The usage ledger: one row per request, on local disk at once and in the database in batches.
 
-`add` gives a row its id and appends it to the write-ahead spool (modelgate/domain/spool.py) before it
+`add` gives a row its id and appends it to the write-ahead spool (modelgate/infra/spool.py) before it
 returns, so the row survives the death of the process; rows also queue in memory, up to `ledger_max_queue`
 (past it they are read back from the spool). `admit` journals a request when it is admitted, with the row it
 leaves should the process die before it completes (outcome "crashed"); the completed row, of the same id,
@@ -27,7 +27,7 @@ from typing import Protocol
 
 import orjson
 
-from modelgate.domain.spool import Spool, SpoolError, SpoolFile
+from modelgate.infra.spool import Spool, SpoolError, SpoolFile
 from modelgate.storage.database import Database, Executor
 
 log = logging.getLogger("modelgate.ledger")

@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from redis.exceptions import RedisError
 
-from modelgate.domain import redis_scripts as scripts
 from modelgate.domain.counters import (
     SLOT_TTL_SECONDS,
     WINDOW_SECONDS,
@@ -38,7 +37,8 @@ from modelgate.domain.counters import (
     WindowResult,
 )
 from modelgate.domain.errors import ServiceUnavailable
-from modelgate.domain.redis_wire import Memo, Script, wire_for
+from modelgate.infra import redis_scripts as scripts
+from modelgate.infra.redis_wire import Memo, Script, wire_for
 
 log = logging.getLogger("modelgate.counters")
 

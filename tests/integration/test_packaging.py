@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-LAYER_FOLDERS = ("cabinet", "config", "domain", "plugins", "proxy", "storage")
+LAYER_FOLDERS = ("cabinet", "config", "domain", "infra", "plugins", "proxy", "storage")
 
 
 def _setuptools() -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 
 from modelgate.domain.ledger import CRASHED, LedgerEntry, LedgerWriter
-from modelgate.domain.spool import Spool, database_identity
+from modelgate.infra.spool import Spool, database_identity
 from modelgate.storage import Database
 
 CRASH_COST = 40

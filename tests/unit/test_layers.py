@@ -1,7 +1,7 @@
 """The layer rules of the code base, checked on every module: each package imports only the packages below
 it, so no two packages import each other (docs/architecture.md draws the layers).
 
-    config  <  storage  <  domain  <  proxy  <  plugins  <  cabinet  <  modelgate (cli, gateway, server, ...)
+    config < storage < infra < domain < proxy < plugins < cabinet < modelgate (cli, gateway, server, ...)
 
 Every import counts: at module level, inside functions and under `TYPE_CHECKING`.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 # Bottom first. "modelgate" is the composition root: the modules directly in the modelgate package.
-LAYERS = ("config", "storage", "domain", "proxy", "plugins", "cabinet", "modelgate")
+LAYERS = ("config", "storage", "infra", "domain", "proxy", "plugins", "cabinet", "modelgate")
 _RANK = {layer: rank for rank, layer in enumerate(LAYERS)}
 
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from modelgate.config import ConfigError, load_config
-from modelgate.domain.spool import Spool, SpoolError, database_identity, default_spool_dir
+from modelgate.infra.spool import Spool, SpoolError, database_identity, default_spool_dir
 
 DATABASE = "sqlite:/srv/modelgate.db"
 
@@ -98,7 +98,7 @@ def test_rows_appended_without_fsync_survive_sigkill(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import os, signal, sys
         from pathlib import Path
-        from modelgate.domain.spool import Spool
+        from modelgate.infra.spool import Spool
         spool = Spool(Path({str(tmp_path)!r}), {DATABASE!r}, fsync="never", fsync_interval=1.0)
         spool_file = spool.new_file()
         for n in range(1000):

@@ -25,7 +25,7 @@ from modelgate.domain.ledger import LedgerEntry, LedgerWriter, writer_of
 from modelgate.domain.policy_decisions import PolicyDirectory, period_start
 from modelgate.domain.policy_rules import PolicyRule
 from modelgate.domain.redis_counters import RedisCounters
-from modelgate.domain.spool import Spool, database_identity
+from modelgate.infra.spool import Spool, database_identity
 from modelgate.storage.database import Database
 
 OPENING = 10_000

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from modelgate.domain.ledger import LedgerEntry, LedgerWriter
-from modelgate.domain.spool import Spool, database_identity
+from modelgate.infra.spool import Spool, database_identity
 from modelgate.storage import Database, open_database
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.support.gateway import GatewayProcess, register_tenant

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from modelgate.domain import redis_scripts
+from modelgate.infra import redis_scripts
 from tests.fakes import FakeUpstream
 from tests.support.gateway import ThreadedGateway, register_tenant, write_config
 

@@ -1,4 +1,4 @@
-"""The counters' lean Redis connection (domain.redis_wire) against the real Redis: pipelined calls get
+"""The counters' lean Redis connection (infra.redis_wire) against the real Redis: pipelined calls get
 their own replies, unknown scripts are sent once, and an unreachable or silent Redis fails calls with
 redis-py's ConnectionError (what the counters' fail_open handling expects)."""
 
@@ -16,7 +16,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from modelgate.domain.redis_wire import RedisWire, Script
+from modelgate.infra.redis_wire import RedisWire, Script
 from tests.support.gateway import free_port
 
 
