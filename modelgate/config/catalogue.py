@@ -29,8 +29,9 @@ class CatalogueEntry:
     provider: str
     date: str
     source_url: str
-    context_window: int
+    context_window: int  # 0: the provider lists none (a model billed by the second or per image)
     prices: PriceConfig
+    max_output_tokens: int = 0  # 0: not listed
 
 
 class CatalogueError(ValueError):
@@ -49,14 +50,16 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
         date = t.string("date", required=True, check=non_empty)
         url = t.string("source", required=True, check=non_empty)
         window = t.integer("context_window", check=above(0))
-        if window is ABSENT and not t.has("context_window"):
-            t.report("context_window", "missing required key")
+        most_output = t.integer("max_output_tokens", check=above(0))
         aliases = t.strings("aliases")  # the provider's other names for it (dated snapshot ids)
         label = f"catalogue: {name}, {provider}, {date}, {url}"
         prices = read_prices(t.table("prices"), label)
+        if not t.has("context_window") and _generates_tokens(prices):
+            t.report("context_window", "missing required key (a model with an output price has one)")
         t.finish()
-        if ABSENT not in (provider, date, url, window):
-            entry = CatalogueEntry(name, provider, date, url, window, prices)
+        if ABSENT not in (provider, date, url) and (window is not ABSENT or not t.has("context_window")):
+            entry = CatalogueEntry(name, provider, date, url, 0 if window is ABSENT else window, prices,
+                                   0 if most_output is ABSENT else most_output)  # fmt: skip
             for known in (name, *(() if aliases is ABSENT else aliases)):
                 if known in entries:
                     t.report("aliases", f"{known!r} is listed twice")
@@ -65,6 +68,12 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
     if context.problems:
         raise CatalogueError("\n".join(context.problems))
     return entries
+
+
+def _generates_tokens(prices: PriceConfig) -> bool:
+    """Whether a sheet prices generated tokens (a chat model: it has a context window; a model priced per
+    second or per image, or an embedding model, may list none)."""
+    return prices.tokens.output_per_mtok is not None or bool(prices.long_context or prices.service_tiers)
 
 
 @cache
