@@ -8,6 +8,7 @@ it names prices. The shipped file is read once per process, at the first config 
 
 from __future__ import annotations
 
+import datetime
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,8 +48,8 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
     for name in models.keys():
         t = models.table(name)
         provider = t.string("provider", required=True, check=non_empty)
-        date = t.string("date", required=True, check=non_empty)
-        url = t.string("source", required=True, check=non_empty)
+        date = t.string("date", required=True, check=_iso_date)
+        url = t.string("source", required=True, check=non_empty)  # a URL; an imported file's name
         window = t.integer("context_window", check=above(0))
         most_output = t.integer("max_output_tokens", check=above(0))
         aliases = t.strings("aliases")  # the provider's other names for it (dated snapshot ids)
@@ -57,7 +58,8 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
         if not t.has("context_window") and _generates_tokens(prices):
             t.report("context_window", "missing required key (a model with an output price has one)")
         t.finish()
-        if ABSENT not in (provider, date, url) and (window is not ABSENT or not t.has("context_window")):
+        window_read = window is not ABSENT or not t.has("context_window")  # absent, or a valid one
+        if isinstance(provider, str) and isinstance(date, str) and isinstance(url, str) and window_read:
             entry = CatalogueEntry(name, provider, date, url, 0 if window is ABSENT else window, prices,
                                    0 if most_output is ABSENT else most_output)  # fmt: skip
             for known in (name, *(() if aliases is ABSENT else aliases)):
@@ -68,6 +70,15 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
     if context.problems:
         raise CatalogueError("\n".join(context.problems))
     return entries
+
+
+def _iso_date(value: str) -> str | None:
+    """The day the prices were read, as YYYY-MM-DD."""
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        return f"expected a date as YYYY-MM-DD, got {value!r}"
+    return None if len(value) == 10 else f"expected a date as YYYY-MM-DD, got {value!r}"
 
 
 def _generates_tokens(prices: PriceConfig) -> bool:

@@ -306,18 +306,20 @@ def test_prices_show_prints_a_catalogue_sheet_for_an_upstream_name_no_config_ser
     assert "no model 'no-such-model'" in capsys.readouterr().err
 
 
-def test_a_catalogue_entry_with_an_output_price_and_no_context_window_is_refused() -> None:
+def test_a_catalogue_entry_with_an_output_price_and_no_window_or_a_bad_date_is_refused() -> None:
     given = {"provider": "p", "date": "2026-11-29", "source": "https://p"}
     document = {
         "models": {
             "chatty": {**given, "prices": {"output_per_mtok": 1}},
             "by-second": {**given, "prices": {"per_audio_second": 0.001}},
+            "undated": {**given, "date": "29/11/2026", "context_window": 10, "prices": {"input_per_mtok": 1}},
         }
     }
     with pytest.raises(CatalogueError) as caught:
         read_catalogue(document, "test")
-    assert str(caught.value) == (
-        "test: models.chatty.context_window: missing required key (a model with an output price has one)"
-    )
-    del document["models"]["chatty"]
+    assert str(caught.value).splitlines() == [
+        "test: models.chatty.context_window: missing required key (a model with an output price has one)",
+        "test: models.undated.date: expected a date as YYYY-MM-DD, got '29/11/2026'",
+    ]
+    del document["models"]["chatty"], document["models"]["undated"]
     assert read_catalogue(document, "test")["by-second"].context_window == 0
