@@ -2,8 +2,9 @@
 
 `price_catalogue.toml` beside this file holds one entry per model, each with its provider, the date its
 prices were read and the URL they were read from. A served model with no `[models.prices]` of its own is
-charged by the entry of its first row's upstream model name (else its own name); its config wins whenever
-it names prices. The shipped file is read once per process, at the first config load that needs it.
+charged by the entry of its first row's upstream model name (else its own name), and a row on a preset's
+host (groq, fireworks, ...) by "<preset>/<upstream model>" first; its config wins whenever it names prices.
+The shipped file is read once per process, at the first config load that needs it.
 """
 
 from __future__ import annotations
