@@ -11,22 +11,17 @@ wrong figure in the data file fails here.
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
-from fractions import Fraction
 
 import openai
 import pytest
 
 from tests.fakes import FakeUpstream, Fault
 from tests.fakes.gemini_host import MODELS, GeminiFake
+from tests.integration.billing.test_price_parity import GEMINI_KEY, Case, _send, bill
 from tests.integration.media.conftest import ledger_row
 from tests.support.gateway import register_tenant
-
-GEMINI_KEY = "gemini-catalogue-key"
-MAX_TOKENS = 100_000  # generous: every case's usage stays within its reservation
 
 # The providers' list prices, USD per million tokens (= micro-units per token), as read on their pages.
 GPT_4_1 = {"input": 2.0, "cached": 0.5, "output": 8.0}  # developers.openai.com/api/docs/pricing
@@ -37,33 +32,18 @@ GROK_4_3 = {"input": 1.25, "cached": 0.2, "output": 2.5}  # docs.x.ai/developers
 OWN = {"input": 7.0, "output": 9.0}  # the config's own sheet for a catalogued upstream model
 
 
-def bill(*parts: tuple[int, float]) -> int:
-    """(tokens, USD per million tokens) summed exactly, rounded up once to a micro-unit."""
-    return math.ceil(sum(Fraction(count) * Fraction(str(rate)) for count, rate in parts))
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    model: str
-    host: str  # "openai" (the fake's chat route, also behind the presets) or "gemini"
-    reported: dict  # the usage in the provider's own shape
-    billed: int
-    service_tier: str | None = None
-
-
 CASES = [
     Case(
         "openai gpt-4.1, cache read",
-        "c-gpt-4.1",
         "openai",
+        "c-gpt-4.1",
         {"prompt_tokens": 3000, "completion_tokens": 400, "prompt_tokens_details": {"cached_tokens": 1000}},
         bill((2000, GPT_4_1["input"]), (1000, GPT_4_1["cached"]), (400, GPT_4_1["output"])),
     ),
     Case(
         "openai gpt-5, priority tier",
-        "c-gpt-5",
         "openai",
+        "c-gpt-5",
         {
             "prompt_tokens": 1000,
             "completion_tokens": 300,
@@ -78,8 +58,8 @@ CASES = [
     ),
     Case(
         "gemini 2.5 pro, long context (> 200k prompt)",
-        "c-gemini-pro",
         "gemini",
+        "c-gemini-pro",
         {
             "promptTokenCount": 250_000,
             "cachedContentTokenCount": 50_000,
@@ -95,8 +75,8 @@ CASES = [
     ),
     Case(
         "deepseek flash on its preset, cache hit",
-        "c-deepseek",
         "openai",
+        "c-deepseek",
         {
             "prompt_tokens": 5000,
             "completion_tokens": 250,
@@ -107,15 +87,15 @@ CASES = [
     ),
     Case(
         "xai grok 4.3 on its preset, cache read",
-        "c-grok",
         "openai",
+        "c-grok",
         {"prompt_tokens": 2000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 1500}},
         bill((500, GROK_4_3["input"]), (1500, GROK_4_3["cached"]), (100, GROK_4_3["output"])),
     ),
     Case(
         "config wins over the catalogue (gpt-4.1 with its own prices)",
-        "c-gpt-4.1-own",
         "openai",
+        "c-gpt-4.1-own",
         {"prompt_tokens": 3000, "completion_tokens": 400, "prompt_tokens_details": {"cached_tokens": 1000}},
         # The own sheet names no cached rate: a cache read costs its input rate.
         bill((3000, OWN["input"]), (400, OWN["output"])),
@@ -183,23 +163,6 @@ def fakes() -> Iterator[tuple[FakeUpstream, GeminiFake]]:
         yield upstream, gemini
 
 
-def _send(case: Case, stream: bool, base_url: str, api_key: str, request_id: str) -> None:
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0)
-    args: dict = {
-        "model": case.model,
-        "max_tokens": MAX_TOKENS,
-        "messages": [{"role": "user", "content": "hi"}],
-        "extra_headers": {"x-request-id": request_id},
-    }
-    if case.service_tier:
-        args["service_tier"] = case.service_tier
-    if stream:
-        for _ in client.chat.completions.create(**args, stream=True):
-            pass
-    else:
-        client.chat.completions.create(**args)
-
-
 def test_models_without_prices_are_charged_by_the_catalogue_and_config_prices_win(
     start_gateway, fakes: tuple[FakeUpstream, GeminiFake]
 ) -> None:
@@ -210,7 +173,7 @@ def test_models_without_prices_are_charged_by_the_catalogue_and_config_prices_wi
     for case in CASES:
         for stream in (False, True):
             request_id = f"catalogue-{secrets.token_hex(8)}"
-            if case.host == "gemini":
+            if case.dialect == "gemini":
                 gemini.state.report_usage = case.reported
             else:
                 reported: dict = {"usage": case.reported}
