@@ -52,9 +52,9 @@ provider = "a"
 # The providers issue #32 names, and the OpenAI-compatible presets whose own prices the catalogue lists.
 FAMILIES = {"openai", "anthropic", "google", "mistral", "deepseek", "xai", "groq", "fireworks"}
 REQUIRED = {
-    "openai": {"gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano", "gpt-4o", "gpt-4o-mini", "o3", "o4-mini", "gpt-5",
-               "gpt-5-mini", "gpt-5-nano", "gpt-image-1", "text-embedding-3-small", "whisper-1",
-               "gpt-4o-transcribe", "gpt-realtime"},
+    "openai": {"gpt-6-sol", "gpt-6-luna", "gpt-5.5", "gpt-5.4", "gpt-4.1", "gpt-4.1-mini", "gpt-4o",
+               "gpt-4o-mini", "o3", "gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-image-1.5",
+               "text-embedding-3-small", "whisper-1", "gpt-4o-transcribe", "gpt-realtime"},
     "google": {"gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite"},
     "deepseek": {"deepseek-flash", "deepseek-v4-pro"},
     "xai": {"grok-4.3"},

@@ -1,8 +1,8 @@
 """The shipped price catalogue charges through the real gateway, on both storage backends: models the config
 serves WITHOUT prices of their own are charged by the catalogue's entry of their upstream model name, one
-case per provider family (OpenAI with a cache read, OpenAI's priority tier, Gemini's long-context tier,
-DeepSeek's cache hit on its preset host, xAI on its preset host), plain and streamed; a model that names
-prices is charged by them (config wins).
+case per provider family (OpenAI: a cache read, a cache write, the priority tier; Gemini's long-context
+tier; DeepSeek's cache hit and xAI, each on its preset host), plain and streamed; a model that names prices
+is charged by them (config wins).
 
 The expected bills are worked out here by hand from the provider's published rates (the figures the
 catalogue cites, docs/prices.md), never by calling the gateway's own `cost` or reading the catalogue file: a
@@ -26,6 +26,7 @@ from tests.support.gateway import register_tenant
 # The providers' list prices, USD per million tokens (= micro-units per token), as read on their pages.
 GPT_4_1 = {"input": 2.0, "cached": 0.5, "output": 8.0}  # developers.openai.com/api/docs/pricing
 GPT_5_PRIORITY = {"input": 2.5, "cached": 0.25, "output": 20.0}  # openai.com/api-priority-processing
+GPT_6_SOL = {"input": 2.0, "cached": 0.2, "write": 2.5, "output": 10.0}  # cache writes at 1.25x input
 GEMINI_25_PRO_LONG = {"input": 2.5, "cached": 0.25, "output": 15.0}  # above 200K prompt tokens
 DEEPSEEK_FLASH = {"miss": 0.3, "hit": 0.006, "output": 1.2}  # peak rates, api-docs.deepseek.com
 GROK_4_3 = {"input": 1.25, "cached": 0.2, "output": 2.5}  # docs.x.ai/developers/models
@@ -55,6 +56,22 @@ CASES = [
             (800, GPT_5_PRIORITY["input"]), (200, GPT_5_PRIORITY["cached"]), (300, GPT_5_PRIORITY["output"])
         ),
         service_tier="priority",
+    ),
+    Case(
+        "openai gpt-6-sol, cache read and cache write",
+        "openai",
+        "c-gpt-6-sol",
+        {
+            "prompt_tokens": 3000,
+            "completion_tokens": 200,
+            "prompt_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 500},
+        },
+        bill(
+            (1500, GPT_6_SOL["input"]),
+            (1000, GPT_6_SOL["cached"]),
+            (500, GPT_6_SOL["write"]),
+            (200, GPT_6_SOL["output"]),
+        ),
     ),
     Case(
         "gemini 2.5 pro, long context (> 200k prompt)",
@@ -143,6 +160,7 @@ api_key = "xai-key"
 """
         + served("c-gpt-4.1", "openai", "gpt-4.1")
         + served("c-gpt-5", "openai", "gpt-5")
+        + served("c-gpt-6-sol", "openai", "gpt-6-sol")
         + served("c-gpt-4.1-own", "openai", "gpt-4.1", own)
         + served("c-gemini-pro", "google", "gemini-2.5-pro")
         + served("c-deepseek", "compat", "deepseek-flash").replace(
