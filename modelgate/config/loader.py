@@ -420,16 +420,29 @@ def _model(
     if name is ABSENT:
         return None
     if not priced:
-        # Not priced here: the catalogue's sheet for what the first row calls the model (config wins).
-        entry = find_in_catalogue(rows[0].upstream_model if rows else name, name, extra=extra)
+        # Not priced here: the catalogue's sheet for what the first row calls the model (config wins); a
+        # row on an OpenAI-compatible preset's host looks for that service's own entry first.
+        entry = find_in_catalogue(*_catalogue_names(rows[0], providers) if rows else (), name, extra=extra)
         if entry is not None:
             prices = entry.prices
-            values.setdefault("max_context_tokens", entry.context_window)
+            if entry.context_window:
+                values.setdefault("max_context_tokens", entry.context_window)
     model = ModelConfig(name=name, kinds=() if kinds is ABSENT else kinds, rows=rows, prices=prices, **values)
     if model.default_max_tokens > model.max_context_tokens:
         limit, value = model.max_context_tokens, model.default_max_tokens
         t.report("default_max_tokens", f"must not exceed max_context_tokens ({limit}), got {value}")
     return model
+
+
+def _catalogue_names(row: RowConfig, providers: Mapping[str, ProviderConfig]) -> tuple[str, ...]:
+    """The names a row's model has in the price catalogue: "<preset>/<upstream model>" when the row's host
+    names a preset (groq, fireworks, ...), then the upstream model name."""
+    provider = providers.get(row.provider)
+    if provider is None:
+        return (row.upstream_model,)
+    host = row.host or (provider.hosts[0].name if provider.hosts else "")
+    preset = provider.served_from(host).option("preset")
+    return (f"{preset}/{row.upstream_model}", row.upstream_model) if preset else (row.upstream_model,)
 
 
 def _row(t: Table, model_name: str, providers: Mapping[str, ProviderConfig]) -> RowConfig | None:
