@@ -172,7 +172,9 @@ class ModelPrices:
                 (tier.above_input_tokens, TokenRates.of(tier.tokens, prices.tokens))
                 for tier in prices.long_context
             ),
-            service_tiers={name: TokenRates.of(tokens, prices.tokens) for name, tokens in prices.service_tiers},
+            service_tiers={
+                name: TokenRates.of(tokens, prices.tokens) for name, tokens in prices.service_tiers
+            },
             per_web_search_call=prices.per_web_search_call * MICROS,
             per_file_search_call=prices.per_file_search_call * MICROS,
             per_code_interpreter_call=prices.per_code_interpreter_call * MICROS,
