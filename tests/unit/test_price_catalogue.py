@@ -13,6 +13,7 @@ from modelgate.cli import main
 from modelgate.config import ConfigError, load_config
 from modelgate.config.catalogue import CatalogueError, read_catalogue, shipped_catalogue
 from modelgate.config.dialects import PRESET_URLS
+from modelgate.domain.prices import TokenRates
 from modelgate.plugins import chain_plugins
 
 CONFIG = """
@@ -94,13 +95,14 @@ def test_a_preset_services_entries_are_named_after_the_preset() -> None:
 
 
 def test_every_tier_prices_reasoning_at_its_own_output_rate() -> None:
-    """A kind a tier leaves out stays at the base sheet's rate (docs/prices.md): a catalogue tier names the
-    reasoning rate, or thinking tokens above 200K or on the priority tier would cost the base output rate."""
+    """Thinking tokens above 200K or on the priority tier cost the tier's output rate, and image inputs the
+    tier's input rate, whether the tier names them or leaves them to be derived (docs/prices.md)."""
     for name, entry in shipped_catalogue().items():
         tiers = [t.tokens for t in entry.prices.long_context] + [t for _, t in entry.prices.service_tiers]
         for tier in tiers:
-            assert tier.reasoning_per_mtok == tier.output_per_mtok, name
-            assert tier.input_image_per_mtok == tier.input_per_mtok, name
+            rates = TokenRates.of(tier, entry.prices.tokens)
+            assert rates.reasoning == rates.output, name
+            assert rates.input_image == rates.input, name
 
 
 def test_an_unpriced_model_takes_the_catalogues_sheet_and_config_wins(tmp_path: Path) -> None:
