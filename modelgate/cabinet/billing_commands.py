@@ -75,7 +75,7 @@ class Order:
 # -- on the configured storage ---------------------------------------------------------------------------
 
 
-async def _open_storage(config: Config) -> Database:
+async def open_storage(config: Config) -> Database:
     url = config.storage.url
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///") or "modelgate.db"
@@ -205,7 +205,7 @@ async def _top_up(
 
 
 async def _via_storage(config: Config, order: Order) -> tuple[dict[str, Any], list[Note]]:
-    db = await _open_storage(config)
+    db = await open_storage(config)
     try:
         if order.command == "mark-paid":
             result, events = await _mark_paid(db, config, order.invoice_id)

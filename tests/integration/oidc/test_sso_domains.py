@@ -5,6 +5,9 @@ public mail domains never."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
+from pathlib import Path
 from typing import Any
 
 from tests.integration.cabinet.cabinet_client import Account
@@ -212,3 +215,43 @@ async def test_a_sign_in_through_a_provider_whose_domain_its_organization_did_no
     assert journey.params == {"error": "email_domain_not_verified"}
     alice = "alice@" + ALLOWED_DOMAIN
     assert await gateway.cabinet.db.fetchval("SELECT COUNT(*) FROM users WHERE email = $1", alice) == 0
+
+
+async def _sso_cli(*args: str) -> tuple[int, str, str]:
+    """`python -m modelgate sso …`, without blocking the loop the test's cabinet runs on."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "modelgate",
+        "sso",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_the_operator_approves_and_releases_a_domain_from_the_command_line(
+    gateway: SsoGateway, storage_url: str, tmp_path: Path
+) -> None:
+    owner = await gateway.cabinet.register()
+    organization_id = await gateway.cabinet.organization_id(owner)
+    config = tmp_path / "modelgate.toml"
+    config.write_text(
+        f'[storage]\nurl = "{storage_url}"\n[[providers]]\nname = "mock"\nkind = "mock"\n'
+        '[[models]]\nname = "m"\nkinds = ["chat"]\n[[models.rows]]\nprovider = "mock"\n'
+        '[[plans]]\ncode = "pro"\n'
+    )
+
+    approved = await _sso_cli("approve-domain", organization_id, "Cli.Example", "--config", str(config))
+    listed = await gateway.cabinet.call("GET", "/auth/oidc/domains", token=owner.token)
+    public = await _sso_cli("approve-domain", organization_id, "yahoo.com", "--config", str(config))
+    released = await _sso_cli("release-domain", "cli.example", "--config", str(config))
+    again = await _sso_cli("release-domain", "cli.example", "--config", str(config))
+
+    assert approved[0] == 0 and f"cli.example is verified for organization {organization_id}" in approved[1]
+    assert [(d["domain"], d["verifiedBy"]) for d in listed.body["domains"]] == [("cli.example", "operator")]
+    assert public[0] == 2 and "public mail domain" in public[2]
+    assert released[0] == 0 and "released" in released[1]
+    assert again[0] == 2 and "domain not found" in again[2]
