@@ -127,7 +127,10 @@ class PostgresDatabase:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconnecting
         if self._listen_conn is not None:
-            await self._listen_conn.close()
+            try:
+                await self._listen_conn.close(timeout=5)
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                self._listen_conn.terminate()  # a connection that does not close politely is dropped
         await self._pool.close()
 
     async def notify(self, channel: str, payload: str) -> None:

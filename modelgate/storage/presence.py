@@ -24,7 +24,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from modelgate.storage.database import Database, Executor, NotifyHandler, StorageError
+from modelgate.storage.database import Database, Executor, NotifyHandler
 
 log = logging.getLogger("modelgate.storage")
 
@@ -61,6 +61,7 @@ class ProcessLease:
         self._regained: list[Callable[[], None]] = []
         self._lapse_timer: asyncio.TimerHandle | None = None
         self._renewing: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         # Tokens awaited by this process: who acknowledged each, and an event set on every acknowledgement.
         self._awaited: dict[str, tuple[set[str], asyncio.Event]] = {}
 
@@ -86,9 +87,10 @@ class ProcessLease:
     async def stop(self) -> None:
         """Give the lease back (a clean shutdown): no sender waits for this process any more."""
         if self._renewing is not None:
-            self._renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewing
+            # Not cancelled mid-statement: a renewal cut off on the notification connection can leave it
+            # unable to close. The renewal under way ends within its lease.
+            self._stopping.set()
+            await self._renewing
         if self._lapse_timer is not None:
             self._lapse_timer.cancel()
         self.trusted = False
@@ -112,11 +114,13 @@ class ProcessLease:
 
     async def _keep_renewing(self) -> None:
         while True:
-            await asyncio.sleep(self._renew_every)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._renew_every)
+                return
             try:
                 await asyncio.wait_for(self._renew(), self._lease)
-            except (StorageError, TimeoutError) as exc:
-                log.warning("process lease %s not renewed: %s", self.id, exc or "timed out")
+            except Exception as exc:  # the lease lapses by itself: caches are distrusted, nothing else breaks
+                log.warning("process lease %s not renewed: %r", self.id, exc)
 
     def _lapse(self) -> None:
         if not self.trusted:
