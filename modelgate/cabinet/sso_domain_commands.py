@@ -17,6 +17,7 @@ from modelgate.cabinet.billing_commands import (
     CommandError,
     call_operator_api,
     open_storage,
+    url_token,
 )
 from modelgate.cabinet.oidc.domain_routes import approve_domain, release_held_domain
 from modelgate.cabinet.oidc.domains import claimable_domain
@@ -66,11 +67,7 @@ async def run_sso_command(
         except CabinetError as exc:
             raise CommandError(exc.message) from exc
         if url is not None:
-            if not token:
-                raise CommandError(
-                    "--url needs the operator token: --operator-token or MODELGATE_OPERATOR_TOKEN"
-                )
-            result = await _via_api(url, token, command, organization_id, domain)
+            result = await _via_api(url, url_token(token), command, organization_id, domain)
         elif config is not None:
             result = await _via_storage(config, command, organization_id, domain)
         else:
