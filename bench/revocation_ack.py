@@ -85,7 +85,7 @@ async def _renewal_count(url: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--revokes", type=int, default=100)
     args = parser.parse_args()
@@ -107,6 +107,7 @@ def _measure(url: str, count: int) -> None:
             tenant = register_tenant(first.base_url)
             owner = {"authorization": f"Bearer {tenant.session_token}"}
             revokes: list[float] = []
+            body = {"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]}
             with httpx.Client(timeout=30) as client:
                 for index in range(count):
                     key = client.post(
@@ -115,7 +116,6 @@ def _measure(url: str, count: int) -> None:
                         headers=owner,
                     )
                     secret = key.json()["secret"]
-                    body = {"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]}
                     used = client.post(
                         f"{second.base_url}/v1/chat/completions",
                         json=body,
