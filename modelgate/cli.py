@@ -262,6 +262,47 @@ def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("invoices", parents=[where], help="an organization's balance and invoices")
     listing.add_argument("organization_id", metavar="ORG_ID")
     billing.set_defaults(func=cmd_billing)
+    _add_sso_commands(commands, where)
+
+
+def cmd_sso(args: argparse.Namespace) -> int:
+    from modelgate.cabinet.sso_domain_commands import run_sso_command
+
+    config = None
+    if args.url is None:
+        config = _load(args.config)
+        if config is None:
+            return EXIT_CONFIG
+    return asyncio.run(
+        run_sso_command(
+            args.sso_command,
+            config=config,
+            url=args.url,
+            token=args.operator_token or os.environ.get("MODELGATE_OPERATOR_TOKEN"),
+            organization_id=getattr(args, "organization_id", ""),
+            domain=args.domain,
+        )
+    )
+
+
+def _add_sso_commands(commands: argparse._SubParsersAction, where: argparse.ArgumentParser) -> None:
+    sso = commands.add_parser(
+        "sso",
+        help="operator single sign-on domains: approve a domain for an organization, release one",
+        description="Act on the configured storage, or with --url through the operator API of a running"
+        " gateway. An approved domain is verified at once, without its DNS record.",
+    )
+    actions = sso.add_subparsers(dest="sso_command", required=True)
+    approve = actions.add_parser(
+        "approve-domain", parents=[where], help="verify an e-mail domain for an organization"
+    )
+    approve.add_argument("organization_id", metavar="ORG_ID")
+    approve.add_argument("domain", metavar="DOMAIN")
+    release = actions.add_parser(
+        "release-domain", parents=[where], help="release a verified domain from the organization holding it"
+    )
+    release.add_argument("domain", metavar="DOMAIN")
+    sso.set_defaults(func=cmd_sso)
 
 
 def _installed_version() -> str:

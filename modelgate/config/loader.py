@@ -54,8 +54,10 @@ from .schema import (
     RoutingConfig,
     RowConfig,
     ServerConfig,
+    SsoConfig,
     StorageConfig,
     TracingConfig,
+    dns_server_address,
 )
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("defaults.toml")
@@ -115,6 +117,7 @@ def _build(root: Table) -> Config:
     storage = _storage(root.table("storage"))
     redis = _redis(root.table("redis"))
     cabinet = _cabinet(root.table("cabinet"))
+    sso = _sso(root.table("sso"))
     routing = _routing(root.table("routing"))
     billing = _billing(root.table("billing"))
     logging = _logging(root.table("logging"))
@@ -133,6 +136,7 @@ def _build(root: Table) -> Config:
         storage=storage,
         redis=redis,
         cabinet=cabinet,
+        sso=sso,
         routing=routing,
         billing=billing,
         logging=logging,
@@ -227,6 +231,23 @@ def _cabinet(t: Table) -> CabinetConfig:
     )
     t.finish()
     return CabinetConfig(**values)
+
+
+def _sso(t: Table) -> SsoConfig:
+    values = given(
+        dns_resolvers=t.strings("dns_resolvers", check=_resolver_address),
+        dns_timeout_seconds=t.number("dns_timeout_seconds", check=above(0)),
+    )
+    t.finish()
+    return SsoConfig(**values)
+
+
+def _resolver_address(value: str) -> str | None:
+    try:
+        dns_server_address(value)
+    except ValueError:
+        return f"expected a DNS server address such as 10.0.0.53, 10.0.0.53:5353 or [::1]:5353, got {value!r}"
+    return None
 
 
 def _routing(t: Table) -> RoutingConfig:
