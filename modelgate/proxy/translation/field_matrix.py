@@ -3,9 +3,9 @@ of the client's API (the `openai` and `anthropic` SDKs' request types list them;
 test_field_matrix.py fails when one has no entry here). docs/translation-fields.md is rendered from it
 (`render_markdown`, the command is at the top of the doc), and the translators refuse with it (field_rules).
 
-The Responses API (`/v1/responses`) is not translated: a model serves it only through rows that speak it.
 A Messages request on an OpenAI-kind row reaches Bedrock Converse and Gemini as the chat request of the
-`messages → chat` matrix, which then meets that host's own matrix.
+`messages → chat` matrix, which then meets that host's own matrix; a Responses request on a row that does
+not speak it is the chat request of the `responses → chat` matrix, which then meets the row's chat matrix.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class RouteMatrix:
     """One translated route: the client's API, the rows it reaches, and an entry per request field."""
 
     title: str
-    client_api: str  # "openai-chat" or "anthropic-messages": whose SDK lists the fields
+    client_api: str  # "openai-chat", "openai-responses" or "anthropic-messages": whose SDK lists the fields
     rows: str
     fields: Mapping[str, FieldEntry]
 
@@ -261,12 +261,85 @@ MESSAGES_ON_CHAT = RouteMatrix(
     },
 )
 
+RESPONSES_ON_CHAT = RouteMatrix(
+    "Responses → chat completions",
+    "openai-responses",
+    "Anthropic-kind rows, and OpenAI-kind rows on a Bedrock, Gemini or Vertex host (hosts that take chat "
+    "completions only; OpenAI, Azure and compatible clouds get the request as written). The chat request "
+    "then meets the row's chat table above; the answer comes back as a Response (`message` items with "
+    "`output_text`, `function_call` and `reasoning` items, `usage` with cached and reasoning tokens, "
+    "`status` `incomplete` on `max_output_tokens` or `content_filter`), streamed as the Responses events",
+    {
+        "model": translated("the row's upstream model"),
+        "input": translated(
+            "a string → a user message; `message` items (`user`, `assistant`, `system`, `developer`) → chat "
+            "messages, their `input_text`, `input_image` (URL or data URL; by `file_id` refused), "
+            "`input_file` (inline `file_data`; by id or URL refused) and `input_audio` parts → chat parts; "
+            "`function_call` → assistant `tool_calls`; `function_call_output` → `tool` messages; `reasoning` "
+            "items of earlier answers left out (chat has no place for them); other item types refused"
+        ),
+        "instructions": translated("a `system` message before the input"),
+        "max_output_tokens": translated("`max_completion_tokens`"),
+        "temperature": forwarded(),
+        "top_p": forwarded(),
+        "parallel_tool_calls": forwarded(),
+        "tools": translated(
+            "function tools → chat function tools (`parameters`, `strict`); built-in tools (web search, "
+            "file search, computer use, code interpreter, MCP, image generation, custom…) refused naming "
+            "the tool type"
+        ),
+        "tool_choice": translated(
+            "`auto`, `none`, `required` as is; `{type: function, name}` → a named function; other choices "
+            "(allowed tools, built-in tools) refused"
+        ),
+        "text": translated(
+            "`format` `json_schema` → `response_format` json_schema (name, schema, strict), `json_object` → "
+            "json_object, `text` → none; `verbosity` → `verbosity`; the JSON comes back as the message's "
+            "`output_text`, so `responses.parse` reads it"
+        ),
+        "reasoning": translated(
+            "`effort` → `reasoning_effort`; the thinking comes back as a `reasoning` item's summary "
+            "(whatever `summary` asks), its tokens as `output_tokens_details.reasoning_tokens`"
+        ),
+        "metadata": translated("`metadata` (the row's chat table carries it or refuses it)"),
+        "user": forwarded(),
+        "safety_identifier": forwarded(),
+        "service_tier": forwarded("as is (the row's chat table carries it or refuses it)"),
+        "stream": translated(
+            "`stream` with `stream_options.include_usage`; the chunks become `response.created`, "
+            "`response.output_item.added`, `response.content_part.added`, `response.output_text.delta`, "
+            "`…done`, `response.completed` with usage"
+        ),
+        "stream_options": not_sent("`include_obfuscation`: a translated stream carries no obfuscation"),
+        "store": refused("a translated row keeps no stored responses (the answer says `store: false`)", TRUE),
+        "previous_response_id": refused("a translated row keeps no stored responses to continue"),
+        "conversation": refused("a translated row keeps no conversations"),
+        "background": refused("a translated row runs no background responses", TRUE),
+        "background_options": refused("a translated row runs no background responses"),
+        "prompt": refused("stored prompts are OpenAI's"),
+        "include": refused(
+            "no extra output (encrypted reasoning, logprobs, sources) is translated", NOT_EMPTY
+        ),
+        "top_logprobs": refused("log probabilities are not translated back into a Response", NOT_ZERO),
+        "truncation": refused("the provider does not truncate the input for the gateway", one_of("disabled")),
+        "max_tool_calls": refused("built-in tool calls are not translated"),
+        "context_management": refused("OpenAI's context management has no counterpart"),
+        "moderation": refused("OpenAI's moderation has no counterpart"),
+        "prompt_cache_key": refused("OpenAI's prompt cache routing has no counterpart"),
+        "prompt_cache_options": refused("OpenAI's prompt cache has no counterpart"),
+        "prompt_cache_retention": refused("OpenAI's prompt cache has no counterpart"),
+        "image": refused("request-level image options are not translated"),
+        "access_programs": refused("OpenAI's access programs have no counterpart"),
+    },
+)
+
 # The route each translator and dialect applies: (route name, what it is translated to) → matrix.
 MATRICES: dict[str, RouteMatrix] = {
     "chat→messages": CHAT_ON_MESSAGES,
     "chat→converse": CHAT_ON_CONVERSE,
     "chat→gemini": CHAT_ON_GEMINI,
     "messages→chat": MESSAGES_ON_CHAT,
+    "responses→chat": RESPONSES_ON_CHAT,
 }
 
 
@@ -279,8 +352,8 @@ def render_markdown() -> str:
         'modelgate.proxy.translation.field_matrix import render_markdown as r; print(r(), end="")\'',
         "> docs/translation-fields.md`;",
         "`tests/unit/test_field_matrix.py` checks that this file matches, and that every request field",
-        "of the installed `openai` (`chat.completion_create_params`) and `anthropic`",
-        "(`message_create_params`) SDKs has an entry.",
+        "of the installed `openai` (`chat.completion_create_params`, `responses.response_create_params`)",
+        "and `anthropic` (`message_create_params`) SDKs has an entry.",
         "",
         "- **forwarded**: sent as the client wrote it; **translated**: sent as what the table says;",
         "  **refused**: a 400 naming the field and the row's provider (envelope A on chat, B on",
@@ -289,9 +362,10 @@ def render_markdown() -> str:
         "  for.",
         "- A field no table lists is refused too. Another row of the model may still serve the request:",
         "  a refusal is final only when no row can carry it.",
-        "- The Responses API (`/v1/responses`) is not translated: a model serves it only through rows that",
-        "  speak it natively. A Messages request on a Bedrock Converse or Gemini row is first the chat",
-        "  request of the Messages table, then meets that host's table.",
+        "- A Messages request on a Bedrock Converse or Gemini row is first the chat request of the Messages",
+        "  table, then meets that host's table. A Responses request on a row that does not speak the",
+        "  Responses API (Anthropic-kind rows; Bedrock, Gemini and Vertex hosts) is first the chat request",
+        "  of the Responses table, then meets the row's chat table.",
         "",
     ]
     for matrix in MATRICES.values():

@@ -169,6 +169,7 @@ class DialectUpstream:
     header the configured keys go in (None: the host signs or authorises each request itself in `prepare`)."""
 
     key_header: str | None = None
+    native_responses = True  # False: an OpenAI-kind host of this dialect takes chat completions only
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config

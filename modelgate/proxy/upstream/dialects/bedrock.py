@@ -80,6 +80,9 @@ class BedrockUpstream(DialectUpstream):
     """One Bedrock host (`dialect = "bedrock"`), region from its options, credentials signed per request."""
 
     key_header = None  # SigV4, not keys
+    native_responses = (
+        False  # Converse: a Responses request reaches it as chat (translation/responses_on_chat)
+    )
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(config)

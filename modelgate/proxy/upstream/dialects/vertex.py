@@ -36,6 +36,8 @@ _PASSED_HEADERS = ("anthropic-beta",)
 class VertexUpstream(DialectUpstream):
     """A Vertex AI project and region, seen by the gateway as an `anthropic`- or `openai`-family provider."""
 
+    native_responses = False  # a Responses request reaches Gemini on Vertex as chat (responses_on_chat)
+
     def __init__(self, config: ProviderConfig) -> None:
         # Vertex takes Google tokens only: a provider's keys (meant for its other hosts) never go to Google.
         super().__init__(dataclasses.replace(config, api_key=None, api_keys=()))
