@@ -69,7 +69,7 @@ api_key = "{KEYS[1]}"
 
 [[models]]
 name = "gem"
-kinds = ["chat", "messages"]
+kinds = ["chat", "messages", "responses"]
 [[models.rows]]
 provider = "google"
 host = "first"
@@ -504,3 +504,36 @@ def test_messages_effort_reaches_gemini_and_its_thoughts_come_back_as_a_thinking
     assert fake.requests[-1].json["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 8192
     assert [block.type for block in message.content] == ["thinking", "text"]
     assert (message.content[0].thinking, message.content[1].text) == ("thinking it over", "echo: hi")
+
+
+# -- the Responses API, translated to chat, then to generateContent -----------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_responses_parse_goes_as_a_response_schema(client, fake, stream: bool) -> None:
+    if stream:
+        with client.responses.stream(model="gem", input="Ada wrote programs", text_format=Person) as events:
+            kinds = [event.type for event in events]
+            response = events.get_final_response()
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    else:
+        response = client.responses.parse(model="gem", input="Ada wrote programs", text_format=Person)
+    assert response.output_parsed == Person(name="Ada wrote programs", words=3)
+    config = fake.requests[-1].json["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseSchema"]["properties"].keys() == {"name", "words"}
+    assert response.usage.input_tokens == USAGE["promptTokenCount"]
+
+
+def test_responses_reasoning_is_a_thinking_budget_and_comes_back_as_a_reasoning_item(client, fake) -> None:
+    response = client.responses.create(model="gem", input="hi", reasoning={"effort": "low"})
+    assert fake.requests[-1].json["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 1024
+    assert [item.type for item in response.output] == ["reasoning", "message"]
+
+
+def test_responses_top_logprobs_on_gemini_is_refused_naming_the_provider(client, fake) -> None:
+    fake.requests.clear()
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="gem", input="hi", top_logprobs=2)
+    assert refused.value.body["message"].startswith("'top_logprobs' cannot be sent to provider 'google'")
+    assert fake.requests == []

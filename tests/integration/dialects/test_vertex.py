@@ -112,7 +112,7 @@ host = "doomed"
 upstream_model = "gemini-2.5-flash"
 [[models]]
 name = "claude"
-kinds = ["chat", "messages"]
+kinds = ["chat", "messages", "responses"]
 [[models.rows]]
 provider = "anthropic-on-vertex"
 host = "east"
@@ -125,7 +125,7 @@ priority = 1
 
 [[models]]
 name = "gem"
-kinds = ["chat", "messages"]
+kinds = ["chat", "messages", "responses"]
 [[models.rows]]
 provider = "google-on-vertex"
 host = "gcp"
@@ -450,6 +450,23 @@ def test_chat_parse_on_both_families_on_vertex(client, fake, model: str, stream:
         reply = client.chat.completions.parse(model=model, messages=asked, response_format=Person)
     assert reply.choices[0].message.parsed == Person(name="Ada wrote programs", words=3)
     assert reply.choices[0].finish_reason == "stop"
+    sent = fake.requests[-1].json
+    if model == "claude":  # rawPredict: the Messages body with the answer tool forced
+        assert sent["tool_choice"] == {"type": "tool", "name": "json_answer"}
+    else:
+        assert sent["generationConfig"]["responseMimeType"] == "application/json"
+
+
+@pytest.mark.parametrize("model", ["claude", "gem"])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_responses_parse_on_both_families_on_vertex(client, fake, model: str, stream: bool) -> None:
+    if stream:
+        with client.responses.stream(model=model, input="Ada wrote programs", text_format=Person) as events:
+            response = events.get_final_response()
+    else:
+        response = client.responses.parse(model=model, input="Ada wrote programs", text_format=Person)
+    assert response.output_parsed == Person(name="Ada wrote programs", words=3)
+    assert response.status == "completed"
     sent = fake.requests[-1].json
     if model == "claude":  # rawPredict: the Messages body with the answer tool forced
         assert sent["tool_choice"] == {"type": "tool", "name": "json_answer"}

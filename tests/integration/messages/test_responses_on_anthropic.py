@@ -9,6 +9,8 @@ import openai
 import pydantic
 import pytest
 
+from tests.fakes import Fault
+
 MESSAGES_PATH = "/v1/messages"
 PROMPT = "Ada Lovelace was born in 1815"
 WEATHER_TOOL = {
@@ -91,13 +93,19 @@ def test_a_field_the_chat_table_refuses_is_refused_after_translation(openai_sdk,
     assert message.startswith("'metadata' cannot be sent to provider 'claude'")
 
 
-def test_an_upstream_that_answers_garbage_is_a_502_not_a_500(openai_sdk, anth) -> None:
-    from tests.fakes import Fault
-
-    anth.add_fault(MESSAGES_PATH, Fault(body=b"not json", status=200))
+def test_an_answer_that_is_not_a_message_is_a_502_not_a_500(openai_sdk, anth) -> None:
+    anth.add_fault(MESSAGES_PATH, Fault(body=["not", "a", "message"], status=200))
     with pytest.raises(openai.APIStatusError) as failed:
         openai_sdk.responses.create(model="claude-native", input=PROMPT)
     assert failed.value.status_code == 502
+
+
+def test_a_stream_that_breaks_off_ends_with_an_error_the_sdk_raises(openai_sdk, anth) -> None:
+    anth.add_fault(MESSAGES_PATH, Fault(disconnect_after_chunks=3))
+    with pytest.raises(openai.APIError, match="unavailable"):
+        with openai_sdk.responses.stream(model="claude-native", input=PROMPT) as stream:
+            for _ in stream:
+                pass
 
 
 def test_a_translated_response_is_stored_nowhere_so_it_cannot_be_fetched(openai_sdk) -> None:
