@@ -11,7 +11,7 @@ not speak it is the chat request of the `responses → chat` matrix, which then 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from modelgate.proxy.translation.field_rules import (
     ABOVE_ONE,
@@ -39,6 +39,9 @@ class RouteMatrix:
     client_api: str  # "openai-chat", "openai-responses" or "anthropic-messages": whose SDK lists the fields
     rows: str
     fields: Mapping[str, FieldEntry]
+    # What happens to fields inside the top-level ones (`tools[].function.strict`), where it differs from
+    # what the top-level entry says; documentation only: the translators apply them as they build.
+    sub_fields: Mapping[str, FieldEntry] = field(default_factory=dict)
 
 
 # Entries every chat → X route shares (what none of the three providers has).
@@ -61,6 +64,17 @@ _CHAT_NOWHERE: dict[str, FieldEntry] = {
     "functions": refused("deprecated: send `tools`"),
     "function_call": refused("deprecated: send `tool_choice`"),
 }
+
+
+def _tool_choice_variants(none: str, auto: str, required: str, named: str) -> dict[str, FieldEntry]:
+    """A row per `tool_choice` variant (tests/unit/test_translation_sub_fields.py checks each one)."""
+    return {
+        "tool_choice: none": translated(none),
+        "tool_choice: auto": translated(auto),
+        "tool_choice: required": translated(required),
+        "tool_choice: a named function": translated(named),
+    }
+
 
 _IMAGES_BY_URL_OR_INLINE = "image parts by URL (the provider fetches it) or as a base64 data URL"
 
@@ -115,6 +129,22 @@ CHAT_ON_MESSAGES = RouteMatrix(
         ),
         **_CHAT_NOWHERE,
     },
+    {
+        "tools[].function.strict": not_sent(
+            "the schema goes as `input_schema`; Claude's own `strict` tool use is not asked for (older "
+            "Claude models and some hosts refuse it), so the call's arguments are not held to the schema"
+        ),
+        "response_format.json_schema.strict": not_sent(
+            "the forced answer tool carries the schema either way (not held to it token by token); with "
+            "`reasoning_effort` it is `output_config.format`, which is"
+        ),
+        **_tool_choice_variants(
+            "`{type: none}`",
+            "`{type: auto}`",
+            "`{type: any}`",
+            "`{type: tool, name}`",
+        ),
+    },
 )
 
 CHAT_ON_CONVERSE = RouteMatrix(
@@ -161,6 +191,21 @@ CHAT_ON_CONVERSE = RouteMatrix(
         "presence_penalty": refused("Converse has no presence penalty", NOT_ZERO),
         "logprobs": refused("Converse returns no log probabilities", TRUE),
         **_CHAT_NOWHERE,
+    },
+    {
+        "tools[].function.strict": not_sent(
+            "the schema goes as `toolSpec.inputSchema`; Converse has no strict mode for it"
+        ),
+        "response_format.json_schema.strict": not_sent(
+            "the forced answer tool carries the schema either way (not held to it token by token)"
+        ),
+        **_tool_choice_variants(
+            "no `toolConfig` (Converse has no `none`); when the conversation holds tool calls, Converse "
+            "needs the tools to read them: they go without a `toolChoice`, and the model may call one",
+            "`toolChoice: {auto}`",
+            "`toolChoice: {any}`",
+            "`toolChoice: {tool: {name}}`",
+        ),
     },
 )
 
@@ -210,6 +255,20 @@ CHAT_ON_GEMINI = RouteMatrix(
         "service_tier": refused("Gemini's service tiers are not translated", one_of("auto", "default")),
         "logprobs": refused("log probabilities are not translated back", TRUE),
         **_CHAT_NOWHERE,
+    },
+    {
+        "tools[].function.strict": not_sent(
+            "Gemini's function declarations have no strict mode (cut with the other keywords it refuses)"
+        ),
+        "response_format.json_schema.strict": not_sent(
+            "`responseSchema` is Gemini's own constrained output: the answer follows the schema either way"
+        ),
+        **_tool_choice_variants(
+            "`functionCallingConfig.mode: NONE`",
+            "`functionCallingConfig.mode: AUTO`",
+            "`functionCallingConfig.mode: ANY`",
+            "`mode: ANY` with `allowedFunctionNames: [name]`",
+        ),
     },
 )
 
@@ -331,6 +390,14 @@ RESPONSES_ON_CHAT = RouteMatrix(
         "image": refused("request-level image options are not translated"),
         "access_programs": refused("OpenAI's access programs have no counterpart"),
     },
+    {
+        "tools[].strict": translated("`tools[].function.strict` (then as the row's chat table says)"),
+        "text.format.strict": translated(
+            "`response_format.json_schema.strict` (then as the row's chat table says)"
+        ),
+        "reasoning.summary": not_sent("the thinking comes back as a summary whatever it asks"),
+        "tool_choice: allowed_tools": refused("allowed-tools lists are not translated"),
+    },
 )
 
 # The route each translator and dialect applies: (route name, what it is translated to) → matrix.
@@ -377,8 +444,8 @@ def render_markdown() -> str:
             "| field | handling | what happens |",
         ]
         lines.append("|---|---|---|")
-        for name in sorted(matrix.fields):
-            entry = matrix.fields[name]
+        entries = [*sorted(matrix.fields.items()), *sorted(matrix.sub_fields.items())]
+        for name, entry in entries:
             handling = entry.handling
             detail = entry.detail
             if entry.refused_when is not None:
