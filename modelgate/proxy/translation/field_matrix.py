@@ -253,8 +253,15 @@ CHAT_ON_GEMINI = RouteMatrix(
         "safety_identifier": not_sent("Gemini has no end-user field (as `user`)"),
         "metadata": refused("Gemini keeps no stored completions to tag", NOT_EMPTY),
         "service_tier": refused("Gemini's service tiers are not translated", one_of("auto", "default")),
-        "logprobs": refused("log probabilities are not translated back", TRUE),
         **_CHAT_NOWHERE,
+        "logprobs": translated(
+            "`generationConfig.responseLogprobs`; each candidate's `logprobsResult` comes back as the "
+            "choice's `logprobs.content` (token, logprob, bytes), streamed with the chunk it came in"
+        ),
+        "top_logprobs": translated(
+            "`generationConfig.logprobs` (with `logprobs`: true); Gemini's `topCandidates` of each step "
+            "come back as `top_logprobs`"
+        ),
     },
     {
         "tools[].function.strict": not_sent(

@@ -447,7 +447,7 @@ def test_reasoning_effort_on_gemini_3_is_a_thinking_level_streamed_as_reasoning(
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("logprobs", True), ("store", True), ("parallel_tool_calls", False), ("metadata", {"a": "b"})],
+    [("store", True), ("parallel_tool_calls", False), ("metadata", {"a": "b"})],
 )
 def test_a_field_gemini_cannot_carry_is_refused_naming_the_provider(client, fake, field, value) -> None:
     before = len(fake.requests)
@@ -536,4 +536,50 @@ def test_responses_top_logprobs_on_gemini_is_refused_naming_the_provider(client,
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="gem", input="hi", top_logprobs=2)
     assert refused.value.body["message"].startswith("'top_logprobs' cannot be sent to provider 'google'")
+    assert fake.requests == []
+
+
+# -- log probabilities ---------------------------------------------------------------------------------------
+
+
+def test_logprobs_are_response_logprobs_and_come_back_per_token(client, fake) -> None:
+    reply = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "one two"}], logprobs=True, top_logprobs=2
+    )
+    config = fake.requests[-1].json["generationConfig"]
+    assert (config["responseLogprobs"], config["logprobs"]) == (True, 2)
+    content = reply.choices[0].logprobs.content
+    assert "".join(token.token for token in content) == reply.choices[0].message.content == "echo: one two"
+    assert [token.logprob for token in content] == [0.0, -0.5, -1.0]
+    assert content[1].bytes == list(content[1].token.encode())
+    assert [(alt.token, alt.logprob) for alt in content[1].top_logprobs] == [(" one", -0.5), ("alt1", -1.5)]
+
+
+def test_logprobs_without_alternatives_send_no_logprobs_count(client, fake) -> None:
+    reply = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "hi"}], logprobs=True
+    )
+    assert "logprobs" not in fake.requests[-1].json["generationConfig"]
+    assert [token.top_logprobs for token in reply.choices[0].logprobs.content] == [[], []]
+
+
+def test_streamed_logprobs_arrive_with_the_chunks(client) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="gem", messages=[{"role": "user", "content": "one two"}], logprobs=True, stream=True
+        )
+    )
+    tokens = [
+        t.token for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content
+    ]
+    assert "".join(tokens) == "echo: one two"
+
+
+def test_top_logprobs_without_logprobs_is_a_400_and_nothing_is_sent(client, fake) -> None:
+    fake.requests.clear()
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="gem", messages=[{"role": "user", "content": "hi"}], top_logprobs=2
+        )
+    assert "'top_logprobs' requires 'logprobs'" in refused.value.body["message"]
     assert fake.requests == []
