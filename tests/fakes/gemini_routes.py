@@ -219,12 +219,15 @@ def _logprobs_result(candidate: dict[str, Any], alternatives: int) -> dict[str, 
     text = "".join(p.get("text", "") for p in candidate["content"]["parts"] if not p.get("thought"))
     tokens = split_pieces(text)
     chosen = [{"token": t, "logProbability": -0.5 * i} for i, t in enumerate(tokens)]
-    steps = [
-        {"candidates": [choice] + [
-            {"token": f"alt{n}", "logProbability": choice["logProbability"] - n} for n in range(1, alternatives)
-        ]}
-        for choice in chosen
-    ] if alternatives else []  # fmt: skip
+
+    def step(choice: dict[str, Any]) -> dict[str, Any]:
+        others = [
+            {"token": f"alt{n}", "logProbability": choice["logProbability"] - n}
+            for n in range(1, alternatives)
+        ]
+        return {"candidates": [choice, *others]}
+
+    steps = [step(choice) for choice in chosen] if alternatives else []
     return {"chosenCandidates": chosen, "topCandidates": steps}
 
 
