@@ -147,3 +147,29 @@ def test_responses_reasoning_summary_is_not_sent() -> None:
     )
     assert chat["reasoning_effort"] == "low"
     assert "summary" not in str(chat)
+
+
+def test_responses_assistant_text_and_its_function_calls_are_one_chat_message() -> None:
+    chat = chat_of_responses(
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "weather in Paris and London?"},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Let me"}],
+                },
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "function_call", "call_id": "c1", "name": "w", "arguments": '{"city":"Paris"}'},
+                {"type": "function_call", "call_id": "c2", "name": "w", "arguments": '{"city":"London"}'},
+                {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+                {"type": "function_call_output", "call_id": "c2", "output": "rain"},
+            ],
+        },
+        "up",
+    )
+    user, assistant, first, second = chat["messages"]
+    assert assistant["content"] == "Let me"
+    assert [call["id"] for call in assistant["tool_calls"]] == ["c1", "c2"]
+    assert (first["role"], first["tool_call_id"], second["content"]) == ("tool", "c1", "rain")

@@ -85,8 +85,9 @@ def chat_request_of(payload: dict[str, Any], upstream_model: str) -> dict[str, A
 
 
 def chat_messages_of(input_: Any) -> list[dict[str, Any]]:
-    """The `input` (a string, or a list of items) as chat messages: consecutive function calls become one
-    assistant message with several `tool_calls`, each function call output a `tool` message."""
+    """The `input` (a string, or a list of items) as chat messages: an assistant message and the function
+    calls after it become one assistant message with `tool_calls`, each function call output a `tool`
+    message."""
     if isinstance(input_, str):
         return [{"role": "user", "content": input_}]
     if not isinstance(input_, list) or not input_:
@@ -108,7 +109,7 @@ def chat_messages_of(input_: Any) -> list[dict[str, Any]]:
                 },
             }
             last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and not last.get("content"):
+            if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
