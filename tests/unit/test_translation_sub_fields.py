@@ -170,6 +170,6 @@ def test_responses_assistant_text_and_its_function_calls_are_one_chat_message() 
         "up",
     )
     user, assistant, first, second = chat["messages"]
-    assert assistant["content"] == "Let me"
+    assert (user["role"], assistant["content"]) == ("user", "Let me")
     assert [call["id"] for call in assistant["tool_calls"]] == ["c1", "c2"]
     assert (first["role"], first["tool_call_id"], second["content"]) == ("tool", "c1", "rain")

@@ -1,7 +1,8 @@
 """Route `responses` on rows that do not speak the Responses API: served through chat completions.
 
 - On Anthropic-kind rows (Anthropic, Claude on Bedrock InvokeModel and Vertex rawPredict): Responses → chat
-  → Messages, and back, on top of `chat_on_anthropic`.
+  → Messages, and back, through the chat ⇄ Messages translation (`chat_to_messages`,
+  `messages_stream_to_chat`).
 - On OpenAI-kind rows whose host takes chat completions only (Bedrock Converse, Gemini, Vertex): Responses
   → chat; the host's dialect then translates the chat request and answers in chat format.
 
@@ -15,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from modelgate.domain.errors import UpstreamUnavailable
-from modelgate.proxy.translation.chat_on_anthropic import ChatOnMessages
+from modelgate.proxy.translation.base import translated_answer
 from modelgate.proxy.translation.chat_stream_to_responses import ChainedStream, ResponseEventStream
+from modelgate.proxy.translation.chat_to_messages import completion_of, messages_request_of
 from modelgate.proxy.translation.messages_stream_to_chat import ChatChunkStream
 from modelgate.proxy.translation.registry import register
 from modelgate.proxy.translation.responses_to_chat import (
@@ -25,19 +26,6 @@ from modelgate.proxy.translation.responses_to_chat import (
     chat_request_of,
     response_of,
 )
-
-
-def _response_body(completion_body: bytes, model: str, payload: dict[str, Any]) -> bytes:
-    try:
-        completion = orjson.loads(completion_body)
-    except orjson.JSONDecodeError:
-        raise UpstreamUnavailable("The provider answered with a body that is not JSON.") from None
-    if not isinstance(completion, dict):
-        raise UpstreamUnavailable("The provider answered with an unexpected body.")
-    try:
-        return orjson.dumps(response_of(completion, model, payload))
-    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:  # fields of other types
-        raise UpstreamUnavailable(f"The provider answered with an unexpected body ({exc!r}).") from None
 
 
 class ResponsesOnChatCompletions:
@@ -50,7 +38,7 @@ class ResponsesOnChatCompletions:
         return orjson.dumps(chat_request_of(payload, upstream_model))
 
     def response_body(self, body: bytes, model: str, payload: dict[str, Any]) -> bytes:
-        return _response_body(body, model, payload)
+        return translated_answer(body, lambda completion: response_of(completion, model, payload))
 
     def stream(self, model: str, payload: dict[str, Any]) -> ResponseEventStream:
         return ResponseEventStream(model, payload)
@@ -61,25 +49,19 @@ class ResponsesOnMessages:
 
     upstream_path = "/v1/messages"
 
-    def __init__(self) -> None:
-        self._chat = ChatOnMessages()
-
     def request_body(self, payload: dict[str, Any], upstream_model: str, default_max_tokens: int) -> bytes:
         chat = chat_request_of(payload, upstream_model)
-        return self._chat.request_body(chat, upstream_model, default_max_tokens)
+        return orjson.dumps(messages_request_of(chat, upstream_model, default_max_tokens))
 
     def response_body(self, body: bytes, model: str, payload: dict[str, Any]) -> bytes:
-        completion = self._chat.response_body(body, model, _structured(payload))
-        return _response_body(completion, model, payload)
+        structured = asks_structured_output(payload)
+        return translated_answer(
+            body, lambda message: response_of(completion_of(message, model, structured), model, payload)
+        )
 
     def stream(self, model: str, payload: dict[str, Any]) -> ChainedStream:
         chat = ChatChunkStream(model, True, asks_structured_output(payload))
         return ChainedStream(chat, ResponseEventStream(model, payload))
-
-
-def _structured(payload: dict[str, Any]) -> dict[str, Any]:
-    """What the chat translator reads of the request to read the answer: whether it asked for JSON."""
-    return {"response_format": {"type": "json_object"}} if asks_structured_output(payload) else {}
 
 
 register("responses", "anthropic", ResponsesOnMessages())

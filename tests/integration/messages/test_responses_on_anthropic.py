@@ -36,10 +36,16 @@ def sent(anth) -> dict:
     return anth.requests_to(MESSAGES_PATH)[-1].json
 
 
+def message_of(error: openai.APIStatusError) -> str:
+    body = error.body
+    assert isinstance(body, dict)
+    return str(body["message"])
+
+
 def refusal_of(openai_sdk: openai.OpenAI, **fields) -> str:
     with pytest.raises(openai.BadRequestError) as refused:
         openai_sdk.responses.create(model="claude-native", input=PROMPT, **fields)
-    return refused.value.body["message"]
+    return message_of(refused.value)
 
 
 # -- refusals first --------------------------------------------------------------------------------------
@@ -84,7 +90,7 @@ def test_an_input_item_that_needs_stored_state_is_refused(openai_sdk, anth) -> N
         openai_sdk.responses.create(
             model="claude-native", input=[{"type": "item_reference", "id": "msg_123"}]
         )
-    assert "'item_reference'" in refused.value.body["message"]
+    assert "'item_reference'" in message_of(refused.value)
     assert anth.requests_to(MESSAGES_PATH) == []
 
 
@@ -94,7 +100,7 @@ def test_a_field_the_chat_table_refuses_is_refused_after_translation(openai_sdk,
 
 
 def test_an_answer_that_is_not_a_message_is_a_502_not_a_500(openai_sdk, anth) -> None:
-    anth.add_fault(MESSAGES_PATH, Fault(body=["not", "a", "message"], status=200))
+    anth.add_fault(MESSAGES_PATH, Fault(body={"type": "message", "content": "not blocks"}, status=200))
     with pytest.raises(openai.APIStatusError) as failed:
         openai_sdk.responses.create(model="claude-native", input=PROMPT)
     assert failed.value.status_code == 502
@@ -139,6 +145,19 @@ def test_max_output_tokens_reached_is_an_incomplete_response(openai_sdk) -> None
     )
     assert response.status == "incomplete"
     assert response.incomplete_details.reason == "max_output_tokens"
+
+
+def test_a_streamed_answer_cut_by_max_output_tokens_ends_with_response_incomplete(openai_sdk) -> None:
+    events = list(
+        openai_sdk.responses.create(
+            model="claude-native", input="one two three four", max_output_tokens=2, stream=True
+        )
+    )
+    last = events[-1]
+    assert last.type == "response.incomplete"
+    assert last.response.incomplete_details.reason == "max_output_tokens"
+    assert last.response.output_text == "echo: one"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
 
 
 def test_responses_parse_sends_the_schema_as_a_forced_tool_and_reads_the_answer(openai_sdk, anth) -> None:
