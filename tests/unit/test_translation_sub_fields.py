@@ -173,3 +173,20 @@ def test_responses_assistant_text_and_its_function_calls_are_one_chat_message() 
     assert (user["role"], assistant["content"]) == ("user", "Let me")
     assert [call["id"] for call in assistant["tool_calls"]] == ["c1", "c2"]
     assert (first["role"], first["tool_call_id"], second["content"]) == ("tool", "c1", "rain")
+
+
+@pytest.mark.parametrize("route", CHAT_ROUTES)
+def test_a_participant_name_and_an_image_detail_change_nothing_sent(route: str) -> None:
+    image = "data:image/png;base64,iVBORw0KGgo="
+
+    def turn(**extra: Any) -> list[dict[str, Any]]:
+        part = {"type": "image_url", "image_url": {"url": image, **extra}}
+        return [{"role": "user", "content": [{"type": "text", "text": "look"}, part]}]
+
+    plain = build(route, messages=turn())
+    named = build(route, messages=[{**turn(detail="high")[0], "name": "ada"}])
+    assert named == plain
+    rows = MATRICES[route].sub_fields
+    assert (
+        rows["messages[].name"].handling == rows["messages[].content[].image_url.detail"].handling == NOT_SENT
+    )

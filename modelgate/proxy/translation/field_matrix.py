@@ -66,6 +66,15 @@ _CHAT_NOWHERE: dict[str, FieldEntry] = {
 }
 
 
+# Inside `messages`, what none of the three providers has a place for.
+_MESSAGE_HINTS: dict[str, FieldEntry] = {
+    "messages[].name": not_sent("the provider has no participant names (the turn's text is sent)"),
+    "messages[].content[].image_url.detail": not_sent(
+        "the provider has no detail level: the image is read at its own resolution"
+    ),
+}
+
+
 def _tool_choice_variants(none: str, auto: str, required: str, named: str) -> dict[str, FieldEntry]:
     """A row per `tool_choice` variant (tests/unit/test_translation_sub_fields.py checks each one)."""
     return {
@@ -86,7 +95,9 @@ CHAT_ON_MESSAGES = RouteMatrix(
         "model": translated("the row's upstream model"),
         "messages": translated(
             "`system`/`developer` → `system`; user and assistant turns (consecutive ones merged); `tool` → "
-            f"`tool_result` blocks; {_IMAGES_BY_URL_OR_INLINE} → `image` blocks; audio and file parts refused"
+            f"`tool_result` blocks; {_IMAGES_BY_URL_OR_INLINE} → `image` blocks (by URL on Anthropic's own "
+            "API only: Claude on Bedrock and Vertex takes inline bytes, so a URL there is refused and "
+            "never fetched); audio and file parts refused"
         ),
         "max_completion_tokens": translated("`max_tokens` (the model's `default_max_tokens` when unset)"),
         "max_tokens": translated("`max_tokens` (when `max_completion_tokens` is unset)"),
@@ -138,6 +149,7 @@ CHAT_ON_MESSAGES = RouteMatrix(
             "the forced answer tool carries the schema either way (not held to it token by token); with "
             "`reasoning_effort` it is `output_config.format`, which is"
         ),
+        **_MESSAGE_HINTS,
         **_tool_choice_variants(
             "`{type: none}`",
             "`{type: auto}`",
@@ -199,6 +211,7 @@ CHAT_ON_CONVERSE = RouteMatrix(
         "response_format.json_schema.strict": not_sent(
             "the forced answer tool carries the schema either way (not held to it token by token)"
         ),
+        **_MESSAGE_HINTS,
         **_tool_choice_variants(
             "no `toolConfig` (Converse has no `none`); when the conversation holds tool calls, Converse "
             "needs the tools to read them: they go without a `toolChoice`, and the model may call one",
@@ -270,6 +283,7 @@ CHAT_ON_GEMINI = RouteMatrix(
         "response_format.json_schema.strict": not_sent(
             "`responseSchema` is Gemini's own constrained output: the answer follows the schema either way"
         ),
+        **_MESSAGE_HINTS,
         **_tool_choice_variants(
             "`functionCallingConfig.mode: NONE`",
             "`functionCallingConfig.mode: AUTO`",

@@ -727,3 +727,15 @@ def test_a_responses_image_url_to_converse_is_refused_and_never_fetched(client, 
         client.responses.create(model="llama", input=[{"role": "user", "content": [part]}])
     assert "inline" in refused.value.body["message"]
     assert east.requests == []  # the URL points at the fake itself: nothing fetched it
+
+
+def test_an_image_url_to_claude_on_bedrock_is_refused_and_never_fetched(claude, client, east) -> None:
+    image = {"type": "image", "source": {"type": "url", "url": f"{east.base_url}/cat.png"}}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="claude", max_tokens=20, messages=[{"role": "user", "content": [image]}])
+    assert "inline bytes only" in refused.value.message
+    part = {"type": "input_image", "image_url": f"{east.base_url}/cat.png", "detail": "auto"}
+    with pytest.raises(openai.BadRequestError) as also:
+        client.responses.create(model="claude", input=[{"role": "user", "content": [part]}])
+    assert "'messages' cannot be sent to provider 'claude'" in str(also.value)
+    assert east.requests == []  # the URL points at the fake itself: nothing fetched it

@@ -24,6 +24,7 @@ from modelgate.proxy.upstream.dialects.base import (
     LocalAnswer,
     json_error,
     json_payload,
+    refuse_media_urls,
 )
 from modelgate.proxy.upstream.dialects.gemini import GeminiChat, model_segment, read_whole
 from modelgate.proxy.upstream.dialects.vertex_auth import GoogleToken
@@ -68,6 +69,7 @@ class VertexUpstream(DialectUpstream):
 
     def _claude(self, path: str, body: bytes | None, client_headers: Any) -> Call:
         payload = json_payload(body)
+        refuse_media_urls(payload, "Claude on Vertex")
         payload["anthropic_version"] = VERTEX_ANTHROPIC_VERSION
         headers = [
             (name, value)
