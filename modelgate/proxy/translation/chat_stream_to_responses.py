@@ -131,7 +131,7 @@ class ResponseEventStream(EventStreamTranslator):
         item = self._calls.get(position)
         if item is None:
             self._finish_open(out)
-            item = self._new_item(out, "function_call", "fc")
+            item = self._new_item("function_call", "fc")
             item.call_id = call.get("id") or new_item_id("call")
             item.name = function.get("name") or ""
             added = function_call_item(item.id, item.call_id, item.name, "")
@@ -149,14 +149,14 @@ class ResponseEventStream(EventStreamTranslator):
 
     # -- items -------------------------------------------------------------------------------------
 
-    def _new_item(self, out: list[bytes], kind: str, prefix: str) -> _Item:
+    def _new_item(self, kind: str, prefix: str) -> _Item:
         item = _Item(kind, new_item_id(prefix), len(self._items))
         self._items.append(item)
         return item
 
     def _open_message(self, out: list[bytes]) -> _Item:
         self._finish_open(out)
-        item = self._open = self._new_item(out, "message", "msg")
+        item = self._open = self._new_item("message", "msg")
         added = message_item(item.id, "", "in_progress") | {"content": []}
         self._event(out, "response.output_item.added", {"output_index": item.index, "item": added})
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
@@ -166,7 +166,7 @@ class ResponseEventStream(EventStreamTranslator):
 
     def _open_reasoning(self, out: list[bytes]) -> _Item:
         self._finish_open(out)
-        item = self._open = self._new_item(out, "reasoning", "rs")
+        item = self._open = self._new_item("reasoning", "rs")
         added = {"id": item.id, "type": "reasoning", "summary": []}
         self._event(out, "response.output_item.added", {"output_index": item.index, "item": added})
         where = {"item_id": item.id, "output_index": item.index, "summary_index": 0}
