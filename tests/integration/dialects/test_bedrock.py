@@ -739,3 +739,21 @@ def test_an_image_url_to_claude_on_bedrock_is_refused_and_never_fetched(claude, 
         client.responses.create(model="claude", input=[{"role": "user", "content": [part]}])
     assert "'messages' cannot be sent to provider 'claude'" in str(also.value)
     assert east.requests == []  # the URL points at the fake itself: nothing fetched it
+
+
+def test_responses_sampling_and_end_user_fields_reach_converse(client, east) -> None:
+    client.responses.create(
+        model="llama",
+        input="hi",
+        instructions="Be brief.",
+        temperature=0.2,
+        top_p=0.9,
+        max_output_tokens=40,
+        user="u-1",
+        safety_identifier="s-1",
+        metadata={"team": "a"},
+    )
+    sent = east.requests[-1].json
+    assert sent["system"] == [{"text": "Be brief."}]
+    assert sent["inferenceConfig"] == {"temperature": 0.2, "topP": 0.9, "maxTokens": 40}
+    assert sent["requestMetadata"] == {"team": "a", "user": "u-1", "safety_identifier": "s-1"}

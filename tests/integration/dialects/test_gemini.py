@@ -532,7 +532,6 @@ def test_responses_reasoning_is_a_thinking_budget_and_comes_back_as_a_reasoning_
 
 
 def test_responses_top_logprobs_on_gemini_is_refused_naming_the_provider(client, fake) -> None:
-    fake.requests.clear()
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="gem", input="hi", top_logprobs=2)
     assert refused.value.body["message"].startswith("'top_logprobs' cannot be sent to provider 'google'")
@@ -576,10 +575,25 @@ def test_streamed_logprobs_arrive_with_the_chunks(client) -> None:
 
 
 def test_top_logprobs_without_logprobs_is_a_400_and_nothing_is_sent(client, fake) -> None:
-    fake.requests.clear()
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
             model="gem", messages=[{"role": "user", "content": "hi"}], top_logprobs=2
         )
     assert "'top_logprobs' requires 'logprobs'" in refused.value.body["message"]
     assert fake.requests == []
+
+
+def test_a_responses_input_file_goes_inline_and_a_file_by_id_is_refused(client, fake) -> None:
+    pdf = "data:application/pdf;base64,JVBERi0xLjQK"
+    part = {"type": "input_file", "file_data": pdf, "filename": "a.pdf"}
+    client.responses.create(
+        model="gem", input=[{"role": "user", "content": [{"type": "input_text", "text": "read"}, part]}]
+    )
+    parts = fake.requests[-1].json["contents"][0]["parts"]
+    assert parts[1] == {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0xLjQK"}}
+    sent_before = len(fake.requests)
+    by_id = {"type": "input_file", "file_id": "file-123"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="gem", input=[{"role": "user", "content": [by_id]}])
+    assert refused.value.body["message"].startswith("'input' cannot be sent to provider 'google'")
+    assert len(fake.requests) == sent_before

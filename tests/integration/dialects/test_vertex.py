@@ -475,7 +475,6 @@ def test_responses_parse_on_both_families_on_vertex(client, fake, model: str, st
 
 
 def test_an_image_url_to_claude_on_vertex_is_refused_and_never_fetched(claude, fake) -> None:
-    fake.requests.clear()
     image = {"type": "image", "source": {"type": "url", "url": f"{fake.base_url}/cat.png"}}
     with pytest.raises(anthropic.BadRequestError) as refused:
         claude.messages.create(model="claude", max_tokens=20, messages=[{"role": "user", "content": [image]}])
