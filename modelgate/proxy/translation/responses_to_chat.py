@@ -161,8 +161,10 @@ def _parts_of(content: Any, index: int) -> list[dict[str, Any]]:
         if kind in ("input_text", "output_text"):
             parts.append({"type": "text", "text": part.get("text") or ""})
         elif kind == "input_image":
-            if part.get("file_id") or not isinstance(part.get("image_url"), str):
+            if part.get("file_id"):
                 raise FieldRefused("input", "an image by file_id is not translated (send its URL or bytes)")
+            if not isinstance(part.get("image_url"), str):
+                raise InvalidRequest(f"input[{index}]: an input_image needs an 'image_url'")
             image = {"url": part["image_url"]}
             if part.get("detail") in ("low", "high", "auto"):
                 image["detail"] = part["detail"]

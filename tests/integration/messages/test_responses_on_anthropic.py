@@ -291,3 +291,33 @@ def test_images_by_url_and_inline_reach_messages_as_sources(openai_sdk, anth) ->
     blocks = sent(anth)["messages"][0]["content"]
     assert blocks[1]["source"] == {"type": "url", "url": "https://example.com/a.png"}
     assert blocks[2]["source"] == {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": 5},
+        {"input": []},
+        {"input": [5]},
+        {"input": [{"role": "robot", "content": "hi"}]},
+        {"input": [{"role": "user", "content": 5}]},
+        {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+        {"input": [{"role": "user", "content": [7]}]},
+        {"input": [{"type": "function_call", "name": "f"}]},
+        {"input": [{"type": "function_call_output", "call_id": "c", "output": 5}]},
+        {"input": "hi", "tools": "x"},
+        {"input": "hi", "tools": [5]},
+        {"input": "hi", "tool_choice": 5},
+        {"input": "hi", "text": "x"},
+        {"input": "hi", "text": {"format": {"type": "xml"}}},
+        {"input": "hi", "text": {"format": {"type": "json_schema", "name": "n", "schema": 5}}},
+        {"input": "hi", "reasoning": "x"},
+        {"input": "hi", "instructions": 5},
+    ],
+)
+def test_hostile_input_is_a_clear_400_never_a_500(openai_sdk, anth, body: dict) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        openai_sdk.responses.create(model="claude-native", **body)
+    assert refused.value.status_code == 400
+    assert "Traceback" not in message_of(refused.value)
+    assert anth.requests_to(MESSAGES_PATH) == []
