@@ -22,6 +22,7 @@ from modelgate.proxy.translation.responses_to_chat import (
     message_item,
     new_item_id,
     new_response_id,
+    output_logprobs_of,
     reasoning_item,
     response_object,
     usage_of,
@@ -41,6 +42,7 @@ class _Item:
     id: str
     index: int
     pieces: list[str] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # a message's, as they came
     call_id: str = ""
     name: str = ""
     done: dict[str, Any] | None = None  # the finished item, once it is done
@@ -117,8 +119,10 @@ class ResponseEventStream(EventStreamTranslator):
             if isinstance(text, str) and text:
                 item = self._open if self._open and self._open.kind == "message" else self._open_message(out)
                 item.pieces.append(text)
+                logprobs = output_logprobs_of(choice.get("logprobs"))
+                item.logprobs.extend(logprobs)
                 where = {"item_id": item.id, "output_index": item.index, "content_index": 0}
-                self._event(out, "response.output_text.delta", {**where, "delta": text, "logprobs": []})
+                self._event(out, "response.output_text.delta", {**where, "delta": text, "logprobs": logprobs})
             for call in delta.get("tool_calls") or ():
                 if isinstance(call, dict):
                     self._on_tool_call(call, out)
@@ -184,10 +188,11 @@ class ResponseEventStream(EventStreamTranslator):
         text = "".join(item.pieces)
         if item.kind == "message":
             where = {"item_id": item.id, "output_index": item.index, "content_index": 0}
-            self._event(out, "response.output_text.done", {**where, "text": text, "logprobs": []})
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            logprobs = item.logprobs
+            self._event(out, "response.output_text.done", {**where, "text": text, "logprobs": logprobs})
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
             self._event(out, "response.content_part.done", {**where, "part": part})
-            item.done = message_item(item.id, text, "completed")
+            item.done = message_item(item.id, text, "completed", logprobs)
         else:
             where = {"item_id": item.id, "output_index": item.index, "summary_index": 0}
             self._event(out, "response.reasoning_summary_text.done", {**where, "text": text})

@@ -21,6 +21,7 @@ from modelgate.proxy.translation.field_rules import (
     NOT_ZERO,
     THINKING_ON,
     TRUE,
+    Condition,
     FieldEntry,
     forwarded,
     gateway,
@@ -29,6 +30,8 @@ from modelgate.proxy.translation.field_rules import (
     refused,
     translated,
 )
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # the Responses `include` value that asks for logprobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,10 +400,16 @@ RESPONSES_ON_CHAT = RouteMatrix(
         "background": refused("a translated row runs no background responses", TRUE),
         "background_options": refused("a translated row runs no background responses"),
         "prompt": refused("stored prompts are OpenAI's"),
-        "include": refused(
-            "no extra output (encrypted reasoning, logprobs, sources) is translated", NOT_EMPTY
+        "include": translated(
+            "`message.output_text.logprobs` → `logprobs: true` (the row's chat table carries it or refuses "
+            "it); the chat `logprobs` come back as each `output_text`'s and each delta's `logprobs`",
+            Condition(
+                'anything but ["message.output_text.logprobs"]',
+                lambda value: value not in (None, [], [LOGPROBS_INCLUDE]),
+            ),
+            "no other extra output (encrypted reasoning, sources, images) is translated",
         ),
-        "top_logprobs": refused("log probabilities are not translated back into a Response", NOT_ZERO),
+        "top_logprobs": translated("`top_logprobs` (with the `include` above)"),
         "truncation": refused("the provider does not truncate the input for the gateway", one_of("disabled")),
         "max_tool_calls": refused("built-in tool calls are not translated"),
         "context_management": refused("OpenAI's context management has no counterpart"),

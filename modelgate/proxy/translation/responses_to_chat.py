@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from modelgate.domain.errors import InvalidRequest
-from modelgate.proxy.translation.field_matrix import RESPONSES_ON_CHAT
+from modelgate.proxy.translation.field_matrix import LOGPROBS_INCLUDE, RESPONSES_ON_CHAT
 from modelgate.proxy.translation.field_rules import FieldRefused, check_fields
 
 # Responses item `role` → chat message role (a `developer` message stays one: the chat translators read it
@@ -62,6 +62,10 @@ def chat_request_of(payload: dict[str, Any], upstream_model: str) -> dict[str, A
             chat[name] = payload[name]
     if payload.get("max_output_tokens") is not None:
         chat["max_completion_tokens"] = payload["max_output_tokens"]
+    if payload.get("include") == [LOGPROBS_INCLUDE]:
+        chat["logprobs"] = True
+    if payload.get("top_logprobs"):
+        chat["top_logprobs"] = payload["top_logprobs"]
     tools = payload.get("tools")
     if tools:
         if not isinstance(tools, list):
@@ -249,7 +253,8 @@ def response_of(completion: dict[str, Any], model: str, payload: dict[str, Any])
         output.append(reasoning_item(new_item_id("rs"), reasoning))
     text = message.get("content")
     if isinstance(text, str) and (text or not message.get("tool_calls")):
-        output.append(message_item(new_item_id("msg"), text, "completed"))
+        logprobs = output_logprobs_of(choice.get("logprobs"))
+        output.append(message_item(new_item_id("msg"), text, "completed", logprobs))
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         output.append(
@@ -314,8 +319,10 @@ def response_object(
     }
 
 
-def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
-    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def message_item(
+    item_id: str, text: str, status: str, logprobs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
     return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": [part]}
 
 
@@ -333,6 +340,32 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: Any) ->
         "name": name,
         "arguments": arguments if isinstance(arguments, str) else "{}",
     }
+
+
+def output_logprobs_of(logprobs: Any) -> list[dict[str, Any]]:
+    """A chat choice's `logprobs` as an `output_text`'s: the same tokens, log probabilities, bytes and
+    alternatives."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [
+        {
+            "token": token.get("token", ""),
+            "logprob": token.get("logprob", 0.0),
+            "bytes": token.get("bytes") or [],
+            "top_logprobs": [
+                {
+                    "token": alt.get("token", ""),
+                    "logprob": alt.get("logprob", 0.0),
+                    "bytes": alt.get("bytes") or [],
+                }
+                for alt in token.get("top_logprobs") or ()
+                if isinstance(alt, dict)
+            ],
+        }
+        for token in content
+        if isinstance(token, dict)
+    ]
 
 
 def usage_of(usage: Any) -> dict[str, Any] | None:

@@ -531,10 +531,30 @@ def test_responses_reasoning_is_a_thinking_budget_and_comes_back_as_a_reasoning_
     assert [item.type for item in response.output] == ["reasoning", "message"]
 
 
-def test_responses_top_logprobs_on_gemini_is_refused_naming_the_provider(client, fake) -> None:
+LOGPROBS = ["message.output_text.logprobs"]
+
+
+def test_responses_logprobs_are_gemini_logprobs_on_the_output_text(client, fake) -> None:
+    response = client.responses.create(model="gem", input="one two", include=LOGPROBS, top_logprobs=2)
+    config = fake.requests[-1].json["generationConfig"]
+    assert (config["responseLogprobs"], config["logprobs"]) == (True, 2)
+    [part] = response.output[0].content
+    assert [(t.token, t.logprob) for t in part.logprobs] == [("echo:", 0.0), (" one", -0.5), (" two", -1.0)]
+    assert [alt.token for alt in part.logprobs[2].top_logprobs] == [" two", "alt1"]
+
+
+def test_streamed_responses_logprobs_come_with_the_deltas_and_the_done_text(client) -> None:
+    with client.responses.stream(model="gem", input="one two", include=LOGPROBS) as stream:
+        deltas = [t.token for e in stream if e.type == "response.output_text.delta" for t in e.logprobs]
+        final = stream.get_final_response()
+    assert "".join(deltas) == "echo: one two"
+    assert [t.token for t in final.output[0].content[0].logprobs] == deltas
+
+
+def test_other_responses_include_values_are_refused_naming_the_provider(client, fake) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
-        client.responses.create(model="gem", input="hi", top_logprobs=2)
-    assert refused.value.body["message"].startswith("'top_logprobs' cannot be sent to provider 'google'")
+        client.responses.create(model="gem", input="hi", include=["reasoning.encrypted_content"])
+    assert refused.value.body["message"].startswith("'include' cannot be sent to provider 'google'")
     assert fake.requests == []
 
 

@@ -58,7 +58,6 @@ def refusal_of(openai_sdk: openai.OpenAI, **fields) -> str:
         ("background", True),
         ("conversation", "conv_abc123"),
         ("include", ["reasoning.encrypted_content"]),
-        ("top_logprobs", 3),
         ("truncation", "auto"),
         ("max_tool_calls", 2),
         ("prompt_cache_key", "k"),
@@ -70,6 +69,12 @@ def test_a_field_a_translated_row_cannot_carry_is_refused_naming_it_and_the_prov
 ) -> None:
     message = refusal_of(openai_sdk, extra_body={field: value})
     assert message.startswith(f"'{field}' cannot be sent to provider 'claude'")
+    assert anth.requests_to(MESSAGES_PATH) == []
+
+
+def test_logprobs_asked_through_include_are_refused_by_the_messages_table(openai_sdk, anth) -> None:
+    message = refusal_of(openai_sdk, include=["message.output_text.logprobs"], top_logprobs=3)
+    assert message.startswith("'logprobs' cannot be sent to provider 'claude'")
     assert anth.requests_to(MESSAGES_PATH) == []
 
 
