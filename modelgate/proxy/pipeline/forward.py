@@ -114,7 +114,9 @@ class Forwarder:
         failed = saturated = False
         translation_refusal: InvalidRequest | None = None
         for row in attempts:
-            translator = translator_for(route.name, row.upstream.kind, row.upstream.native_messages)
+            translator = translator_for(
+                route.name, row.upstream.kind, row.upstream.native_messages, row.upstream.native_responses
+            )
             try:
                 if translator is None:
                     row_path, body = path, self._body_for(ctx, row, body_template)

@@ -102,6 +102,7 @@ class MockUpstream:
 
     kind = "mock"
     native_messages = True
+    native_responses = True
     pool = None  # in process: no connections
 
     def __init__(self, name: str) -> None:

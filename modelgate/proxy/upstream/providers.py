@@ -65,6 +65,7 @@ class Upstream(Protocol):
     kind: str
     host: str
     native_messages: bool
+    native_responses: bool  # an OpenAI-kind host that takes the Responses API (else it is translated)
 
     @property
     def pool(self) -> ConnectionPool | None:
@@ -108,6 +109,7 @@ class HttpUpstream:
         parts = urlsplit(config.base_url)
         self.host = parts.hostname or config.name
         self.native_messages = bool(config.native_messages)
+        self.native_responses = True
         self._anthropic_version = config.anthropic_version
         self._base = config.base_url.rstrip("/")
         self._base_path = parts.path.rstrip("/")

@@ -26,6 +26,7 @@ import orjson
 
 from modelgate.config import ProviderConfig
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_rules import FieldRefused
 from modelgate.proxy.upstream.http_client import ConnectionPool, UpstreamBrokeOff
 from modelgate.proxy.upstream.providers import HttpUpstream, StreamedBody, UpstreamResponse
 
@@ -169,6 +170,7 @@ class DialectUpstream:
     header the configured keys go in (None: the host signs or authorises each request itself in `prepare`)."""
 
     key_header: str | None = None
+    native_responses = True  # False: an OpenAI-kind host of this dialect takes chat completions only
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
@@ -299,3 +301,21 @@ def raw_events(data: bytes) -> list[bytes]:
     if start < len(data):
         events.append(data[start:])
     return events
+
+
+def refuse_media_urls(request: dict[str, Any], host: str) -> None:
+    """400 (FieldRefused `messages`) for an image or document block given by URL in a Messages request to a
+    host that takes inline bytes only (Claude on Bedrock and on Vertex): the gateway fetches nothing a tenant
+    names, and the host would fail on it."""
+    for message in request.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            inner = block.get("content") if isinstance(block, dict) else None
+            for part in [block, *(inner if isinstance(inner, list) else ())]:
+                source = part.get("source") if isinstance(part, dict) else None
+                if isinstance(source, dict) and source.get("type") == "url":
+                    raise FieldRefused(
+                        "messages",
+                        f"{host} takes images and documents as inline bytes only: one given by URL is "
+                        "refused (the gateway fetches nothing); send it as base64",
+                    )
