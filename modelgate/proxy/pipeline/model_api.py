@@ -12,7 +12,8 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -80,18 +81,20 @@ class Completions:
         task.add_done_callback(self._pending.discard)
         return task
 
-    def run_eagerly(self, phase: Coroutine[Any, Any, None]) -> asyncio.Task | None:
+    def run_eagerly(self, phase: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
         """Run `phase` now, in the caller, up to its first real wait: None when it ended without one (the
         usual completion: its hooks only queue work), else the task that carries it on from that wait.
 
         A task per request costs more than the whole completion phase of most; cancelling the caller can
-        only reach a coroutine at a wait, and there the phase is handed to a task of its own.
+        only reach a coroutine at a wait, and there the phase is handed to a task of its own. What Python
+        3.12 calls an eager task (`asyncio.Task(..., eager_start=True)`), on 3.11: the phase's first step is
+        taken here (`coroutine.send`, the coroutine protocol a task itself uses), the rest by the task.
         """
         try:
             waiting = phase.send(None)
         except StopIteration:
             return None
-        return self.run(_carry_on(phase, waiting))
+        return self.run(_carried_on(phase, waiting))
 
     async def drain(self, seconds: float) -> None:
         """Wait for every completion phase still running (at most `seconds`)."""
@@ -104,27 +107,22 @@ class Completions:
             await asyncio.wait(self._pending, timeout=left)
 
 
-async def _carry_on(phase: Coroutine[Any, Any, None], waiting: Any) -> None:
-    """Drive a coroutine that was started outside any task and is waiting on `waiting` (what it yielded: a
-    future, or None for a bare yield) to its end, as a task would: resumed once that is done, with a
-    cancellation of this task passed in where it waits."""
-    while True:
+@types.coroutine
+def _carried_on(phase: Coroutine[Any, Any, None], waiting: object) -> Generator[object, None, None]:
+    """The rest of a phase whose first step was taken outside any task and yielded `waiting` (the future it
+    awaits, or None for a bare yield), as a task's coroutine: `waiting` goes to the task as if the phase had
+    yielded it there itself, then the task drives the phase (`yield from`). A cancellation of the task meets
+    the phase where it waits."""
+    try:
+        yield waiting
+    except BaseException as thrown:  # the task was cancelled while the phase waited: the phase hears it
         try:
-            if waiting is None:
-                await asyncio.sleep(0)
-            else:
-                waiting._asyncio_future_blocking = False  # what a task does with the futures it is given
-                await asyncio.wait((waiting,))  # not `await waiting`: its outcome is the phase's to read
-        except asyncio.CancelledError as cancelled:
-            if waiting is not None:
-                waiting.cancel()
-            step, value = phase.throw, cancelled
-        else:
-            step, value = phase.send, None
-        try:
-            waiting = step(value)
+            waiting = phase.throw(thrown)
         except StopIteration:
             return
+        yield from _carried_on(phase, waiting)
+        return
+    yield from phase
 
 
 class ModelApi:
@@ -221,7 +219,8 @@ class ModelApi:
                 # Sent, then let go of before its answer came: the provider billed at least the prompt.
                 ctx.metering.abandoned = True
             if (ctx.answered_status or ctx.metering.abandoned) and not ctx.outcome:
-                ctx.outcome = "shutdown" if self._shutting_down() else "client_closed"
+                left = "shutdown" if self._shutting_down() else "client_closed"
+                ctx.outcome = ctx.metering.outcome_when_left(ctx.bytes_sent, left)
             raise
         except Exception as exc:
             log.exception(

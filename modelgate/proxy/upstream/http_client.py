@@ -150,8 +150,8 @@ class _Connection(asyncio.Protocol):
 
 
 class UpstreamAnswer:
-    """A provider's answer, with the surface the forwarder relays: `status`, `headers` (lower-case names),
-    `read()`, `content.read(n)`, `content.iter_any()`, `release()` and `close()`.
+    """A provider's answer: an `UpstreamResponse` whose body (`content`) is itself, an `AnswerBody`
+    (modelgate/proxy/upstream/providers.py); headers by lower-case name.
     """
 
     __slots__ = (
@@ -397,7 +397,11 @@ class _Pieces:
         return self
 
     def __anext__(self) -> Coroutine[Any, Any, bytes]:
-        return self._answer.next_piece()
+        answer = self._answer
+        if answer._done and not answer._chunks and answer._error is None:
+            # Read to its end: said at once, without a coroutine (the relay reads every stream to its end).
+            raise StopAsyncIteration
+        return answer.next_piece()
 
 
 class Deadlines:

@@ -21,6 +21,8 @@ _SSE = CIMultiDict({"content-type": "text/event-stream", "cache-control": "no-ca
 
 
 class _Content:
+    """The mock answer's body (an `AnswerBody`): its pieces, made in memory."""
+
     __slots__ = ("_chunks",)
 
     def __init__(self, chunks: list[bytes]) -> None:
@@ -30,15 +32,23 @@ class _Content:
         for chunk in self._chunks:
             yield chunk
 
+    def at_eof(self) -> bool:
+        return False  # never says so: each piece goes out as it is read, the end with the generator's
+
+    async def read(self, n: int = -1) -> bytes:
+        body = b"".join(self._chunks)
+        return body if n < 0 else body[:n]
+
 
 class MockResponse:
-    """Quacks like aiohttp.ClientResponse for the forwarder."""
+    """The mock provider's answer (an `UpstreamResponse`, modelgate/proxy/upstream/providers.py)."""
 
-    __slots__ = ("_body", "content", "headers", "status")
+    __slots__ = ("_body", "content", "credential", "headers", "status")
 
-    def __init__(self, status: int, headers: CIMultiDict, chunks: list[bytes]) -> None:
+    def __init__(self, status: int, headers: CIMultiDict[str], chunks: list[bytes]) -> None:
         self.status = status
         self.headers = headers
+        self.credential = ""  # no key
         self.content = _Content(chunks)
         self._body = b"".join(chunks)
 
