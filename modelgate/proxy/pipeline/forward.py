@@ -23,6 +23,7 @@ from modelgate.domain.errors import (
     UpstreamClientError,
     UpstreamUnavailable,
 )
+from modelgate.proxy.http.front_request import FrontStream
 from modelgate.proxy.pipeline.chain import PluginChain
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.envelopes import stamp_request_id
@@ -96,7 +97,7 @@ class Forwarder:
         # server.expose_provider_header: the row's provider is the operator's business unless it says so.
         self._expose_provider = expose_provider
 
-    async def forward(self, ctx: RequestContext) -> web.StreamResponse:
+    async def forward(self, ctx: RequestContext) -> web.StreamResponse | FrontStream:
         # A body relayed as it arrives cannot be replayed to another row: one try.
         attempts = RowAttempts(self._selector, ctx, most=1 if ctx.body_stream is not None else None)
         route, request = ctx.route, ctx.request
@@ -210,7 +211,7 @@ class Forwarder:
         translator: Translator | None,
         opening: bytes,
         rest: AsyncIterator[bytes] | None,
-    ) -> web.StreamResponse:
+    ) -> web.StreamResponse | FrontStream:
         """Relay the answer through the chain's response phases: each piece goes out as the chain returns
         it."""
         headers = ctx.response_headers

@@ -12,14 +12,13 @@ import logging
 import re
 import secrets
 import time
-import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from modelgate.domain.errors import GatewayError, InternalError
-from modelgate.proxy.http.front_request import FrontRequest
+from modelgate.proxy.http.front_request import FrontRequest, FrontStream
 from modelgate.proxy.pipeline.chain import PluginChain
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.envelopes import render_error
@@ -107,22 +106,38 @@ class Completions:
             await asyncio.wait(self._pending, timeout=left)
 
 
-@types.coroutine
-def _carried_on(phase: Coroutine[Any, Any, None], waiting: object) -> Generator[object, None, None]:
-    """The rest of a phase whose first step was taken outside any task and yielded `waiting` (the future it
-    awaits, or None for a bare yield), as a task's coroutine: `waiting` goes to the task as if the phase had
-    yielded it there itself, then the task drives the phase (`yield from`). A cancellation of the task meets
-    the phase where it waits."""
-    try:
-        yield waiting
-    except BaseException as thrown:  # the task was cancelled while the phase waited: the phase hears it
-        try:
-            waiting = phase.throw(thrown)
-        except StopIteration:
+async def _carried_on(phase: Coroutine[Any, Any, None], waiting: object) -> None:
+    """The rest of a phase whose first step was taken outside any task, as a task's coroutine."""
+    await _Resumed(phase, waiting)
+
+
+class _Resumed:
+    """A coroutine started outside any task that yielded `waiting` (the future it awaits, or None for a bare
+    yield), as an awaitable: `waiting` goes to the task as if the coroutine had yielded it there itself, then
+    the task drives the coroutine on (`yield from`). A cancellation of the task meets it where it waits."""
+
+    __slots__ = ("_phase", "_waiting")
+
+    def __init__(self, phase: Coroutine[Any, Any, None], waiting: object) -> None:
+        self._phase = phase
+        self._waiting = waiting
+
+    def __await__(self) -> Generator[object, None, None]:
+        steps = self._phase.__await__()
+        waiting = self._waiting
+        while True:
+            try:
+                yield waiting
+            except (
+                BaseException
+            ) as thrown:  # the task was cancelled while the phase waited: the phase hears it
+                try:
+                    waiting = steps.throw(thrown)
+                except StopIteration:
+                    return
+                continue
+            yield from steps
             return
-        yield from _carried_on(phase, waiting)
-        return
-    yield from phase
 
 
 class ModelApi:
@@ -150,7 +165,9 @@ class ModelApi:
         }
         self._catalog = catalog
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse | FrontStream:
+        """Serve one model API request, from whichever entry it came through: a request of the front's
+        (modelgate/proxy/http/front.py) may be answered with a `FrontStream`, aiohttp's with its response."""
         ctx = RequestContext(request, request_id_of(request), time.perf_counter())
         try:
             response = await self._respond(ctx)
@@ -167,7 +184,7 @@ class ModelApi:
                 # must not cut the settlement, the ledger row or the id's release in half.
                 await asyncio.shield(rest)
 
-    async def _respond(self, ctx: RequestContext) -> web.StreamResponse:
+    async def _respond(self, ctx: RequestContext) -> web.StreamResponse | FrontStream:
         """The request phase, then a local answer or the forwarded one; every failure as its answer."""
         request = ctx.request
         try:
@@ -230,7 +247,7 @@ class ModelApi:
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
 
-    async def _forward_apart(self, ctx: RequestContext) -> web.StreamResponse:
+    async def _forward_apart(self, ctx: RequestContext) -> web.StreamResponse | FrontStream:
         """Forward a non-streamed call in a task of its own, which aiohttp's cancellation of the handler
         (its client left) does not reach: the answer is read to its end. A graceful stop, or a client that
         leaves before its upload was whole, still cancels it."""

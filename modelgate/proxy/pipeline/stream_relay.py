@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
@@ -35,6 +36,14 @@ _BROKE_OFF = (
 )
 
 
+class ClientStream(Protocol):
+    """The streamed answer on the client's connection: the front's `FrontStream`, or aiohttp's
+    StreamResponse."""
+
+    async def write(self, data: bytes) -> None: ...
+    async def write_eof(self, data: bytes = b"") -> None: ...
+
+
 class StreamRelay:
     """Relays streamed answers through the chain's response steps (`on_chunk`, `on_end`,
     `on_stream_error`)."""
@@ -53,21 +62,22 @@ class StreamRelay:
         head: AnswerHead,
         opening: bytes,
         rest: AsyncIterator[bytes],
-    ) -> web.StreamResponse:
+    ) -> web.StreamResponse | FrontStream:
         """Relay `opening` (the first piece, maybe empty), then each read of `rest` (whatever arrived
         meanwhile, as one piece: one write), to its end; a provider breaking off ends the stream with the
         chain's error event. The head goes out with the first bytes of the body, or alone if the first piece
         is held back by a step (not yet a whole event)."""
-        response = _stream_response(ctx.request, head)
+        response, opened = _stream_response(ctx.request, head)
         released = False
         try:
-            await response.prepare(ctx.request)
+            await opened
             await self._pieces(ctx, response, upstream, opening, rest)
             ctx.outcome = "completed"
             released = True
         except _BROKE_OFF as exc:
             # Bytes already reached the client: no failover, but the chain ends the stream (an error event).
-            log_failed_attempt(ctx, ctx.row, "broke off a stream", exc)
+            if ctx.row is not None:
+                log_failed_attempt(ctx, ctx.row, "broke off a stream", exc)
             if not await self._end_with_error_event(ctx, response, exc, "upstream_error"):
                 return response  # the client left too
         except StreamCut as cut:
@@ -106,7 +116,7 @@ class StreamRelay:
     async def _pieces(
         self,
         ctx: RequestContext,
-        response: web.StreamResponse | FrontStream,
+        response: ClientStream,
         upstream: UpstreamResponse,
         chunk: bytes,
         rest: AsyncIterator[bytes],
@@ -154,7 +164,7 @@ class StreamRelay:
             ctx.bytes_sent += len(last)
 
     async def _end_with_error_event(
-        self, ctx: RequestContext, response: web.StreamResponse | FrontStream, exc: Exception, outcome: str
+        self, ctx: RequestContext, response: ClientStream, exc: Exception, outcome: str
     ) -> bool:
         """Record how the stream ended and write the chain's error event; False when the client has left."""
         ctx.error = exc
@@ -166,12 +176,17 @@ class StreamRelay:
         return True
 
 
-def _stream_response(request: web.Request, head: AnswerHead) -> web.StreamResponse | FrontStream:
-    """The streamed answer for the entry the request came through: the gateway's own HTTP front writes to
-    its connection (modelgate/proxy/http/front.py), aiohttp's server through its StreamResponse."""
+def _stream_response(
+    request: web.Request | FrontRequest, head: AnswerHead
+) -> tuple[web.StreamResponse | FrontStream, Awaitable[object]]:
+    """The streamed answer for the entry the request came through, and its opening (to await) — the gateway's
+    own HTTP front writes to its connection (modelgate/proxy/http/front.py), aiohttp's server through its
+    StreamResponse."""
     if isinstance(request, FrontRequest):
-        return FrontStream(head.status, head.headers)
-    return _RelayedStream(status=head.status, headers=head.headers)
+        stream = FrontStream(head.status, head.headers)
+        return stream, stream.prepare(request)
+    response = _RelayedStream(status=head.status, headers=head.headers)
+    return response, response.prepare(request)
 
 
 class _RelayedStream(web.StreamResponse):

@@ -52,8 +52,8 @@ class MockResponse:
         self.content = _Content(chunks)
         self._body = b"".join(chunks)
 
-    async def read(self) -> bytes:
-        return self._body
+    async def read(self, n: int = -1) -> bytes:
+        return self._body if n < 0 else self._body[:n]
 
     def close(self) -> None:
         return None

@@ -85,8 +85,8 @@ class UpstreamResponse(Protocol):
     @property
     def content(self) -> AnswerBody: ...
 
-    async def read(self) -> bytes:
-        """The whole body; the connection goes back to its pool."""
+    async def read(self, n: int = -1) -> bytes:
+        """The whole body (n < 0; the connection goes back to its pool), or up to n bytes of it."""
         ...
 
     def release(self) -> None:
@@ -117,8 +117,8 @@ class UploadAnswer:
     def content(self) -> aiohttp.StreamReader:
         return self._answer.content
 
-    async def read(self) -> bytes:
-        return await self._answer.read()
+    async def read(self, n: int = -1) -> bytes:
+        return await self._answer.read() if n < 0 else await self._answer.content.read(n)
 
     def release(self) -> None:
         self._answer.release()
