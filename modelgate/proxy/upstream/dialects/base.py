@@ -1,8 +1,8 @@
 """What every dialect's client shares: the call it builds, the answer it hands back, the client shape.
 
 A dialect's client (`DialectUpstream`) stands where an `HttpUpstream` stands: the forwarder sends it an
-OpenAI- or Anthropic-format request (`kind` says which), and it gets back an answer with the same surface
-(`status`, `headers`, `read()`, `content.iter_any()`, `at_eof()`, `release()`, `close()`) in that same format.
+OpenAI- or Anthropic-format request (`kind` says which), and it gets back an `UpstreamResponse`
+(modelgate/proxy/upstream/providers.py) in that same format.
 Between the two, the dialect
 
 - `prepare`s the host's own request (`Call`: path, headers, signature, body), or refuses a route the host
@@ -113,7 +113,7 @@ class TranslatedAnswer:
         self._inner = inner
         self.status = inner.status if status is None else status
         self.headers = headers
-        self.credential = getattr(inner, "credential", "")
+        self.credential = inner.credential
         self._body = body
         self._stream = stream
         self._pending = pending
@@ -155,8 +155,7 @@ class TranslatedAnswer:
         return self._finished and self._inner.content.at_eof()
 
     def release(self) -> None:
-        release = getattr(self._inner, "release", None)
-        release() if release is not None else self._inner.close()
+        self._inner.release()
 
     def close(self) -> None:
         self._inner.close()

@@ -264,7 +264,7 @@ class PresetUpstream(DialectUpstream):
         retry_after = answer.headers.get("retry-after")
         if retry_after:
             local.headers["retry-after"] = str(retry_after)
-        local.credential = getattr(answer, "credential", "")
+        local.credential = answer.credential
         return local
 
     def _error_body(self, status: int, document: Any) -> bytes:
