@@ -13,7 +13,8 @@ from modelgate.cabinet.clock import isoformat
 from modelgate.storage.database import Executor
 
 _COLUMNS = (
-    "id, organization_id, email, role, status, created_by, created_at, expires_at, accepted_at, revoked_at"
+    "id, organization_id, email, role, status, created_by, created_at, expires_at, accepted_at, revoked_at,"
+    " invited_by"
 )
 
 
@@ -31,6 +32,8 @@ class Invitation:
     expires_at: float
     accepted_at: float | None
     revoked_at: float | None
+    # The address of who invited (for a management key: the owner it acts for), shown on the accept page.
+    invited_by: str | None = None
 
     def status_at(self, at: float) -> str:
         """`pending`, `accepted`, `revoked`, or `expired` for a pending one past its expiry."""
@@ -48,6 +51,7 @@ class Invitation:
             "expiresAt": isoformat(self.expires_at),
             "acceptedAt": isoformat(self.accepted_at),
             "revokedAt": isoformat(self.revoked_at),
+            "invitedBy": self.invited_by,
         }
 
 
@@ -82,7 +86,7 @@ async def insert_invitation(tx: Executor, invitation: Invitation, token_hash: st
     """Store a new invitation with the hash of its token."""
     await tx.execute(
         "INSERT INTO invitations (id, organization_id, email, role, token_hash, status, created_by,"
-        " created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        " created_at, expires_at, invited_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         invitation.id,
         invitation.organization_id,
         invitation.email,
@@ -92,6 +96,7 @@ async def insert_invitation(tx: Executor, invitation: Invitation, token_hash: st
         invitation.created_by,
         invitation.created_at,
         invitation.expires_at,
+        invitation.invited_by,
     )
 
 
