@@ -229,9 +229,8 @@ def cmd_mail_pending(args: argparse.Namespace) -> int:
     if not waiting:
         print("no mail is waiting")
     for mail in waiting:
-        print(
-            f"{mail['id']}  {mail['kind']}  to {mail['to']}  (via {mail['transport']}, expires {mail['expiresAt']})"
-        )
+        where = f"via {mail['transport']}, expires {mail['expiresAt']}"
+        print(f"{mail['id']}  {mail['kind']}  to {mail['to']}  ({where})")
         if mail["lastError"]:
             print(f"  attempts: {mail['attempts']}, last error: {mail['lastError']}")
         print(f"  {mail['link']}")
