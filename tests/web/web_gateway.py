@@ -19,6 +19,7 @@ import openai
 from tests.fakes import FakeUpstream
 from tests.integration.ops.conftest import UPSTREAM_KEY, ops_toml
 from tests.support.gateway import GatewayProcess, free_port
+from tests.support.mail_links import link_token_from_operator_api
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
@@ -137,7 +138,12 @@ class WebGateway:
     def invite(self, owner: Account, role: str, email: str | None = None) -> tuple[str, str]:
         """Invite someone with a role; returns (e-mail, invitation token)."""
         email = email or unique_email(role)
-        return email, self.api("POST", "/invitations", owner, {"email": email, "role": role})["token"]
+        self.api("POST", "/invitations", owner, {"email": email, "role": role})
+        return email, self.link_token(email, "invitation")
+
+    def link_token(self, email: str, kind: str) -> str:
+        """The token of the newest `kind` link sent to `email`, as the operator reads it (no `[email]`)."""
+        return link_token_from_operator_api(self.base_url, OPERATOR_TOKEN, email, kind)
 
     def add_member(self, owner: Account, role: str = "member") -> Account:
         """A user who accepted an invitation with a password (and so has a session)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import orjson
 from aiohttp.test_utils import TestClient
@@ -15,6 +14,7 @@ from modelgate.cabinet.clock import now
 from modelgate.cabinet.mail_outbox import waiting_mail
 from modelgate.storage import Database
 from modelgate.storage.database import Executor
+from tests.support.mail_links import token_of_link
 
 PASSWORD = "correct horse battery"
 _numbers = itertools.count(1)
@@ -196,12 +196,6 @@ class Cabinet:
         reply = await self.call("GET", f"/audit-log?limit={limit}", token=account.token)
         assert reply.status == 200, reply.body
         return reply.body["entries"]
-
-
-def token_of_link(link: str) -> str:
-    """The token of a cabinet link such as `http://host/#/accept-invitation?token=…`."""
-    query = urlsplit(link).fragment.partition("?")[2]
-    return parse_qs(query)["token"][0]
 
 
 async def newest_link_token(db: Database, email: str, kind: str) -> str:
