@@ -26,6 +26,7 @@ PASSWORD = "correct horse battery"
 MODEL = "chat"
 # What one chat request costs on top of its tokens, so a single request shows in the spend and usage pages.
 PER_REQUEST_USD = 0.25
+LINK_PAGES = {"invitation": "accept-invitation", "verify": "verify-email", "reset": "reset-password"}
 OPERATOR_TOKEN = "web-tests-operator-token-0123456789"
 _numbers = count(1)
 
@@ -127,6 +128,11 @@ class WebGateway:
         assert reply.status_code < 300, f"{method} /api{path}: {reply.status_code} {reply.text}"
         return reply.json() if reply.content else None
 
+    def api_status(self, method: str, path: str, account: Account | None = None) -> int:
+        """The HTTP status of one cabinet API call with the account's Bearer token."""
+        headers = account.bearer if account else {}
+        return httpx.request(method, f"{self.base_url}/api{path}", headers=headers, timeout=30).status_code
+
     def register(self, prefix: str = "owner", legal_name: str = "Acme Web Ltd") -> Account:
         """Register an organization and its owner through the API."""
         email = unique_email(prefix)
@@ -140,6 +146,10 @@ class WebGateway:
         email = email or unique_email(role)
         self.api("POST", "/invitations", owner, {"email": email, "role": role})
         return email, self.link_token(email, "invitation")
+
+    def link(self, email: str, kind: str) -> str:
+        """The newest `kind` link sent to `email` as the operator reads it: the page and its token."""
+        return f"{self.base_url}/#/{LINK_PAGES[kind]}?token={self.link_token(email, kind)}"
 
     def link_token(self, email: str, kind: str) -> str:
         """The token of the newest `kind` link sent to `email`, as the operator reads it (no `[email]`)."""

@@ -173,3 +173,17 @@ async def test_without_a_cabinet_url_the_callback_answers_the_code_in_json(
     assert journey.response.status_code == 200
     assert answer["expiresIn"] == 60
     assert (exchanged.status, exchanged.body["email"]) == (200, "alice@allowed.test")
+
+
+async def test_a_provider_of_an_unverified_domain_verifies_no_address(
+    gateway: SsoGateway, node_idp: NodeIdp, browser: Browser
+) -> None:
+    # Issue 33: only single sign-on from a domain its organization verified vouches for an address; no domain
+    # is verified here, so the provisioned account holds its address only until someone proves it.
+    _, provider_id = await _owner_with_provider(gateway, node_idp)
+
+    provisioned = await _signed_in(gateway, browser, provider_id, "alice")
+    again = await _signed_in(gateway, browser, provider_id, "alice")
+
+    assert provisioned["user"]["emailVerified"] is False
+    assert again["user"]["emailVerified"] is False
