@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from email.message import Message
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,17 +29,24 @@ PUBLIC_URL = "https://gateway.example.test"
 T = TypeVar("T")
 
 
-def mail_config(port: int, **email: object) -> Config:
+def mail_config(port: int, security: str = "none") -> Config:
     """The embedded defaults with `[email]` pointing at 127.0.0.1:`port` and a public URL."""
     config = load_config(None)
-    settings: dict[str, object] = {"security": "none", "retry_first_delay_seconds": 0.2, **email}
-    return replace(
-        config,
-        server=replace(config.server, public_url=PUBLIC_URL),
-        email=EmailConfig(
-            host="127.0.0.1", port=port, from_address="modelgate <gw@example.test>", **settings
-        ),
+    email = EmailConfig(
+        host="127.0.0.1",
+        port=port,
+        from_address="modelgate <gw@example.test>",
+        security=security,
+        retry_first_delay_seconds=0.2,
     )
+    return replace(config, server=replace(config.server, public_url=PUBLIC_URL), email=email)
+
+
+def text_of(message: Message) -> str:
+    """The plain-text body of a received message."""
+    payload = message.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    return payload.decode()
 
 
 def link_in(body: str) -> str:
@@ -61,7 +69,7 @@ async def test_an_invitation_is_mailed_with_a_link_on_the_public_url_and_the_lin
         created = await cabinet.invite(owner, "admin", email)
         message, _ = await smtp.inbox.next()
 
-    body = message.get_payload(decode=True).decode()
+    body = text_of(message)
     link = link_in(body)
     assert created.status == 201 and created.body["delivery"] == "email"
     assert "token" not in created.body
@@ -183,4 +191,4 @@ async def test_a_down_smtp_server_loses_nothing_the_operator_sees_why_and_the_re
             message, _ = await smtp.inbox.next()
             received[message["To"]] = message
     assert set(received) == {owner.email, invited}
-    assert link_in(received[invited].get_payload(decode=True).decode()) == failed.link
+    assert link_in(text_of(received[invited])) == failed.link
