@@ -14,7 +14,7 @@ from aiohttp import web
 from modelgate.cabinet.account import BAD_CREDENTIALS, throttled_password_check
 from modelgate.cabinet.auth import authenticate, require_session
 from modelgate.cabinet.clock import now
-from modelgate.cabinet.email_links import EmailLink, issue_link, links_sent_since
+from modelgate.cabinet.email_links import EmailLink, links_sent_since, send_link
 from modelgate.cabinet.invitations_repository import end_pending_invitations
 from modelgate.cabinet.mail import Letter, Mail, mail_of
 from modelgate.cabinet.requests import (
@@ -92,15 +92,6 @@ async def send_verification(
     tx: Executor, services: CabinetServices, mail: Mail, user: User, requested_from: str | None, at: float
 ) -> None:
     """Queue a link that verifies the user's current address."""
-    token, expires_at = await issue_link(
-        tx,
-        "verify",
-        user.email,
-        user_id=user.id,
-        at=at,
-        ttl_seconds=services.config.cabinet.email_link_ttl_seconds,
-        requested_from=requested_from,
-    )
     letter = Letter(
         "verify",
         user.email,
@@ -108,7 +99,15 @@ async def send_verification(
         f"Follow this link to confirm that {user.email} is the address of your modelgate account:",
         user.organization_id,
     )
-    await mail.queue(tx, letter, token, at, expires_at)
+    await send_link(
+        tx,
+        mail,
+        letter,
+        user_id=user.id,
+        at=at,
+        ttl_seconds=services.config.cabinet.email_link_ttl_seconds,
+        requested_from=requested_from,
+    )
 
 
 async def verify_address(tx: Executor, link: EmailLink, at: float) -> dict[str, object]:
@@ -196,16 +195,6 @@ async def request_address_change(request: web.Request) -> web.Response:
     mail = mail_of(request)
     at = now()
     async with services.db.transaction() as tx:
-        token, expires_at = await issue_link(
-            tx,
-            "change",
-            new_email,
-            user_id=user.id,
-            at=at,
-            ttl_seconds=services.config.cabinet.email_link_ttl_seconds,
-            requested_from=request.remote,
-            payload={"organizationId": user.organization_id},
-        )
         letter = Letter(
             "change",
             new_email,
@@ -213,7 +202,16 @@ async def request_address_change(request: web.Request) -> web.Response:
             f"Follow this link to make {new_email} the address of the modelgate account {user.email}:",
             user.organization_id,
         )
-        await mail.queue(tx, letter, token, at, expires_at)
+        await send_link(
+            tx,
+            mail,
+            letter,
+            user_id=user.id,
+            at=at,
+            ttl_seconds=services.config.cabinet.email_link_ttl_seconds,
+            requested_from=request.remote,
+            payload={"organizationId": user.organization_id},
+        )
         await record(
             tx,
             user.organization_id,

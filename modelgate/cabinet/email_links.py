@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from modelgate.cabinet.mail import Letter, Mail
 from modelgate.cabinet.requests import CabinetError
 from modelgate.domain.tokens import hash_token, new_id, new_opaque_token
 from modelgate.storage.database import Executor
@@ -64,6 +65,31 @@ async def issue_link(
         hash_token(token),
     )
     return token, expires_at
+
+
+async def send_link(
+    tx: Executor,
+    mail: Mail,
+    letter: Letter,
+    *,
+    user_id: str | None,
+    at: float,
+    ttl_seconds: float,
+    requested_from: str | None,
+    payload: dict[str, Any] | None = None,
+) -> None:
+    """Issue a link of the letter's kind to its recipient and queue the letter carrying it."""
+    token, expires_at = await issue_link(
+        tx,
+        letter.kind,
+        letter.to,
+        user_id=user_id,
+        at=at,
+        ttl_seconds=ttl_seconds,
+        requested_from=requested_from,
+        payload=payload,
+    )
+    await mail.queue(tx, letter, token, at, expires_at)
 
 
 def _invalid() -> CabinetError:

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from modelgate.cabinet.addresses import link_budget_left
 from modelgate.cabinet.clock import now
-from modelgate.cabinet.email_links import end_links_of, issue_link, redeem_link, usable_link
+from modelgate.cabinet.email_links import end_links_of, redeem_link, send_link, usable_link
 from modelgate.cabinet.mail import Letter, mail_of
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
 from modelgate.cabinet.requests import (
@@ -44,15 +44,6 @@ async def request_password_reset(request: web.Request) -> web.Response:
     at = now()
     async with services.db.transaction() as tx:
         await end_links_of(tx, user.id, "reset", at)  # only the newest reset link works
-        token, expires_at = await issue_link(
-            tx,
-            "reset",
-            email,
-            user_id=user.id,
-            at=at,
-            ttl_seconds=services.config.cabinet.password_reset_ttl_seconds,
-            requested_from=request.remote,
-        )
         letter = Letter(
             "reset",
             email,
@@ -61,7 +52,15 @@ async def request_password_reset(request: web.Request) -> web.Response:
             " Follow this link to choose a new one:",
             user.organization_id,
         )
-        await mail.queue(tx, letter, token, at, expires_at)
+        await send_link(
+            tx,
+            mail,
+            letter,
+            user_id=user.id,
+            at=at,
+            ttl_seconds=services.config.cabinet.password_reset_ttl_seconds,
+            requested_from=request.remote,
+        )
         await record(
             tx,
             user.organization_id,

@@ -17,7 +17,7 @@ from modelgate.cabinet.addresses import (
     too_many_links,
 )
 from modelgate.cabinet.clock import now
-from modelgate.cabinet.email_links import EmailLink, issue_link
+from modelgate.cabinet.email_links import EmailLink, send_link
 from modelgate.cabinet.invitations_repository import end_pending_invitations
 from modelgate.cabinet.invoices_repository import open_plan_invoice
 from modelgate.cabinet.mail import Letter, Mail, mail_of
@@ -192,23 +192,22 @@ async def _wait_for_address(
     mail = mail_of(request)
     at = now()
     async with services.db.transaction() as tx:
-        token, expires_at = await issue_link(
-            tx,
-            "register",
-            email,
-            user_id=None,
-            at=at,
-            ttl_seconds=services.config.cabinet.email_link_ttl_seconds,
-            requested_from=request.remote,
-            payload={"legalName": legal_name, "planCode": plan.code, "passwordHash": password_hash},
-        )
         letter = Letter(
             "register",
             email,
             "Confirm your e-mail address to finish registering",
             f"Follow this link to confirm {email} and finish registering {legal_name} on modelgate:",
         )
-        await mail.queue(tx, letter, token, at, expires_at)
+        await send_link(
+            tx,
+            mail,
+            letter,
+            user_id=None,
+            at=at,
+            ttl_seconds=services.config.cabinet.email_link_ttl_seconds,
+            requested_from=request.remote,
+            payload={"legalName": legal_name, "planCode": plan.code, "passwordHash": password_hash},
+        )
     mail.sent()
     return json_response(
         {

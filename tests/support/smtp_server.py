@@ -1,11 +1,10 @@
 """A real SMTP server on loopback (aiosmtpd) that keeps what it receives, for the mail tests: plain, or with
-STARTTLS under a self-signed certificate made for the test, optionally requiring a login."""
+STARTTLS under a self-signed certificate made for the test (tests/support/tls_files.py), optionally
+requiring a login."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import queue
 import ssl
 from dataclasses import dataclass, field
@@ -16,10 +15,6 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 
 @dataclass
@@ -40,35 +35,6 @@ class Inbox:
     def empty(self) -> bool:
         """Whether nothing arrived (yet)."""
         return self.messages.empty()
-
-
-def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and its key, made now, as PEM files: (certificate, key)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = folder / "smtp-cert.pem", folder / "smtp-key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path
 
 
 class SmtpServer:

@@ -23,7 +23,8 @@ from tests.integration.cabinet.cabinet_client import PASSWORD, Account, Cabinet,
 from tests.integration.cabinet.conftest import CabinetFactory
 from tests.support.gateway import free_port
 from tests.support.mail_links import token_of_link
-from tests.support.smtp_server import SmtpServer, self_signed_certificate
+from tests.support.smtp_server import SmtpServer
+from tests.support.tls_files import self_signed_certificate
 
 PUBLIC_URL = "https://gateway.example.test"
 T = TypeVar("T")
