@@ -4,9 +4,7 @@
 import { api } from "../api.js";
 import { page } from "../router.js";
 import { loadSession, session } from "../session.js";
-import { announce, form, h, notice, section } from "../ui.js";
-
-const MIN_PASSWORD_LENGTH = 10;
+import { announce, form, h, newPasswordField, notice, section } from "../ui.js";
 
 function sentText(answer) {
   return answer.delivery === "email"
@@ -48,15 +46,7 @@ function passwordSection() {
   const first = session.user.passwordSet === false;
   const fields = [];
   if (!first) fields.push({ label: "Current password", name: "currentPassword", type: "password", required: true, autocomplete: "current-password" });
-  fields.push({
-    label: "New password",
-    name: "newPassword",
-    type: "password",
-    required: true,
-    autocomplete: "new-password",
-    minlength: MIN_PASSWORD_LENGTH,
-    hint: `At least ${MIN_PASSWORD_LENGTH} characters, not your e-mail address.`,
-  });
+  fields.push(newPasswordField());
   const passwordForm = form(
     fields,
     async (values, element) => {

@@ -4,9 +4,7 @@
 
 import { api } from "../api.js";
 import { href, navigate, page } from "../router.js";
-import { flash, form, h, notice, show } from "../ui.js";
-
-const MIN_PASSWORD_LENGTH = 10;
+import { flash, form, h, newPasswordField, notice, show } from "../ui.js";
 
 function deliveryText(delivery) {
   return delivery === "email"
@@ -38,17 +36,7 @@ async function renderReset(main, params) {
     return;
   }
   const resetForm = form(
-    [
-      {
-        label: "New password",
-        name: "newPassword",
-        type: "password",
-        required: true,
-        autocomplete: "new-password",
-        minlength: MIN_PASSWORD_LENGTH,
-        hint: `At least ${MIN_PASSWORD_LENGTH} characters, not your e-mail address.`,
-      },
-    ],
+    [newPasswordField()],
     async (values) => {
       const answer = await api("POST", "/auth/password-reset/confirm", { token: params.token, newPassword: values.newPassword });
       flash("success", `The password of ${answer.email} is reset. Every session of the account has ended: sign in with the new password.`);
