@@ -29,6 +29,7 @@ from modelgate.cabinet.invitations_repository import (
     pending_to,
 )
 from modelgate.cabinet.mail import Letter, mail_of
+from modelgate.cabinet.mail_outbox import withdraw_mail
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
 from modelgate.cabinet.requests import (
@@ -169,6 +170,8 @@ async def revoke_invitation(request: web.Request) -> web.Response:
         if invitation.status != "pending":
             raise bad_request(f"invitation already {invitation.status}")
         await mark_revoked(tx, invitation.id, at)
+        # Its link stops working: an unsent message with it is not sent (the operator no longer lists it).
+        await withdraw_mail(tx, "invitation", invitation.email, invitation.organization_id)
         await record(
             tx,
             principal.organization_id,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.mail_outbox import withdraw_mail
 from modelgate.storage.database import Executor
 
 _COLUMNS = (
@@ -120,6 +121,7 @@ async def end_pending_invitations(tx: Executor, email: str, at: float) -> None:
         at,
         email,
     )
+    await withdraw_mail(tx, "invitation", email)
 
 
 async def mark_revoked(tx: Executor, invitation_id: str, at: float) -> None:

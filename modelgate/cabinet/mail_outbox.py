@@ -97,6 +97,19 @@ async def enqueue_mail(
     return mail_id
 
 
+async def withdraw_mail(ex: Executor, kind: str, to_address: str, organization_id: str | None = None) -> None:
+    """Unsent messages of a kind to an address (of one organization, when given) whose link no longer works
+    (the invitation was revoked or ended): they are not sent, and their links are erased."""
+    sql = (
+        "UPDATE mail_outbox SET status = 'expired', body = NULL, link = NULL"
+        " WHERE status = 'pending' AND kind = $1 AND to_address = $2"
+    )
+    if organization_id is None:
+        await ex.execute(sql, kind, to_address)
+    else:
+        await ex.execute(sql + " AND organization_id = $3", kind, to_address, organization_id)
+
+
 async def expire_old_mail(ex: Executor, at: float) -> int:
     """Messages whose link has expired will never be sent: their body and link are erased."""
     return await ex.execute(

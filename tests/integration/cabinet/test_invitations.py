@@ -9,6 +9,8 @@ import orjson
 import pytest
 from aiohttp import web
 
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.mail_outbox import waiting_mail
 from tests.integration.cabinet.cabinet_client import PASSWORD, Cabinet, unique_email
 from tests.integration.cabinet.conftest import CabinetFactory, cabinet_config
 
@@ -388,3 +390,18 @@ async def test_a_failing_webhook_does_not_fail_the_invitation(
     assert created.status == 201
     assert "invitation webhook answered HTTP 500" in caplog.text
     assert await cabinet.link_sent_to(created.body["email"], "invitation") not in caplog.text
+
+
+async def test_a_revoked_invitations_link_is_withdrawn_from_the_outbox(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    email = unique_email("withdrawn")
+    invitation = await cabinet.invite_delivered(owner, "member", email)
+
+    await cabinet.call("POST", f"/invitations/{invitation['id']}/revoke", token=owner.token)
+    waiting = [m for m in await waiting_mail(cabinet.db, now()) if m.to_address == email]
+    stored = await cabinet.db.fetchrow(
+        "SELECT status, body, link FROM mail_outbox WHERE to_address = $1", email
+    )
+
+    assert waiting == []
+    assert stored == {"status": "expired", "body": None, "link": None}
