@@ -476,9 +476,6 @@ PATHS["/auth/register"]["post"]["responses"]["202"] = {
     " to the address is followed (POST /auth/verify-email)",
     "content": {"application/json": {"schema": _ref("RegistrationWaiting")}},
 }
-PATHS["/auth/register"]["post"]["responses"]["201"]["content"]["application/json"]["schema"] = _ref(
-    "Registered"
-)
 
 
 def _with_secret(schema: dict[str, Any], field: str = "secret") -> dict[str, Any]:
@@ -504,17 +501,6 @@ SCHEMAS: dict[str, Any] = {
     ),
     "LoginRequest": _obj(("email", "password"), email=_STR, password=_STR),
     "AuthResponse": _obj(("token", "email"), token=_STR, email=_STR, csrfToken=_CSRF_TOKEN),
-    "Registered": _obj(
-        ("token", "email", "emailVerified", "delivery"),
-        token=_STR,
-        email=_STR,
-        csrfToken=_CSRF_TOKEN,
-        emailVerified={
-            "type": "boolean",
-            "description": "false until the link sent to the address is followed",
-        },
-        delivery=_DELIVERY,
-    ),
     "SignInOptions": _obj(
         ("name", "version", "registration", "currency", "plans", "providers"),
         name=_STR,
@@ -537,6 +523,7 @@ SCHEMAS: dict[str, Any] = {
             " (none without server.public_url)",
             "items": _obj(("id", "name", "loginUrl"), id=_STR, name=_STR, loginUrl=_STR),
         },
+        emailDelivery=_DELIVERY,
     ),
     "PasswordChangeRequest": _obj(
         ("newPassword",),

@@ -92,8 +92,8 @@ def _chosen_plan(
 
 
 async def register(request: web.Request) -> web.Response:
-    """POST /auth/register {legalName, email, password, planCode, invitationToken?} → 201 {token, email,
-    emailVerified, delivery} (a verification link goes to the address), or 202 when an unverified account
+    """POST /auth/register {legalName, email, password, planCode, invitationToken?} → 201 {token, email} (a
+    verification link goes to the address), or 202 {email, delivery, pending} when an unverified account
     holds the address: the registration then completes when the link sent to it is followed."""
     services = services_of(request)
     body = await read_json_object(request)
@@ -129,13 +129,9 @@ async def register(request: web.Request) -> web.Response:
         # Another registration took the e-mail between our check and the insert.
         raise address_taken() from exc
     mail.sent()
-    answer = {
-        "token": token,
-        "email": email,
-        "emailVerified": invitation is not None,
-        "delivery": mail.delivery,
-    }
-    return signed_in_response(request, services.config, answer, token, status=201)
+    # The spec's auth response, {token, email}: the session says whether the address is verified, and
+    # sign-in-options where the cabinet's links go.
+    return signed_in_response(request, services.config, {"token": token, "email": email}, token, status=201)
 
 
 async def _create_organization(
@@ -243,10 +239,6 @@ async def complete_waiting_registration(
         request.remote,
         verified=True,
     )
-    answer = {
-        "token": token,
-        "email": link.email,
-        "emailVerified": True,
-        "delivery": mail_of(request).delivery,
-    }
-    return signed_in_response(request, services.config, answer, token, status=201)
+    return signed_in_response(
+        request, services.config, {"token": token, "email": link.email}, token, status=201
+    )

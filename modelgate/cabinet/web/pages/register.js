@@ -86,7 +86,7 @@ async function render(main, params) {
         return;
       }
       await startSession(answer);
-      flash("info", `Welcome. ${waitingText(answer, true)}`);
+      flash("info", `Welcome. ${waitingText({ email: answer.email, delivery: options && options.emailDelivery }, true)}`);
       afterSignIn({});
     },
     { submitLabel: "Create organization", busyLabel: "Creating…" },
