@@ -1,4 +1,4 @@
-"""The `modelgate` command: serve, check-config, migrate, billing."""
+"""The `modelgate` command: serve, check-config, migrate, billing, mail."""
 
 from __future__ import annotations
 
@@ -220,6 +220,54 @@ def cmd_billing(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_mail_pending(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    from modelgate.cabinet.clock import now
+    from modelgate.cabinet.mail_outbox import waiting_mail
+    from modelgate.storage import apply_migrations, open_database
+
+    async def read() -> list[dict[str, object]]:
+        db = await open_database(config.storage.url)
+        try:
+            await apply_migrations(db)
+            return [m.to_json(with_link=True) for m in await waiting_mail(db, now())]
+        finally:
+            await db.close()
+
+    waiting = asyncio.run(read())
+    if args.json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps({"mail": waiting}).decode() + "\n")
+        return 0
+    if not waiting:
+        print("no mail is waiting")
+    for mail in waiting:
+        where = f"via {mail['transport']}, expires {mail['expiresAt']}"
+        print(f"{mail['id']}  {mail['kind']}  to {mail['to']}  ({where})")
+        if mail["lastError"]:
+            print(f"  attempts: {mail['attempts']}, last error: {mail['lastError']}")
+        print(f"  {mail['link']}")
+    return 0
+
+
+def _add_mail_commands(commands: argparse._SubParsersAction) -> None:
+    mail = commands.add_parser("mail", help="the outbox: links waiting for the operator or for a retry")
+    actions = mail.add_subparsers(dest="mail_command", required=True)
+    pending = actions.add_parser(
+        "pending",
+        help="print every message not yet sent whose link still works, with the link (without [email] the"
+        " operator passes these on; with it they wait for a retry)",
+    )
+    pending.add_argument(
+        "--config", help="TOML config file whose storage to use (default: embedded defaults)"
+    )
+    pending.add_argument("--json", action="store_true", help="print JSON, as GET /api/operator/mail does")
+    pending.set_defaults(func=cmd_mail_pending)
+
+
 def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
     billing = commands.add_parser(
         "billing",
@@ -353,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     imported.set_defaults(func=cmd_prices_import_litellm)
 
     _add_billing_commands(commands)
+    _add_mail_commands(commands)
     return parser
 
 

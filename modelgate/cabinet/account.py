@@ -6,6 +6,7 @@ from aiohttp import web
 
 from modelgate.cabinet.auth import authenticate, require_session
 from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.email_links import end_links_of
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.passwords import (
     hash_password,
@@ -98,10 +99,18 @@ async def current_session(request: web.Request) -> web.Response:
     """GET /auth/session → the caller (user or management key), its organization and the session expiry;
     with the session cookie also the `csrfToken` the web cabinet sends on requests that change state."""
     principal = await authenticate(request)
-    org = await require_organization(services_of(request).db, principal.organization_id)
+    db = services_of(request).db
+    org = await require_organization(db, principal.organization_id)
+    user = await user_in_organization(db, principal.organization_id, principal.user_id or "")
     body = {
         "kind": principal.kind,
-        "user": {"id": principal.user_id, "email": principal.email, "role": principal.role},
+        "user": {
+            "id": principal.user_id,
+            "email": principal.email,
+            "role": principal.role,
+            "emailVerified": user.email_verified if user else None,
+            "passwordSet": user.password_hash is not None if user else None,
+        },
         "organization": {"id": org.id, "legalName": org.legal_name, "planCode": org.plan_code},
         "expiresAt": isoformat(principal.expires_at),
     }
@@ -162,6 +171,7 @@ async def change_password(request: web.Request) -> web.Response:
     at = now()
     async with services.db.transaction() as tx:
         await set_password_hash(tx, user.id, new_hash)
+        await end_links_of(tx, user.id, "reset", at)  # a reset link sent before stops working
         ended = await end_other_sessions(tx, user.id, session_id, at)
         await record(
             tx,

@@ -13,14 +13,17 @@ from aiohttp.typedefs import Handler
 
 from modelgate.cabinet import (
     account,
+    addresses,
     api_keys,
     audit,
     invitations,
     invoices,
+    link_follow,
     management_keys,
     members,
     operator,
     overview,
+    password_reset,
     policy_rules,
     registration,
     sign_in_options,
@@ -28,6 +31,7 @@ from modelgate.cabinet import (
     usage,
 )
 from modelgate.cabinet.invitation_delivery import InvitationDelivery
+from modelgate.cabinet.mail import MAIL, Mail
 from modelgate.cabinet.oidc import callback as oidc_callback
 from modelgate.cabinet.oidc import domain_routes as oidc_domains
 from modelgate.cabinet.oidc import exchange as oidc_exchange
@@ -46,6 +50,11 @@ ROUTES = (
     web.get("/auth/session", account.current_session, allow_head=False),
     web.post("/auth/logout", account.logout),
     web.post("/auth/password", account.change_password),
+    web.post("/auth/password-reset", password_reset.request_password_reset),
+    web.post("/auth/password-reset/confirm", password_reset.confirm_password_reset),
+    web.post("/auth/verify-email", link_follow.follow_link),
+    web.post("/auth/verify-email/send", addresses.resend_verification),
+    web.post("/auth/email", addresses.request_address_change),
     web.post("/auth/oidc/providers", oidc_providers.create_provider),
     web.get("/auth/oidc/providers", oidc_providers.list_providers, allow_head=False),
     web.get("/auth/oidc/providers/{id}", oidc_providers.get_provider, allow_head=False),
@@ -65,6 +74,7 @@ ROUTES = (
     web.post("/invitations", invitations.create_invitation),
     web.get("/invitations", invitations.list_invitations, allow_head=False),
     web.post("/invitations/accept", invitations.accept_invitation),
+    web.post("/invitations/details", invitations.invitation_details),
     web.post("/invitations/{id}/revoke", invitations.revoke_invitation),
     web.post("/organization/api-keys", api_keys.create_api_key),
     web.post("/organization/api-keys/{keyId}/revoke", api_keys.revoke_api_key),
@@ -93,6 +103,7 @@ ROUTES = (
     web.post("/operator/organizations/{id}/sso-domains", oidc_domains.operator_approve_domain),
     web.delete("/operator/sso-domains/{domain}", oidc_domains.operator_release_domain),
     web.post("/operator/registration-invitations", operator.operator_invite_organization),
+    web.get("/operator/mail", operator.operator_mail, allow_head=False),
     web.get("/openapi.json", openapi_handler, allow_head=False),
     # For the web cabinet's sign-in and registration pages: public, read-only, no token.
     web.get("/auth/sign-in-options", sign_in_options.sign_in_options, allow_head=False),
@@ -142,9 +153,19 @@ def build_cabinet_app(services: CabinetServices) -> web.Application:
     delivery = InvitationDelivery(services.config.cabinet.invitation_webhook_url)
     app[invitations.DELIVERY] = delivery
 
+    mail = Mail(services.config, services.db)
+    app[MAIL] = mail
+
+    async def start_mail(_app: web.Application) -> None:
+        if mail.sender is not None:
+            mail.sender.start()
+
     async def finish_deliveries(_app: web.Application) -> None:
         await delivery.close()
+        if mail.sender is not None:
+            await mail.sender.stop()
 
+    app.on_startup.append(start_mail)
     app.on_cleanup.append(finish_deliveries)
     install_sso(app)
     app.router.add_routes(ROUTES)

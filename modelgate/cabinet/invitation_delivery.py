@@ -1,4 +1,4 @@
-"""Optional delivery of new invitations to a webhook (there is no mail server).
+"""Optional delivery of new invitations, with their token, to the operator's webhook (beside the mail).
 
 Delivery runs in the background after the invitation is committed; a failure is logged, never fatal.
 """

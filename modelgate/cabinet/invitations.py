@@ -1,5 +1,8 @@
 """Invitations: an owner or admin invites an e-mail with a role; the single-use, expiring token (stored only
-as a hash) creates the account in the inviting organization (or logs in an existing member of it)."""
+as a hash) creates the account in the inviting organization (or logs in an existing member of it).
+
+The token goes to the invited address only — by e-mail, or through the operator without `[email]` — never
+to the inviter: so accepting it proves the address (docs/cabinet.md, Verified addresses)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from modelgate.cabinet.account import BAD_CREDENTIALS, throttled_password_check
+from modelgate.cabinet.addresses import claim_address
 from modelgate.cabinet.audit import actor_of
 from modelgate.cabinet.auth import authenticate
 from modelgate.cabinet.clock import now
@@ -24,6 +28,8 @@ from modelgate.cabinet.invitations_repository import (
     mark_revoked,
     pending_to,
 )
+from modelgate.cabinet.mail import Letter, mail_of
+from modelgate.cabinet.mail_outbox import withdraw_mail
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
 from modelgate.cabinet.requests import (
@@ -37,9 +43,17 @@ from modelgate.cabinet.requests import (
     required_secret,
 )
 from modelgate.cabinet.services import services_of
-from modelgate.cabinet.users import ADMIN_ROLES, ROLES, User, insert_user, user_by_email
+from modelgate.cabinet.users import (
+    ADMIN_ROLES,
+    ROLES,
+    User,
+    insert_user,
+    mark_email_verified,
+    user_by_email,
+)
 from modelgate.cabinet.web_security import signed_in_response
 from modelgate.domain.audit_log import Actor, record
+from modelgate.domain.organizations import organization_by_id
 from modelgate.domain.tokens import hash_token, new_id, new_opaque_token
 from modelgate.storage import IntegrityViolation
 from modelgate.storage.database import Executor
@@ -58,7 +72,8 @@ def _account_conflict(existing: User, organization_id: str) -> CabinetError:
 
 
 async def create_invitation(request: web.Request) -> web.Response:
-    """POST /invitations {email, role} (owner/admin) → 201 the invitation with its token, shown only here."""
+    """POST /invitations {email, role} (owner/admin) → 201 the invitation and its `delivery` (`email` or
+    `operator`); the token goes only to the address."""
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
     body = await read_json_object(request)
@@ -67,7 +82,10 @@ async def create_invitation(request: web.Request) -> web.Response:
     if role == "owner" and principal.role != "owner":
         raise CabinetError(403, "only an owner can invite an owner")
     existing = await user_by_email(services.db, email)
-    if existing is not None:
+    if existing is not None and (
+        existing.email_verified or existing.organization_id == principal.organization_id
+    ):
+        # An unverified account elsewhere holds nothing: accepting this invitation proves the address.
         raise _account_conflict(existing, principal.organization_id)
 
     token = new_opaque_token()
@@ -83,7 +101,9 @@ async def create_invitation(request: web.Request) -> web.Response:
         at + services.config.cabinet.invitation_ttl_seconds,
         None,
         None,
+        principal.email or None,
     )
+    mail = mail_of(request)
     async with services.db.transaction() as tx:
         # The organization's row lock serialises invitations of one organization (one pending per address).
         org = await require_organization(tx, principal.organization_id, lock=True)
@@ -104,15 +124,29 @@ async def create_invitation(request: web.Request) -> web.Response:
             target_id=invitation.id,
             details={"email": email, "role": role},
         )
-    created = {**invitation.to_json(at), "token": token}
+        await mail.queue(tx, _letter(invitation, org.legal_name), token, at, invitation.expires_at)
+    mail.sent()
     request.app[DELIVERY].deliver(
         {
             "event": "invitation.created",
             "organization": {"id": org.id, "legalName": org.legal_name},
-            "invitation": created,
+            "invitation": {**invitation.to_json(at), "token": token},
         }
     )
-    return json_response(created, status=201)
+    # No token: it went to the address (or to the operator), never to the inviter.
+    return json_response({**invitation.to_json(at), "delivery": mail.delivery}, status=201)
+
+
+def _letter(invitation: Invitation, legal_name: str) -> Letter:
+    inviter = invitation.invited_by or "An administrator"
+    return Letter(
+        "invitation",
+        invitation.email,
+        f"You are invited to join {legal_name} on modelgate",
+        f"{inviter} invited you to join the organization {legal_name} on modelgate as {invitation.role}."
+        " Follow this link to accept:",
+        invitation.organization_id,
+    )
 
 
 async def list_invitations(request: web.Request) -> web.Response:
@@ -136,6 +170,8 @@ async def revoke_invitation(request: web.Request) -> web.Response:
         if invitation.status != "pending":
             raise bad_request(f"invitation already {invitation.status}")
         await mark_revoked(tx, invitation.id, at)
+        # Its link stops working: an unsent message with it is not sent (the operator no longer lists it).
+        await withdraw_mail(tx, "invitation", invitation.email, invitation.organization_id)
         await record(
             tx,
             principal.organization_id,
@@ -182,10 +218,12 @@ async def accept_invitation(request: web.Request) -> web.Response:
     invitation = await _pending_invitation(services.db, invitation_token, now())
 
     existing = await user_by_email(services.db, invitation.email)
+    if existing is not None and existing.organization_id != invitation.organization_id:
+        if existing.email_verified:
+            raise _account_conflict(existing, invitation.organization_id)
+        existing = None  # an unverified account elsewhere: it loses the address this token proves
     password_hash: str | None = None
     if existing is not None:
-        if existing.organization_id != invitation.organization_id:
-            raise _account_conflict(existing, invitation.organization_id)
         # Already a member (another invitation was accepted first): the token signs them in; a password
         # that is sent anyway is checked (throttled like a login), never ignored.
         if password is not None and not await throttled_password_check(
@@ -202,9 +240,21 @@ async def accept_invitation(request: web.Request) -> web.Response:
         async with services.db.transaction() as tx:
             if not await consume(tx, invitation.id, at):
                 raise bad_request("invitation has already been used")
-            user = existing or await insert_user(
-                tx, invitation.organization_id, invitation.email, password_hash, invitation.role, at
-            )
+            if existing is None:
+                await claim_address(tx, invitation.email, at, "invitation")
+                user = await insert_user(
+                    tx,
+                    invitation.organization_id,
+                    invitation.email,
+                    password_hash,
+                    invitation.role,
+                    at,
+                    verified=True,
+                )
+            else:
+                # The token reached the address: it is the member's, verified.
+                await mark_email_verified(tx, existing.id, at)
+                user = existing
             await end_pending_invitations(tx, invitation.email, at)
             session_token = await services.create_session(tx, user.id, user.organization_id)
             await record(
@@ -224,4 +274,23 @@ async def accept_invitation(request: web.Request) -> web.Response:
         services.config,
         {"token": session_token, "email": user.email, "passwordSet": user.password_hash is not None},
         session_token,
+    )
+
+
+async def invitation_details(request: web.Request) -> web.Response:
+    """POST /invitations/details {token} → what the accept page shows before accepting: the address, the
+    organization, the role, who invited and until when (400 for a used, revoked, expired or unknown token)."""
+    services = services_of(request)
+    body = await read_json_object(request)
+    at = now()
+    invitation = await _pending_invitation(services.db, required_secret(body, "token"), at)
+    org = await organization_by_id(services.db, invitation.organization_id)
+    return json_response(
+        {
+            "email": invitation.email,
+            "role": invitation.role,
+            "organization": {"legalName": org.legal_name if org else None},
+            "invitedBy": invitation.invited_by,
+            "expiresAt": invitation.to_json(at)["expiresAt"],
+        }
     )

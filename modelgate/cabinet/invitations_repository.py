@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.mail_outbox import withdraw_mail
 from modelgate.storage.database import Executor
 
 _COLUMNS = (
-    "id, organization_id, email, role, status, created_by, created_at, expires_at, accepted_at, revoked_at"
+    "id, organization_id, email, role, status, created_by, created_at, expires_at, accepted_at, revoked_at,"
+    " invited_by"
 )
 
 
@@ -31,6 +33,8 @@ class Invitation:
     expires_at: float
     accepted_at: float | None
     revoked_at: float | None
+    # The address of who invited (for a management key: the owner it acts for), shown on the accept page.
+    invited_by: str | None = None
 
     def status_at(self, at: float) -> str:
         """`pending`, `accepted`, `revoked`, or `expired` for a pending one past its expiry."""
@@ -48,6 +52,7 @@ class Invitation:
             "expiresAt": isoformat(self.expires_at),
             "acceptedAt": isoformat(self.accepted_at),
             "revokedAt": isoformat(self.revoked_at),
+            "invitedBy": self.invited_by,
         }
 
 
@@ -82,7 +87,7 @@ async def insert_invitation(tx: Executor, invitation: Invitation, token_hash: st
     """Store a new invitation with the hash of its token."""
     await tx.execute(
         "INSERT INTO invitations (id, organization_id, email, role, token_hash, status, created_by,"
-        " created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        " created_at, expires_at, invited_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         invitation.id,
         invitation.organization_id,
         invitation.email,
@@ -92,6 +97,7 @@ async def insert_invitation(tx: Executor, invitation: Invitation, token_hash: st
         invitation.created_by,
         invitation.created_at,
         invitation.expires_at,
+        invitation.invited_by,
     )
 
 
@@ -115,6 +121,7 @@ async def end_pending_invitations(tx: Executor, email: str, at: float) -> None:
         at,
         email,
     )
+    await withdraw_mail(tx, "invitation", email)
 
 
 async def mark_revoked(tx: Executor, invitation_id: str, at: float) -> None:

@@ -41,6 +41,13 @@ _CSRF_TOKEN = {
     " POST, PATCH, PUT and DELETE requests the cookie authenticates",
 }
 
+_DELIVERY = {
+    "type": "string",
+    "enum": ["email", "operator"],
+    "description": "email: sent by SMTP ([email]); operator: no [email], the operator passes the link on"
+    " (modelgate mail pending)",
+}
+
 _ERRORS = {
     400: "Invalid request (message says which field or rule)",
     401: "Missing, unknown, expired or revoked bearer token (or session cookie); a model API key is not"
@@ -351,7 +358,14 @@ PATHS: dict[str, dict[str, Any]] = {
     "/openapi.json": {"get": _op("This document", (200, None), public=True, errors=())},
 }
 
-_MEMBER = _obj(("id", "email", "role"), id=_STR, email=_STR, role=_ROLE, createdAt=_TIME)
+_MEMBER = _obj(
+    ("id", "email", "role"),
+    id=_STR,
+    email=_STR,
+    role=_ROLE,
+    emailVerified={"type": "boolean"},
+    createdAt=_TIME,
+)
 _INVITATION = _obj(
     ("id", "organizationId", "email", "role", "status"),
     id=_STR,
@@ -363,6 +377,7 @@ _INVITATION = _obj(
     expiresAt=_TIME,
     acceptedAt=_NULLABLE_TIME,
     revokedAt=_NULLABLE_TIME,
+    invitedBy=_NULLABLE_STR,
 )
 _API_KEY = _obj(
     ("id", "organizationId", "alias", "ownerEmail", "systemId", "status"),
@@ -398,6 +413,8 @@ _CALLER = _obj(
     email=_STR,
     role=_ROLE,
     kind={"type": "string", "enum": ["session", "management_key"]},
+    emailVerified={"type": ["boolean", "null"], "description": "null for a management key"},
+    passwordSet={"type": ["boolean", "null"], "description": "null for a management key"},
 )
 
 _STR_LIST = {"type": "array", "items": _STR}
@@ -454,6 +471,11 @@ _OIDC_DISCOVERY = {
 PATHS["/auth/register"]["post"]["responses"]["403"]["description"] = (
     "Registration is closed, or invite_only and no valid invitation token for this e-mail was given"
 )
+PATHS["/auth/register"]["post"]["responses"]["202"] = {
+    "description": "An unverified account holds the address: the registration completes when the link sent"
+    " to the address is followed (POST /auth/verify-email)",
+    "content": {"application/json": {"schema": _ref("RegistrationWaiting")}},
+}
 
 
 def _with_secret(schema: dict[str, Any], field: str = "secret") -> dict[str, Any]:
@@ -501,6 +523,7 @@ SCHEMAS: dict[str, Any] = {
             " (none without server.public_url)",
             "items": _obj(("id", "name", "loginUrl"), id=_STR, name=_STR, loginUrl=_STR),
         },
+        emailDelivery=_DELIVERY,
     ),
     "PasswordChangeRequest": _obj(
         ("newPassword",),
@@ -523,7 +546,8 @@ SCHEMAS: dict[str, Any] = {
     "RoleChangeRequest": _obj(("role",), role=_ROLE),
     "InvitationRequest": _obj(("email", "role"), email=_STR, role=_ROLE),
     "Invitation": _INVITATION,
-    "InvitationCreated": _with_secret(_ref("Invitation"), "token"),
+    # The token goes to the invited address only (by e-mail, or the operator): never in this answer.
+    "InvitationCreated": {"allOf": [_ref("Invitation"), _obj(("delivery",), delivery=_DELIVERY)]},
     "InvitationList": _obj(("invitations",), invitations={"type": "array", "items": _ref("Invitation")}),
     "InvitationAcceptRequest": _obj(
         ("token",),
@@ -600,15 +624,18 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
     # The billing part builds on the helpers above, so it is imported here rather than at the top.
     from modelgate.cabinet.openapi_billing import BILLING_PATHS, BILLING_SCHEMAS, OPERATOR_SECURITY_SCHEMES
     from modelgate.cabinet.openapi_domains import DOMAIN_PATHS, DOMAIN_SCHEMAS
+    from modelgate.cabinet.openapi_identity import IDENTITY_PATHS, IDENTITY_SCHEMAS
 
+    paths = {**PATHS, **BILLING_PATHS, **DOMAIN_PATHS, **IDENTITY_PATHS}
+    schemas = {**SCHEMAS, **BILLING_SCHEMAS, **DOMAIN_SCHEMAS, **IDENTITY_SCHEMAS}
     return {
         "openapi": "3.1.0",
         "info": {"title": "modelgate cabinet API", "version": "1"},
         "servers": [{"url": public_url.rstrip("/") or "/"}],
         "security": [{"bearer": []}, {"sessionCookie": []}],
-        "paths": {PREFIX + path: item for path, item in {**PATHS, **BILLING_PATHS, **DOMAIN_PATHS}.items()},
+        "paths": {PREFIX + path: item for path, item in paths.items()},
         "components": {
-            "schemas": {**SCHEMAS, **BILLING_SCHEMAS, **DOMAIN_SCHEMAS},
+            "schemas": schemas,
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

@@ -1,5 +1,5 @@
 """The operator API: marking invoices paid, topping up and adjusting balances, assigning plans, inviting
-organizations to register, and reading any organization's invoices.
+organizations to register, reading any organization's invoices, and the mail waiting in the outbox.
 
 Guarded by `server.operator_token` (Bearer, compared in constant time); session tokens and keys of the
 cabinet are not operator tokens. Without a configured token the operator API answers 404 as if absent.
@@ -26,6 +26,7 @@ from modelgate.cabinet.billing import (
 )
 from modelgate.cabinet.clock import isoformat, now
 from modelgate.cabinet.invoices_repository import Invoice, invoices_of
+from modelgate.cabinet.mail_outbox import waiting_mail
 from modelgate.cabinet.registration_invitations import invite_organization
 from modelgate.cabinet.requests import (
     CabinetError,
@@ -191,3 +192,12 @@ async def operator_invoices(request: web.Request) -> web.Response:
     services = services_of(request)
     organization_id = path_id(request, "id", unknown=organization_not_found())
     return json_response(await organization_invoices_json(services.db, services.config, organization_id))
+
+
+async def operator_mail(request: web.Request) -> web.Response:
+    """GET /operator/mail → the messages not yet sent whose link still works, oldest first, with their links
+    (without `[email]` the operator passes them on; with it, a message here is waiting for a retry: see
+    `lastError`). What `modelgate mail pending` prints."""
+    require_operator(request)
+    waiting = await waiting_mail(services_of(request).db, now())
+    return json_response({"mail": [m.to_json(with_link=True) for m in waiting]})

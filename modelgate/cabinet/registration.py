@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from modelgate.cabinet.addresses import (
+    address_taken,
+    claim_address,
+    link_budget_left,
+    send_verification,
+    too_many_links,
+)
 from modelgate.cabinet.clock import now
+from modelgate.cabinet.email_links import EmailLink, send_link
 from modelgate.cabinet.invitations_repository import end_pending_invitations
 from modelgate.cabinet.invoices_repository import open_plan_invoice
+from modelgate.cabinet.mail import Letter, Mail, mail_of
 from modelgate.cabinet.passwords import hash_password, password_policy_violation
 from modelgate.cabinet.registration_invitations import (
     RegistrationInvitation,
@@ -21,6 +30,7 @@ from modelgate.cabinet.registration_invitations import (
 from modelgate.cabinet.requests import (
     CabinetError,
     bad_request,
+    json_response,
     read_json_object,
     required_email,
     required_secret,
@@ -33,10 +43,7 @@ from modelgate.config import PlanConfig
 from modelgate.domain.audit_log import Actor, record
 from modelgate.domain.organizations import insert_organization
 from modelgate.storage import IntegrityViolation
-
-
-def _email_taken() -> CabinetError:
-    return CabinetError(409, "an account with this e-mail already exists")
+from modelgate.storage.database import Executor
 
 
 def _known_plan(services: CabinetServices, plan_code: str) -> PlanConfig:
@@ -85,7 +92,9 @@ def _chosen_plan(
 
 
 async def register(request: web.Request) -> web.Response:
-    """POST /auth/register {legalName, email, password, planCode, invitationToken?} → 201 {token, email}."""
+    """POST /auth/register {legalName, email, password, planCode, invitationToken?} → 201 {token, email} (a
+    verification link goes to the address), or 202 {email, delivery, pending} when an unverified account
+    holds the address: the registration then completes when the link sent to it is followed."""
     services = services_of(request)
     body = await read_json_object(request)
     if services.config.cabinet.registration == "closed":
@@ -99,33 +108,137 @@ async def register(request: web.Request) -> web.Response:
     invitation = await _invitation_of(services, body, email, now())
     plan = _chosen_plan(services, body, invitation)
 
-    if await user_by_email(services.db, email) is not None:
-        raise _email_taken()
+    holder = await user_by_email(services.db, email)
+    if holder is not None and holder.email_verified:
+        raise address_taken()
     password_hash = await hash_password(password)
+    if holder is not None and invitation is None:
+        # An unverified account holds the address: it holds nothing against the person who proves it.
+        return await _wait_for_address(request, legal_name, email, password_hash, plan)
     at = now()
+    mail = mail_of(request)
     try:
         async with services.db.transaction() as tx:
-            org = await insert_organization(tx, legal_name, plan.code, at)
             if invitation is not None:
-                await use_registration_invitation(tx, invitation, org.id, at)
-            owner = await insert_user(tx, org.id, email, password_hash, "owner", at)
-            await end_pending_invitations(tx, email, at)
-            invoice = await open_plan_invoice(tx, org.id, plan, at)
-            token = await services.create_session(tx, owner.id, org.id)
-            await record(
-                tx,
-                org.id,
-                "auth.registered",
-                Actor("user", owner.id, owner.email),
-                at,
-                target_id=org.id,
-                details={
-                    "planCode": plan.code,
-                    "invoiceId": invoice.id,
-                    **({"invitationId": invitation.id} if invitation else {}),
-                },
+                # The operator's invitation went to the address: it proves it (an unverified holder loses it).
+                await claim_address(tx, email, at, "registration")
+            token, _ = await _create_organization(
+                tx, services, mail, legal_name, email, password_hash, plan, invitation, at, request.remote
             )
     except IntegrityViolation as exc:
         # Another registration took the e-mail between our check and the insert.
-        raise _email_taken() from exc
+        raise address_taken() from exc
+    mail.sent()
+    # The spec's auth response, {token, email}: the session says whether the address is verified, and
+    # sign-in-options where the cabinet's links go.
     return signed_in_response(request, services.config, {"token": token, "email": email}, token, status=201)
+
+
+async def _create_organization(
+    tx: Executor,
+    services: CabinetServices,
+    mail: Mail,
+    legal_name: str,
+    email: str,
+    password_hash: str,
+    plan: PlanConfig,
+    invitation: RegistrationInvitation | None,
+    at: float,
+    requested_from: str | None,
+    *,
+    verified: bool = False,
+) -> tuple[str, str]:
+    """The organization, its owner, its first invoice, a session and the audit entry; a verification link
+    unless the address is proven already. Returns (session token, organization id)."""
+    org = await insert_organization(tx, legal_name, plan.code, at)
+    if invitation is not None:
+        await use_registration_invitation(tx, invitation, org.id, at)
+    owner = await insert_user(
+        tx, org.id, email, password_hash, "owner", at, verified=verified or invitation is not None
+    )
+    await end_pending_invitations(tx, email, at)
+    invoice = await open_plan_invoice(tx, org.id, plan, at)
+    token = await services.create_session(tx, owner.id, org.id)
+    await record(
+        tx,
+        org.id,
+        "auth.registered",
+        Actor("user", owner.id, owner.email),
+        at,
+        target_id=org.id,
+        details={
+            "planCode": plan.code,
+            "invoiceId": invoice.id,
+            **({"invitationId": invitation.id} if invitation else {}),
+        },
+    )
+    if not owner.email_verified:
+        await send_verification(tx, services, mail, owner, requested_from, at)
+    return token, org.id
+
+
+async def _wait_for_address(
+    request: web.Request, legal_name: str, email: str, password_hash: str, plan: PlanConfig
+) -> web.Response:
+    """202: the registration waits in a link sent to the address; following it completes the registration
+    and removes the unverified account that held the address."""
+    services = services_of(request)
+    if not await link_budget_left(services, email, request.remote):
+        raise too_many_links()
+    mail = mail_of(request)
+    at = now()
+    async with services.db.transaction() as tx:
+        letter = Letter(
+            "register",
+            email,
+            "Confirm your e-mail address to finish registering",
+            f"Follow this link to confirm {email} and finish registering {legal_name} on modelgate:",
+        )
+        await send_link(
+            tx,
+            mail,
+            letter,
+            user_id=None,
+            at=at,
+            ttl_seconds=services.config.cabinet.email_link_ttl_seconds,
+            requested_from=request.remote,
+            payload={"legalName": legal_name, "planCode": plan.code, "passwordHash": password_hash},
+        )
+    mail.sent()
+    return json_response(
+        {
+            "email": email,
+            "delivery": mail.delivery,
+            "pending": "the address must be confirmed: follow the link sent to it to finish registering",
+        },
+        status=202,
+    )
+
+
+async def complete_waiting_registration(
+    request: web.Request, tx: Executor, link: EmailLink, at: float
+) -> web.Response:
+    """Follow a registration's link (inside its transaction): the address is proven, an unverified account
+    holding it loses it, and the organization is created as registered (201, signed in)."""
+    services = services_of(request)
+    payload = link.payload
+    plan = services.config.plan(str(payload.get("planCode", "")))
+    if plan is None:
+        raise bad_request("the plan of this registration no longer exists; register again")
+    await claim_address(tx, link.email, at, "registration")
+    token, _ = await _create_organization(
+        tx,
+        services,
+        mail_of(request),
+        str(payload.get("legalName", "")),
+        link.email,
+        str(payload.get("passwordHash", "")),
+        plan,
+        None,
+        at,
+        request.remote,
+        verified=True,
+    )
+    return signed_in_response(
+        request, services.config, {"token": token, "email": link.email}, token, status=201
+    )

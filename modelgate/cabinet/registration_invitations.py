@@ -115,7 +115,9 @@ async def invite_organization(
         raise bad_request("planCode is required")
     if config.plan(plan_code) is None:
         raise bad_request(f"planCode must be one of: {', '.join(p.code for p in config.plans)}")
-    if await user_by_email(db, email) is not None:
+    holder = await user_by_email(db, email)
+    if holder is not None and holder.email_verified:
+        # An unverified account holds nothing: registering by this invitation proves the address.
         raise CabinetError(409, "an account with this e-mail already exists")
     async with db.transaction() as tx:
         invitation, token = await create_registration_invitation(

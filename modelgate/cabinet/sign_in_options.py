@@ -47,7 +47,7 @@ def _email_domain(request: web.Request) -> str | None:
 
 async def sign_in_options(request: web.Request) -> web.Response:
     """GET /auth/sign-in-options?email= (public) → {name, version, registration, currency, plans,
-    providers}."""
+    providers, emailDelivery}."""
     services = services_of(request)
     config = services.config
     domain = _email_domain(request)
@@ -70,5 +70,8 @@ async def sign_in_options(request: web.Request) -> web.Response:
                 if plan.self_service
             ],
             "providers": providers,
+            # Where the links of invitations, verification and reset go: `email` by SMTP, `operator`
+            # when the gateway sends no mail (the cabinet tells the user to ask the operator).
+            "emailDelivery": "email" if config.email is not None else "operator",
         }
     )

@@ -12,7 +12,7 @@ from modelgate.storage.database import Executor, Row
 ROLES = ("owner", "admin", "member")
 ADMIN_ROLES = ("owner", "admin")
 
-_COLUMNS = "id, organization_id, email, password_hash, role, created_at"
+_COLUMNS = "id, organization_id, email, password_hash, role, created_at, email_verified_at"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,14 @@ class User:
     password_hash: str | None
     role: str
     created_at: float
+    # When a link sent to the address was followed (or SSO of a verified domain vouched for it); None: the
+    # account holds the address only until someone proves it (docs/cabinet.md, Verified addresses).
+    email_verified_at: float | None = None
+
+    @property
+    def email_verified(self) -> bool:
+        """Whether the account proved it receives mail at its address."""
+        return self.email_verified_at is not None
 
     def to_json(self) -> dict[str, Any]:
         """The member object of the API (never the password hash)."""
@@ -32,6 +40,7 @@ class User:
             "id": self.id,
             "email": self.email,
             "role": self.role,
+            "emailVerified": self.email_verified,
             "createdAt": isoformat(self.created_at),
         }
 
@@ -41,18 +50,27 @@ def _user(row: Row) -> User:
 
 
 async def insert_user(
-    tx: Executor, organization_id: str, email: str, password_hash: str | None, role: str, at: float
+    tx: Executor,
+    organization_id: str,
+    email: str,
+    password_hash: str | None,
+    role: str,
+    at: float,
+    *,
+    verified: bool = False,
 ) -> User:
-    """Create a user; raises IntegrityViolation when the e-mail already has an account."""
-    user = User(new_id("usr"), organization_id, email, password_hash, role, at)
+    """Create a user (its address verified when a link sent to it brought them here); raises
+    IntegrityViolation when the e-mail already has an account."""
+    user = User(new_id("usr"), organization_id, email, password_hash, role, at, at if verified else None)
     await tx.execute(
-        f"INSERT INTO users ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)",
+        f"INSERT INTO users ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)",
         user.id,
         user.organization_id,
         user.email,
         user.password_hash,
         user.role,
         user.created_at,
+        user.email_verified_at,
     )
     return user
 
@@ -104,6 +122,18 @@ async def set_role(tx: Executor, user_id: str, role: str) -> None:
 async def set_password_hash(tx: Executor, user_id: str, password_hash: str) -> None:
     """Replace a user's password hash."""
     await tx.execute("UPDATE users SET password_hash = $1 WHERE id = $2", password_hash, user_id)
+
+
+async def mark_email_verified(tx: Executor, user_id: str, at: float) -> None:
+    """A link sent to the user's address was followed: the address is theirs (the first proof counts)."""
+    await tx.execute(
+        "UPDATE users SET email_verified_at = $1 WHERE id = $2 AND email_verified_at IS NULL", at, user_id
+    )
+
+
+async def set_email(tx: Executor, user_id: str, email: str, at: float) -> None:
+    """Move a user to a new address, proven by the link sent to it."""
+    await tx.execute("UPDATE users SET email = $1, email_verified_at = $2 WHERE id = $3", email, at, user_id)
 
 
 async def delete_user(tx: Executor, user_id: str) -> None:

@@ -35,6 +35,7 @@ from .reader import (
 )
 from .schema import (
     ABANDONED_CALL_POLICIES,
+    EMAIL_SECURITY,
     HOST_DIALECTS,
     LOG_LEVELS,
     PROVIDER_KINDS,
@@ -44,6 +45,7 @@ from .schema import (
     BillingConfig,
     CabinetConfig,
     Config,
+    EmailConfig,
     HostConfig,
     LoggingConfig,
     ModelConfig,
@@ -118,6 +120,7 @@ def _build(root: Table) -> Config:
     redis = _redis(root.table("redis"))
     cabinet = _cabinet(root.table("cabinet"))
     sso = _sso(root.table("sso"))
+    email = _email(root.table("email")) if root.has("email") else None
     routing = _routing(root.table("routing"))
     billing = _billing(root.table("billing"))
     logging = _logging(root.table("logging"))
@@ -137,6 +140,7 @@ def _build(root: Table) -> Config:
         redis=redis,
         cabinet=cabinet,
         sso=sso,
+        email=email,
         routing=routing,
         billing=billing,
         logging=logging,
@@ -228,6 +232,9 @@ def _cabinet(t: Table) -> CabinetConfig:
         registration=t.choice("registration", REGISTRATION_MODES, "registration mode"),
         invitation_webhook_url=t.string("invitation_webhook_url", check=http_url),
         cabinet_url=t.string("cabinet_url", check=http_url),
+        password_reset_ttl_seconds=t.integer("password_reset_ttl_seconds", check=at_least(60)),
+        email_link_ttl_seconds=t.integer("email_link_ttl_seconds", check=at_least(60)),
+        email_links_per_hour=t.integer("email_links_per_hour", check=at_least(1)),
     )
     t.finish()
     return CabinetConfig(**values)
@@ -248,6 +255,34 @@ def _resolver_address(value: str) -> str | None:
     except ValueError:
         return f"expected a DNS server address such as 10.0.0.53, 10.0.0.53:5353 or [::1]:5353, got {value!r}"
     return None
+
+
+def _email(t: Table) -> EmailConfig | None:
+    values = given(
+        host=t.string("host", required=True, check=non_empty),
+        port=t.integer("port", check=between(1, 65535)),
+        security=t.choice("security", EMAIL_SECURITY, "e-mail security"),
+        username=t.string("username", check=non_empty),
+        timeout_seconds=t.number("timeout_seconds", check=above(0)),
+        retry_first_delay_seconds=t.number("retry_first_delay_seconds", check=above(0)),
+        from_address=t.string("from_address", required=True, check=_mail_address),
+        ca_file=t.string("ca_file", check=non_empty),
+    )
+    password_env = t.string("password_env", check=non_empty)
+    t.finish()
+    if isinstance(password_env, str):
+        password = t.context.env.get(password_env)
+        if not password:
+            t.report("password_env", f"environment variable {password_env!r} is not set")
+        values["password"] = password
+    if "host" not in values or "from_address" not in values:
+        return None
+    return EmailConfig(**values)
+
+
+def _mail_address(value: str) -> str | None:
+    local, at, domain = value.rpartition("<")[2].rstrip(">").partition("@")
+    return None if at and local and "." in domain else f"expected an e-mail address, got {value!r}"
 
 
 def _routing(t: Table) -> RoutingConfig:

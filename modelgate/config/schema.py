@@ -49,6 +49,7 @@ SPOOL_FSYNC_POLICIES = ("always", "interval", "never")
 ABANDONED_CALL_POLICIES = ("finish", "cancel")
 # Who may register an organization: anyone, holders of an operator's registration invitation, or nobody.
 REGISTRATION_MODES = ("open", "invite_only", "closed")
+EMAIL_SECURITY = ("starttls", "tls", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,33 @@ class CabinetConfig:
     invitation_webhook_url: str | None = field(default=None, repr=False)  # webhook URLs often carry a token
     # Where single sign-on sends the browser back to, with ?code= (or ?error=); None answers in JSON.
     cabinet_url: str | None = None
+    # Links sent to an address (modelgate/cabinet/email_links.py): a password reset works once within
+    # password_reset_ttl_seconds; an address verification or change within email_link_ttl_seconds. At most
+    # email_links_per_hour links are sent to one address, and requested from one client address, per hour.
+    password_reset_ttl_seconds: int = 1800
+    email_link_ttl_seconds: int = 86400
+    email_links_per_hour: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class EmailConfig:
+    """Outgoing mail over SMTP (modelgate/cabinet/mail_sender.py): invitations, verification, password reset.
+
+    Without an `[email]` table the links go to the operator (`modelgate mail pending`) instead.
+    """
+
+    host: str
+    from_address: str
+    port: int = 587
+    security: str = "starttls"  # one of EMAIL_SECURITY
+    username: str | None = None
+    # Read from the environment variable named by `password_env`: the secret is never in the file.
+    password: str | None = field(default=None, repr=False)
+    timeout_seconds: float = 10.0
+    # A failed message is tried again after this delay, doubling with each failure up to an hour.
+    retry_first_delay_seconds: float = 30.0
+    # Certificate checks of "tls" / "starttls": a CA bundle to trust instead of the system's.
+    ca_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,6 +462,7 @@ class Config:
     redis: RedisConfig = field(default_factory=RedisConfig)
     cabinet: CabinetConfig = field(default_factory=CabinetConfig)
     sso: SsoConfig = field(default_factory=SsoConfig)
+    email: EmailConfig | None = None
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     billing: BillingConfig = field(default_factory=BillingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

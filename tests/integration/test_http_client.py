@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import gc
-import ipaddress
 import socket
 import ssl
 from collections.abc import Awaitable
@@ -17,10 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from modelgate.proxy.upstream.http_client import (
     ConnectionPool,
@@ -41,6 +35,7 @@ from tests.fakes.loopback_http import (
     chunk,
     never_answer,
 )
+from tests.support.tls_files import self_signed_certificate
 
 
 def _pool(
@@ -758,34 +753,7 @@ async def test_a_connection_still_opening_when_the_pool_closes_is_closed_too() -
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "modelgate test provider")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    folder = tmp_path_factory.mktemp("tls")
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
+    return self_signed_certificate(tmp_path_factory.mktemp("tls"), "modelgate test provider")
 
 
 def _tls_server_context(tls_files: tuple[Path, Path]) -> ssl.SSLContext:

@@ -13,6 +13,7 @@ from modelgate.config import (
     CabinetConfig,
     Config,
     ConfigError,
+    EmailConfig,
     HostConfig,
     LoggingConfig,
     LongContextPriceConfig,
@@ -149,6 +150,7 @@ def test_example_file_documents_every_key():
         StorageConfig,
         RedisConfig,
         CabinetConfig,
+        EmailConfig,
         RoutingConfig,
         BillingConfig,
         LoggingConfig,
@@ -167,8 +169,9 @@ def test_example_file_documents_every_key():
     # `options` key.
     # `tokens` holds the token prices, written at the top of [models.prices]; `source` is not a key (it says
     # whether the sheet came from the file or the catalogue).
-    not_keys = {"options", "tokens", "source"}
-    keys = {f.name for record in records for f in dataclasses.fields(record)} - not_keys | ALL_OPTIONS
+    # `password` of [email] is read from the variable `password_env` names.
+    not_keys = {"options", "tokens", "source", "password"}
+    keys = keys_of(records) - not_keys | ALL_OPTIONS | {"password_env"}
 
     # A key is a comment line followed by `key = ...` (itself possibly commented out), or a sub-table
     # header such as [models.prices] that the comments around it explain.
@@ -183,6 +186,35 @@ def test_example_file_documents_every_key():
     ]
 
     assert undocumented == []
+
+
+def keys_of(records: tuple[type, ...]) -> set[str]:
+    """The field names of config records."""
+    return {f.name for record in records for f in dataclasses.fields(record)}
+
+
+def test_email_takes_its_password_from_the_named_environment_variable(write):
+    path = write(
+        VALID + '[email]\nhost = "smtp.test"\nfrom_address = "gw@example.test"\npassword_env = "SMTP_PW"\n'
+    )
+
+    config = load_config(path, env={**ENV, "SMTP_PW": "from-env"}, chain=chain_plugins())
+
+    assert config.email is not None and config.email.password == "from-env"
+    assert config.email.security == "starttls" and config.email.port == 587
+    assert "from-env" not in repr(config)
+    assert load_config(None, env={}).email is None
+
+
+def test_email_problems_are_named(write):
+    path = write(VALID + '[email]\nsecurity = "ssl"\nfrom_address = "nobody"\npassword_env = "SMTP_PW"\n')
+
+    assert problems(path) == [
+        "my.toml: email.host: missing required key",
+        "my.toml: email.security: unknown e-mail security 'ssl'; expected one of: starttls, tls, none",
+        "my.toml: email.from_address: expected an e-mail address, got 'nobody'",
+        "my.toml: email.password_env: environment variable 'SMTP_PW' is not set",
+    ]
 
 
 def test_misspelled_provider_missing_env_var_and_wrong_type_give_three_precise_problems(write):

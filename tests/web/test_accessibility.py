@@ -37,11 +37,15 @@ SIGNED_IN_PAGES = [
     ("invoices", "Invoices"),
     ("audit", "Audit log"),
     ("sso", "Single sign-on"),
+    ("account", "Your account"),
 ]
 SIGNED_OUT_PAGES = [
     ("login", "Sign in"),
     ("register", "Register"),
     ("accept-invitation", "Accept invitation"),
+    ("forgot-password", "Forgot password"),
+    ("reset-password", "Reset password"),
+    ("verify-email", "Confirm e-mail address"),
 ]
 
 
@@ -117,6 +121,12 @@ def test_each_signed_out_page_passes_axe_and_is_photographed(
 ) -> None:
     if route == "accept-invitation":
         route = f"accept-invitation?token={gateway.invite(gateway.register('a11y-out'), 'member')[1]}"
+    if route == "verify-email":
+        route = f"verify-email?token={gateway.link_token(gateway.register('a11y-verify').email, 'verify')}"
+    if route == "reset-password":
+        account = gateway.register("a11y-reset")
+        gateway.api("POST", "/auth/password-reset", body={"email": account.email})
+        route = f"reset-password?token={gateway.link_token(account.email, 'reset')}"
     screenshot(open_route(contexts.page(), route, title), route.split("?")[0])
 
     violations = axe_violations(open_route(contexts.page(bypass_csp=True), route, title))

@@ -19,12 +19,14 @@ import openai
 from tests.fakes import FakeUpstream
 from tests.integration.ops.conftest import UPSTREAM_KEY, ops_toml
 from tests.support.gateway import GatewayProcess, free_port
+from tests.support.mail_links import link_token_from_operator_api
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
 MODEL = "chat"
 # What one chat request costs on top of its tokens, so a single request shows in the spend and usage pages.
 PER_REQUEST_USD = 0.25
+LINK_PAGES = {"invitation": "accept-invitation", "verify": "verify-email", "reset": "reset-password"}
 OPERATOR_TOKEN = "web-tests-operator-token-0123456789"
 _numbers = count(1)
 
@@ -126,6 +128,11 @@ class WebGateway:
         assert reply.status_code < 300, f"{method} /api{path}: {reply.status_code} {reply.text}"
         return reply.json() if reply.content else None
 
+    def api_status(self, method: str, path: str, account: Account | None = None) -> int:
+        """The HTTP status of one cabinet API call with the account's Bearer token."""
+        headers = account.bearer if account else {}
+        return httpx.request(method, f"{self.base_url}/api{path}", headers=headers, timeout=30).status_code
+
     def register(self, prefix: str = "owner", legal_name: str = "Acme Web Ltd") -> Account:
         """Register an organization and its owner through the API."""
         email = unique_email(prefix)
@@ -137,7 +144,16 @@ class WebGateway:
     def invite(self, owner: Account, role: str, email: str | None = None) -> tuple[str, str]:
         """Invite someone with a role; returns (e-mail, invitation token)."""
         email = email or unique_email(role)
-        return email, self.api("POST", "/invitations", owner, {"email": email, "role": role})["token"]
+        self.api("POST", "/invitations", owner, {"email": email, "role": role})
+        return email, self.link_token(email, "invitation")
+
+    def link(self, email: str, kind: str) -> str:
+        """The newest `kind` link sent to `email` as the operator reads it: the page and its token."""
+        return f"{self.base_url}/#/{LINK_PAGES[kind]}?token={self.link_token(email, kind)}"
+
+    def link_token(self, email: str, kind: str) -> str:
+        """The token of the newest `kind` link sent to `email`, as the operator reads it (no `[email]`)."""
+        return link_token_from_operator_api(self.base_url, OPERATOR_TOKEN, email, kind)
 
     def add_member(self, owner: Account, role: str = "member") -> Account:
         """A user who accepted an invitation with a password (and so has a session)."""

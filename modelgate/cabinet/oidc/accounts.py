@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from modelgate.cabinet.addresses import release_address
 from modelgate.cabinet.invitations_repository import end_pending_invitations
+from modelgate.cabinet.oidc.domains import domain_verified_by
 from modelgate.cabinet.oidc.failures import SsoFailure
 from modelgate.cabinet.oidc.providers import OidcProvider
 from modelgate.cabinet.requests import normalize_email
-from modelgate.cabinet.users import User, insert_user, user_by_email
+from modelgate.cabinet.users import User, insert_user, mark_email_verified, user_by_email
 from modelgate.storage.database import Executor
 
 
@@ -58,18 +60,32 @@ def verified_email(claims: dict[str, Any], provider: OidcProvider) -> str:
 
 
 async def account_for(tx: Executor, provider: OidcProvider, email: str, at: float) -> SsoAccount:
-    """The provider organization's user with this e-mail, created when the provider provisions users."""
+    """The provider organization's user with this e-mail, created when the provider provisions users.
+
+    Only a provider of a domain its organization verified vouches for the address: its sign-in verifies the
+    account's address and takes the address from another organization's unverified account. Any other
+    provider signs in and provisions, but verifies nothing and takes nothing.
+    """
+    vouches = await domain_verified_by(tx, provider.organization_id, email.rpartition("@")[2])
     user = await user_by_email(tx, email)
+    if user is not None and vouches and user.organization_id != provider.organization_id:
+        if not user.email_verified:
+            await release_address(tx, user, at, "single_sign_on")
+            user = None
     if user is not None:
         if user.organization_id != provider.organization_id:
             # E-mails are unique across organizations; a provider never reaches into another tenant.
             raise SsoFailure(
                 "account_in_other_organization", f"{email} belongs to another organization's account"
             )
+        if vouches and not user.email_verified:
+            await mark_email_verified(tx, user.id, at)
         return SsoAccount(user, provisioned=False)
     if not provider.settings.auto_provision:
         raise SsoFailure("no_account", f"{email} has no account and this provider does not create accounts")
     # No password: the account signs in through its identity provider.
-    created = await insert_user(tx, provider.organization_id, email, None, provider.settings.default_role, at)
+    created = await insert_user(
+        tx, provider.organization_id, email, None, provider.settings.default_role, at, verified=vouches
+    )
     await end_pending_invitations(tx, email, at)
     return SsoAccount(created, provisioned=True)

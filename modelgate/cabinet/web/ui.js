@@ -389,3 +389,18 @@ export function section(title, ...content) {
   const id = uid("section");
   return h("section", { class: "card", "aria-labelledby": id }, h("h2", { id }, title), ...content);
 }
+
+const MIN_PASSWORD_LENGTH = 10;
+
+/** The spec of a field where the user chooses a password (the policy's minimum length, never the e-mail). */
+export function newPasswordField(label = "New password", name = "newPassword") {
+  return {
+    label,
+    name,
+    type: "password",
+    required: true,
+    autocomplete: "new-password",
+    minlength: MIN_PASSWORD_LENGTH,
+    hint: `At least ${MIN_PASSWORD_LENGTH} characters, not your e-mail address.`,
+  };
+}

@@ -133,6 +133,7 @@ async def test_an_invitation_expires_after_the_configured_time(
 
 async def test_the_operator_invitation_endpoint_checks_its_input_and_token(cabinet: BillingCabinet) -> None:
     owner = await cabinet.register(plan="pro")
+    await cabinet.verify_address(owner)  # an unverified account holds nothing (docs/cabinet.md)
 
     unknown_plan = await cabinet.operator(
         "POST", "/registration-invitations", json={"email": unique_email(), "planCode": "gold"}

@@ -10,8 +10,11 @@ import orjson
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDictProxy
 
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.mail_outbox import waiting_mail
 from modelgate.storage import Database
 from modelgate.storage.database import Executor
+from tests.support.mail_links import token_of_link
 
 PASSWORD = "correct horse battery"
 _numbers = itertools.count(1)
@@ -119,13 +122,32 @@ class Cabinet:
             json={"email": email or unique_email(role), "role": role},
         )
 
+    async def invite_delivered(
+        self, inviter: Account, role: str = "member", email: str | None = None
+    ) -> dict[str, Any]:
+        """Invite someone; returns the 201 body with the `token` the invited address received."""
+        reply = await self.invite(inviter, role, email)
+        assert reply.status == 201, reply.body
+        assert "token" not in reply.body  # the inviter never holds it
+        return {**reply.body, "token": await self.link_sent_to(reply.body["email"], "invitation")}
+
+    async def verify_address(self, account: Account) -> None:
+        """Follow the verification link sent to the account's address (registration sends one)."""
+        token = await self.link_sent_to(account.email, "verify")
+        reply = await self.call("POST", "/auth/verify-email", json={"token": token})
+        assert reply.status == 200, reply.body
+
+    async def link_sent_to(self, email: str, kind: str) -> str:
+        """The token of the newest `kind` link the outbox holds for `email` (what the operator reads with
+        `modelgate mail pending` when there is no `[email]`)."""
+        return await newest_link_token(self.db, email, kind)
+
     async def add_member(self, inviter: Account, role: str = "member", password: str = PASSWORD) -> Account:
         """Invite someone with a role and accept the invitation; returns the new member logged in."""
         invitation = await self.invite(inviter, role)
         assert invitation.status == 201, invitation.body
-        accepted = await self.call(
-            "POST", "/invitations/accept", json={"token": invitation.body["token"], "password": password}
-        )
+        token = await self.link_sent_to(invitation.body["email"], "invitation")
+        accepted = await self.call("POST", "/invitations/accept", json={"token": token, "password": password})
         assert accepted.status == 200, accepted.body
         return Account(accepted.body["token"], accepted.body["email"], password)
 
@@ -174,6 +196,15 @@ class Cabinet:
         reply = await self.call("GET", f"/audit-log?limit={limit}", token=account.token)
         assert reply.status == 200, reply.body
         return reply.body["entries"]
+
+
+async def newest_link_token(db: Database, email: str, kind: str) -> str:
+    """The token of the newest waiting `kind` message to `email` in the outbox (read as the operator does)."""
+    waiting = [m for m in await waiting_mail(db, now()) if m.to_address == email and m.kind == kind]
+    assert waiting, f"no {kind} link waits for {email}"
+    link = waiting[-1].link
+    assert link is not None
+    return token_of_link(link)
 
 
 async def delete_organization_row(db: Database, organization_id: str) -> None:

@@ -11,6 +11,11 @@ PUBLIC = {
     "/auth/register",
     "/auth/login",
     "/invitations/accept",
+    "/invitations/details",
+    # Links sent to an address are followed, and resets asked for, without a session.
+    "/auth/verify-email",
+    "/auth/password-reset",
+    "/auth/password-reset/confirm",
     "/openapi.json",
     # Single sign-on: the browser arrives without a token (tests/integration/oidc covers these).
     "/auth/oidc/{providerId}/login",

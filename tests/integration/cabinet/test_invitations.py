@@ -9,6 +9,8 @@ import orjson
 import pytest
 from aiohttp import web
 
+from modelgate.cabinet.clock import now
+from modelgate.cabinet.mail_outbox import waiting_mail
 from tests.integration.cabinet.cabinet_client import PASSWORD, Cabinet, unique_email
 from tests.integration.cabinet.conftest import CabinetFactory, cabinet_config
 
@@ -17,21 +19,22 @@ async def _accept(cabinet: Cabinet, token: str, password: str = PASSWORD):
     return await cabinet.call("POST", "/invitations/accept", json={"token": token, "password": password})
 
 
-async def test_an_invitation_comes_back_with_its_token_only_in_the_create_response(cabinet: Cabinet) -> None:
+async def test_an_invitations_token_goes_to_the_address_never_to_the_inviter(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
     email = unique_email("invitee")
 
     created = await cabinet.invite(owner, "admin", email)
     listed = await cabinet.call("GET", "/invitations", token=owner.token)
+    token = await cabinet.link_sent_to(email, "invitation")
 
     assert created.status == 201
     assert created.body["email"] == email
     assert created.body["role"] == "admin"
     assert created.body["status"] == "pending"
-    assert created.body["token"]
+    assert created.body["delivery"] == "operator"  # no [email]: the operator passes the link on
+    assert "token" not in created.body and token.encode() not in created.raw
     assert [i["id"] for i in listed.body["invitations"]] == [created.body["id"]]
-    assert "token" not in listed.body["invitations"][0]
-    assert created.body["token"].encode() not in listed.raw
+    assert token.encode() not in listed.raw
 
 
 @pytest.mark.parametrize("password", [PASSWORD, None], ids=["with-password", "token-alone"])
@@ -39,7 +42,7 @@ async def test_accepting_creates_the_user_in_the_inviting_organization_with_a_se
     cabinet: Cabinet, password: str | None
 ) -> None:
     owner = await cabinet.register()
-    invitation = (await cabinet.invite(owner, "admin")).body
+    invitation = await cabinet.invite_delivered(owner, "admin")
     body = {"token": invitation["token"], **({"password": password} if password else {})}
 
     accepted = await cabinet.call("POST", "/invitations/accept", json=body)
@@ -61,7 +64,7 @@ async def test_accepting_creates_the_user_in_the_inviting_organization_with_a_se
 
 async def test_an_accepted_invitation_shows_as_accepted(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    invitation = (await cabinet.invite(owner)).body
+    invitation = await cabinet.invite_delivered(owner)
     await _accept(cabinet, invitation["token"])
 
     listed = await cabinet.call("GET", "/invitations", token=owner.token)
@@ -72,7 +75,7 @@ async def test_an_accepted_invitation_shows_as_accepted(cabinet: Cabinet) -> Non
 
 async def test_an_invitation_token_works_only_once(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    token = (await cabinet.invite(owner)).body["token"]
+    token = (await cabinet.invite_delivered(owner))["token"]
     await _accept(cabinet, token)
 
     again = await _accept(cabinet, token)
@@ -82,7 +85,7 @@ async def test_an_invitation_token_works_only_once(cabinet: Cabinet) -> None:
 
 async def test_an_expired_invitation_is_400(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    invitation = (await cabinet.invite(owner)).body
+    invitation = await cabinet.invite_delivered(owner)
     await cabinet.db.execute("UPDATE invitations SET expires_at = created_at - 1")
 
     reply = await _accept(cabinet, invitation["token"])
@@ -104,7 +107,7 @@ async def test_the_invitation_lifetime_comes_from_the_config(start_cabinet: Cabi
 
 async def test_a_revoked_invitation_cannot_be_accepted(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    invitation = (await cabinet.invite(owner)).body
+    invitation = await cabinet.invite_delivered(owner)
 
     revoked = await cabinet.call("POST", f"/invitations/{invitation['id']}/revoke", token=owner.token)
     reply = await _accept(cabinet, invitation["token"])
@@ -129,7 +132,7 @@ async def test_accept_needs_a_token(cabinet: Cabinet) -> None:
 
 async def test_a_mistyped_password_with_the_token_is_400(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    token = (await cabinet.invite(owner)).body["token"]
+    token = (await cabinet.invite_delivered(owner))["token"]
 
     reply = await cabinet.call("POST", "/invitations/accept", json={"token": token, "password": ["x"]})
 
@@ -138,7 +141,7 @@ async def test_a_mistyped_password_with_the_token_is_400(cabinet: Cabinet) -> No
 
 async def test_an_account_without_a_password_gets_the_generic_login_failure(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    invitation = (await cabinet.invite(owner)).body
+    invitation = await cabinet.invite_delivered(owner)
     await cabinet.call("POST", "/invitations/accept", json={"token": invitation["token"]})
 
     passwordless = await cabinet.login(invitation["email"], "any password at all")
@@ -150,7 +153,7 @@ async def test_an_account_without_a_password_gets_the_generic_login_failure(cabi
 
 async def test_an_account_without_a_password_sets_its_first_one_with_the_session(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    invitation = (await cabinet.invite(owner)).body
+    invitation = await cabinet.invite_delivered(owner)
     session = (await cabinet.call("POST", "/invitations/accept", json={"token": invitation["token"]})).body
 
     first = await cabinet.call(
@@ -168,7 +171,7 @@ async def test_an_account_without_a_password_sets_its_first_one_with_the_session
 
 async def test_a_weak_first_password_is_400(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    invitation = (await cabinet.invite(owner)).body
+    invitation = await cabinet.invite_delivered(owner)
     session = (await cabinet.call("POST", "/invitations/accept", json={"token": invitation["token"]})).body
 
     weak = await cabinet.call("POST", "/auth/password", token=session["token"], json={"newPassword": "short"})
@@ -178,7 +181,7 @@ async def test_a_weak_first_password_is_400(cabinet: Cabinet) -> None:
 
 async def test_a_token_accepted_without_a_password_works_only_once(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    token = (await cabinet.invite(owner)).body["token"]
+    token = (await cabinet.invite_delivered(owner))["token"]
     await cabinet.call("POST", "/invitations/accept", json={"token": token})
 
     again = await cabinet.call("POST", "/invitations/accept", json={"token": token})
@@ -190,7 +193,7 @@ async def test_a_second_invitation_to_a_pending_address_is_409(cabinet: Cabinet)
     """Issue 33, finding 7: the same address could be invited twice (two pending rows)."""
     owner = await cabinet.register()
     email = unique_email("twice")
-    first = (await cabinet.invite(owner, "member", email)).body
+    first = await cabinet.invite_delivered(owner, "member", email)
 
     second = await cabinet.invite(owner, "admin", email.upper())
     listed = await cabinet.call("GET", "/invitations", token=owner.token)
@@ -205,11 +208,11 @@ async def test_a_second_invitation_to_a_pending_address_is_409(cabinet: Cabinet)
 async def test_a_revoked_or_expired_invitation_gives_way_to_a_new_one(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
     email = unique_email("again")
-    revoked = (await cabinet.invite(owner, "member", email)).body
+    revoked = await cabinet.invite_delivered(owner, "member", email)
     assert (
         await cabinet.call("POST", f"/invitations/{revoked['id']}/revoke", token=owner.token)
     ).status == 200
-    expired = (await cabinet.invite(owner, "member", email)).body
+    expired = await cabinet.invite_delivered(owner, "member", email)
     await cabinet.db.execute(
         "UPDATE invitations SET expires_at = created_at - 1 WHERE id = $1", expired["id"]
     )
@@ -220,15 +223,15 @@ async def test_a_revoked_or_expired_invitation_gives_way_to_a_new_one(cabinet: C
     assert fresh.status == 201, fresh.body
     statuses = {i["id"]: i["status"] for i in listed.body["invitations"]}
     assert statuses == {revoked["id"]: "revoked", expired["id"]: "revoked", fresh.body["id"]: "pending"}
-    assert (await _accept(cabinet, fresh.body["token"])).status == 200
+    assert (await _accept(cabinet, await cabinet.link_sent_to(email, "invitation"))).status == 200
 
 
 async def test_joining_ends_the_addresss_pending_invitations_everywhere(cabinet: Cabinet) -> None:
     """Issue 33, finding 7: the extra invitation stayed pending after the person joined."""
     first_org, second_org = await cabinet.register(), await cabinet.register()
     email = unique_email("wanted")
-    joined = (await cabinet.invite(first_org, "member", email)).body
-    other = (await cabinet.invite(second_org, "member", email)).body
+    joined = await cabinet.invite_delivered(first_org, "member", email)
+    other = await cabinet.invite_delivered(second_org, "member", email)
 
     assert (await _accept(cabinet, joined["token"])).status == 200
     listed = await cabinet.call("GET", "/invitations", token=second_org.token)
@@ -240,7 +243,7 @@ async def test_joining_ends_the_addresss_pending_invitations_everywhere(cabinet:
 async def test_registering_ends_the_addresss_pending_invitations(cabinet: Cabinet) -> None:
     inviter = await cabinet.register()
     email = unique_email("self-made")
-    invitation = (await cabinet.invite(inviter, "member", email)).body
+    invitation = await cabinet.invite_delivered(inviter, "member", email)
 
     await cabinet.register(email)
     listed = await cabinet.call("GET", "/invitations", token=inviter.token)
@@ -250,7 +253,7 @@ async def test_registering_ends_the_addresss_pending_invitations(cabinet: Cabine
 
 async def test_accepting_with_a_weak_password_is_400_and_keeps_the_invitation(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    token = (await cabinet.invite(owner)).body["token"]
+    token = (await cabinet.invite_delivered(owner))["token"]
 
     weak = await _accept(cabinet, token, "short")
     strong = await _accept(cabinet, token)
@@ -261,9 +264,9 @@ async def test_accepting_with_a_weak_password_is_400_and_keeps_the_invitation(ca
 
 async def test_revoking_an_accepted_or_revoked_invitation_is_400(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    accepted = (await cabinet.invite(owner)).body
+    accepted = await cabinet.invite_delivered(owner)
     await _accept(cabinet, accepted["token"])
-    revoked = (await cabinet.invite(owner)).body
+    revoked = await cabinet.invite_delivered(owner)
     await cabinet.call("POST", f"/invitations/{revoked['id']}/revoke", token=owner.token)
 
     again_accepted = await cabinet.call("POST", f"/invitations/{accepted['id']}/revoke", token=owner.token)
@@ -273,9 +276,12 @@ async def test_revoking_an_accepted_or_revoked_invitation_is_400(cabinet: Cabine
     assert (again_revoked.status, again_revoked.body) == (400, {"error": "invitation already revoked"})
 
 
-async def test_inviting_an_email_with_an_account_in_another_organization_is_409(cabinet: Cabinet) -> None:
+async def test_inviting_an_email_with_a_verified_account_in_another_organization_is_409(
+    cabinet: Cabinet,
+) -> None:
     owner = await cabinet.register()
     elsewhere = await cabinet.register()
+    await cabinet.verify_address(elsewhere)
 
     reply = await cabinet.invite(owner, "member", elsewhere.email)
 
@@ -288,7 +294,7 @@ async def test_inviting_an_email_with_an_account_in_another_organization_is_409(
 async def test_accepting_for_an_email_that_meanwhile_registered_elsewhere_is_400(cabinet: Cabinet) -> None:
     # Registering ended the address's pending invitations (issue 33: none stays pending once it joined).
     owner = await cabinet.register()
-    invitation = (await cabinet.invite(owner)).body
+    invitation = await cabinet.invite_delivered(owner)
     await cabinet.register(invitation["email"])
 
     reply = await _accept(cabinet, invitation["token"])
@@ -299,7 +305,7 @@ async def test_accepting_for_an_email_that_meanwhile_registered_elsewhere_is_400
 async def test_a_member_cannot_invite_list_or_revoke(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
     member = await cabinet.add_member(owner, "member")
-    invitation_id = (await cabinet.invite(owner)).body["id"]
+    invitation_id = (await cabinet.invite_delivered(owner))["id"]
 
     invite = await cabinet.invite(member)
     listed = await cabinet.call("GET", "/invitations", token=member.token)
@@ -321,9 +327,9 @@ async def test_only_an_owner_can_invite_an_owner(cabinet: Cabinet) -> None:
 
 async def test_invitations_are_audited(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
-    accepted = (await cabinet.invite(owner)).body
+    accepted = await cabinet.invite_delivered(owner)
     await _accept(cabinet, accepted["token"])
-    revoked = (await cabinet.invite(owner)).body
+    revoked = await cabinet.invite_delivered(owner)
     await cabinet.call("POST", f"/invitations/{revoked['id']}/revoke", token=owner.token)
 
     events = [e["event"] for e in await cabinet.audit_events(owner)]
@@ -353,11 +359,12 @@ async def test_the_invitation_is_posted_to_the_configured_webhook(
     )
     owner = await cabinet.register(legal_name="Hooked Inc")
 
-    created = (await cabinet.invite(owner, "admin")).body
+    created = await cabinet.invite_delivered(owner, "admin")
     delivered = await asyncio.wait_for(received.get(), timeout=10)
 
     assert delivered["event"] == "invitation.created"
-    assert delivered["invitation"] == created
+    # The webhook is the operator's channel: it gets the token, the inviter's answer does not.
+    assert delivered["invitation"] == {k: v for k, v in created.items() if k != "delivery"}
     assert delivered["organization"]["legalName"] == "Hooked Inc"
 
 
@@ -376,10 +383,25 @@ async def test_a_failing_webhook_does_not_fail_the_invitation(
     with caplog.at_level(logging.WARNING, logger="modelgate.cabinet.invitations"):
         created = await cabinet.invite(owner)
         for _ in range(100):
-            if caplog.records:
+            if any(r.name == "modelgate.cabinet.invitations" for r in caplog.records):
                 break
             await asyncio.sleep(0.05)
 
     assert created.status == 201
     assert "invitation webhook answered HTTP 500" in caplog.text
-    assert created.body["token"] not in caplog.text
+    assert await cabinet.link_sent_to(created.body["email"], "invitation") not in caplog.text
+
+
+async def test_a_revoked_invitations_link_is_withdrawn_from_the_outbox(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    email = unique_email("withdrawn")
+    invitation = await cabinet.invite_delivered(owner, "member", email)
+
+    await cabinet.call("POST", f"/invitations/{invitation['id']}/revoke", token=owner.token)
+    waiting = [m for m in await waiting_mail(cabinet.db, now()) if m.to_address == email]
+    stored = await cabinet.db.fetchrow(
+        "SELECT status, body, link FROM mail_outbox WHERE to_address = $1", email
+    )
+
+    assert waiting == []
+    assert stored == {"status": "expired", "body": None, "link": None}

@@ -18,7 +18,7 @@ async def test_every_member_can_list_the_members(cabinet: Cabinet) -> None:
         (owner.email, "owner"),
         (member.email, "member"),
     ]
-    assert set(reply.body["members"][0]) == {"id", "email", "role", "createdAt"}
+    assert set(reply.body["members"][0]) == {"id", "email", "role", "emailVerified", "createdAt"}
 
 
 async def test_an_admin_promotes_a_member_to_admin(cabinet: Cabinet) -> None:

@@ -19,6 +19,7 @@ import pytest
 from modelgate.config import Config, load_config
 from modelgate.storage import open_database
 from tests.support.gateway import ThreadedGateway
+from tests.support.mail_links import link_token_from_operator_api
 
 PASSWORD = "correct horse battery"
 CSRF_FAILURE = {"error": "missing or invalid CSRF token"}
@@ -33,6 +34,9 @@ def web_gateway_config(storage_url: str, folder: Path, **server: object) -> Conf
         billing=replace(config.billing, spool_dir=str(folder / "spool")),
         server=replace(config.server, **server),
     )
+
+
+OPERATOR_TOKEN = "web-session-operator-token-0123456789"
 
 
 @pytest.fixture
@@ -280,23 +284,31 @@ def test_the_model_api_ignores_the_session_cookie(gateway: ThreadedGateway) -> N
         assert reply.json()["error"]["message"].startswith("You didn't provide an API key")
 
 
-def test_an_accepted_invitation_from_the_page_signs_in_with_the_cookie(gateway: ThreadedGateway) -> None:
+def test_an_accepted_invitation_from_the_page_signs_in_with_the_cookie(
+    storage_url: str, tmp_path: Path
+) -> None:
+    with ThreadedGateway(web_gateway_config(storage_url, tmp_path, operator_token=OPERATOR_TOKEN)) as gateway:
+        _accept_from_the_page(gateway)
+
+
+def _accept_from_the_page(gateway: ThreadedGateway) -> None:
     owner = register(gateway).json()["token"]
     invited = f"invited-{os.urandom(4).hex()}@example.com"
-    invitation = call(
+    call(
         gateway,
         "POST",
         "/api/invitations",
         {"Authorization": f"Bearer {owner}"},
         json={"email": invited, "role": "member"},
     ).json()
+    token = link_token_from_operator_api(gateway.base_url, OPERATOR_TOKEN, invited, "invitation")
 
     reply = call(
         gateway,
         "POST",
         "/api/invitations/accept",
         own_page(gateway),
-        json={"token": invitation["token"], "password": PASSWORD},
+        json={"token": token, "password": PASSWORD},
     )
 
     assert reply.status_code == 200, reply.text

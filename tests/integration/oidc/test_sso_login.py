@@ -87,9 +87,9 @@ async def test_an_existing_member_signs_in_as_themselves_and_keeps_their_role(
     gateway: SsoGateway, node_idp: NodeIdp, browser: Browser, accept_body: dict[str, str]
 ) -> None:
     owner, provider_id = await _owner_with_provider(gateway, node_idp)
-    invited = await gateway.cabinet.invite(owner, "admin", email="alice@allowed.test")
+    invited = await gateway.cabinet.invite_delivered(owner, "admin", email="alice@allowed.test")
     accepted = await gateway.cabinet.call(
-        "POST", "/invitations/accept", json={"token": invited.body["token"], **accept_body}
+        "POST", "/invitations/accept", json={"token": invited["token"], **accept_body}
     )
     member_id = await gateway.cabinet.user_id(Account(accepted.body["token"], "alice@allowed.test"))
 
@@ -173,3 +173,29 @@ async def test_without_a_cabinet_url_the_callback_answers_the_code_in_json(
     assert journey.response.status_code == 200
     assert answer["expiresIn"] == 60
     assert (exchanged.status, exchanged.body["email"]) == (200, "alice@allowed.test")
+
+
+async def test_a_sign_in_from_a_verified_domain_verifies_the_address_and_takes_it_from_an_unverified_account(
+    gateway: SsoGateway, node_idp: NodeIdp, browser: Browser
+) -> None:
+    # Issue 33: single sign-on from a domain its organization verified vouches for the address. Another
+    # organization registered alice's address without proving it; her company's sign-in takes it, and the
+    # squatting organization is told in its audit log. (A provider of an unverified domain signs nobody in:
+    # test_sso_domains.py.)
+    squatter = await gateway.cabinet.register("alice@allowed.test")
+    colleague = await gateway.cabinet.add_member(squatter, "owner")
+    _, provider_id = await _owner_with_provider(gateway, node_idp)  # its domain allowed.test approved
+
+    provisioned = await _signed_in(gateway, browser, provider_id, "alice")
+
+    assert provisioned["user"]["emailVerified"] is True
+    assert (
+        provisioned["organization"]["id"] != (await gateway.cabinet.session(colleague))["organization"]["id"]
+    )
+    released = [
+        e for e in await gateway.cabinet.audit_events(colleague) if e["event"] == "user.address_released"
+    ]
+    assert [(e["details"]["email"], e["details"]["reason"]) for e in released] == [
+        ("alice@allowed.test", "single_sign_on")
+    ]
+    assert (await gateway.cabinet.login("alice@allowed.test")).status == 401  # the squatter's password

@@ -3,7 +3,25 @@
 import { api } from "../api.js";
 import { href, navigate, page } from "../router.js";
 import { startSession } from "../session.js";
-import { flash, form, h, show } from "../ui.js";
+import { errorText, flash, form, formatDate, h, notice, show } from "../ui.js";
+
+const ROLE_LABELS = { owner: "an owner", admin: "an admin", member: "a member" };
+
+/** What the invitation offers (organization, role, who invited), or a notice saying why it cannot be used. */
+async function offer(token) {
+  try {
+    const details = await api("POST", "/invitations/details", { token });
+    const org = (details.organization && details.organization.legalName) || "an organization";
+    return h(
+      "section",
+      { class: "card narrow", "aria-label": "Invitation" },
+      h("p", {}, details.invitedBy ? `${details.invitedBy} invited ` : "You are invited, as ", h("strong", {}, details.email), details.invitedBy ? " to join " : ", to join ", h("strong", {}, org), ` as ${ROLE_LABELS[details.role] || details.role}.`),
+      h("p", { class: "muted" }, `The invitation expires ${formatDate(details.expiresAt)}.`),
+    );
+  } catch (exc) {
+    return notice("error", errorText(exc));
+  }
+}
 
 const MIN_PASSWORD_LENGTH = 10;
 
@@ -38,7 +56,7 @@ async function render(main, params) {
     { submitLabel: "Accept invitation", busyLabel: "Accepting…" },
   );
   show(main,
-    h("p", {}, "You have been invited to an organization on modelgate. Accept to join it and sign in."),
+    params.token ? await offer(params.token) : h("p", {}, "You have been invited to an organization on modelgate. Accept to join it and sign in."),
     h("div", { class: "card narrow" }, acceptForm),
     h("p", {}, "Already a member? ", h("a", { href: href("/login") }, "Sign in"), "."),
   );

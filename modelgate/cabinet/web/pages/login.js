@@ -84,6 +84,7 @@ async function render(main, params) {
     params.expired ? notice("info", "Your session has ended. Sign in again to continue.") : null,
     signedIn() ? notice("info", h("span", {}, `You are signed in as ${session.user.email}. `, h("a", { href: href("/overview") }, "Go to the overview"), " or sign in as someone else.")) : null,
     h("div", { class: "card narrow" }, passwordForm),
+    h("p", {}, h("a", { href: href("/forgot-password") }, "Forgot your password?")),
     ssoArea,
     ssoHint,
     registration === "closed"

@@ -1,10 +1,10 @@
 // Members and invitations: who belongs to the organization and with which role; owners and admins invite
-// (the link is shown once, with a copy button), revoke pending invitations, change roles and remove members.
+// (the link goes to the invited address only), revoke pending invitations, change roles and remove members.
 
 import { api } from "../api.js";
 import { page, render as renderPage } from "../router.js";
 import { loadSession, session } from "../session.js";
-import { announce, badge, confirmDialog, copyButton, flash, form, formatDate, h, loading, section, stackedTable } from "../ui.js";
+import { announce, badge, confirmDialog, flash, form, formatDate, h, loading, section, stackedTable } from "../ui.js";
 import { actionButton, canManage, openFormDialog } from "./admin_kit.js";
 
 const ROLE_LABELS = { owner: "Owner", admin: "Admin", member: "Member" };
@@ -16,19 +16,17 @@ function grantableRoles() {
   return roles.map((role) => ({ value: role, label: ROLE_LABELS[role] }));
 }
 
-function invitationLink(token) {
-  return `${location.origin}/#/accept-invitation?token=${encodeURIComponent(token)}`;
-}
-
+// The link goes to the invited address only (so accepting proves it): never to the inviter.
 function createdPanel(invitation) {
-  const link = invitationLink(invitation.token);
+  const how =
+    invitation.delivery === "email"
+      ? `An e-mail with the invitation link is on its way to ${invitation.email}.`
+      : `This gateway sends no e-mail: the operator has the invitation link for ${invitation.email} and passes it on.`;
   return h(
     "section",
-    { class: "card secret-panel", "aria-label": "New invitation" },
+    { class: "card", id: "invitation-sent", "aria-label": "New invitation", tabindex: "-1" },
     h("h2", {}, `Invitation for ${invitation.email}`),
-    h("p", {}, `Send this link to ${invitation.email}: it is shown only now. It expires ${formatDate(invitation.expiresAt)}.`),
-    h("code", { class: "secret-value", id: "invitation-link" }, link),
-    h("div", { class: "row-actions" }, copyButton(link, "Copy link"), copyButton(invitation.token, "Copy token only")),
+    h("p", {}, `${how} It expires ${formatDate(invitation.expiresAt)}.`),
   );
 }
 
@@ -172,11 +170,11 @@ async function render(main) {
     parts.push(
       section(
         "Invite a member",
-        h("p", { class: "muted" }, "The invitation link lets the person join with the role you choose; it is shown once, right after you invite."),
+        h("p", { class: "muted" }, "The invitation link goes to the address you invite (by e-mail, or through the operator when the gateway sends no e-mail); it lets the person join with the role you choose."),
         inviteForm(async (invitation) => {
           created.replaceChildren(createdPanel(invitation));
           await redraw();
-          created.querySelector("#invitation-link")?.scrollIntoView({ block: "nearest" });
+          created.querySelector("#invitation-sent")?.scrollIntoView({ block: "nearest" });
         }),
       ),
       created,

@@ -4,7 +4,7 @@ import { api } from "../api.js";
 import { href, page } from "../router.js";
 import { signInOptions, startSession } from "../session.js";
 import { afterSignIn } from "./login.js";
-import { form, formatMoney, h, notice, show } from "../ui.js";
+import { flash, form, formatMoney, h, notice, show } from "../ui.js";
 
 const MIN_PASSWORD_LENGTH = 10;
 const DEFAULT_PLAN = "free";
@@ -80,7 +80,13 @@ async function render(main, params) {
       const body = { legalName: values.legalName, email: values.email, password: values.password, planCode: values.planCode };
       if (values.invitationToken) body.invitationToken = values.invitationToken;
       const answer = await api("POST", "/auth/register", body);
+      if (!answer.token) {
+        // An unverified account holds the address: the registration waits for the link sent to it.
+        show(main, notice("info", waitingText(answer)));
+        return;
+      }
       await startSession(answer);
+      flash("info", `Welcome. ${waitingText({ email: answer.email, delivery: options && options.emailDelivery }, true)}`);
       afterSignIn({});
     },
     { submitLabel: "Create organization", busyLabel: "Creating…" },
@@ -90,6 +96,13 @@ async function render(main, params) {
     h("div", { class: "card narrow" }, registerForm),
     h("p", {}, "Already registered? ", h("a", { href: href("/login") }, "Sign in"), "."),
   );
+}
+
+function waitingText(answer, registered = false) {
+  const where = answer.delivery === "email" ? `We sent a link to ${answer.email}` : `This gateway sends no e-mail: your operator has a link for ${answer.email}`;
+  return registered
+    ? `${where}: follow it to verify your address (until then, whoever proves the address can take it over).`
+    : `${where}: follow it to finish registering.`;
 }
 
 page("/register", { title: "Register", public: true, render });
