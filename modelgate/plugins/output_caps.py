@@ -11,6 +11,9 @@ which reserve by the cap (`ensure_estimate`), are switched off.
 
 from __future__ import annotations
 
+from typing import Any
+
+from modelgate.config import ModelConfig
 from modelgate.domain.charges import answers, estimate_input_tokens, input_bound, output_cap
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
@@ -30,13 +33,12 @@ _NO_TOKEN_OUTPUT = frozenset(
 )
 
 
-def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
+def _bounded_output(ctx: RequestContext, payload: dict[str, Any], model: ModelConfig, rule: CapRule) -> int:
     """The request's output cap times its number of answers (domain.charges); fills in the cap it did not
     name, so the provider is held to what was reserved."""
-    payload = ctx.payload
-    cap = output_cap(payload, rule.fields, ctx.model.config.max_context_tokens)
+    cap = output_cap(payload, rule.fields, model.max_context_tokens)
     if not cap:
-        cap = rule.default or ctx.model.config.default_max_tokens
+        cap = rule.default or model.default_max_tokens
         payload[rule.fields[0]] = cap
         ctx.payload_changed = True
     return cap * answers(payload, rule.choices) if rule.choices else cap
@@ -45,21 +47,22 @@ def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
 def ensure_estimate(ctx: RequestContext) -> None:
     """Fill the request's token estimate once (domain.charges): input from the body size and what the body
     names but does not show, output from its bounded cap."""
-    admission = ctx.admission
-    if admission.max_output_tokens or ctx.model is None:
+    admission, model, route, payload = ctx.admission, ctx.model, ctx.route, ctx.payload
+    if admission.max_output_tokens or model is None or route is None:
         return
-    rule = ctx.route.cap
-    if rule is not None and ctx.payload is not None and ctx.body_stream is None:
+    config = model.config
+    rule = route.cap
+    if rule is not None and payload is not None and ctx.body_stream is None:
         admission.estimated_input_tokens, admission.hosted_tools = input_bound(
-            len(ctx.body), ctx.payload, ctx.model.config, admission.carried_input_tokens
+            len(ctx.body), payload, config, admission.carried_input_tokens
         )
-        admission.max_output_tokens = _bounded_output(ctx, rule)
+        admission.max_output_tokens = _bounded_output(ctx, payload, config, rule)
         return
     admission.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
-    if ctx.route.kind in _NO_TOKEN_OUTPUT:
+    if route.kind in _NO_TOKEN_OUTPUT:
         admission.max_output_tokens = 1
     else:
-        admission.max_output_tokens = ctx.model.config.default_max_tokens
+        admission.max_output_tokens = config.default_max_tokens
 
 
 class OutputCaps(Plugin):

@@ -39,6 +39,8 @@ from modelgate.domain.ledger import CRASHED, LedgerRow, LedgerWriter
 from modelgate.domain.overruns import Overrun, OverrunReport
 from modelgate.domain.usage import Usage, merge_usage
 from modelgate.proxy.pipeline.context import RequestContext, content_action
+from modelgate.proxy.state.keys import KeyRecord
+from modelgate.proxy.upstream.model_rows import ModelEntry
 
 log = logging.getLogger("modelgate.realtime")
 
@@ -104,6 +106,7 @@ class ResponseHold:
 async def hold_response(accounts: Accounts, ctx: RequestContext, amount: int) -> ResponseHold:
     """Reserve `amount` on the organization's balance and every budget that applies, or raise 402."""
     key = ctx.key
+    assert key is not None  # billed only once its key is known (plugins.billing_gate)
     await accounts.reserve_balance(key.organization_id, key.plan_code, amount, key.balance_counter)
     counters, budgets = [key.balance_counter], []
     try:
@@ -159,8 +162,12 @@ class SessionBilling:
         self._context_tokens = 0  # the conversation so far, as the last response reported it
         self._text_bytes = 0  # client text since the last response (audio appends excluded)
         self._operations: set[asyncio.Task] = set()
-        ctx.metering.usage = Usage()
-        ctx.metering.cost_micros = 0
+        key, model = ctx.key, ctx.model
+        assert key is not None and model is not None  # a session is billed once both are known
+        self._key: KeyRecord = key
+        self._model: ModelEntry = model
+        self._total = ctx.metering.usage = Usage()  # the session's usage, summed over its responses
+        self._cost = ctx.metering.cost_micros = 0
 
     @property
     def running(self) -> tuple[str, ...]:
@@ -183,10 +190,10 @@ class SessionBilling:
 
     def _cap(self, response: Any) -> int:
         """A response's output allowance: its own cap, else the session's, else the model's default."""
-        return output_cap(response) or self._session_cap or self._ctx.model.prices.default_max_tokens
+        return output_cap(response) or self._session_cap or self._model.prices.default_max_tokens
 
     def _worst_case(self, cap: int) -> int:
-        return realtime_reservation(self._ctx.model.prices, cap, self._context_tokens, self._text_bytes)
+        return realtime_reservation(self._model.prices, cap, self._context_tokens, self._text_bytes)
 
     # -- client to upstream -----------------------------------------------------------------------------
 
@@ -242,7 +249,7 @@ class SessionBilling:
         hold = await hold_response(self._accounts, ctx, amount)
         hold.cap = cap
         prompt = self._context_tokens + prompt_estimate(self._text_bytes)
-        cost = ctx.model.prices.prompt_cost(prompt)
+        cost = self._model.prices.prompt_cost(prompt)
         request_id = f"{ctx.request_id}:held-{next(self._holds)}"
         hold.row_id = row_id = self._ledger.new_row_id(time.time())
         over = cost - amount if cost > amount else 0
@@ -306,7 +313,7 @@ class SessionBilling:
                 self._ctx.request_id,
                 response_id,
             )
-            return ResponseHold(0, (self._ctx.key.balance_counter,), (), cap=self._cap(None))
+            return ResponseHold(0, (self._key.balance_counter,), (), cap=self._cap(None))
 
     async def _upstream_refused(self, error: Any) -> None:
         """The upstream rejected a client's response.create: its reservation is released."""
@@ -339,11 +346,10 @@ class SessionBilling:
         """Settle one response to the cost of its usage (domain.charges: the truth, past its reservation
         too) and write its row."""
         ctx = self._ctx
+        model = self._model
         charge = Charge(0)
         if usage is not None:
-            charge_usage(
-                charge, ctx.model.prices, usage, hold.amount, ctx.model.config.max_context_tokens, hold.cap
-            )
+            charge_usage(charge, model.prices, usage, hold.amount, model.config.max_context_tokens, hold.cap)
         cost = charge.cost_micros or 0
         await settle_response(self._accounts, hold, cost)
         request_id = f"{ctx.request_id}:{response_id}"
@@ -365,24 +371,24 @@ class SessionBilling:
         if charge.over_reservation_micros or charge.usage_implausible:
             self._report_overrun(request_id, hold.amount, charge)
         if usage is not None:
-            total = ctx.metering.usage
+            total = self._total
             total.input_tokens += usage.input_tokens
             total.cached_input_tokens += usage.cached_input_tokens
             total.output_tokens += usage.output_tokens
-        ctx.metering.cost_micros += cost
+        self._cost += cost
+        ctx.metering.cost_micros = self._cost
 
     def _report_overrun(self, request_id: str, reserved: int, charge: Charge) -> None:
-        ctx = self._ctx
         if self._overruns is None:
             return
-        key = ctx.key
+        key = self._key
         self._overruns.report(
             Overrun(
                 key.organization_id,
                 key.id,
                 key.system_id,
-                ctx.route.name,
-                ctx.model.name,
+                self._ctx.route.name if self._ctx.route is not None else "realtime",
+                self._model.name,
                 request_id,
                 reserved,
                 charge.cost_micros or 0,
@@ -422,13 +428,13 @@ class SessionBilling:
     ) -> LedgerRow:
         """A ledger row of one response of this session (domain.charges.charge_row)."""
         ctx = self._ctx
-        key = ctx.key
+        key = self._key
         return charge_row(
             row_id,
             key.organization_id,
             key.id,
             key.system_id,
-            ctx.model.name,
+            self._model.name,
             ctx.row.key if ctx.row else None,
             request_id,
             status,

@@ -214,7 +214,7 @@ class BackgroundFollower:
             await self._charge_rest(follow, usage, charge, outcome)
             return
         row = self._row(follow, follow.row_id, 200, outcome, usage, cost, charge)
-        await self._accounts.queue_settlement(follow.reservations, cost, follow.row_id)
+        await self._accounts.queue_settlement(follow.reservations or [], cost, follow.row_id)
         self._counters.after_written(partial(self._ledger.add_row, row, True))
         follow.reservations = None
 
