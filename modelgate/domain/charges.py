@@ -61,30 +61,29 @@ def _positive_int(value: object, name: str, most: int) -> int:
     return value
 
 
-def output_cap(payload: dict[str, Any], fields: tuple[str, ...], most: int) -> int:
-    """The largest output cap the body names among `fields` (a provider honours one of them), 0 for none;
-    400 for one that is not a positive integer of at most `most` (the model's context window)."""
+def _largest(payload: dict[str, Any], names: tuple[str, ...], most: int, least: int) -> int:
+    """The largest of the positive integers (at most `most`, else 400) the body names among `names`, or
+    `least` when it names none larger."""
     # Plain loops and comparisons (no comprehension, generator or max()): this runs on every request.
-    cap = 0
-    for name in fields:
+    found = least
+    for name in names:
         value = payload.get(name)
         if value is not None:
             value = _positive_int(value, name, most)
-            if value > cap:
-                cap = value
-    return cap
+            if value > found:
+                found = value
+    return found
+
+
+def output_cap(payload: dict[str, Any], fields: tuple[str, ...], most: int) -> int:
+    """The largest output cap the body names among `fields` (a provider honours one of them), 0 for none;
+    400 for one that is not a positive integer of at most `most` (the model's context window)."""
+    return _largest(payload, fields, most, 0)
 
 
 def answers(payload: dict[str, Any], choices: tuple[str, ...]) -> int:
     """How many answers the body asks for (`n`, `best_of`): each is allowed the whole output cap."""
-    count = 1
-    for name in choices:
-        value = payload.get(name)
-        if value is not None:
-            value = _positive_int(value, name, MAX_CHOICES)
-            if value > count:
-                count = value
-    return count
+    return _largest(payload, choices, MAX_CHOICES, 1)
 
 
 def reservation(

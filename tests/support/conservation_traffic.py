@@ -221,6 +221,15 @@ class Traffic:
     def _tenant(self, index: int) -> Tenant:
         return self._tenants[index]
 
+    def _sdk(self, http: httpx.AsyncClient, base_url: str, organization: int) -> openai.AsyncOpenAI:
+        """The official SDK as the organization's client, without retries."""
+        return openai.AsyncOpenAI(
+            base_url=f"{base_url}/v1",
+            api_key=self._tenant(organization).api_key,
+            max_retries=0,
+            http_client=http,
+        )
+
     async def _chat(self, record: CallRecord, base_url: str) -> None:
         call: ChatCall = record.operation
         cap = call.cap or self._default_max_tokens
@@ -236,22 +245,12 @@ class Traffic:
         call: ChatCall = record.operation
         body = chat_body(call)
         async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
-            client = openai.AsyncOpenAI(
-                base_url=f"{base_url}/v1",
-                api_key=self._tenant(call.organization).api_key,
-                max_retries=0,
-                http_client=http,
-            )
+            client = self._sdk(http, base_url, call.organization)
             headers = {"x-request-id": record.request_id}
             try:
                 answer = await client.chat.completions.create(**body, extra_headers=headers)
-            except openai.APIStatusError as exc:
-                record.status = exc.status_code
-                record.result = REFUSED if exc.status_code < 500 else GATEWAY_ERROR
-                return
-            except openai.APIConnectionError as exc:
-                record.error = repr(exc)
-                record.result = UNREACHABLE
+            except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                _sdk_failure(record, exc)
                 return
             record.status = 200
             if call.style == SDK_PLAIN:
@@ -335,12 +334,7 @@ class Traffic:
     async def _background(self, record: CallRecord, base_url: str) -> None:
         call: BackgroundCall = record.operation
         async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
-            client = openai.AsyncOpenAI(
-                base_url=f"{base_url}/v1",
-                api_key=self._tenant(call.organization).api_key,
-                max_retries=0,
-                http_client=http,
-            )
+            client = self._sdk(http, base_url, call.organization)
             try:
                 created = await client.responses.create(
                     model=BACKGROUND_MODEL,
@@ -349,13 +343,8 @@ class Traffic:
                     max_output_tokens=call.cap,
                     extra_headers={"x-request-id": record.request_id},
                 )
-            except openai.APIStatusError as exc:
-                record.status = exc.status_code
-                record.result = REFUSED if exc.status_code < 500 else GATEWAY_ERROR
-                return
-            except openai.APIConnectionError as exc:
-                record.error = repr(exc)
-                record.result = UNREACHABLE
+            except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                _sdk_failure(record, exc)
                 return
         record.status = 200
         record.result = SERVER_CUT if created.status != "queued" or created.usage is not None else COMPLETED
@@ -509,6 +498,16 @@ class Traffic:
         record.busy_at_signal = await self._fleet.wait_busy(restart.gateway, 2, RESTART_BUSY_WAIT)
         record.signalled_at = time.monotonic()
         record.ended = await self._fleet.restart(restart.gateway, hard=restart.hard)
+
+
+def _sdk_failure(record: CallRecord, exc: openai.APIStatusError | openai.APIConnectionError) -> None:
+    """What an SDK call that raised saw: a refusal or failure head, or no head at all."""
+    if isinstance(exc, openai.APIStatusError):
+        record.status = exc.status_code
+        record.result = REFUSED if exc.status_code < 500 else GATEWAY_ERROR
+        return
+    record.error = repr(exc)
+    record.result = UNREACHABLE
 
 
 async def adjust_endpoint_exists(base_url: str, organization_id: str, operator_token: str) -> bool:
