@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from modelgate.config import ModelConfig
 from modelgate.domain.errors import InvalidRequest
-from modelgate.domain.hidden_input import hidden_input_tokens, hosted_tools, may_name_parts
+from modelgate.domain.hidden_input import hidden_input_tokens, may_name_parts
 from modelgate.domain.ledger import LedgerRow
 from modelgate.domain.media import MediaKind, media_worst_case
 from modelgate.domain.prices import ModelPrices
@@ -40,16 +40,14 @@ def estimate_input_tokens(body_size: int) -> int:
     return body_size // 2 + 1
 
 
-def input_bound(
-    body_size: int, payload: dict[str, Any], model: ModelConfig, carried: int
-) -> tuple[int, bool]:
-    """The most prompt tokens a request can be billed, and whether hosted tools may feed its prompt (then
-    its usage has no physical bound): the body's own plus what it names but does not show."""
+def input_bound(body_size: int, payload: dict[str, Any], model: ModelConfig, carried: int) -> int:
+    """The most prompt tokens a request can be billed: the body's own plus what it names but does not show
+    (with hosted tools, `domain.hidden_input.hosted_tools`, its usage has no physical bound)."""
     tokens = estimate_input_tokens(body_size)
     # Most requests name nothing hidden: dict lookups and a look at each message's content decide it.
     if carried or "tools" in payload or "prompt" in payload or may_name_parts(payload):
-        return tokens + hidden_input_tokens(payload, model, carried), hosted_tools(payload)
-    return tokens, False
+        return tokens + hidden_input_tokens(payload, model, carried)
+    return tokens
 
 
 def _positive_int(value: object, name: str, most: int) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from modelgate.config import ModelConfig
 from modelgate.domain.charges import answers, estimate_input_tokens, input_bound, output_cap
+from modelgate.domain.hidden_input import hosted_tools
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.route_table import CapRule
@@ -53,9 +54,11 @@ def ensure_estimate(ctx: RequestContext) -> None:
     config = model.config
     rule = route.cap
     if rule is not None and payload is not None and ctx.body_stream is None:
-        admission.estimated_input_tokens, admission.hosted_tools = input_bound(
+        admission.estimated_input_tokens = input_bound(
             len(ctx.body), payload, config, admission.carried_input_tokens
         )
+        if "tools" in payload:  # the provider may run tools that feed the prompt: no physical bound
+            admission.hosted_tools = hosted_tools(payload)
         admission.max_output_tokens = _bounded_output(ctx, payload, config, rule)
         return
     admission.estimated_input_tokens = estimate_input_tokens(len(ctx.body))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import orjson
 
 from modelgate.config import ModelConfig, RowConfig
+from modelgate.config.schema import CLAUDE_MAX_IMAGE_TOKENS
 from modelgate.domain.charges import Charge, charge_row, charge_usage, input_bound
-from modelgate.domain.hidden_input import CLAUDE_MAX_IMAGE_TOKENS
 from modelgate.domain.prices import ModelPrices
 from modelgate.domain.usage import Usage
 
@@ -27,9 +27,7 @@ PRICES = ModelPrices(
 def _image_tokens(model: ModelConfig, part: dict) -> int:
     payload = {"messages": [{"role": "user", "content": [part]}]}
     body = len(orjson.dumps(payload))
-    tokens, hosted = input_bound(body, payload, model, 0)
-    assert not hosted
-    return tokens - (body // 2 + 1)
+    return input_bound(body, payload, model, 0) - (body // 2 + 1)
 
 
 def test_an_image_is_bounded_by_openais_tile_formula_on_an_openai_model() -> None:
