@@ -205,7 +205,9 @@ class LedgerWriter:
         # Into this process's own segment, written after the adopted ones. Careful: should this process die
         # before the adopted files are deleted, the next start replays these ids twice (from both files).
         for record in crashed.values():
-            self._append((*record[1 : _COLUMNS + 1], tuple(tuple(budget) for budget in record[_BUDGETS + 1])))
+            # Its trailing columns too (the content action, the estimate mark): a crash row is an estimate.
+            budgets = tuple(tuple(budget) for budget in record[_BUDGETS + 1])
+            self._append((*record[1 : _COLUMNS + 1], budgets, *record[_CONTENT + 1 :]))
         if crashed:
             self._current.careful = True
         if self._current.file is not None:  # else the crashed rows are in memory only: keep their source
