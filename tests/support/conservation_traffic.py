@@ -332,7 +332,8 @@ class Traffic:
     # -- late usage: background responses and abandoned calls ------------------------------------------
 
     async def _background(self, record: CallRecord, base_url: str) -> None:
-        call: BackgroundCall = record.operation
+        call = record.operation
+        assert isinstance(call, BackgroundCall)
         async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
             client = self._sdk(http, base_url, call.organization)
             try:
@@ -356,7 +357,8 @@ class Traffic:
         record.reported_output = int(final["usage"]["output_tokens"])
 
     async def _abandoned(self, record: CallRecord, base_url: str) -> None:
-        call: AbandonedCall = record.operation
+        call = record.operation
+        assert isinstance(call, AbandonedCall)
         prompt = " ".join(f"w{i}" for i in range(call.words))
         record.expected_output = echo_reply(prompt, max_tokens=call.cap).tokens
         body = {
