@@ -31,25 +31,8 @@ def add_row(
     admitted = row_id is not None
     row_id = row_id or writer.new_row_id(at)
     usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, estimated=estimated)
-    writer.add_row(
-        charge_row(
-            row_id,
-            organization_id,
-            key_id,
-            None,
-            "m",
-            row_key,
-            request_id,
-            200,
-            "completed",
-            usage,
-            cost,
-            at,
-            budgets,
-            content_action,
-        ),
-        admitted,
-    )
+    who = (row_id, organization_id, key_id, None, "m", row_key, request_id)
+    writer.add_row(charge_row(*who, 200, "completed", usage, cost, at, budgets, content_action), admitted)
     return row_id
 
 
@@ -66,22 +49,8 @@ def admit_row(
     """Journal an admitted request whose crash row charges `crash_cost`; returns its row id."""
     at = time.time()
     row_id = writer.new_row_id(at)
+    who = (row_id, organization_id, key_id, None, "m", None, request_id)
     writer.admit_row(
-        charge_row(
-            row_id,
-            organization_id,
-            key_id,
-            None,
-            "m",
-            None,
-            request_id,
-            0,
-            CRASHED,
-            None,
-            crash_cost,
-            at,
-            budgets,
-            estimated_input_tokens=input_tokens,
-        )
+        charge_row(*who, 0, CRASHED, None, crash_cost, at, budgets, estimated_input_tokens=input_tokens)
     )
     return row_id
