@@ -43,7 +43,7 @@ def estimate_input_tokens(body_size: int) -> int:
 def input_bound(body_size: int, payload: dict[str, Any], model: ModelConfig, carried: int) -> int:
     """The most prompt tokens a request can be billed: the body's own plus what it names but does not show
     (with hosted tools, `domain.hidden_input.hosted_tools`, its usage has no physical bound)."""
-    tokens = estimate_input_tokens(body_size)
+    tokens = body_size // 2 + 1  # estimate_input_tokens, inlined: this runs on every request
     # Most requests name nothing hidden: dict lookups and a look at each message's content decide it.
     if carried or "tools" in payload or "prompt" in payload or may_name_parts(payload):
         return tokens + hidden_input_tokens(payload, model, carried)
@@ -59,29 +59,24 @@ def _positive_int(value: object, name: str, most: int) -> int:
     return value
 
 
-def _largest(payload: dict[str, Any], names: tuple[str, ...], most: int, least: int) -> int:
-    """The largest of the positive integers (at most `most`, else 400) the body names among `names`, or
-    `least` when it names none larger."""
-    # Plain loops and comparisons (no comprehension, generator or max()): this runs on every request.
-    found = least
-    for name in names:
-        value = payload.get(name)
-        if value is not None:
-            value = _positive_int(value, name, most)
-            if value > found:
-                found = value
-    return found
-
-
 def output_cap(payload: dict[str, Any], fields: tuple[str, ...], most: int) -> int:
     """The largest output cap the body names among `fields` (a provider honours one of them), 0 for none;
     400 for one that is not a positive integer of at most `most` (the model's context window)."""
-    return _largest(payload, fields, most, 0)
+    # Plain loops and comparisons (no comprehension, generator or max()): this runs on every request.
+    cap = 0
+    for name in fields:
+        value = payload.get(name)
+        if value is not None:
+            value = _positive_int(value, name, most)
+            if value > cap:
+                cap = value
+    return cap
 
 
 def answers(payload: dict[str, Any], choices: tuple[str, ...]) -> int:
-    """How many answers the body asks for (`n`, `best_of`): each is allowed the whole output cap."""
-    return _largest(payload, choices, MAX_CHOICES, 1)
+    """How many answers the body asks for (`n`, `best_of`, at most MAX_CHOICES): each is allowed the whole
+    output cap; 1 when it names none."""
+    return output_cap(payload, choices, MAX_CHOICES) or 1
 
 
 def reservation(

@@ -42,7 +42,10 @@ def _bounded_output(ctx: RequestContext, payload: dict[str, Any], model: ModelCo
         cap = rule.default or model.default_max_tokens
         payload[rule.fields[0]] = cap
         ctx.payload_changed = True
-    return cap * answers(payload, rule.choices) if rule.choices else cap
+    for name in rule.choices:  # most requests ask for one answer: no call then
+        if name in payload:
+            return cap * answers(payload, rule.choices)
+    return cap
 
 
 def ensure_estimate(ctx: RequestContext) -> None:
