@@ -11,16 +11,21 @@ import secrets
 import struct
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from multidict import CIMultiDict
+
+if TYPE_CHECKING:
+    from modelgate.proxy.upstream.providers import StreamedBody
 
 _JSON = CIMultiDict({"content-type": "application/json"})
 _SSE = CIMultiDict({"content-type": "text/event-stream", "cache-control": "no-cache"})
 
 
 class _Content:
+    """The mock answer's body (an `AnswerBody`): its pieces, made in memory."""
+
     __slots__ = ("_chunks",)
 
     def __init__(self, chunks: list[bytes]) -> None:
@@ -30,20 +35,28 @@ class _Content:
         for chunk in self._chunks:
             yield chunk
 
+    def at_eof(self) -> bool:
+        return False  # never says so: each piece goes out as it is read, the end with the generator's
+
+    async def read(self, n: int = -1) -> bytes:
+        body = b"".join(self._chunks)
+        return body if n < 0 else body[:n]
+
 
 class MockResponse:
-    """Quacks like aiohttp.ClientResponse for the forwarder."""
+    """The mock provider's answer (an `UpstreamResponse`, modelgate/proxy/upstream/providers.py)."""
 
-    __slots__ = ("_body", "content", "headers", "status")
+    __slots__ = ("_body", "content", "credential", "headers", "status")
 
-    def __init__(self, status: int, headers: CIMultiDict, chunks: list[bytes]) -> None:
+    def __init__(self, status: int, headers: CIMultiDict[str], chunks: list[bytes]) -> None:
         self.status = status
         self.headers = headers
+        self.credential = ""  # no key
         self.content = _Content(chunks)
         self._body = b"".join(chunks)
 
-    async def read(self) -> bytes:
-        return self._body
+    async def read(self, n: int = -1) -> bytes:
+        return self._body if n < 0 else self._body[:n]
 
     def close(self) -> None:
         return None
@@ -102,6 +115,7 @@ class MockUpstream:
 
     kind = "mock"
     native_messages = True
+    native_responses = True
     pool = None  # in process: no connections
 
     def __init__(self, name: str) -> None:
@@ -113,7 +127,7 @@ class MockUpstream:
         return None
 
     async def send(
-        self, method: str, path: str, body: bytes | None, request_id: str, client_headers: Any
+        self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
     ) -> MockResponse:
         if body is not None and not isinstance(body, bytes):
             return _json(
@@ -186,7 +200,7 @@ class MockUpstream:
         return MockResponse(200, _SSE, chunks)
 
     def _completion(self, p: dict) -> MockResponse:
-        prompt = p.get("prompt") if isinstance(p.get("prompt"), str) else ""
+        prompt = p["prompt"] if isinstance(p.get("prompt"), str) else ""
         words, truncated = _reply(prompt, p.get("max_tokens"))
         usage = {"prompt_tokens": _words(prompt), "completion_tokens": len(words)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -222,7 +236,7 @@ class MockUpstream:
     def _embeddings(self, p: dict) -> MockResponse:
         inputs = p.get("input")
         items = inputs if isinstance(inputs, list) else [inputs]
-        dims = p.get("dimensions") if isinstance(p.get("dimensions"), int) and p["dimensions"] > 0 else 8
+        dims = p["dimensions"] if isinstance(p.get("dimensions"), int) and p["dimensions"] > 0 else 8
         data, tokens = [], 0
         for index, item in enumerate(items):
             text = item if isinstance(item, str) else orjson.dumps(item).decode()
