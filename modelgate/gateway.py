@@ -23,6 +23,7 @@ from modelgate.domain.audit_writer import AuditWriter
 from modelgate.domain.background_responses import BackgroundResponses
 from modelgate.domain.counters import Counters, InProcessCounters
 from modelgate.domain.ledger import LedgerWriter
+from modelgate.domain.overruns import OverrunReport
 from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.domain.redis_counters import RedisCounters
 from modelgate.infra.spool import Spool, database_identity, default_spool_dir
@@ -70,6 +71,7 @@ class Gateway:
     allowances: AllowanceGrants | None = None  # monthly allowances of plans, granted once across processes
     background: BackgroundFollower | None = None  # background responses followed to their final usage
     lease: ProcessLease | None = None  # PostgreSQL: this process's lease (exact revocation without Redis)
+    overruns: OverrunReport | None = None  # charges past their reservation: counted, audited, logged
     shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
     completions: Completions = field(default_factory=Completions)  # of requests whose client left
     loop_lag: LoopLag = field(default_factory=LoopLag)  # how late the event loop runs (/readyz, /metrics)
@@ -176,6 +178,7 @@ class Gateway:
             )
             metrics.watch_realtime(gateway.realtime.sessions)
             billing = config.billing
+            gateway.overruns = OverrunReport(gateway.audit, metrics.count_overrun)
             gateway.background = BackgroundFollower(
                 BackgroundResponses(db, secrets.token_hex(8)),
                 accounts,
@@ -188,6 +191,7 @@ class Gateway:
                     billing.background_follow_seconds,
                     billing.background_lease_seconds,
                 ),
+                gateway.overruns,
             )
             gateway.runtime = build_runtime(config, gateway)
             metrics.watch_upstreams(lambda: gateway.runtime.upstreams)

@@ -119,6 +119,7 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
         gateway.tracer,
         gateway.realtime.secrets,
         gateway.background,
+        gateway.overruns,
     )
 
     def handlers(selector: RowSelector) -> dict[str, LocalHandler]:
@@ -127,7 +128,12 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
             "videos_list": VideoList(gateway.objects).handle,
             "realtime_client_secrets": ClientSecretIssuer(gateway.realtime.secrets).handle,
             "realtime": RealtimeRelay(
-                selector, gateway.realtime, gateway.accounts, gateway.ledger, gateway.completions
+                selector,
+                gateway.realtime,
+                gateway.accounts,
+                gateway.ledger,
+                gateway.completions,
+                gateway.overruns,
             ).handle,
         }
 

@@ -483,7 +483,19 @@ def _model(
             prices = entry.prices
             if entry.context_window:
                 values.setdefault("max_context_tokens", entry.context_window)
-    model = ModelConfig(name=name, kinds=() if kinds is ABSENT else kinds, rows=rows, prices=prices, **values)
+    claude = any(
+        providers[row.provider].kind == "anthropic" or "claude" in row.upstream_model.lower()
+        for row in rows
+        if row.provider in providers
+    )
+    model = ModelConfig(
+        name=name,
+        kinds=() if kinds is ABSENT else kinds,
+        rows=rows,
+        prices=prices,
+        claude_images=claude,
+        **values,
+    )
     if model.default_max_tokens > model.max_context_tokens:
         limit, value = model.max_context_tokens, model.default_max_tokens
         t.report("default_max_tokens", f"must not exceed max_context_tokens ({limit}), got {value}")

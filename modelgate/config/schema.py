@@ -40,6 +40,10 @@ def dialect_family(dialect: str, provider_kind: str) -> str:
     return dialect
 
 
+# Anthropic's image cost: width x height / 750 tokens, images scaled to at most ~1.15 megapixels (1568 px on
+# the long edge): about 1,600 tokens at most (docs.anthropic.com, vision: "Calculate image costs").
+CLAUDE_MAX_IMAGE_TOKENS = 1600
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # When the ledger spool fsyncs: after every row, every `spool_fsync_interval_seconds`, or never.
 SPOOL_FSYNC_POLICIES = ("always", "interval", "never")
@@ -422,11 +426,18 @@ class ModelConfig:
     # at detail "low", else the base plus 8 tiles of `image_tile_tokens` (the most a 2048 x 768 image takes).
     image_base_tokens: int = 85
     image_tile_tokens: int = 170
+    # Derived by the loader, not a key: a row reaches Claude (an `anthropic` provider, or an upstream model
+    # named claude), whose images are bounded by Anthropic's formula (~1,600 tokens, whatever the detail).
+    claude_images: bool = False
 
     @property
     def max_image_tokens(self) -> int:
-        """The most prompt tokens one image can cost (detail high or unknown): 8 tiles and the base."""
-        return self.image_base_tokens + 8 * self.image_tile_tokens
+        """The most prompt tokens one image can cost (detail high or unknown): 8 tiles and the base; for
+        Claude, at least Anthropic's bound (domain.hidden_input.CLAUDE_MAX_IMAGE_TOKENS)."""
+        tiles = self.image_base_tokens + 8 * self.image_tile_tokens
+        if self.claude_images and tiles < CLAUDE_MAX_IMAGE_TOKENS:
+            return CLAUDE_MAX_IMAGE_TOKENS
+        return tiles
 
 
 @dataclass(frozen=True, slots=True)

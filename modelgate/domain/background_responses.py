@@ -23,7 +23,7 @@ from modelgate.storage.database import Database, IntegrityViolation
 
 _COLUMNS = (
     "response_id, row_id, organization_id, key_id, system_id, model, row_key, request_id, budgets,"
-    " crash_cost_micros, crash_input_tokens, created_at"
+    " crash_cost_micros, crash_input_tokens, created_at, reserved_micros, most_output_tokens"
 )
 
 
@@ -43,6 +43,8 @@ class BackgroundFollow:
     crash_cost: int  # what the journal charges should the process die before the final usage is known
     crash_input_tokens: int
     created_at: float
+    reserved_micros: int  # the balance reservation its request took (an excess over it is recorded)
+    most_output_tokens: int  # its output allowance (cap x n), for the physical bound; 0: no bound
     # The reservations this process holds for it; None once the follow outlived the process that made them
     # (adopted: the crash cost was charged instead, and the rest is charged without a reservation).
     reservations: list[tuple[str, int]] | None = field(default=None)
@@ -64,7 +66,7 @@ class BackgroundResponses:
         try:
             await self._db.execute(
                 f"INSERT INTO background_responses ({_COLUMNS}, owner, lease_until)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
                 follow.response_id,
                 follow.row_id,
                 follow.organization_id,
@@ -77,6 +79,8 @@ class BackgroundResponses:
                 follow.crash_cost,
                 follow.crash_input_tokens,
                 follow.created_at,
+                follow.reserved_micros,
+                follow.most_output_tokens,
                 self.owner,
                 lease_until,
             )
@@ -123,6 +127,8 @@ class BackgroundResponses:
                     int(row["crash_cost_micros"]),
                     int(row["crash_input_tokens"]),
                     float(row["created_at"]),
+                    int(row["reserved_micros"]),
+                    int(row["most_output_tokens"]),
                 ),
                 row["owner"],
                 row["lease_until"],

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelgate.config import ModelConfig
+from modelgate.config.schema import CLAUDE_MAX_IMAGE_TOKENS
 
 _IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 # Parts whose content the provider reads from elsewhere, or turns into more tokens than their bytes.
@@ -102,8 +103,12 @@ def _part_tokens(payload: dict[str, Any], model: ModelConfig) -> int:
 
 
 def _image_tokens(part: dict[str, Any], model: ModelConfig) -> int:
-    """An image part's most tokens: the tile formula's base at detail "low" (chat: in `image_url`;
-    Responses: on the part), else the base and 8 tiles."""
+    """An image part's most tokens by its provider's formula: for Claude (a Messages `image` part, or a
+    model served by Claude) Anthropic's bound, whatever the detail; else OpenAI's tile formula, its base at
+    detail "low" (chat: in `image_url`; Responses: on the part), else the base and 8 tiles."""
+    if model.claude_images or part.get("type") == "image":
+        tiles = model.max_image_tokens
+        return tiles if tiles > CLAUDE_MAX_IMAGE_TOKENS else CLAUDE_MAX_IMAGE_TOKENS
     detail = part.get("detail")
     inner = part.get("image_url")
     if detail is None and isinstance(inner, dict):

@@ -1,11 +1,11 @@
 """The usage ledger: one row per request, on local disk at once and in the database in batches.
 
-`add` gives a row its id and appends it to the write-ahead spool (modelgate/infra/spool.py) before it
-returns, so the row survives the death of the process; rows also queue in memory, up to `ledger_max_queue`
-(past it they are read back from the spool). `admit` journals a request when it is admitted, with the row it
-leaves should the process die before it completes (outcome "crashed"); the completed row, of the same id,
-supersedes it, and a replay charges only the admissions that never completed. Every
-`ledger_flush_interval_seconds`, or sooner when a batch is full,
+`add_row` appends a row (the one row type, `LedgerRow`, built by modelgate/domain/charges.py `charge_row`)
+to the write-ahead spool (modelgate/infra/spool.py) before it returns, so the row survives the death of the
+process; rows also queue in memory, up to `ledger_max_queue` (past it they are read back from the spool).
+`admit_row` journals a request when it is admitted, with the row it leaves should the process die before it
+completes (outcome "crashed"); the completed row, of the same id, supersedes it, and a replay charges only
+the admissions that never completed. Every `ledger_flush_interval_seconds`, or sooner when a batch is full,
 a flush writes them, at most `ledger_batch_size` rows per transaction, each transaction also moving the
 organizations' stored balances and the budgets' stored spend. A write whose outcome is unknown (it failed
 or was cancelled, or the spool is a dead process's) is repeated carefully: rows the database already holds
@@ -33,36 +33,6 @@ from modelgate.storage.database import Database, Executor
 log = logging.getLogger("modelgate.ledger")
 
 
-@dataclass(slots=True)  # not frozen: one per request, and a frozen init costs ~6x more
-class LedgerEntry:
-    """What one request used and cost."""
-
-    organization_id: str
-    key_id: str | None
-    system_id: str | None
-    model: str
-    row_key: str | None
-    request_id: str
-    status: int
-    input_tokens: int
-    cached_input_tokens: int
-    output_tokens: int
-    cost_micros: int
-    created_at: float
-    budgets: tuple[tuple[str, float], ...] = ()  # (rule id, period start) charged with this cost
-    units: float = 0.0  # media units of the answer: images, or seconds of audio / video
-    # How the request ended: completed, client_closed, upstream_error, shutdown, internal_error, refused
-    # (never forwarded), crashed (admitted, and the process died before it completed).
-    outcome: str = "completed"
-    row_id: str | None = None  # given by `admit`; None: a fresh id at `add`
-    content_action: str = ""  # what content rules did: blocked, redacted, flagged (or nothing)
-    usage_estimated: bool = False  # its tokens were estimated, not reported by the provider
-    # Charged past its reservation by this much (the provider billed more than the gateway bounded).
-    over_reservation_micros: int = 0
-    usage_implausible: bool = False  # reported usage no model could produce: charged at the physical bound
-    usage_detail: str = ""  # JSON of the usage kinds beyond its token columns (modelgate.domain.usage.Usage)
-
-
 CRASHED = "crashed"
 
 
@@ -87,8 +57,8 @@ class SettledCharges(Protocol):
     async def release(self, writers: set[str]) -> None: ...
 
 
-# A ledger row in memory and in the spool: the 15 columns of _INSERT in order, then the budgets charged
-# with its cost as ((rule id, period start), ...).
+# A ledger row in memory and in the spool (built only by modelgate.domain.charges.charge_row): the 15 columns
+# of _INSERT in order, then the budgets charged with its cost as ((rule id, period start), ...).
 LedgerRow = tuple
 _COLUMNS = 15
 _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
@@ -235,7 +205,9 @@ class LedgerWriter:
         # Into this process's own segment, written after the adopted ones. Careful: should this process die
         # before the adopted files are deleted, the next start replays these ids twice (from both files).
         for record in crashed.values():
-            self._append((*record[1 : _COLUMNS + 1], tuple(tuple(budget) for budget in record[_BUDGETS + 1])))
+            # Its trailing columns too (the content action, the estimate mark): a crash row is an estimate.
+            budgets = tuple(tuple(budget) for budget in record[_BUDGETS + 1])
+            self._append((*record[1 : _COLUMNS + 1], budgets, *record[_CONTENT + 1 :]))
         if crashed:
             self._current.careful = True
         if self._current.file is not None:  # else the crashed rows are in memory only: keep their source
@@ -283,33 +255,17 @@ class LedgerWriter:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ledger-flush")
 
-    def admit(self, crash: LedgerEntry) -> str:
-        """Journal an admitted request before it is forwarded; returns the id its `add`ed row must carry.
-
-        `crash` is the row charged if the process dies before that row is added.
-        """
-        row_id = self.new_row_id(crash.created_at)
-        self.admit_row(entry_row(crash, row_id))
-        return row_id
-
     def admit_row(self, crash: LedgerRow) -> None:
-        """`admit` for a row built with `ledger_row` (its id from `new_row_id`): the hot path's form, with no
-        LedgerEntry in between."""
+        """Journal an admitted request before it is forwarded: `crash` (built by domain.charges.charge_row,
+        its id from `new_row_id`) is the row charged if the process dies before the request's own row of
+        that id is added."""
         line = orjson.dumps((_ADMITTED, *crash), option=orjson.OPT_APPEND_NEWLINE)
         self._open[crash[0]] = line
         self._journal(line)
 
-    def add(self, entry: LedgerEntry) -> None:
-        """Record a request's row: in the spool (in the kernel, past the death of the process) on return."""
-        row_id = entry.row_id
-        if row_id is None:
-            self.add_row(entry_row(entry, self.new_row_id(entry.created_at)), admitted=False)
-        else:
-            self.add_row(entry_row(entry, row_id), admitted=True)
-
     def add_row(self, row: LedgerRow, admitted: bool) -> None:
-        """`add` for a row built with `ledger_row`; `admitted`: its id is an admission's, which it
-        supersedes."""
+        """Record a request's row (built by domain.charges.charge_row): in the spool (in the kernel, past the
+        death of the process) on return. `admitted`: its id is an admission's, which it supersedes."""
         self._append(row)
         if admitted:
             row_id = row[0]
@@ -590,92 +546,6 @@ class LedgerWriter:
             await self._spool.close()
             # Its descriptors are closed (and their numbers free for reuse): a late row stays in memory.
             self._current = _Segment(None)
-
-
-def ledger_row(
-    row_id: str,
-    organization_id: str,
-    key_id: str | None,
-    system_id: str | None,
-    model: str,
-    row_key: str | None,
-    request_id: str,
-    status: int,
-    input_tokens: int,
-    cached_input_tokens: int,
-    output_tokens: int,
-    cost_micros: int,
-    created_at: float,
-    units: float,
-    outcome: str,
-    budgets: tuple[tuple[str, float], ...],
-    content_action: str = "",
-    usage_estimated: bool = False,
-    over_reservation_micros: int = 0,
-    usage_implausible: bool = False,
-    usage_detail: str = "",
-) -> LedgerRow:
-    """A row as the spool and `add_row` take it: a LedgerEntry's fields, positional (no object per
-    request)."""
-    row = (
-        row_id,
-        organization_id,
-        key_id,
-        system_id,
-        model,
-        row_key,
-        request_id,
-        status,
-        input_tokens,
-        cached_input_tokens,
-        output_tokens,
-        cost_micros,
-        created_at,
-        units,
-        outcome,
-        budgets,
-    )
-    if usage_detail:
-        return (
-            *row,
-            content_action,
-            usage_estimated,
-            over_reservation_micros,
-            usage_implausible,
-            usage_detail,
-        )
-    if over_reservation_micros or usage_implausible:
-        return (*row, content_action, usage_estimated, over_reservation_micros, usage_implausible)
-    if usage_estimated:
-        return (*row, content_action, True)
-    return (*row, content_action) if content_action else row
-
-
-def entry_row(entry: LedgerEntry, row_id: str) -> LedgerRow:
-    """The row of an entry, under `row_id`."""
-    return ledger_row(
-        row_id,
-        entry.organization_id,
-        entry.key_id,
-        entry.system_id,
-        entry.model,
-        entry.row_key,
-        entry.request_id,
-        entry.status,
-        entry.input_tokens,
-        entry.cached_input_tokens,
-        entry.output_tokens,
-        entry.cost_micros,
-        entry.created_at,
-        entry.units,
-        entry.outcome,
-        entry.budgets,
-        entry.content_action,
-        entry.usage_estimated,
-        entry.over_reservation_micros,
-        entry.usage_implausible,
-        entry.usage_detail,
-    )
 
 
 def _parameters(row: LedgerRow) -> tuple:

@@ -187,9 +187,13 @@ def merge_usage(target: Usage, usage: dict, holder: dict | None = None) -> None:
         value = details.get("cache_write_tokens")
         if value:
             # OpenAI's cache writes: the short retention at the 5-minute rate, the 12-hour one at the 1-hour
-            # rate.
+            # rate; Bedrock Converse's 1-hour writes (its `cacheDetails`, as the dialect translates them) too.
             retention = details.get("cache_write_tokens_details")
-            long_write = _int(retention.get("ttl_12h_tokens")) if type(retention) is dict else 0
+            long_write = (
+                _int(retention.get("ttl_12h_tokens")) + _int(retention.get("ttl_1h_tokens"))
+                if type(retention) is dict
+                else 0
+            )
             write_1h = max(write_1h, long_write)
             write_5m = max(write_5m, _int(value) - long_write)
         audio, image = details.get("audio_tokens"), details.get("image_tokens")

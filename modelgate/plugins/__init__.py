@@ -69,6 +69,7 @@ class ChainServices:
     tracer: Tracer | None = None  # set when [tracing] is on
     realtime_secrets: RealtimeSecrets = field(default_factory=InProcessSecrets)
     background: BackgroundFollower | None = None  # follows background responses to their final usage
+    overruns: OverrunReport | None = None  # one per process (its log throttle); None: one per chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,10 @@ CHAIN: tuple[ChainStep, ...] = (
     ChainStep(
         UsageMetering,
         lambda s: UsageMetering(
-            s.ledger, s.counters, OverrunReport(s.audit, s.metrics.count_overrun), s.background
+            s.ledger,
+            s.counters,
+            s.overruns or OverrunReport(s.audit, s.metrics.count_overrun),
+            s.background,
         ),
     ),
     ChainStep(Metrics, lambda s: Metrics(s.metrics)),  # Prometheus (after metering: tokens known)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 
 from modelgate.domain.accounts import Accounts
-from modelgate.domain.media import media_worst_case
-from modelgate.domain.usage import BYTES_PER_TOKEN, StreamUsageScanner, Usage
+from modelgate.domain.charges import charge_usage, delivered_usage, reservation
+from modelgate.domain.usage import StreamUsageScanner
 from modelgate.plugins.admission import admit
 from modelgate.plugins.output_caps import ensure_estimate
 from modelgate.proxy.pipeline.chain import Plugin
@@ -25,45 +25,43 @@ from modelgate.proxy.realtime.billing import check_one_response
 
 
 def final_cost(ctx: RequestContext) -> int:
-    """The cost to charge for a finished request (computed once, shared by billing and metering).
+    """The cost to charge for a finished request (computed once, shared by billing and metering;
+    domain.charges has the rules).
 
     Charged: every answer the upstream started to give (a success status relayed), whatever happened after —
     from the upstream's usage, or for a stream cut short from what was relayed — in full, even past the
     reservation (the excess is recorded in `ctx.metering.over_reservation_micros`). Only usage beyond what
-    the model can physically produce is charged at that bound instead (`physical_bound`).
+    the model can physically produce (its context window plus the output allowance sent) is charged at that
+    bound instead; a request whose prompt hosted tools feed, or a media call, has no such bound.
     """
     metering = ctx.metering
-    if metering.cost_micros is None:
+    cost = metering.cost_micros
+    if cost is None:
         if ctx.route.free or not (ctx.answered_status or metering.abandoned):
-            metering.cost_micros = 0
+            cost = metering.cost_micros = 0
         else:
-            metering.usage = usage = delivered_usage(ctx)
-            prices = ctx.model.prices
-            cost = prices.cost(usage)
-            if ctx.route.cap is not None and ctx.route.media is None and not ctx.admission.hosted_tools:
-                bound = physical_bound(ctx, usage)
-                if bound is not None and cost > bound:
-                    metering.reported_cost_micros = cost
-                    metering.usage_implausible = True
-                    cost = bound
-            reserved = ctx.admission.reserved_micros
-            if reserved is not None and cost > reserved:
-                metering.over_reservation_micros = cost - reserved
-            metering.cost_micros = cost
-    return metering.cost_micros
-
-
-def physical_bound(ctx: RequestContext, usage: Usage) -> int | None:
-    """The cost of the most a model can produce for this request, when `usage` goes beyond it: the model's
-    context window of prompt tokens, all uncached, plus the output cap sent times `n`; None when the usage
-    stays within (tokens prompt + output <= max_context_tokens + cap x n)."""
-    most_output = ctx.admission.max_output_tokens
-    if not most_output:
-        return None
-    context = ctx.model.config.max_context_tokens
-    if usage.input_tokens + usage.output_tokens <= context + most_output:
-        return None
-    return ctx.model.prices.worst_case(context, most_output)
+            admission = ctx.admission
+            usage = metering.usage
+            if usage is None or ctx.outcome != "completed":  # the estimate: said on the row
+                scanner = metering.scanner
+                relayed = (
+                    scanner.content_tokens
+                    if isinstance(scanner, StreamUsageScanner)
+                    else metering.content_tokens
+                )
+                metering.usage = usage = delivered_usage(
+                    usage, len(ctx.body), relayed, admission.max_output_tokens
+                )
+            bounded = ctx.route.cap is not None and ctx.route.media is None and not admission.hosted_tools
+            cost = charge_usage(
+                metering,
+                ctx.model.prices,
+                usage,
+                admission.reserved_micros,
+                ctx.model.config.max_context_tokens,
+                admission.max_output_tokens if bounded else 0,
+            )
+    return cost
 
 
 class BillingGate(Plugin):
@@ -89,10 +87,13 @@ class BillingGate(Plugin):
         else:
             if not admission.max_output_tokens:  # usually filled in already (plugins.output_caps)
                 ensure_estimate(ctx)
-            prices = ctx.model.prices
-            worst = None if route.media is None else media_worst_case(route.media, ctx.payload, prices)
-            if worst is None:
-                worst = prices.worst_case(admission.estimated_input_tokens, admission.max_output_tokens)
+            worst = reservation(
+                ctx.model.prices,
+                admission.estimated_input_tokens,
+                admission.max_output_tokens,
+                route.media,
+                ctx.payload,
+            )
         # Recorded for the admission step, which reserves on the balance and every budget at once, or on none.
         key = ctx.key
         accounts = self._accounts
@@ -115,29 +116,3 @@ class BillingGate(Plugin):
         # Batched with other requests' (and this one's TPM corrections); its ledger row follows once the batch
         # is written (UsageMetering), so the handler never waits on Redis here.
         await self._accounts.queue_settlement(reservations, cost, ctx.metering.ledger_row_id)
-
-
-def delivered_usage(ctx: RequestContext) -> Usage:
-    """The usage to charge for an answered request: the upstream's for a complete answer; for one cut short,
-    at least the generated text that was relayed, up to the output allowance (the prompt, when unreported,
-    from the body size)."""
-    usage = ctx.metering.usage
-    if ctx.outcome == "completed" and usage is not None:
-        return usage
-    scanner = ctx.metering.scanner
-    relayed = (
-        scanner.content_tokens if isinstance(scanner, StreamUsageScanner) else ctx.metering.content_tokens
-    )
-    # An estimate (~4 bytes a token) never passes the output allowance the provider was held to: most honour
-    # it, and one that does not reports its usage, which is then charged in full.
-    if ctx.admission.max_output_tokens:
-        relayed = min(relayed, ctx.admission.max_output_tokens)
-    if usage is None:
-        return Usage(input_tokens=len(ctx.body) // BYTES_PER_TOKEN, output_tokens=relayed, estimated=True)
-    if not usage.input_tokens:
-        usage.input_tokens = len(ctx.body) // BYTES_PER_TOKEN
-        usage.estimated = True
-    if relayed > usage.output_tokens:
-        usage.output_tokens = relayed
-        usage.estimated = True
-    return usage

@@ -11,13 +11,15 @@ which reserve by the cap (`ensure_estimate`), are switched off.
 
 from __future__ import annotations
 
-from modelgate.domain.errors import InvalidRequest
-from modelgate.domain.hidden_input import hidden_input_tokens, hosted_tools, may_name_parts
+from typing import Any
+
+from modelgate.config import ModelConfig
+from modelgate.domain.charges import answers, estimate_input_tokens, input_bound, output_cap
+from modelgate.domain.hidden_input import hosted_tools
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.route_table import CapRule
 
-MAX_CHOICES = 128  # the most `n` the OpenAI API accepts
 # Request kinds whose answer is not generated text: no output-token allowance is reserved for them.
 _NO_TOKEN_OUTPUT = frozenset(
     {
@@ -32,71 +34,41 @@ _NO_TOKEN_OUTPUT = frozenset(
 )
 
 
-def estimate_input_tokens(body_size: int) -> int:
-    """A safe upper estimate of prompt tokens from the body size (a token is at least ~2 bytes of JSON)."""
-    return body_size // 2 + 1
-
-
-def _positive_int(value: object, name: str, most: int) -> int:
-    """`value` (the body's `name`, present) as a positive integer of at most `most`, else 400."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidRequest(f"Invalid '{name}': expected an integer of at least 1.")
-    if value > most:
-        raise InvalidRequest(f"Invalid '{name}': at most {most} is allowed here, got {value}.")
-    return value
-
-
-def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
-    """The request's output cap times its number of answers; fills in the cap it did not name."""
-    # Plain loops and comparisons (no comprehension, generator or max()): this runs on every request.
-    payload, model = ctx.payload, ctx.model.config
-    cap = 0
-    for name in rule.fields:
-        value = payload.get(name)
-        if value is not None:
-            value = _positive_int(value, name, model.max_context_tokens)
-            if value > cap:
-                cap = value  # a provider honours one of them; reserve for the larger
+def _bounded_output(ctx: RequestContext, payload: dict[str, Any], model: ModelConfig, rule: CapRule) -> int:
+    """The request's output cap times its number of answers (domain.charges); fills in the cap it did not
+    name, so the provider is held to what was reserved."""
+    cap = output_cap(payload, rule.fields, model.max_context_tokens)
     if not cap:
         cap = rule.default or model.default_max_tokens
         payload[rule.fields[0]] = cap
         ctx.payload_changed = True
-    answers = 1
-    for name in rule.choices:
-        value = payload.get(name)
-        if value is not None:
-            value = _positive_int(value, name, MAX_CHOICES)
-            if value > answers:
-                answers = value
-    return cap * answers
+    for name in rule.choices:  # most requests ask for one answer: no call then
+        if name in payload:
+            return cap * answers(payload, rule.choices)
+    return cap
 
 
 def ensure_estimate(ctx: RequestContext) -> None:
-    """Fill the request's token estimate once: input from the body size and what the body names but does
-    not show (`domain.hidden_input`), output from its bounded cap."""
-    admission = ctx.admission
-    if admission.max_output_tokens or ctx.model is None:
+    """Fill the request's token estimate once (domain.charges): input from the body size and what the body
+    names but does not show, output from its bounded cap."""
+    admission, model, route, payload = ctx.admission, ctx.model, ctx.route, ctx.payload
+    if admission.max_output_tokens or model is None or route is None:
+        return
+    config = model.config
+    rule = route.cap
+    if rule is not None and payload is not None and ctx.body_stream is None:
+        admission.estimated_input_tokens = input_bound(
+            len(ctx.body), payload, config, admission.carried_input_tokens
+        )
+        if "tools" in payload:  # the provider may run tools that feed the prompt: no physical bound
+            admission.hosted_tools = hosted_tools(payload)
+        admission.max_output_tokens = _bounded_output(ctx, payload, config, rule)
         return
     admission.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
-    rule = ctx.route.cap
-    if rule is not None and ctx.payload is not None and ctx.body_stream is None:
-        payload = ctx.payload
-        # Most requests name nothing hidden: dict lookups and a look at each message's content decide it.
-        if (
-            admission.carried_input_tokens
-            or "tools" in payload
-            or "prompt" in payload
-            or may_name_parts(payload)
-        ):
-            admission.estimated_input_tokens += hidden_input_tokens(
-                payload, ctx.model.config, admission.carried_input_tokens
-            )
-            admission.hosted_tools = hosted_tools(payload)
-        admission.max_output_tokens = _bounded_output(ctx, rule)
-    elif ctx.route.kind in _NO_TOKEN_OUTPUT:
-        ctx.admission.max_output_tokens = 1
+    if route.kind in _NO_TOKEN_OUTPUT:
+        admission.max_output_tokens = 1
     else:
-        ctx.admission.max_output_tokens = ctx.model.config.default_max_tokens
+        admission.max_output_tokens = config.default_max_tokens
 
 
 class OutputCaps(Plugin):

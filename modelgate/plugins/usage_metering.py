@@ -13,18 +13,12 @@ from functools import partial
 import orjson
 
 from modelgate.domain.background_responses import BackgroundFollow
+from modelgate.domain.charges import charge_row, prompt_estimate
 from modelgate.domain.counters import Counters
-from modelgate.domain.ledger import CRASHED, LedgerWriter, ledger_row
+from modelgate.domain.ledger import CRASHED, LedgerWriter
 from modelgate.domain.media import MediaUsageReader
 from modelgate.domain.overruns import Overrun, OverrunReport
-from modelgate.domain.usage import (
-    BYTES_PER_TOKEN,
-    StreamUsageScanner,
-    generated_tokens,
-    tokens_of,
-    usage_detail,
-    usage_of_body,
-)
+from modelgate.domain.usage import StreamUsageScanner, generated_tokens, tokens_of, usage_of_body
 from modelgate.plugins.billing_gate import final_cost
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext, content_action
@@ -123,8 +117,8 @@ class UsageMetering(Plugin):
         admitted = row_id is not None
         if not admitted:
             row_id = self._ledger.new_row_id(now)
-        # The row is built straight from the context (see ledger_row): this runs for every request.
-        row = ledger_row(
+        metering = ctx.metering
+        row = charge_row(
             row_id,
             key.organization_id,
             key.id,
@@ -133,19 +127,14 @@ class UsageMetering(Plugin):
             ctx.row.key if ctx.row else None,
             ctx.request_id,
             ctx.answered_status or ctx.status,
-            usage.input_tokens if usage else 0,
-            usage.cached_input_tokens if usage else 0,
-            usage.output_tokens if usage else 0,
+            _outcome(ctx),
+            usage,
             cost,
             now,
-            (usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
-            _outcome(ctx),
             tuple(ctx.admission.charged_budgets),
             content_action(ctx.content_hits) if ctx.content_hits else "",
-            usage.estimated if usage else False,
-            ctx.metering.over_reservation_micros,
-            ctx.metering.usage_implausible,
-            usage_detail(usage) if usage else "",
+            metering.over_reservation_micros,
+            metering.usage_implausible,
         )
         if ctx.metering.over_reservation_micros or ctx.metering.usage_implausible:
             self._report_overrun(ctx, cost)
@@ -179,7 +168,7 @@ class UsageMetering(Plugin):
         """Hand a queued background response to the follower, with the reservations it keeps and what its
         journal admission charges should this process die first (as `_admit` computed it)."""
         key = ctx.key
-        crash_input = len(ctx.body) // BYTES_PER_TOKEN
+        crash_input = prompt_estimate(len(ctx.body))
         self._background.follow(
             BackgroundFollow(
                 ctx.metering.background_id,
@@ -191,24 +180,28 @@ class UsageMetering(Plugin):
                 ctx.row.key,
                 ctx.request_id,
                 tuple(ctx.admission.charged_budgets),
-                min(ctx.model.prices.prompt_cost(crash_input), ctx.admission.reserved_micros),
+                ctx.model.prices.prompt_cost(crash_input),
                 crash_input,
                 time.time(),
+                ctx.admission.reserved_micros or 0,
+                0 if ctx.admission.hosted_tools else ctx.admission.max_output_tokens,
                 list(ctx.admission.reservations),
             )
         )
 
     def _admit(self, ctx: RequestContext, reserved: int) -> str:
         """Journal the request before it is forwarded; returns its row id. The row charged should the
-        process die before the request completes: the prompt, which the provider surely billed (about 4
-        bytes a token), at most the reservation."""
+        process die before the request completes is the estimate of its prompt, which the provider surely
+        billed (domain.charges.prompt_estimate), said estimated on the row and, like any charge, not capped
+        at the reservation (the excess recorded)."""
         key = ctx.key
         model = ctx.model
         now = time.time()
         row_id = self._ledger.new_row_id(now)
-        input_tokens = len(ctx.body) // BYTES_PER_TOKEN
+        input_tokens = prompt_estimate(len(ctx.body))
+        cost = model.prices.prompt_cost(input_tokens)
         self._ledger.admit_row(
-            ledger_row(
+            charge_row(
                 row_id,
                 key.organization_id,
                 key.id,
@@ -217,15 +210,15 @@ class UsageMetering(Plugin):
                 None,
                 ctx.request_id,
                 0,
-                input_tokens,
-                0,
-                0,
-                min(model.prices.prompt_cost(input_tokens), reserved),
-                now,
-                0.0,
                 CRASHED,
+                None,
+                cost,
+                now,
                 tuple(ctx.admission.charged_budgets),
                 content_action(ctx.content_hits) if ctx.content_hits else "",
+                cost - reserved if cost > reserved else 0,
+                False,
+                input_tokens,
             )
         )
         return row_id

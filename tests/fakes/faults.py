@@ -21,14 +21,13 @@ class Fault:
     whose `choices` hold one choice with an empty delta) or "last_content" (usage on the chunk carrying the
     last piece of content and the finish reason); both then carry a provider `cost` field, top level and in
     `usage`, as plain answers do with `provider_cost`. `object_id` is the id a created stored response or
-    video gets instead of the fake's own (providers' ids differ in length and alphabet). `billed_usage` is
-    the usage a chat completion or a response reports (plain and streamed) instead of the echo's count: a
+    video gets instead of the fake's own (providers' ids differ in length and alphabet). `report_usage`
+    is what a chat completion, a Response or a Messages answer reports instead of the echo's own count — a
     provider billing what the request does not show (a previous response's context, a stored prompt, a
-    file, an image URL), or more than the cap it was sent. `report_usage` is what a chat completion, a
-    Response or a Messages answer reports instead of its own usage: `{"usage": {...}}` in the provider's
-    shape, for chat and Responses a `service_tier` beside it, for Responses `output_items` (tool calls)
-    added to its output (plain and streamed alike; a Messages stream then repeats the whole usage in its
-    message_delta, as the API may).
+    file, an image URL), more than the cap it was sent, or a usage kind a price sheet rates:
+    `{"usage": {...}}` in the provider's shape, for chat and Responses a `service_tier` beside it, for
+    Responses `output_items` (tool calls) added to its output (plain and streamed alike; a Messages stream
+    then repeats the whole usage in its message_delta, as the API may).
     `hold_before_headers` names a gate the request waits at before it is answered at all (a slow
     non-streamed answer, finished when the test releases the gate). `hold_after_last_chunk` names a gate
     a stream waits at once every frame, its final event included, was written, before its body ends.
@@ -50,7 +49,6 @@ class Fault:
     usage_chunk: str | None = None
     provider_cost: bool = False
     object_id: str | None = None
-    billed_usage: dict | None = None
     report_usage: dict | None = None
 
 

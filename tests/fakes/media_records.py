@@ -108,7 +108,8 @@ class RealtimeLog:
     `response.done`; `hold_responses` starts each response (created + one audio delta) and finishes it only
     when the client cancels it (`response.done` with status "cancelled" and PARTIAL_USAGE); `server_vad`
     makes `input_audio_buffer.commit` start a response the client did not ask for; `reject_responses`
-    answers `response.create` with an `error` event naming the client's event id.
+    answers `response.create` with an `error` event naming the client's event id; `usage`, when set, is the
+    usage every completed response reports instead of realtime_routes.USAGE.
     """
 
     def __init__(self) -> None:
@@ -119,6 +120,7 @@ class RealtimeLog:
         self.hold_responses = False
         self.server_vad = False
         self.reject_responses = False
+        self.usage: dict | None = None
 
     @property
     def sessions(self) -> list[RealtimeSession]:
@@ -146,3 +148,4 @@ class RealtimeLog:
             self._sessions.clear()
             self.hold_gate = None
             self.announce_responses = self.hold_responses = self.server_vad = self.reject_responses = False
+            self.usage = None

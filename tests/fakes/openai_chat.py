@@ -88,8 +88,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     completion = sum(call.tokens for call in calls) if calls else reply.tokens * answers
     usage = openai_usage(prompt_tokens(messages), completion)
     fault = fault_of(request)
-    if fault is not None and fault.billed_usage is not None:
-        usage = fault.billed_usage
     omit_usage = fault is not None and fault.omit_usage
     finish = "tool_calls" if calls else _FINISH[reply.finish]
     head = {

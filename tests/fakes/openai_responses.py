@@ -88,8 +88,6 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     reply = echo_reply(last_user_text(items), max_tokens=optional_int(body, "max_output_tokens"))
     response = _response_object(body, model, reply, prompt_tokens(items, system=body.get("instructions")))
     fault = fault_of(request)
-    if fault is not None and fault.billed_usage is not None:
-        response["usage"] = fault.billed_usage
     response["id"] = created_id(request, response["id"])
     if fault is not None and fault.report_usage:
         # The usage, tool-call items (`output_items`, after the message) and service tier a test asks for.

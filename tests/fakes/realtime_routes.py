@@ -66,7 +66,8 @@ def _start_response(log: RealtimeLog, session: RealtimeSession) -> list[dict]:
         session.held.append(response_id)
         delta = {"type": "response.output_audio.delta", "response_id": response_id, "delta": "AAAA"}
         return [created, delta]
-    return [created, _done(response_id)] if log.announce_responses else [_done(response_id)]
+    done = _done(response_id, usage=USAGE if log.usage is None else log.usage)
+    return [created, done] if log.announce_responses else [done]
 
 
 def _cancel(session: RealtimeSession, event: dict) -> list[dict]:

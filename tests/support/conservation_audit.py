@@ -18,6 +18,13 @@ What is counted (the precise contract the checks hold the gateway to):
   row charges the prompt only, as documented); one that saw no head has at most one row; a realtime
   session has at most one row per response.create (responses are not journaled). They are listed in the
   summary.
+- A background response created (queued, usage null) is charged the final usage the provider reports for it,
+  once: one row, or — when the process following it stopped or died — its journal's crash row (the prompt
+  estimate) and the adopting process's row of the rest; Σ of its rows' tokens is the reported usage and Σ of
+  their costs that usage at the model's prices.
+- A call whose client left after sending it (abandoned) is read to its end by the gateway and charged the
+  usage the provider reported (or, cut by a graceful stop, the estimate of its prompt, said on its row); one
+  refused before forwarding costs nothing.
 """
 
 from __future__ import annotations
@@ -28,8 +35,17 @@ from pathlib import Path
 
 import orjson
 
-from tests.support.conservation_mix import OVERRUNNING, SDK_PLAIN, SILENT, ChatCall, RealtimeCall
+from tests.support.conservation_mix import (
+    OVERRUNNING,
+    SDK_PLAIN,
+    SILENT,
+    AbandonedCall,
+    BackgroundCall,
+    ChatCall,
+    RealtimeCall,
+)
 from tests.support.conservation_traffic import (
+    ABANDONED,
     ADMITTED,
     CLIENT_CUT,
     COMPLETED,
@@ -225,7 +241,7 @@ def overruns_charged_and_marked(ev: Evidence) -> list[str]:
     findings = []
     marked = 0
     for record in ev.log.calls:
-        if isinstance(record.operation, RealtimeCall):
+        if isinstance(record.operation, (RealtimeCall, BackgroundCall)):
             continue
         rows = _rows_by_request(ev.books[record.operation.organization]).get(record.request_id, [])
         for row in rows:
@@ -253,6 +269,8 @@ def overruns_charged_and_marked(ev: Evidence) -> list[str]:
 def one_row_per_admitted_request(ev: Evidence) -> list[str]:
     findings = []
     for record in ev.log.calls:
+        if isinstance(record.operation, (BackgroundCall, AbandonedCall)):
+            continue  # late usage: `late_usage_charged`
         rows = _rows_by_request(ev.books[record.operation.organization])
         own = rows.get(record.request_id, [])
         label = _label(record)
@@ -319,6 +337,8 @@ def every_delivered_token_charged(ev: Evidence) -> list[str]:
     for record in ev.log.calls:
         if in_flight_at_kill(record) or record.result not in ADMITTED:
             continue
+        if isinstance(record.operation, (BackgroundCall, AbandonedCall)):
+            continue  # late usage: `late_usage_charged`
         rows = _rows_by_request(ev.books[record.operation.organization])
         label = _label(record)
         if isinstance(record.operation, RealtimeCall):
@@ -335,6 +355,76 @@ def every_delivered_token_charged(ev: Evidence) -> list[str]:
                 f"cached / {row.output_tokens} out, which cost {ev.prices.cost(row)} µ"
             )
     return findings
+
+
+def late_usage_charged(ev: Evidence) -> list[str]:
+    """Background responses are charged their final reported usage once (over one row, or a crash row and
+    the rest); abandoned calls their provider's usage (or the prompt estimate, said so). And the mix had
+    both, charged: a run without proves nothing."""
+    findings = []
+    followed = read_on = 0
+    for record in ev.log.calls:
+        operation = record.operation
+        if not isinstance(operation, (BackgroundCall, AbandonedCall)) or in_flight_at_kill(record):
+            continue
+        own = _rows_by_request(ev.books[operation.organization]).get(record.request_id, [])
+        label = _label(record)
+        if isinstance(operation, BackgroundCall):
+            if record.result != COMPLETED:
+                if any(row.cost_micros for row in own) and record.result not in ADMITTED:
+                    findings.append(f"{label}: not created ({record.status}) but charged {own}")
+                continue
+            if record.reported_input is None or record.reported_output is None:
+                findings.append(f"{label}: created, but its final usage was never reported ({record.error})")
+                continue
+            findings += _background_rows(record, own, label, ev.prices)
+            followed += 1
+            continue
+        if record.result != ABANDONED:
+            continue  # answered before its client left: an ordinary call
+        charged = [row for row in own if row.outcome != "refused"]
+        if len(own) != 1:
+            findings.append(f"{label}: abandoned after sending, {len(own)} rows")
+            continue
+        for row in charged:
+            if row.cost_micros != ev.prices.cost(row):
+                findings.append(
+                    f"{label}: charged {row.cost_micros} µ, its tokens cost {ev.prices.cost(row)} µ"
+                )
+            if row.usage_estimated:
+                continue  # cut by a graceful stop: its prompt's estimate
+            if row.output_tokens != record.expected_output:
+                findings.append(
+                    f"{label}: the provider reported {record.expected_output} output tokens, the ledger has "
+                    f"{row.output_tokens} ({row})"
+                )
+            else:
+                read_on += 1
+    if not followed:
+        findings.append("no background response was followed to its charge: the mix did not exercise them")
+    if not read_on:
+        findings.append("no abandoned call was read on and charged its usage: the mix did not exercise them")
+    return findings
+
+
+def _background_rows(record: CallRecord, own: list[LedgerRow], label: str, prices: MicroPrices) -> list[str]:
+    """One row of the final usage; or the journal's crash row and the adopter's row of the rest."""
+    input_tokens, output_tokens = record.reported_input or 0, record.reported_output or 0
+    bill = prices.cost(LedgerRow(record.request_id, 200, "completed", input_tokens, 0, output_tokens, 0))
+    split = len(own) == 2 and any(row.outcome in ("crashed", "background") for row in own)
+    if len(own) != 1 and not split:
+        return [f"{label}: {len(own)} rows ({[row.outcome for row in own]}) for one background response"]
+    charged = (
+        sum(row.input_tokens for row in own),
+        sum(row.output_tokens for row in own),
+        sum(row.cost_micros for row in own),
+    )
+    if charged != (input_tokens, output_tokens, bill):
+        return [
+            f"{label}: the provider reported {input_tokens} in / {output_tokens} out ({bill} µ); its rows "
+            f"charged {charged[0]} in / {charged[1]} out ({charged[2]} µ): {own}"
+        ]
+    return []
 
 
 def _chat_tokens(record: CallRecord, row: LedgerRow, label: str) -> list[str]:
@@ -398,6 +488,10 @@ def _label(record: CallRecord) -> str:
     where = record.generation.name if record.generation else "no gateway"
     if isinstance(operation, ChatCall):
         shape = f"{operation.behaviour}/{operation.style} cap={operation.cap} n={operation.n}"
+    elif isinstance(operation, BackgroundCall):
+        shape = f"background response cap={operation.cap}"
+    elif isinstance(operation, AbandonedCall):
+        shape = f"abandoned chat cap={operation.cap}"
     else:
         shape = f"realtime x{operation.responses}{' leaving early' if operation.leave_early else ''}"
     return f"{record.request_id} (org{operation.organization}, {shape}, {where})"
@@ -423,6 +517,12 @@ def summary(ev: Evidence) -> str:
         f"response.create sent, {sum(len(r.responses_done) for r in sessions)} done, "
         f"{sum(r.refusals for r in sessions)} refused"
     )
+    late = Counter(
+        (type(r.operation).__name__, r.result)
+        for r in ev.log.calls
+        if isinstance(r.operation, (BackgroundCall, AbandonedCall))
+    )
+    lines.append(f"late usage (kind, result): {dict(sorted(late.items()))}")
     for restart in ev.log.restarts:
         ended = restart.ended.name if restart.ended else "?"
         how = "SIGKILL" if restart.operation.hard else "SIGTERM"

@@ -14,6 +14,7 @@ UNAVAILABLE = "unavailable"  # 503 before the first byte
 SILENT = "silent"  # answers in full without any usage
 OVERRUNNING = "overrunning"  # ignores the request's cap: answers (and reports) more than was reserved for
 BEHAVIOURS = (STEADY, BREAKING, FAILING, UNAVAILABLE, SILENT, OVERRUNNING)
+SLOW = "slow"  # answers in full, usage reported, after its client has left (abandoned calls only)
 
 # How the client reads a chat answer.
 SDK_STREAM = "sdk_stream"  # the official openai SDK, streamed and read to the end
@@ -77,7 +78,40 @@ class Restart:
     hard: bool
 
 
-Operation = ChatCall | RealtimeCall | BalanceChange | Restart
+@dataclass(frozen=True, slots=True)
+class BackgroundCall:
+    """One `POST /v1/responses` with `background: true`: queued with usage null, finished by the provider
+    once created; the gateway follows it and charges its final usage (across restarts too)."""
+
+    index: int
+    organization: int
+    gateway: int
+    words: int
+    cap: int  # max_output_tokens
+
+    @property
+    def request_id(self) -> str:
+        return f"bg-{self.index:04d}"
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedCall:
+    """One non-streamed chat whose client leaves after it was sent, before the slow provider answers: the
+    gateway reads the answer to its end and charges the provider's usage (`[billing] abandoned_calls`)."""
+
+    index: int
+    organization: int
+    gateway: int
+    words: int
+    cap: int
+    behaviour: str = SLOW
+
+    @property
+    def request_id(self) -> str:
+        return f"gone-{self.index:04d}"
+
+
+Operation = ChatCall | RealtimeCall | BackgroundCall | AbandonedCall | BalanceChange | Restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +122,8 @@ class MixShape:
     gateways: int = 1
     requests: int = 150
     realtime_share: float = 0.1
+    background_share: float = 0.07
+    abandoned_share: float = 0.07
     changes: int = 8
 
 
@@ -105,8 +141,13 @@ def plan_mix(seed: int, shape: MixShape) -> list[Operation]:
             operations.append(Restart(len(operations), shape.gateways - 1, hard=True))
         if position in change_at:
             operations.append(_balance_change(rng, len(operations), shape))
-        if rng.random() < shape.realtime_share:
+        kind = rng.random()
+        if kind < shape.realtime_share:
             operations.append(_realtime_call(rng, len(operations), shape))
+        elif kind < shape.realtime_share + shape.background_share:
+            operations.append(_late_call(BackgroundCall, rng, len(operations), shape))
+        elif kind < shape.realtime_share + shape.background_share + shape.abandoned_share:
+            operations.append(_late_call(AbandonedCall, rng, len(operations), shape))
         else:
             operations.append(_chat_call(rng, len(operations), shape))
     return operations
@@ -147,6 +188,18 @@ def _realtime_call(rng: random.Random, index: int, shape: MixShape) -> RealtimeC
         gateway=rng.randrange(shape.gateways),
         responses=rng.randint(1, 4),
         leave_early=rng.random() < 0.3,
+    )
+
+
+def _late_call(
+    kind: type[BackgroundCall] | type[AbandonedCall], rng: random.Random, index: int, shape: MixShape
+) -> BackgroundCall | AbandonedCall:
+    return kind(
+        index=index,
+        organization=rng.randrange(shape.organizations),
+        gateway=rng.randrange(shape.gateways),
+        words=rng.randint(3, 30),
+        cap=rng.randint(5, 60),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -20,6 +21,9 @@ from tests.support.conservation_mix import (
     SDK_PLAIN,
     SDK_STREAM,
     SILENT,
+    SLOW,
+    AbandonedCall,
+    BackgroundCall,
     BalanceChange,
     ChatCall,
     Operation,
@@ -35,6 +39,7 @@ SERVER_CUT = "server_cut"  # 2xx head, the answer ended early (error event, no [
 GATEWAY_ERROR = "gateway_error"  # a 5xx head: nothing of an answer delivered
 REFUSED = "refused"  # a 4xx head (402 balance, 429, 404 credential, ...): refused before forwarding
 UNREACHABLE = "unreachable"  # no head at all (connection refused or dropped before the head)
+ABANDONED = "abandoned"  # the client left after sending, before any head (a call the gateway reads on)
 ADMITTED = (COMPLETED, CLIENT_CUT, SERVER_CUT)
 
 OPERATION_TIMEOUT = 60.0
@@ -42,6 +47,10 @@ HTTP_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 REALTIME_EVENT_TIMEOUT = 15.0
 GOING_AWAY = 1001  # the close code of a gateway that stops (a client's own close is answered with 1000)
 RESTART_BUSY_WAIT = 3.0
+# An abandoned call's client waits this long for a head; the slow provider answers after ABANDON_DELAY.
+ABANDON_AFTER = 0.3
+ABANDON_DELAY = 1.0
+BACKGROUND_MODEL = "responses-steady"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +67,7 @@ class Tenant:
 class CallRecord:
     """What the client saw of one chat call or realtime session."""
 
-    operation: ChatCall | RealtimeCall
+    operation: ChatCall | RealtimeCall | BackgroundCall | AbandonedCall
     request_id: str
     generation: Generation | None = None
     started_at: float = 0.0
@@ -67,6 +76,7 @@ class CallRecord:
     result: str = UNREACHABLE
     content_events: int = 0  # content deltas received; the fake sends one word (one token) per delta
     reported_output: int | None = None  # completion tokens of the usage the client received
+    reported_input: int | None = None  # background: the final usage the provider reports, input tokens
     expected_output: int | None = None  # what the fake reports for this request when it reports usage
     error: str = ""
     # Realtime: response.create events sent, the response.done events received (id, output tokens), refusals.
@@ -136,8 +146,11 @@ class Traffic:
         realtime_model: str,
         adjust_available: bool,
         concurrency: int,
+        finish_background: Callable[[str], dict] | None = None,
     ) -> None:
         self._fleet = fleet
+        # Ends a background response at the provider (the fake), returning it as a retrieve then shows it.
+        self._finish_background = finish_background
         self._tenants = tenants
         self._operator = {"authorization": f"Bearer {operator_token}"}
         self._default_max_tokens = default_max_tokens
@@ -173,6 +186,14 @@ class Traffic:
             record = CallRecord(operation, operation.request_id)
             self.log.calls.append(record)
             await self._served(record, self._chat)
+        elif isinstance(operation, BackgroundCall):
+            record = CallRecord(operation, operation.request_id)
+            self.log.calls.append(record)
+            await self._served(record, self._background)
+        elif isinstance(operation, AbandonedCall):
+            record = CallRecord(operation, operation.request_id)
+            self.log.calls.append(record)
+            await self._served(record, self._abandoned)
         elif isinstance(operation, RealtimeCall):
             mint = f"{operation.request_id}-mint"
             record = CallRecord(operation, operation.request_id, mint_request_id=mint)
@@ -200,6 +221,15 @@ class Traffic:
     def _tenant(self, index: int) -> Tenant:
         return self._tenants[index]
 
+    def _sdk(self, http: httpx.AsyncClient, base_url: str, organization: int) -> openai.AsyncOpenAI:
+        """The official SDK as the organization's client, without retries."""
+        return openai.AsyncOpenAI(
+            base_url=f"{base_url}/v1",
+            api_key=self._tenant(organization).api_key,
+            max_retries=0,
+            http_client=http,
+        )
+
     async def _chat(self, record: CallRecord, base_url: str) -> None:
         call: ChatCall = record.operation
         cap = call.cap or self._default_max_tokens
@@ -215,22 +245,12 @@ class Traffic:
         call: ChatCall = record.operation
         body = chat_body(call)
         async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
-            client = openai.AsyncOpenAI(
-                base_url=f"{base_url}/v1",
-                api_key=self._tenant(call.organization).api_key,
-                max_retries=0,
-                http_client=http,
-            )
+            client = self._sdk(http, base_url, call.organization)
             headers = {"x-request-id": record.request_id}
             try:
                 answer = await client.chat.completions.create(**body, extra_headers=headers)
-            except openai.APIStatusError as exc:
-                record.status = exc.status_code
-                record.result = REFUSED if exc.status_code < 500 else GATEWAY_ERROR
-                return
-            except openai.APIConnectionError as exc:
-                record.error = repr(exc)
-                record.result = UNREACHABLE
+            except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                _sdk_failure(record, exc)
                 return
             record.status = 200
             if call.style == SDK_PLAIN:
@@ -308,6 +328,64 @@ class Traffic:
             if call.style == RAW_CUT and record.content_events >= call.cut_after:
                 record.result = CLIENT_CUT
                 return  # leaving the `stream` block closes the connection mid-answer
+
+    # -- late usage: background responses and abandoned calls ------------------------------------------
+
+    async def _background(self, record: CallRecord, base_url: str) -> None:
+        call = record.operation
+        assert isinstance(call, BackgroundCall)
+        async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
+            client = self._sdk(http, base_url, call.organization)
+            try:
+                created = await client.responses.create(
+                    model=BACKGROUND_MODEL,
+                    input=" ".join(f"w{i}" for i in range(call.words)),
+                    background=True,
+                    max_output_tokens=call.cap,
+                    extra_headers={"x-request-id": record.request_id},
+                )
+            except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                _sdk_failure(record, exc)
+                return
+        record.status = 200
+        record.result = SERVER_CUT if created.status != "queued" or created.usage is not None else COMPLETED
+        if self._finish_background is None or record.result != COMPLETED:
+            return
+        # The provider runs it now: what it then reports is what the gateway is to charge, once.
+        final = await asyncio.to_thread(self._finish_background, created.id)
+        record.reported_input = int(final["usage"]["input_tokens"])
+        record.reported_output = int(final["usage"]["output_tokens"])
+
+    async def _abandoned(self, record: CallRecord, base_url: str) -> None:
+        call = record.operation
+        assert isinstance(call, AbandonedCall)
+        prompt = " ".join(f"w{i}" for i in range(call.words))
+        record.expected_output = echo_reply(prompt, max_tokens=call.cap).tokens
+        body = {
+            "model": f"chat-{SLOW}",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": call.cap,
+        }
+        headers = {
+            "authorization": f"Bearer {self._tenant(call.organization).api_key}",
+            "x-request-id": record.request_id,
+        }
+        timeout = httpx.Timeout(HTTP_TIMEOUT.connect, read=ABANDON_AFTER)
+        async with httpx.AsyncClient(timeout=timeout) as http:
+            try:
+                reply = await http.post(f"{base_url}/v1/chat/completions", json=body, headers=headers)
+            except httpx.ReadTimeout:
+                record.result = ABANDONED  # sent, and left before the answer: the gateway reads it on
+                return
+            except httpx.HTTPError as exc:
+                record.error = repr(exc)
+                return
+        record.status = reply.status_code
+        if reply.status_code >= 300:
+            record.result = REFUSED if reply.status_code < 500 else GATEWAY_ERROR
+        else:
+            record.result = COMPLETED  # the provider was quicker than the client's patience
+            record.reported_output = (reply.json().get("usage") or {}).get("completion_tokens")
 
     # -- realtime -------------------------------------------------------------------------------------
 
@@ -422,6 +500,16 @@ class Traffic:
         record.busy_at_signal = await self._fleet.wait_busy(restart.gateway, 2, RESTART_BUSY_WAIT)
         record.signalled_at = time.monotonic()
         record.ended = await self._fleet.restart(restart.gateway, hard=restart.hard)
+
+
+def _sdk_failure(record: CallRecord, exc: openai.APIStatusError | openai.APIConnectionError) -> None:
+    """What an SDK call that raised saw: a refusal or failure head, or no head at all."""
+    if isinstance(exc, openai.APIStatusError):
+        record.status = exc.status_code
+        record.result = REFUSED if exc.status_code < 500 else GATEWAY_ERROR
+        return
+    record.error = repr(exc)
+    record.result = UNREACHABLE
 
 
 async def adjust_endpoint_exists(base_url: str, organization_id: str, operator_token: str) -> bool:

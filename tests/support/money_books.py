@@ -31,6 +31,7 @@ class LedgerRow:
     cost_micros: int
     over_reservation_micros: int = 0  # charged past the reservation (issue #32: the charge is the truth)
     usage_implausible: bool = False
+    usage_estimated: bool = False  # no usage was reported: the gateway's estimate, said on the row
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,8 @@ async def read_books(db: Database, organization_id: str) -> Books:
     )
     rows = await db.fetch(
         "SELECT request_id, status, outcome, input_tokens, cached_input_tokens, output_tokens, cost_micros,"
-        " over_reservation_micros, usage_implausible FROM usage_ledger WHERE organization_id = $1"
+        " over_reservation_micros, usage_implausible, usage_estimated FROM usage_ledger"
+        " WHERE organization_id = $1"
         " ORDER BY created_at, id",
         organization_id,
     )
@@ -93,6 +95,7 @@ async def read_books(db: Database, organization_id: str) -> Books:
                 int(r["cost_micros"]),
                 int(r["over_reservation_micros"]),
                 bool(r["usage_implausible"]),
+                bool(r["usage_estimated"]),
             )
             for r in rows
         ),

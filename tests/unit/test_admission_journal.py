@@ -14,9 +14,10 @@ from pathlib import Path
 
 import orjson
 
-from modelgate.domain.ledger import CRASHED, LedgerEntry, LedgerWriter
+from modelgate.domain.ledger import LedgerWriter
 from modelgate.infra.spool import Spool, database_identity
 from modelgate.storage import Database
+from tests.support.ledger_rows import add_row, admit_row
 
 CRASH_COST = 40
 COST = 100
@@ -36,40 +37,22 @@ async def _organization(db: Database, balance: int) -> str:
     return org_id
 
 
-def _crash(org_id: str, n: int, budgets: tuple[tuple[str, float], ...] = ()) -> LedgerEntry:
-    return LedgerEntry(
-        organization_id=org_id,
-        key_id="key_journal",
-        system_id=None,
-        model="m",
-        row_key=None,
-        request_id=f"req_journal_{n}",
-        status=0,
-        input_tokens=10,
-        cached_input_tokens=0,
-        output_tokens=0,
-        cost_micros=CRASH_COST,
-        created_at=time.time(),
-        budgets=budgets,
-        outcome=CRASHED,
+def _crash(writer: LedgerWriter, org_id: str, n: int, budgets: tuple[tuple[str, float], ...] = ()) -> str:
+    return admit_row(
+        writer, org_id, f"req_journal_{n}", CRASH_COST, key_id="key_journal", input_tokens=10, budgets=budgets
     )
 
 
-def _completed(org_id: str, n: int, row_id: str | None = None) -> LedgerEntry:
-    return LedgerEntry(
-        organization_id=org_id,
-        key_id="key_journal",
-        system_id=None,
-        model="m",
-        row_key="mock/m@mock",
-        request_id=f"req_journal_{n}",
-        status=200,
-        input_tokens=10,
-        cached_input_tokens=0,
-        output_tokens=5,
-        cost_micros=COST,
-        created_at=time.time(),
+def _completed(writer: LedgerWriter, org_id: str, n: int, row_id: str | None = None) -> str:
+    return add_row(
+        writer,
+        org_id,
+        f"req_journal_{n}",
+        COST,
         row_id=row_id,
+        key_id="key_journal",
+        input_tokens=10,
+        output_tokens=5,
     )
 
 
@@ -123,10 +106,10 @@ async def test_an_open_admission_survives_a_seal_and_a_flush(
     org_id = await _organization(db, 10_000)
     writer, spool = _writer(db, directory, storage_url)
     await writer.open()
-    writer.admit(_crash(org_id, 1))
-    writer.add(_completed(org_id, 2))
+    _crash(writer, org_id, 1)
+    _completed(writer, org_id, 2)
     assert await writer.flush() == 1  # seals the segment holding the admission, and deletes it
-    writer.add(_completed(org_id, 3))
+    _completed(writer, org_id, 3)
     assert await writer.flush() == 1  # and once more: the copy carried over must be carried again
     assert _admissions_on_disk(directory) == ["req_journal_1"]
     assert writer.admitted == 1
@@ -149,7 +132,7 @@ async def test_a_replayed_admission_becomes_one_crashed_row_however_often_it_is_
     org_id = await _organization(db, 10_000)
     writer, spool = _writer(db, directory, storage_url)
     await writer.open()
-    writer.admit(_crash(org_id, 1, budgets=(("rule_journal", 1000.0),)))
+    _crash(writer, org_id, 1, budgets=(("rule_journal", 1000.0),))
     # Copies of the dead process's file: a second replay of it, after the first wrote its crashed row.
     (segment,) = directory.glob("*.spool")
     await spool.close()
@@ -172,11 +155,11 @@ async def test_a_completed_admission_is_never_a_crashed_row(
     org_id = await _organization(db, 10_000)
     writer, spool = _writer(db, directory, storage_url)
     await writer.open()
-    in_same_segment = writer.admit(_crash(org_id, 1))
-    sealed_before_completion = writer.admit(_crash(org_id, 2))
-    writer.add(_completed(org_id, 1, in_same_segment))
+    in_same_segment = _crash(writer, org_id, 1)
+    sealed_before_completion = _crash(writer, org_id, 2)
+    _completed(writer, org_id, 1, in_same_segment)
     assert await writer.flush() == 1  # request 2 is still open: its admission is carried over
-    writer.add(_completed(org_id, 2, sealed_before_completion))
+    _completed(writer, org_id, 2, sealed_before_completion)
     assert writer.admitted == 0
     await spool.close()  # dies before request 2's row reached the database
 
@@ -195,9 +178,9 @@ async def test_a_graceful_stop_with_every_request_completed_leaves_no_spool_file
     org_id = await _organization(db, 10_000)
     writer, _ = _writer(db, directory, storage_url)
     await writer.open()
-    row_id = writer.admit(_crash(org_id, 1))
+    row_id = _crash(writer, org_id, 1)
     await writer.flush()
-    writer.add(_completed(org_id, 1, row_id))
+    _completed(writer, org_id, 1, row_id)
     await writer.stop(5.0)
 
     assert list(directory.glob("*.spool")) == []

@@ -111,6 +111,20 @@ def test_default_config_path_is_the_embedded_defaults_file():
     assert load_config(DEFAULT_CONFIG_PATH, env={}).models == load_config(None, env={}).models
 
 
+def test_a_model_served_by_claude_bounds_its_images_by_anthropics_formula():
+    config = load_config(EXAMPLE, env=EXAMPLE_ENV)
+    kinds = {provider.name: provider.kind for provider in config.providers}
+    claude = [m for m in config.models if any(kinds[row.provider] == "anthropic" for row in m.rows)]
+    others = [
+        m
+        for m in config.models
+        if not any(kinds[row.provider] == "anthropic" or "claude" in row.upstream_model for row in m.rows)
+    ]
+    assert claude and others
+    assert all(m.claude_images and m.max_image_tokens >= 1600 for m in claude)
+    assert not any(m.claude_images for m in others)
+
+
 def test_example_file_loads_when_its_env_vars_are_set():
     config = load_config(EXAMPLE, env=EXAMPLE_ENV)
 
@@ -168,9 +182,9 @@ def test_example_file_documents_every_key():
     # A host's dialect options are keys of their own in the file (modelgate/config/dialects.py), not one
     # `options` key.
     # `tokens` holds the token prices, written at the top of [models.prices]; `source` is not a key (it says
-    # whether the sheet came from the file or the catalogue).
+    # whether the sheet came from the file or the catalogue); `claude_images` is derived from a model's rows.
     # `password` of [email] is read from the variable `password_env` names.
-    not_keys = {"options", "tokens", "source", "password"}
+    not_keys = {"options", "tokens", "source", "password", "claude_images"}
     keys = keys_of(records) - not_keys | ALL_OPTIONS | {"password_env"}
 
     # A key is a comment line followed by `key = ...` (itself possibly commented out), or a sub-table

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from modelgate.domain.charges import realtime_reservation
 from modelgate.domain.prices import ModelPrices
-from modelgate.proxy.realtime.billing import output_cap, realtime_usage, response_worst_case
+from modelgate.proxy.realtime.billing import output_cap, realtime_usage
 
 # 1 µ per input token, 10 µ per output token, 100 µ per request; a model default of 1000 output tokens.
 PRICES = ModelPrices(
@@ -48,13 +49,13 @@ def test_realtime_usage_reads_cached_input_from_input_token_details() -> None:
 
 
 def test_the_first_response_reserves_the_default_allowance_for_its_input_and_output() -> None:
-    assert response_worst_case(PRICES, None, 0, 0) == 100 + 1000 * 1 + 1000 * 10
+    assert realtime_reservation(PRICES, None, 0, 0) == 100 + 1000 * 1 + 1000 * 10
 
 
 def test_an_output_cap_bounds_the_output_part_only() -> None:
-    assert response_worst_case(PRICES, 50, 0, 0) == 100 + 1000 * 1 + 50 * 10
+    assert realtime_reservation(PRICES, 50, 0, 0) == 100 + 1000 * 1 + 50 * 10
 
 
 def test_the_worst_case_grows_with_the_conversation_and_the_text_sent_since() -> None:
     # The previous response re-read 400 tokens and wrote 100; the client then sent 600 bytes of text.
-    assert response_worst_case(PRICES, None, 500, 600) == 100 + (500 + 300 + 1000) * 1 + 1000 * 10
+    assert realtime_reservation(PRICES, None, 500, 600) == 100 + (500 + 300 + 1000) * 1 + 1000 * 10

@@ -138,6 +138,21 @@ def test_converse_cache_reads_and_writes_reach_the_chat_usage() -> None:
     assert (usage.input_tokens, usage.cached_input_tokens, usage.cache_write_5m_tokens) == (34, 11, 3)
 
 
+def test_converse_cache_writes_split_by_ttl_reach_the_5m_and_1h_kinds() -> None:
+    # botocore bedrock-runtime TokenUsage.cacheDetails: one CacheDetail (ttl "5m" | "1h", inputTokens) per
+    # TTL, 1h first; cacheWriteInputTokens is their sum.
+    converse = {
+        "inputTokens": 20,
+        "outputTokens": 5,
+        "cacheReadInputTokens": 11,
+        "cacheWriteInputTokens": 10,
+        "cacheDetails": [{"ttl": "1h", "inputTokens": 6}, {"ttl": "5m", "inputTokens": 4}],
+    }
+    usage = read({"usage": chat_usage(converse)})
+    assert (usage.input_tokens, usage.cached_input_tokens) == (41, 11)
+    assert (usage.cache_write_5m_tokens, usage.cache_write_1h_tokens) == (4, 6)
+
+
 def test_gemini_cached_thoughts_tool_use_and_audio_are_read() -> None:
     chat = usage_of(
         {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -11,8 +10,7 @@ import orjson
 from aiohttp import web
 
 from modelgate.domain.counters import MoneyAsk, WindowAsk
-from modelgate.domain.ledger import LedgerEntry
-from modelgate.domain.usage import Usage, usage_detail
+from modelgate.domain.usage import Usage
 from modelgate.proxy.content.redaction import strongest
 from modelgate.proxy.pipeline.envelopes import Envelope
 
@@ -73,7 +71,7 @@ class AdmissionState:
     # its last response reported, else the model's context window; 0 when the request names none.
     carried_input_tokens: int = 0
     # The request lets the provider run tools that feed the prompt (web search, ...): the usage it can bill
-    # has no physical bound (plugins.billing_gate.physical_bound).
+    # has no physical bound (domain.charges.charge_usage).
     hosted_tools: bool = False
     # Held once taken:
     reservations: list[tuple[str, int]] = field(default_factory=list)  # (money counter, amount)
@@ -177,43 +175,6 @@ class RequestContext:
         if self.payload_changed and self.payload is not None:
             return orjson.dumps(self.payload)
         return self.body
-
-
-def entry_for(
-    ctx: RequestContext,
-    usage: Usage | None,
-    cost: int,
-    status: int,
-    outcome: str,
-    *,
-    request_id: str | None = None,
-    budgets: tuple[tuple[str, float], ...] | None = None,
-    row_key: str | None = None,
-    row_id: str | None = None,
-) -> LedgerEntry:
-    """The ledger row of a request (or of one response of a realtime session: `request_id`, `budgets`)."""
-    key = ctx.key
-    return LedgerEntry(
-        organization_id=key.organization_id,
-        key_id=key.id,
-        system_id=key.system_id,
-        model=ctx.model.name,
-        row_key=row_key,
-        request_id=request_id or ctx.request_id,
-        status=status,
-        input_tokens=usage.input_tokens if usage else 0,
-        cached_input_tokens=usage.cached_input_tokens if usage else 0,
-        output_tokens=usage.output_tokens if usage else 0,
-        cost_micros=cost,
-        created_at=time.time(),
-        budgets=tuple(ctx.admission.charged_budgets) if budgets is None else budgets,
-        units=(usage.images + usage.audio_seconds + usage.video_seconds) if usage else 0.0,
-        outcome=outcome,
-        row_id=row_id,
-        content_action=content_action(ctx.content_hits) if ctx.content_hits else "",
-        usage_estimated=usage.estimated if usage else False,
-        usage_detail=usage_detail(usage) if usage else "",
-    )
 
 
 _CONTENT_ACTIONS = {"block": "blocked", "redact": "redacted", "flag": "flagged"}

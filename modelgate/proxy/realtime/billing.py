@@ -3,15 +3,19 @@
 A response is reserved before it runs: at the client's `response.create` (not forwarded when the reservation
 is refused), or at the upstream's `response.created` for one the server started by itself (server VAD;
 cancelled upstream when refused). Each `response.done` settles its reservation to the cost of the usage it
-reports, capped at the reservation, and writes that response's ledger row at once. Responses still running
-when the session ends are released and recorded with what is known of them.
+reports and writes that response's ledger row at once. Responses still running when the session ends are
+released and recorded with what is known of them.
 
 Worst case of one response: its output allowance (the response's `max_output_tokens`, else the session's,
 else the model's `default_max_tokens`) plus an input bound. A realtime response re-reads the whole
 conversation, which the gateway cannot count, so the bound is: the input and output tokens the previous
 response reported (the conversation so far) + the text the client sent since, at 2 bytes a token like any
-request body (audio appends excluded) + `default_max_tokens` for the turn's speech. A response that somehow
-costs more is charged its reservation, never more, so the balance never goes below what the plan allows.
+request body (audio appends excluded) + `default_max_tokens` for the turn's speech. The charge follows the
+rules of every request (modelgate/domain/charges.py): a response whose reported usage costs more — a turn of
+long appended audio — is charged in full, its row records the excess over the reservation (counted, audited,
+logged), and the balance may fall below its floor by it; usage beyond the physical bound (the context window
+plus the response's cap) is charged at that bound. Should the process die mid-response, the journal charges
+the estimate of its prompt (the conversation so far and the text since, ~4 bytes a token).
 """
 
 from __future__ import annotations
@@ -29,11 +33,14 @@ from typing import Any, TypeVar
 import orjson
 
 from modelgate.domain.accounts import Accounts
+from modelgate.domain.charges import Charge, charge_row, charge_usage, prompt_estimate, realtime_reservation
 from modelgate.domain.errors import GatewayError
-from modelgate.domain.ledger import CRASHED, LedgerWriter
-from modelgate.domain.prices import ModelPrices
+from modelgate.domain.ledger import CRASHED, LedgerRow, LedgerWriter
+from modelgate.domain.overruns import Overrun, OverrunReport
 from modelgate.domain.usage import Usage, merge_usage
-from modelgate.proxy.pipeline.context import RequestContext, entry_for
+from modelgate.proxy.pipeline.context import RequestContext, content_action
+from modelgate.proxy.state.keys import KeyRecord
+from modelgate.proxy.upstream.model_rows import ModelEntry
 
 log = logging.getLogger("modelgate.realtime")
 
@@ -93,11 +100,13 @@ class ResponseHold:
     budgets: tuple[tuple[str, float], ...]  # (rule id, period start) charged with the response's cost
     event_id: str | None = None  # of the client's response.create (upstream errors name it)
     row_id: str | None = None  # its admission in the ledger (see `SessionBilling._hold`)
+    cap: int = 0  # its output allowance: with the context window, the physical bound of its usage
 
 
 async def hold_response(accounts: Accounts, ctx: RequestContext, amount: int) -> ResponseHold:
     """Reserve `amount` on the organization's balance and every budget that applies, or raise 402."""
     key = ctx.key
+    assert key is not None  # billed only once its key is known (plugins.billing_gate)
     await accounts.reserve_balance(key.organization_id, key.plan_code, amount, key.balance_counter)
     counters, budgets = [key.balance_counter], []
     try:
@@ -119,19 +128,13 @@ async def settle_response(accounts: Accounts, hold: ResponseHold, cost: int) -> 
     await accounts.settle_all([(counter, amount) for counter in hold.counters], cost, hold.row_id)
 
 
-def response_worst_case(prices: ModelPrices, cap: int | None, context_tokens: int, text_bytes: int) -> int:
-    """The most one response can cost (see the module docstring for the input bound)."""
-    default = prices.default_max_tokens
-    return prices.worst_case(context_tokens + text_bytes // 2 + default, cap or default)
-
-
 async def check_one_response(accounts: Accounts, ctx: RequestContext) -> None:
     """402 before the upgrade unless the organization can afford one response now; holds nothing."""
     if ctx.model is None or ctx.key is None:
         return
     session = ctx.realtime.secret.session if ctx.realtime is not None else {}
     opening = len(orjson.dumps(session)) if session else 0
-    worst = response_worst_case(ctx.model.prices, output_cap(session), 0, opening)
+    worst = realtime_reservation(ctx.model.prices, output_cap(session), 0, opening)
     hold = await hold_response(accounts, ctx, worst)
     await settle_response(accounts, hold, 0)
 
@@ -139,9 +142,16 @@ async def check_one_response(accounts: Accounts, ctx: RequestContext) -> None:
 class SessionBilling:
     """Reserves, settles and records each response of one realtime session."""
 
-    def __init__(self, accounts: Accounts, ledger: LedgerWriter, ctx: RequestContext) -> None:
+    def __init__(
+        self,
+        accounts: Accounts,
+        ledger: LedgerWriter,
+        ctx: RequestContext,
+        overruns: OverrunReport | None = None,
+    ) -> None:
         self._accounts = accounts
         self._ledger = ledger
+        self._overruns = overruns
         self._ctx = ctx
         self._pending: deque[ResponseHold] = deque()  # client-reserved, not yet announced by upstream
         self._running: dict[str, ResponseHold] = {}  # by response id
@@ -152,8 +162,12 @@ class SessionBilling:
         self._context_tokens = 0  # the conversation so far, as the last response reported it
         self._text_bytes = 0  # client text since the last response (audio appends excluded)
         self._operations: set[asyncio.Task] = set()
-        ctx.metering.usage = Usage()
-        ctx.metering.cost_micros = 0
+        key, model = ctx.key, ctx.model
+        assert key is not None and model is not None  # a session is billed once both are known
+        self._key: KeyRecord = key
+        self._model: ModelEntry = model
+        self._total = ctx.metering.usage = Usage()  # the session's usage, summed over its responses
+        self._cost = ctx.metering.cost_micros = 0
 
     @property
     def running(self) -> tuple[str, ...]:
@@ -174,9 +188,12 @@ class SessionBilling:
         if isinstance(session, dict) and any(name in session for name in _OUTPUT_CAPS):
             self._session_cap = output_cap(session)  # "inf" lifts an earlier numeric cap
 
-    def _worst_case(self, response: Any) -> int:
-        cap = output_cap(response) or self._session_cap
-        return response_worst_case(self._ctx.model.prices, cap, self._context_tokens, self._text_bytes)
+    def _cap(self, response: Any) -> int:
+        """A response's output allowance: its own cap, else the session's, else the model's default."""
+        return output_cap(response) or self._session_cap or self._model.prices.default_max_tokens
+
+    def _worst_case(self, cap: int) -> int:
+        return realtime_reservation(self._model.prices, cap, self._context_tokens, self._text_bytes)
 
     # -- client to upstream -----------------------------------------------------------------------------
 
@@ -200,7 +217,7 @@ class SessionBilling:
     async def _reserve_asked(self, event: dict) -> dict | None:
         client_event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         try:
-            hold = await self._hold(self._worst_case(event.get("response")))
+            hold = await self._hold(self._cap(event.get("response")))
         except GatewayError as refusal:
             self._record_refusal(str(next(self._numbers)), refusal)
             return error_event(refusal, client_event_id)
@@ -223,17 +240,22 @@ class SessionBilling:
             await self._guarded(self._upstream_refused(event.get("error")))
         return None
 
-    async def _hold(self, amount: int) -> ResponseHold:
-        """Reserve one response, then journal it in the ledger: should the process die before the response
-        is done, its row is charged what the live counter settled for it (nothing when it settled none)."""
+    async def _hold(self, cap: int) -> ResponseHold:
+        """Reserve one response of output allowance `cap`, then journal it in the ledger: should the process
+        die before the response is done, its row is charged what the live counter settled for it, else the
+        estimate of its prompt (domain.charges)."""
         ctx = self._ctx
+        amount = self._worst_case(cap)
         hold = await hold_response(self._accounts, ctx, amount)
-        row_key = ctx.row.key if ctx.row else None
+        hold.cap = cap
+        prompt = self._context_tokens + prompt_estimate(self._text_bytes)
+        cost = self._model.prices.prompt_cost(prompt)
         request_id = f"{ctx.request_id}:held-{next(self._holds)}"
-        crash = entry_for(
-            ctx, None, 0, 0, CRASHED, request_id=request_id, budgets=hold.budgets, row_key=row_key
+        hold.row_id = row_id = self._ledger.new_row_id(time.time())
+        over = cost - amount if cost > amount else 0
+        self._ledger.admit_row(
+            self._row(row_id, request_id, 0, CRASHED, None, cost, hold.budgets, over, prompt)
         )
-        hold.row_id = self._ledger.admit(crash)
         return hold
 
     def _guarded(self, operation: Coroutine[Any, Any, T]) -> Awaitable[T]:
@@ -252,7 +274,7 @@ class SessionBilling:
             self._running[response_id] = self._pending.popleft()
             return None
         try:  # started by the server itself (server VAD)
-            hold = await self._hold(self._worst_case(response))
+            hold = await self._hold(self._cap(response))
         except GatewayError as refusal:
             self._refused.add(response_id)
             self._record_refusal(response_id, refusal)
@@ -278,21 +300,20 @@ class SessionBilling:
         await self._finish(hold, response_id, usage, 200, outcome)
 
     async def _hold_unannounced(self, response_id: str, usage: Usage | None) -> ResponseHold:
-        """A response.done of a response never announced: reserve its cost now, if the balance allows."""
-        cost = min(self._ctx.model.prices.cost(usage), self._worst_case(None)) if usage else 0
-        if cost == 0:
+        """A response.done of a response never announced: reserve its bound now if the balance allows; else
+        it is charged all the same (the provider billed it), past the balance."""
+        if usage is None:
             return ResponseHold(0, (), ())
         try:
-            return await self._hold(cost)
+            return await self._hold(self._cap(None))
         except GatewayError:
             log.warning(
-                "realtime session %s: response %s was never announced and its cost %d is over the balance;"
-                " not charged",
+                "realtime session %s: response %s was never announced and the balance cannot cover it;"
+                " charged its usage past the balance",
                 self._ctx.request_id,
                 response_id,
-                cost,
             )
-            return ResponseHold(0, (), ())
+            return ResponseHold(0, (self._key.balance_counter,), (), cap=self._cap(None))
 
     async def _upstream_refused(self, error: Any) -> None:
         """The upstream rejected a client's response.create: its reservation is released."""
@@ -322,56 +343,110 @@ class SessionBilling:
     async def _finish(
         self, hold: ResponseHold, response_id: str, usage: Usage | None, status: int, outcome: str
     ) -> None:
-        """Settle one response to the cost of its usage (capped at its reservation) and write its row."""
+        """Settle one response to the cost of its usage (domain.charges: the truth, past its reservation
+        too) and write its row."""
         ctx = self._ctx
-        cost = ctx.model.prices.cost(usage) if usage is not None else 0
-        if cost > hold.amount:
-            log.warning(
-                "realtime session %s: response %s cost %d, more than its reservation %d; charged %d",
-                ctx.request_id,
-                response_id,
-                cost,
-                hold.amount,
-                hold.amount,
-            )
-            cost = hold.amount
-        await settle_response(self._accounts, hold, cost)
-        self._write(response_id, usage, cost, status, outcome, hold.budgets, hold.row_id)
+        model = self._model
+        charge = Charge(0)
         if usage is not None:
-            total = ctx.metering.usage
+            charge_usage(charge, model.prices, usage, hold.amount, model.config.max_context_tokens, hold.cap)
+        cost = charge.cost_micros or 0
+        await settle_response(self._accounts, hold, cost)
+        request_id = f"{ctx.request_id}:{response_id}"
+        self._ledger.add_row(
+            self._row(
+                hold.row_id or self._ledger.new_row_id(time.time()),
+                request_id,
+                status,
+                outcome,
+                usage,
+                cost,
+                hold.budgets,
+                charge.over_reservation_micros,
+                0,
+                charge.usage_implausible,
+            ),
+            hold.row_id is not None,
+        )
+        if charge.over_reservation_micros or charge.usage_implausible:
+            self._report_overrun(request_id, hold.amount, charge)
+        if usage is not None:
+            total = self._total
             total.input_tokens += usage.input_tokens
             total.cached_input_tokens += usage.cached_input_tokens
             total.output_tokens += usage.output_tokens
-        ctx.metering.cost_micros += cost
+        self._cost += cost
+        ctx.metering.cost_micros = self._cost
+
+    def _report_overrun(self, request_id: str, reserved: int, charge: Charge) -> None:
+        if self._overruns is None:
+            return
+        key = self._key
+        self._overruns.report(
+            Overrun(
+                key.organization_id,
+                key.id,
+                key.system_id,
+                self._ctx.route.name if self._ctx.route is not None else "realtime",
+                self._model.name,
+                request_id,
+                reserved,
+                charge.cost_micros or 0,
+                charge.over_reservation_micros,
+                charge.usage_implausible,
+                charge.reported_cost_micros,
+            )
+        )
 
     def _record_refusal(self, response_id: str, refusal: GatewayError) -> None:
-        self._write(response_id, None, 0, refusal.status, "refused", ())
+        ctx = self._ctx
+        self._ledger.add_row(
+            self._row(
+                self._ledger.new_row_id(time.time()),
+                f"{ctx.request_id}:{response_id}",
+                refusal.status,
+                "refused",
+                None,
+                0,
+                (),
+            ),
+            False,
+        )
 
-    def _write(
+    def _row(
         self,
-        response_id: str,
-        usage: Usage | None,
-        cost: int,
+        row_id: str,
+        request_id: str,
         status: int,
         outcome: str,
+        usage: Usage | None,
+        cost: int,
         budgets: tuple[tuple[str, float], ...],
-        row_id: str | None = None,
-    ) -> None:
+        over: int = 0,
+        estimated_input: int = 0,
+        implausible: bool = False,
+    ) -> LedgerRow:
+        """A ledger row of one response of this session (domain.charges.charge_row)."""
         ctx = self._ctx
-        request_id = f"{ctx.request_id}:{response_id}"
-        row_key = ctx.row.key if ctx.row else None
-        self._ledger.add(
-            entry_for(
-                ctx,
-                usage,
-                cost,
-                status,
-                outcome,
-                request_id=request_id,
-                budgets=budgets,
-                row_key=row_key,
-                row_id=row_id,
-            )
+        key = self._key
+        return charge_row(
+            row_id,
+            key.organization_id,
+            key.id,
+            key.system_id,
+            self._model.name,
+            ctx.row.key if ctx.row else None,
+            request_id,
+            status,
+            outcome,
+            usage,
+            cost,
+            time.time(),
+            budgets,
+            content_action(ctx.content_hits) if ctx.content_hits else "",
+            over,
+            implausible,
+            estimated_input,
         )
 
 

@@ -33,6 +33,7 @@ from aiohttp import WSMsgType, web
 from modelgate.domain.accounts import Accounts
 from modelgate.domain.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
 from modelgate.domain.ledger import LedgerWriter
+from modelgate.domain.overruns import OverrunReport
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.failover import RowAttempts
 from modelgate.proxy.realtime.billing import SessionBilling
@@ -158,8 +159,10 @@ class RealtimeRelay:
         accounts: Accounts,
         ledger: LedgerWriter,
         completions: Completions,
+        overruns: OverrunReport | None = None,
     ) -> None:
         self._completions = completions
+        self._overruns = overruns
         self._selector = selector
         self._secrets = state.secrets
         self._sessions = state.sessions
@@ -197,7 +200,7 @@ class RealtimeRelay:
             raise
         ctx.row, ctx.status = row, 101
         ctx.first_byte_at = time.perf_counter()
-        billing = SessionBilling(self._accounts, self._ledger, ctx)
+        billing = SessionBilling(self._accounts, self._ledger, ctx, self._overruns)
         # A task the gateway awaits before its ledger stops: the session's last rows are written first.
         session = self._completions.run(self._session(ctx, client, upstream, billing))
         try:

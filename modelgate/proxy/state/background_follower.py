@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from urllib.parse import quote
 
@@ -28,8 +28,10 @@ import orjson
 
 from modelgate.domain.accounts import Accounts, CrashSettlements
 from modelgate.domain.background_responses import BackgroundFollow, BackgroundResponses
+from modelgate.domain.charges import Charge, charge_row, charge_usage
 from modelgate.domain.counters import Counters
-from modelgate.domain.ledger import LedgerWriter, ledger_row
+from modelgate.domain.ledger import LedgerRow, LedgerWriter
+from modelgate.domain.overruns import Overrun, OverrunReport
 from modelgate.domain.usage import Usage, usage_of_body
 from modelgate.proxy.upstream.model_rows import ModelCatalog
 
@@ -66,8 +68,10 @@ class BackgroundFollower:
         ledger: LedgerWriter,
         catalog: Callable[[], ModelCatalog],
         timing: FollowTiming,
+        overruns: OverrunReport | None = None,
     ) -> None:
         self._repository = repository
+        self._overruns = overruns  # charges past the reservation, or implausible: counted, audited, logged
         self._accounts = accounts
         self._counters = counters
         self._ledger = ledger
@@ -180,10 +184,21 @@ class BackgroundFollower:
     async def _charge(self, follow: BackgroundFollow, document: dict | None, outcome: str) -> None:
         """Charge the response once, across processes; settle this process's reservations in any case."""
         usage = usage_of_body(document.pop("__body__")) if document is not None else None
-        if usage is None:
+        if usage is None:  # no final usage: the estimate of its prompt, said on the row
             usage = Usage(input_tokens=follow.crash_input_tokens, estimated=True)
         model = self._catalog().get(follow.model)
-        cost = model.prices.cost(usage) if model is not None else follow.crash_cost
+        charge = Charge()
+        if model is not None:
+            cost = charge_usage(
+                charge,
+                model.prices,
+                usage,
+                follow.reserved_micros or None,
+                model.config.max_context_tokens,
+                follow.most_output_tokens,
+            )
+        else:  # the model left the config meanwhile: its crash cost
+            cost = charge.cost_micros = follow.crash_cost
         try:
             claimed = await self._repository.claim_charge(follow.response_id, time.time())
         except Exception as exc:
@@ -193,32 +208,65 @@ class BackgroundFollower:
         if not claimed:  # charged by another process, which adopted it: this journal's crash cost is its part
             await self._close_at_crash_cost(follow)
             return
+        if charge.over_reservation_micros or charge.usage_implausible:
+            self._report_overrun(follow, charge)
         if follow.adopted:
-            await self._charge_rest(follow, usage, cost, outcome)
+            await self._charge_rest(follow, usage, charge, outcome)
             return
-        row = ledger_row(
-            follow.row_id,
+        row = self._row(follow, follow.row_id, 200, outcome, usage, cost, charge)
+        await self._accounts.queue_settlement(follow.reservations or [], cost, follow.row_id)
+        self._counters.after_written(partial(self._ledger.add_row, row, True))
+        follow.reservations = None
+
+    def _row(
+        self,
+        follow: BackgroundFollow,
+        row_id: str,
+        status: int,
+        outcome: str,
+        usage: Usage | None,
+        cost: int,
+        charge: Charge | None = None,
+    ) -> LedgerRow:
+        """A ledger row of `follow`'s request (domain.charges.charge_row); without usage, its crash row."""
+        return charge_row(
+            row_id,
             follow.organization_id,
             follow.key_id,
             follow.system_id,
             follow.model,
             follow.row_key,
             follow.request_id,
-            200,
-            usage.input_tokens,
-            usage.cached_input_tokens,
-            usage.output_tokens,
+            status,
+            outcome,
+            usage,
             cost,
             time.time(),
-            0.0,
-            outcome,
             follow.budgets,
             "",
-            usage.estimated,
+            charge.over_reservation_micros if charge is not None else 0,
+            charge.usage_implausible if charge is not None else False,
+            follow.crash_input_tokens,
         )
-        await self._accounts.queue_settlement(follow.reservations, cost, follow.row_id)
-        self._counters.after_written(partial(self._ledger.add_row, row, True))
-        follow.reservations = None
+
+    def _report_overrun(self, follow: BackgroundFollow, charge: Charge) -> None:
+        if self._overruns is None:
+            return
+        self._overruns.report(
+            Overrun(
+                follow.organization_id,
+                follow.key_id,
+                follow.system_id,
+                "responses",
+                follow.model,
+                follow.request_id,
+                follow.reserved_micros,
+                charge.cost_micros or 0,
+                charge.over_reservation_micros,
+                charge.usage_implausible,
+                charge.reported_cost_micros,
+            )
+        )
 
     async def _retry_claim(self, follow: BackgroundFollow) -> bool:
         while not self._stopping.is_set():
@@ -232,32 +280,15 @@ class BackgroundFollower:
                 continue
         return False
 
-    async def _charge_rest(self, follow: BackgroundFollow, usage: Usage, cost: int, outcome: str) -> None:
+    async def _charge_rest(
+        self, follow: BackgroundFollow, usage: Usage, charge: Charge, outcome: str
+    ) -> None:
         """An adopted follow: the crash cost is (or will be, by the spool's replay) charged under the
         admission's row; this row charges the rest, with the tokens beyond the crash row's estimate."""
-        now = time.time()
-        row_id = self._ledger.new_row_id(now)
-        rest = cost - follow.crash_cost
-        row = ledger_row(
-            row_id,
-            follow.organization_id,
-            follow.key_id,
-            follow.system_id,
-            follow.model,
-            follow.row_key,
-            follow.request_id,
-            200,
-            max(usage.input_tokens - follow.crash_input_tokens, 0),
-            usage.cached_input_tokens,
-            usage.output_tokens,
-            rest,
-            now,
-            0.0,
-            outcome,
-            follow.budgets,
-            "",
-            usage.estimated,
-        )
+        row_id = self._ledger.new_row_id(time.time())
+        rest = (charge.cost_micros or 0) - follow.crash_cost
+        beyond = replace(usage, input_tokens=max(usage.input_tokens - follow.crash_input_tokens, 0))
+        row = self._row(follow, row_id, 200, outcome, beyond, rest, charge)
         await CrashSettlements(self._counters).charge(follow.organization_id, rest, row_id, follow.budgets)
         self._ledger.add_row(row, True)
 
@@ -269,28 +300,11 @@ class BackgroundFollower:
             self._counters.after_written(partial(self._ledger.add_row, self._crash_row(follow), True))
             follow.reservations = None
 
-    def _crash_row(self, follow: BackgroundFollow) -> tuple:
+    def _crash_row(self, follow: BackgroundFollow) -> LedgerRow:
         """The row its journal would charge had the process died: the prompt estimate."""
-        return ledger_row(
-            follow.row_id,
-            follow.organization_id,
-            follow.key_id,
-            follow.system_id,
-            follow.model,
-            follow.row_key,
-            follow.request_id,
-            0,
-            follow.crash_input_tokens,
-            0,
-            0,
-            follow.crash_cost,
-            time.time(),
-            0.0,
-            HANDED_OVER,
-            follow.budgets,
-            "",
-            True,
-        )
+        over = follow.crash_cost - follow.reserved_micros if follow.crash_cost > follow.reserved_micros else 0
+        charge = Charge(follow.crash_cost, over if follow.reserved_micros else 0)
+        return self._row(follow, follow.row_id, 0, HANDED_OVER, None, follow.crash_cost, charge)
 
     async def stop(self) -> None:
         """Stop following: each follow this process holds is charged its crash cost (its reservation settled

@@ -117,8 +117,8 @@ async def _ledger(storage_url: str, email: str) -> tuple[dict[str, dict], int]:
     try:
         org_id = await db.fetchval("SELECT organization_id FROM users WHERE email = $1", email)
         rows = await db.fetch(
-            "SELECT request_id, outcome, status, input_tokens, output_tokens, cost_micros FROM usage_ledger"
-            " WHERE organization_id = $1",
+            "SELECT request_id, outcome, status, input_tokens, output_tokens, cost_micros, usage_estimated"
+            " FROM usage_ledger WHERE organization_id = $1",
             org_id,
         )
         balance = await db.fetchval("SELECT balance_micros FROM organizations WHERE id = $1", org_id)
@@ -187,9 +187,10 @@ def test_requests_in_flight_at_a_sigkill_get_one_crashed_row_each_at_the_next_st
                     len(body) // 4,
                     0,
                 )
+                assert rows[request_id]["usage_estimated"]  # an estimate, and the row says so
             for request_id in (*before, *after):
                 assert rows[request_id]["outcome"] == "completed" and rows[request_id]["status"] == 200
-                assert rows[request_id]["cost_micros"] > 0
+                assert rows[request_id]["cost_micros"] > 0 and not rows[request_id]["usage_estimated"]
             assert balance == OPENING_MICROS - sum(row["cost_micros"] for row in rows.values())
 
             # A second start replays nothing more.

@@ -25,6 +25,8 @@ def follow(response_id: str = "resp_race") -> BackgroundFollow:
         250,
         100,
         1.0,
+        2_000,
+        1_000,
     )
 
 
@@ -52,6 +54,8 @@ async def test_an_expired_follow_is_adopted_by_exactly_one_of_racing_processes(s
             250,
             True,
         )
+        # What the charge's rule needs travels with it (migration 0019): the reservation and the bound.
+        assert (adopted.reserved_micros, adopted.most_output_tokens) == (2_000, 1_000)
         # A live lease is not adopted again; renewing keeps it.
         await winner.renew(time.time() + 30)
         later = await asyncio.gather(*(racer.adopt(time.time(), time.time() + 30) for racer in racers))

@@ -182,6 +182,36 @@ def test_a_cancelled_background_response_is_charged_what_the_provider_reports(
     assert row["cost_micros"] == bill(WORDS + 3, 1234)
 
 
+def test_a_final_usage_past_the_reservation_is_charged_in_full_and_its_row_says_by_how_much(
+    start_gateway, upstream: FakeUpstream
+) -> None:
+    """The one money path (modelgate/domain/charges.py): a followed response's row is built like any other,
+    with the overrun column — a provider that ran past `max_output_tokens` (20,000 of 4,000) is charged the
+    truth, and the excess over the ~68,750 µ reservation is on the row."""
+    gateway = start_gateway(extra=priced_responses(upstream), billing_extra=FAST_POLLS)
+    tenant = register_tenant(gateway.base_url)
+    request_id = new_request_id()
+    created = create(sdk(gateway, tenant), request_id)
+    upstream.finish_background(created.id, output_tokens=20_000)
+    (row,) = charged_rows(gateway.storage_url, request_id)
+    billed = bill(WORDS + 3, 20_000)
+    assert (row["output_tokens"], row["cost_micros"]) == (20_000, billed)
+    over = asyncio.run(_over_reservation(gateway.storage_url, request_id))
+    reserved = billed - over
+    assert 60_000 < reserved < 80_000, (billed, over)  # the creation's reservation, charged past
+
+
+async def _over_reservation(storage_url: str, request_id: str) -> int:
+    db = await open_database(storage_url)
+    try:
+        value = await db.fetchval(
+            "SELECT over_reservation_micros FROM usage_ledger WHERE request_id = $1", request_id
+        )
+        return int(value)
+    finally:
+        await db.close()
+
+
 def test_polls_the_provider_fails_are_retried_until_the_final_usage_arrives(
     start_gateway, upstream: FakeUpstream
 ) -> None:

@@ -1,9 +1,11 @@
 """Money is conserved under chaos: a seeded, bounded mix of streamed, cut, broken, failed, usage-less and
 overrunning (a provider ignoring its cap) chats, `n > 1`, missing and small caps, realtime sessions of several
-responses, top-ups and operator adjustments while requests are in flight, a graceful restart and a SIGKILL of
-a gateway mid-mix — and afterwards every organization's books balance to the micro-unit (Σ ledger costs =
-Σ provider-reported usage x prices, overruns included and marked), on SQLite with one process and in-process
-counters, and on PostgreSQL + Redis with two processes sharing them.
+responses, background responses charged their final usage once they end (followed across the restarts),
+non-streamed calls whose client left before the answer (read to their end and charged), top-ups and operator
+adjustments while requests are in flight, a graceful restart and a SIGKILL of a gateway mid-mix — and
+afterwards every organization's books balance to the micro-unit (Σ ledger costs = Σ provider-reported usage
+x prices, overruns included and marked), on SQLite with one process and in-process counters, and on
+PostgreSQL + Redis with two processes sharing them.
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
@@ -36,6 +38,7 @@ from tests.support.conservation_audit import (
     conservation_in_storage,
     events_match_what_was_sent,
     every_delivered_token_charged,
+    late_usage_charged,
     live_counters_match_storage,
     no_reservation_left_held,
     one_row_per_admitted_request,
@@ -48,12 +51,15 @@ from tests.support.conservation_mix import (
     FAILING,
     OVERRUNNING,
     SILENT,
+    SLOW,
     STEADY,
     UNAVAILABLE,
     MixShape,
     plan_mix,
 )
 from tests.support.conservation_traffic import (
+    ABANDON_DELAY,
+    BACKGROUND_MODEL,
     CLIENT_CUT,
     COMPLETED,
     GATEWAY_ERROR,
@@ -121,6 +127,7 @@ FAULTS = {
     UNAVAILABLE: Fault(status=503),
     SILENT: Fault(omit_usage=True, chunk_delay=0.02),
     OVERRUNNING: Fault(ignore_output_cap=True, chunk_delay=0.02),
+    SLOW: Fault(delay_before_headers=ABANDON_DELAY),  # answers after its (abandoning) client left
 }
 
 
@@ -155,6 +162,9 @@ url = "{storage_url}"
 {redis}
 [billing]
 ledger_flush_interval_seconds = {FLUSH_INTERVAL}
+background_poll_seconds = 0.05
+background_poll_max_seconds = 0.2
+background_lease_seconds = 1.0
 
 [routing]
 # Failing upstreams stay in rotation: every request to them reaches them and fails there.
@@ -162,6 +172,15 @@ failure_threshold = 1000000
 
 {providers}
 {models}
+[[models]]
+name = "{BACKGROUND_MODEL}"
+kinds = ["responses"]
+default_max_tokens = {DEFAULT_MAX_TOKENS}
+[[models.rows]]
+provider = "{STEADY}"
+upstream_model = "gpt-4o-mini"
+{_price_toml()}
+
 [[models]]
 name = "{REALTIME_MODEL}"
 kinds = ["realtime"]
@@ -221,7 +240,7 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
             registered = [
                 register_tenant(fleet.base_url(0), fund_usd=amount / 1_000_000) for amount in FUNDING
             ]
-            evidence = asyncio.run(_run(seed, setup, fleet, storage_url, redis_url, registered))
+            evidence = asyncio.run(_run(seed, setup, fleet, storage_url, redis_url, registered, upstreams))
         finally:
             problems = fleet.stop_all()
         run = Run(setup, evidence, workdir)
@@ -267,7 +286,15 @@ def _redis(setup: Setup) -> str | None:
     return REDIS_URL
 
 
-async def _run(seed, setup: Setup, fleet: GatewayFleet, storage_url: str, redis_url: str | None, registered):
+async def _run(
+    seed,
+    setup: Setup,
+    fleet: GatewayFleet,
+    storage_url: str,
+    redis_url: str | None,
+    registered,
+    fleet_upstreams: dict[str, FakeUpstream],
+):
     db = await open_database(storage_url, pool_size=2)
     redis = None
     if redis_url:
@@ -290,6 +317,7 @@ async def _run(seed, setup: Setup, fleet: GatewayFleet, storage_url: str, redis_
                 realtime_model=REALTIME_MODEL,
                 adjust_available=adjust,
                 concurrency=CONCURRENCY,
+                finish_background=fleet_upstreams[STEADY].finish_background,
             )
             shape = MixShape(organizations=len(tenants), gateways=setup.gateways)
             log = await traffic.run(plan_mix(seed, shape))
@@ -348,6 +376,10 @@ async def _settle(fleet: GatewayFleet, db: Database, redis, tenants: list[Tenant
             state.append((books.balance_micros, books.credit_seq, len(books.rows), books.spent_micros))
             if redis is not None:
                 state.append((await read_redis_money(redis, tenant.organization_id)).raw)
+        # A background response is settled once charged (its follow may outlive a killed process).
+        following = await db.fetchval("SELECT COUNT(*) FROM background_responses WHERE settled_at IS NULL")
+        if following:
+            quiet = False
         if quiet and state == previous:
             return True
         previous = state if quiet else None
@@ -436,3 +468,9 @@ def test_every_delivered_token_is_charged(conservation: Run) -> None:
 
 def test_overruns_are_charged_in_full_and_marked(conservation: Run) -> None:
     _check(conservation, overruns_charged_and_marked(conservation.evidence))
+
+
+def test_late_usage_is_charged_once_as_the_provider_reports_it(conservation: Run) -> None:
+    """Background responses: Σ of their rows = the final usage the provider reported x prices, once, across
+    the restarts (a crash row and the adopter's rest, or one row); abandoned calls: the provider's usage."""
+    _check(conservation, late_usage_charged(conservation.evidence))

@@ -8,7 +8,6 @@ Redis, and the cabinet's organizations table. A "death" is a writer whose spool 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import secrets
 import time
@@ -21,12 +20,13 @@ from redis.asyncio import Redis
 from modelgate.config import load_config
 from modelgate.domain.accounts import Accounts, CrashSettlements, balance_key, budget_key, settled_key
 from modelgate.domain.counters import MoneyState, Reserve
-from modelgate.domain.ledger import LedgerEntry, LedgerWriter, writer_of
+from modelgate.domain.ledger import LedgerWriter, writer_of
 from modelgate.domain.policy_decisions import PolicyDirectory, period_start
 from modelgate.domain.policy_rules import PolicyRule
 from modelgate.domain.redis_counters import RedisCounters
 from modelgate.infra.spool import Spool, database_identity
 from modelgate.storage.database import Database
+from tests.support.ledger_rows import add_row, admit_row
 
 OPENING = 10_000
 RESERVED = 1_000
@@ -86,25 +86,6 @@ async def _organization(db: Database) -> str:
     return org_id
 
 
-def _entry(org_id: str, cost: int, outcome: str = "completed", row_id: str | None = None) -> LedgerEntry:
-    return LedgerEntry(
-        organization_id=org_id,
-        key_id="key_crash",
-        system_id=None,
-        model="m",
-        row_key="mock/m@mock",
-        request_id=f"req_{os.urandom(4).hex()}",
-        status=200 if outcome == "completed" else 0,
-        input_tokens=1,
-        cached_input_tokens=0,
-        output_tokens=1,
-        cost_micros=cost,
-        created_at=time.time(),
-        outcome=outcome,
-        row_id=row_id,
-    )
-
-
 async def _admitted(process: Process, org_id: str, budgets: tuple[tuple[str, float], ...] = ()) -> str:
     """A request admitted as the chain admits one: its reservation in Redis, its admission in the spool
     (charged, should it crash, to the balance and to `budgets`: (rule id, period start))."""
@@ -113,7 +94,8 @@ async def _admitted(process: Process, org_id: str, budgets: tuple[tuple[str, flo
         return MoneyState(OPENING, True)
 
     assert await process.counters.reserve(balance_key(org_id), RESERVED, False, 0, init) == Reserve.OK
-    return process.ledger.admit(dataclasses.replace(_entry(org_id, CRASH_COST, "crashed"), budgets=budgets))
+    request_id = f"req_{os.urandom(4).hex()}"
+    return admit_row(process.ledger, org_id, request_id, CRASH_COST, key_id="key_crash", budgets=budgets)
 
 
 async def _one_admitted(
@@ -215,7 +197,9 @@ async def test_completed_requests_leave_no_settlement_record_behind(
     row_ids = [await _admitted(process, org_id) for _ in range(3)]
     for row_id in row_ids:
         await process.accounts.settle_all([(balance_key(org_id), RESERVED)], SETTLED, row_id)
-        process.ledger.add(_entry(org_id, SETTLED, row_id=row_id))
+        add_row(
+            process.ledger, org_id, f"req_{os.urandom(4).hex()}", SETTLED, row_id=row_id, key_id="key_crash"
+        )
     hash_key = prefix + settled_key(writer_of(row_ids[0]))
     # Each record is dropped with the next request's batch, never in a call of its own.
     assert await client.hkeys(hash_key) == [row_ids[-1].encode()]
@@ -223,7 +207,7 @@ async def test_completed_requests_leave_no_settlement_record_behind(
     await process.accounts.settle_all([(balance_key(org_id), RESERVED)], SETTLED, later)
     assert await client.hkeys(hash_key) == [later.encode()]
     assert 0 < await client.ttl(hash_key) <= 7 * 24 * 3600
-    process.ledger.add(_entry(org_id, SETTLED, row_id=later))
+    add_row(process.ledger, org_id, f"req_{os.urandom(4).hex()}", SETTLED, row_id=later, key_id="key_crash")
     rows, stored, live = await _books(db, process, org_id)
     assert rows == [("completed", SETTLED)] * 4
     assert stored == live == OPENING - 4 * SETTLED

@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-from modelgate.domain.ledger import LedgerEntry, LedgerWriter
+from modelgate.domain.ledger import LedgerWriter
+from tests.support.ledger_rows import add_row
 
 
-def _entry(request_id: str, created_at: float) -> LedgerEntry:
-    return LedgerEntry(
-        organization_id="org_ids",
-        key_id="key_ids",
-        system_id=None,
-        model="m",
-        row_key="p/m@h",
-        request_id=request_id,
-        status=200,
-        input_tokens=1,
-        cached_input_tokens=0,
-        output_tokens=1,
-        cost_micros=0,
-        created_at=created_at,
-    )
+def _add(writer: LedgerWriter, request_id: str, created_at: float) -> None:
+    add_row(writer, "org_ids", request_id, 0, created_at=created_at, key_id="key_ids", row_key="p/m@h")
 
 
 async def test_ids_are_unique_across_writers_and_follow_the_entries_time(db) -> None:
     first, second = (LedgerWriter(db, interval=60.0, batch_size=1000) for _ in range(2))
     # Two writers (as two gateway processes would) interleaving entries of the same milliseconds.
     for n in range(50):
-        first.add(_entry(f"req_a{n}", 1_700_000_000.0 + n * 0.0005))
-        second.add(_entry(f"req_b{n}", 1_700_000_000.0 + n * 0.0005))
+        _add(first, f"req_a{n}", 1_700_000_000.0 + n * 0.0005)
+        _add(second, f"req_b{n}", 1_700_000_000.0 + n * 0.0005)
     later = 1_700_000_100.0
-    first.add(_entry("req_late", later))
+    _add(first, "req_late", later)
     assert await first.flush() == 51 and await second.flush() == 50
 
     rows = await db.fetch("SELECT id, request_id, created_at FROM usage_ledger ORDER BY id")

@@ -7,7 +7,6 @@ in front of the machine's PostgreSQL (tests/fakes/tcp_proxy.py), never by stoppi
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import shutil
 import threading
@@ -17,11 +16,12 @@ from pathlib import Path
 
 import httpx
 
-from modelgate.domain.ledger import LedgerEntry, LedgerWriter
+from modelgate.domain.ledger import LedgerWriter
 from modelgate.infra.spool import Spool, database_identity
 from modelgate.storage import Database, open_database
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.support.gateway import GatewayProcess, register_tenant
+from tests.support.ledger_rows import add_row
 
 PER_REQUEST_MICROS = 1200
 OPENING_MICROS = 1000 * 1_000_000  # register_tenant funds 1000 USD
@@ -255,21 +255,8 @@ async def _organization(db: Database, balance: int) -> str:
     return org_id
 
 
-def _entry(org_id: str, n: int, cost: int = 100) -> LedgerEntry:
-    return LedgerEntry(
-        organization_id=org_id,
-        key_id="key_spool",
-        system_id=None,
-        model="m",
-        row_key="mock/m@mock",
-        request_id=f"req_spool_{n}",
-        status=200,
-        input_tokens=1,
-        cached_input_tokens=0,
-        output_tokens=1,
-        cost_micros=cost,
-        created_at=time.time(),
-    )
+def _add(writer: LedgerWriter, org_id: str, n: int, cost: int = 100, **marks: str | bool) -> None:
+    add_row(writer, org_id, f"req_spool_{n}", cost, key_id="key_spool", **marks)
 
 
 def _writer(db: Database, directory: Path, storage_url: str, **options) -> tuple[LedgerWriter, Spool]:
@@ -291,13 +278,13 @@ async def test_a_replayed_spool_whose_rows_were_committed_is_not_charged_twice(
     first, first_spool = _writer(db, directory, storage_url)
     await first.open()
     for n in range(5):
-        first.add(_entry(org_id, n))
+        _add(first, org_id, n)
     # The process dies between the commit and the deletion of the segment: the file outlives its rows.
     (segment,) = directory.glob("*.spool")
     shutil.copy(segment, directory / "ledger-dead-000001.spool")
     assert await first.flush() == 5
     for n in range(5, 10):
-        first.add(_entry(org_id, n))
+        _add(first, org_id, n)
     await first_spool.close()  # and then dies: the rows added since stay in their segment, unwritten
 
     second, _ = _writer(db, directory, storage_url)
@@ -320,7 +307,7 @@ async def test_pending_cost_counts_rows_that_are_only_in_the_spool(
     writer, _ = _writer(db, tmp_path / "spool", storage_url, max_queue=2)
     await writer.open()
     for n in range(7):
-        writer.add(_entry(org_id, n, cost=100 + n))
+        _add(writer, org_id, n, cost=100 + n)
     assert writer.queued <= 2 and writer.backlog == 7
     assert writer.pending_cost(org_id) == sum(100 + n for n in range(7))
 
@@ -341,10 +328,10 @@ async def test_the_content_action_and_the_estimate_mark_survive_the_spool_and_a_
     first, first_spool = _writer(db, directory, storage_url, max_queue=1)
     await first.open()
     for n, (action, estimated) in enumerate(marks[:2]):
-        first.add(dataclasses.replace(_entry(org_id, n), content_action=action, usage_estimated=estimated))
+        _add(first, org_id, n, content_action=action, estimated=estimated)
     assert await first.flush() == 2  # read back from the spool (a queue of one)
     for n, (action, estimated) in enumerate(marks[2:], start=2):
-        first.add(dataclasses.replace(_entry(org_id, n), content_action=action, usage_estimated=estimated))
+        _add(first, org_id, n, content_action=action, estimated=estimated)
     await first_spool.close()  # and dies: the last two are replayed by the next process
 
     second, _ = _writer(db, directory, storage_url)
@@ -370,7 +357,7 @@ async def test_a_row_added_after_the_stop_never_lands_in_a_reused_descriptor(
     bystander = tmp_path / "bystander"
     fd = os.open(bystander, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        writer.add(_entry(org_id, 1))
+        _add(writer, org_id, 1)
     finally:
         os.close(fd)
     assert bystander.read_bytes() == b""

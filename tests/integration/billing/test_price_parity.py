@@ -46,7 +46,7 @@ AZURE = {"input": 2.5, "cached": 1.25, "output": 10}
 IMAGES = {"per_image": 0.04, "1024x1024/high": 0.167}
 CLAUDE = {"input": 3, "cached": 0.3, "write_5m": 3.75, "write_1h": 6, "output": 15, "web_search": 0.01}
 CLAUDE_LONG = {"input": 6, "cached": 0.6, "write_5m": 7.5, "write_1h": 12, "output": 22.5}
-CONVERSE = {"input": 3, "cached": 0.3, "write_5m": 3.75, "output": 15}
+CONVERSE = {"input": 3, "cached": 0.3, "write_5m": 3.75, "write_1h": 6, "output": 15}
 GEMINI = {"input": 1.25, "cached": 0.125, "audio_in": 5, "output": 10}
 GEMINI_LONG = {"input": 2.5, "cached": 0.25, "output": 15}
 
@@ -299,6 +299,26 @@ CASES = [
             (20, CONVERSE["input"]),
             (11, CONVERSE["cached"]),
             (3, CONVERSE["write_5m"]),
+            (5, CONVERSE["output"]),
+        ),
+    ),
+    Case(
+        "bedrock converse cache writes 5m / 1h (cacheDetails)",
+        "converse",
+        "p-converse",
+        {
+            "inputTokens": 20,
+            "outputTokens": 5,
+            "totalTokens": 46,
+            "cacheReadInputTokens": 11,
+            "cacheWriteInputTokens": 10,
+            "cacheDetails": [{"ttl": "1h", "inputTokens": 6}, {"ttl": "5m", "inputTokens": 4}],
+        },
+        bill(
+            (20, CONVERSE["input"]),
+            (11, CONVERSE["cached"]),
+            (4, CONVERSE["write_5m"]),
+            (6, CONVERSE["write_1h"]),
             (5, CONVERSE["output"]),
         ),
     ),

@@ -181,7 +181,7 @@ def _first_response(
 ) -> tuple[str, int]:
     """A stored response (id FIRST_ID) whose provider bills 8,000 input and 2,000 output tokens (its body
     shows them: 16 KB); returns its id and its charge."""
-    fault = Fault(billed_usage=responses_usage(8_000, 2_000), object_id=FIRST_ID)
+    fault = Fault(report_usage={"usage": responses_usage(8_000, 2_000)}, object_id=FIRST_ID)
     upstream.add_fault(RESPONSES, fault)
     body = {"model": "truth", "input": "x " * 8_000, "max_output_tokens": 2_000, "stream": stream, **extra}
     reply, request_id = send(gateway.base_url, tenant, RESPONSES, body_of(body))
@@ -214,7 +214,7 @@ def test_a_chained_response_is_charged_exactly_what_the_provider_bills(
     tenant = funded(gateway, 10_000_000)
     response_id, first_cost = _first_response(gateway, tenant, upstream, {}, stream)
     # The follow-up re-reads the 10,000 tokens of context, and its own few.
-    upstream.add_fault(RESPONSES, Fault(billed_usage=responses_usage(10_012, 40)))
+    upstream.add_fault(RESPONSES, Fault(report_usage={"usage": responses_usage(10_012, 40)}))
     follow_up = body_of({"model": "truth", "input": "and then?", "previous_response_id": response_id})
 
     reply, request_id = send(gateway.base_url, tenant, RESPONSES, follow_up)
@@ -238,7 +238,7 @@ def test_a_response_in_a_conversation_is_bounded_by_its_context_and_charged_the_
     conversation = {"conversation": "conv_truth0001"}
     # Unknown to the gateway until a response is made in it: bounded by the whole context window.
     _, first_cost = _first_response(gateway, tenant, upstream, conversation)
-    upstream.add_fault(RESPONSES, Fault(billed_usage=responses_usage(10_012, 40)))
+    upstream.add_fault(RESPONSES, Fault(report_usage={"usage": responses_usage(10_012, 40)}))
     follow_up = body_of({"model": "truth", "input": "and then?", **conversation})
 
     reply, request_id = send(gateway.base_url, tenant, RESPONSES, follow_up)
@@ -330,7 +330,7 @@ def test_input_the_body_only_names_is_reserved_and_charged_as_billed(
 
     # Enough for the bound: charged exactly the provider's bill.
     tenant = funded(gateway, bound)
-    upstream.add_fault(path, Fault(billed_usage=_usage_for(path, input_tokens, output_tokens)))
+    upstream.add_fault(path, Fault(report_usage={"usage": _usage_for(path, input_tokens, output_tokens)}))
     reply, request_id = send(gateway.base_url, tenant, path, body)
     assert reply.status_code == 200, reply.text
     row = ledger_row(gateway.storage_url, request_id)
@@ -352,7 +352,7 @@ def test_a_provider_ignoring_its_cap_is_charged_in_full_and_the_overrun_is_visib
     reserved = reservation(body, cap=10)
     tenant = funded(gateway, reserved + 1_000)
     before = metric(gateway.base_url, "modelgate_charge_over_reservation_total")
-    upstream.add_fault(CHAT, Fault(ignore_output_cap=True, billed_usage=chat_usage(10, 4_000)))
+    upstream.add_fault(CHAT, Fault(ignore_output_cap=True, report_usage={"usage": chat_usage(10, 4_000)}))
 
     reply, request_id = send(gateway.base_url, tenant, CHAT, body)
 
@@ -381,7 +381,9 @@ def test_usage_no_model_could_produce_is_charged_at_the_physical_bound_and_flagg
     body = body_of({"model": "truth", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10})
     tenant = funded(gateway, 10_000_000)
     # Beyond the context window plus the cap sent: a faulty upstream, which must not drain the tenant.
-    upstream.add_fault(CHAT, Fault(ignore_output_cap=True, billed_usage=chat_usage(CONTEXT, 1_000_000)))
+    upstream.add_fault(
+        CHAT, Fault(ignore_output_cap=True, report_usage={"usage": chat_usage(CONTEXT, 1_000_000)})
+    )
 
     reply, request_id = send(gateway.base_url, tenant, CHAT, body)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from modelgate.config.schema import CLAUDE_MAX_IMAGE_TOKENS
 from modelgate.domain.errors import InvalidRequest
 from modelgate.plugins.output_caps import OutputCaps
 from tests.support.plugin_context import PluginServices, StoredKey, context_before
@@ -80,7 +81,9 @@ async def test_embeddings_reserve_no_output(services: PluginServices, key: Store
 # -- input the body names but does not show (issue #32; modelgate/domain/hidden_input.py) ---------------
 
 GPT_TEST_CONTEXT = 8000  # gpt-test's max_context_tokens
-IMAGE_MOST = 85 + 8 * 170  # OpenAI's tile formula at detail high or unknown (the model's defaults)
+# gpt-test fails over to a Claude row: an image is bounded by Anthropic's formula (~1,600 tokens, whatever
+# its detail), above OpenAI's tiles (85 + 8 x 170 = 1,445); tests/unit/test_charges.py has OpenAI's alone.
+IMAGE_MOST = CLAUDE_MAX_IMAGE_TOKENS
 
 
 def _image(detail: str | None = None) -> dict:
@@ -100,9 +103,9 @@ def _hidden(ctx) -> int:
         ([{"type": "text", "text": "a file of images, in words only"}], 0),
         ([_image()], IMAGE_MOST),
         ([_image("high"), _image("auto")], 2 * IMAGE_MOST),
-        ([_image("low"), _image("low"), _image("low")], 3 * 85),
+        ([_image("low"), _image("low"), _image("low")], 3 * IMAGE_MOST),
         ([{"type": "file", "file": {"file_id": "file-1"}}], GPT_TEST_CONTEXT),
-        ([_image()] * 10, GPT_TEST_CONTEXT),  # 10 x 1,445 tokens pass the window: held to it
+        ([_image()] * 10, GPT_TEST_CONTEXT),  # 10 x 1,600 tokens pass the window: held to it
         ([{"type": {"image": 1}}, {"type": ["file"]}], 0),  # hostile shapes: no part, and no 500
     ],
     ids=[
@@ -153,7 +156,7 @@ async def test_a_carried_context_is_added_and_everything_hidden_stays_within_the
     )
     ctx.admission.carried_input_tokens = 3_000  # what plugins.object_binding found for a previous response
     OutputCaps().on_request(ctx)
-    assert _hidden(ctx) == 3_000 + 85  # the carried context and a low-detail image
+    assert _hidden(ctx) == 3_000 + IMAGE_MOST  # the carried context and a low-detail image (for Claude)
 
     ctx = await context_before(
         "output_caps",

@@ -3,16 +3,14 @@ writes one ledger row; streams get their usage asked for, and kept from a client
 
 from __future__ import annotations
 
-import dataclasses
-
 import orjson
 
-from modelgate.domain.ledger import CRASHED, LedgerRow, entry_row
+from modelgate.domain.ledger import CRASHED, LedgerRow
 from modelgate.plugins.admission import Admission
 from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.usage_metering import UsageMetering
 from modelgate.proxy.content.redaction import Hit
-from modelgate.proxy.pipeline.context import RequestContext, Usage, entry_for
+from modelgate.proxy.pipeline.context import RequestContext, Usage
 from modelgate.proxy.translation import translator_for
 from tests.support.plugin_context import (
     CHAT,
@@ -179,7 +177,7 @@ def _line(row: LedgerRow) -> bytes:
     return orjson.dumps(row)
 
 
-async def test_an_admission_journals_the_crash_row_entry_for_describes(
+async def test_an_admission_journals_the_estimate_of_its_prompt_as_its_crash_row(
     services: PluginServices, key: StoredKey
 ) -> None:
     ctx = await _admitted(services, key)
@@ -188,15 +186,21 @@ async def test_an_admission_journals_the_crash_row_entry_for_describes(
     UsageMetering(services.ledger, services.counters).on_request(ctx)
 
     (row,) = admissions
-    usage = Usage(input_tokens=len(ctx.body) // 4)
-    crash = entry_for(
-        ctx, usage, min(ctx.model.prices.cost(usage), ctx.admission.reserved_micros), 0, CRASHED
-    )
+    tokens = len(ctx.body) // 4
     assert ctx.admission.charged_budgets and row[0] == ctx.metering.ledger_row_id
-    assert _line(row) == _line(entry_row(dataclasses.replace(crash, created_at=row[12]), row[0]))
+    # status, tokens (input, cached, output), cost, outcome; said estimated, within the reservation
+    assert (row[7], row[8], row[9], row[10], row[11], row[14]) == (
+        0,
+        tokens,
+        0,
+        0,
+        ctx.model.prices.prompt_cost(tokens),
+        CRASHED,
+    )
+    assert row[15] == tuple(ctx.admission.charged_budgets) and row[16:] == ("flagged", True)
 
 
-async def test_a_completed_row_is_the_row_entry_for_describes(
+async def test_a_completed_row_carries_its_usage_cost_budgets_and_content_action(
     services: PluginServices, key: StoredKey
 ) -> None:
     ctx = await _admitted(services, key)
@@ -210,22 +214,19 @@ async def test_a_completed_row_is_the_row_entry_for_describes(
     plugin.on_complete(ctx)
 
     (row,) = rows
-    entry = entry_for(
-        ctx,
-        ctx.metering.usage,
-        ctx.metering.cost_micros,
+    assert row[0] == ctx.metering.ledger_row_id and row[5] == ctx.row.key
+    assert (row[7], row[8], row[9], row[10], row[11], row[14]) == (
         200,
+        12,
+        0,
+        5,
+        ctx.metering.cost_micros,
         "completed",
-        row_key=ctx.row.key,
-        row_id=row[0],
     )
-    assert _line(row) == _line(entry_row(dataclasses.replace(entry, created_at=row[12]), row[0]))
     assert row[15] and row[16:] == ("flagged",)  # a budget charged, and the content rule's action
 
 
-async def test_a_row_of_estimated_usage_is_the_row_entry_for_describes(
-    services: PluginServices, key: StoredKey
-) -> None:
+async def test_a_row_of_estimated_usage_says_so(services: PluginServices, key: StoredKey) -> None:
     ctx = await context_before("usage_metering", services, payload=CHAT, key=key.record)
     plugin = UsageMetering(services.ledger, services.counters)
     _, rows = _spied(services)
@@ -237,10 +238,7 @@ async def test_a_row_of_estimated_usage_is_the_row_entry_for_describes(
 
     (row,) = rows
     assert ctx.metering.usage.estimated
-    entry = entry_for(
-        ctx, ctx.metering.usage, ctx.metering.cost_micros, 200, "client_closed", row_key=ctx.row.key
-    )
-    assert _line(row) == _line(entry_row(dataclasses.replace(entry, created_at=row[12]), row[0]))
+    assert (row[8], row[14], row[16:]) == (len(ctx.body) // 4, "client_closed", ("", True))
 
 
 # -- the stream's final event: where it passed, and how a stream its client left ends -------------------

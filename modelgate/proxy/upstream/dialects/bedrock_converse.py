@@ -259,7 +259,8 @@ def _answer_tool_config(answer: AnswerTool, tools: list[dict[str, Any]], choice:
 def chat_usage(usage: Any) -> dict[str, Any]:
     """Converse's `TokenUsage` as a chat completion's `usage`. Converse counts cache reads and writes
     beside `inputTokens` (as Anthropic does); chat's `prompt_tokens` includes them, with the reads as
-    `cached_tokens` and the writes as `cache_write_tokens` in its details."""
+    `cached_tokens` and the writes as `cache_write_tokens` in its details (their 1-hour part, from
+    `cacheDetails`, as `cache_write_tokens_details.ttl_1h_tokens`)."""
     if not isinstance(usage, dict):
         usage = {}
     read = int(usage.get("cacheReadInputTokens") or 0)
@@ -272,7 +273,17 @@ def chat_usage(usage: Any) -> dict[str, Any]:
         "total_tokens": int(usage.get("totalTokens") or prompt + completion),
     }
     if read or written:
-        chat["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": written}
+        details: dict[str, Any] = {"cached_tokens": read, "cache_write_tokens": written}
+        # `cacheDetails`: the writes by TTL ("5m", "1h"); the 1-hour ones are charged at their own rate.
+        hour = 0
+        split = usage.get("cacheDetails")
+        if isinstance(split, list):
+            for part in split:
+                if isinstance(part, dict) and part.get("ttl") == "1h":
+                    hour += int(part.get("inputTokens") or 0)
+        if hour:
+            details["cache_write_tokens_details"] = {"ttl_1h_tokens": min(hour, written)}
+        chat["prompt_tokens_details"] = details
     return chat
 
 
