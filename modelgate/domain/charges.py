@@ -91,12 +91,30 @@ def reservation(
     return prices.worst_case(input_tokens, output_allowance) if worst is None else worst
 
 
-def realtime_reservation(prices: ModelPrices, cap: int | None, context_tokens: int, text_bytes: int) -> int:
+# Appended realtime audio is counted in units of 1/48,000 s (one byte of 24 kHz mono PCM16; a byte of 8 kHz
+# G.711 is 6 units) and billed as input audio tokens at 1 token per 100 ms (OpenAI gpt-4o-realtime,
+# gpt-realtime).
+AUDIO_UNITS_PER_SECOND = 48_000
+AUDIO_INPUT_TOKENS_PER_SECOND = 10
+
+
+def audio_input_tokens(audio_units: int) -> int:
+    """The input audio tokens `audio_units` of appended audio are billed, rounded up."""
+    return -(-audio_units * AUDIO_INPUT_TOKENS_PER_SECOND // AUDIO_UNITS_PER_SECOND)
+
+
+def realtime_reservation(
+    prices: ModelPrices, cap: int | None, context_tokens: int, text_bytes: int, audio_units: int = 0
+) -> int:
     """The most one realtime response can cost: it re-reads the conversation (the tokens the previous
-    response reported, plus the text sent since at 2 bytes a token, plus `default_max_tokens` for the turn's
-    speech) and generates at most its cap (else `default_max_tokens`)."""
+    response reported, plus the text sent since at 2 bytes a token, the audio appended since at its token rate
+    (`audio_input_tokens`), plus `default_max_tokens` for the turn's speech) and generates at most its cap
+    (else `default_max_tokens`)."""
     default = prices.default_max_tokens
-    return prices.worst_case(context_tokens + text_bytes // 2 + default, cap or default)
+    tokens = context_tokens + text_bytes // 2 + default
+    if audio_units:
+        tokens += audio_input_tokens(audio_units)
+    return prices.worst_case(tokens, cap or default)
 
 
 # -- what a request did cost ------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 Text events are echoed as `{"type": "echo", "event": …}`, binary frames are echoed as they are;
 `response.create` is answered with a `response.done` carrying usage, `session.update` with
 `session.updated`, and `{"type": "fake.close", "code": N}` makes the fake close the socket with code N;
+with server VAD on, `{"type": "fake.speech_stopped"}` makes the fake commit the buffer and start a response;
 after `{"type": "fake.hold_cancels", "gate": NAME}` the fake answers each `response.cancel` of that session
 only once the test releases gate NAME (a test learns the gateway has cancelled, and decides when usage comes).
 A test can hold every handshake at a gate (`realtime.hold_gate`) to keep a connect "being established",
@@ -94,7 +95,8 @@ def _answer(log: RealtimeLog, session: RealtimeSession, event: dict) -> list[dic
         return _start_response(log, session)
     if kind == "response.cancel":
         return _cancel(session, event)
-    if kind == "input_audio_buffer.commit" and log.server_vad:
+    # Server VAD: the client's commit, or the end of speech the fake is told of, starts a response.
+    if kind in ("input_audio_buffer.commit", "fake.speech_stopped") and log.server_vad:
         return [
             {"type": "input_audio_buffer.committed", "event_id": _event_id()},
             *_start_response(log, session),

@@ -1,12 +1,15 @@
-"""How a realtime response is bounded and read: its output cap, its usage, and its worst case."""
+"""How a realtime response is bounded and read: its output cap, its usage, its worst case, and the audio
+appended to its input buffer."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
-from modelgate.domain.charges import realtime_reservation
+from modelgate.domain.charges import AUDIO_UNITS_PER_SECOND, audio_input_tokens, realtime_reservation
 from modelgate.domain.prices import ModelPrices
-from modelgate.proxy.realtime.billing import output_cap, realtime_usage
+from modelgate.proxy.realtime.billing import decoded_size, input_audio_format, output_cap, realtime_usage
 
 # 1 µ per input token, 10 µ per output token, 100 µ per request; a model default of 1000 output tokens.
 PRICES = ModelPrices(
@@ -59,3 +62,34 @@ def test_an_output_cap_bounds_the_output_part_only() -> None:
 def test_the_worst_case_grows_with_the_conversation_and_the_text_sent_since() -> None:
     # The previous response re-read 400 tokens and wrote 100; the client then sent 600 bytes of text.
     assert realtime_reservation(PRICES, None, 500, 600) == 100 + (500 + 300 + 1000) * 1 + 1000 * 10
+
+
+def test_appended_audio_is_reserved_at_one_token_per_100_ms_rounded_up() -> None:
+    assert audio_input_tokens(0) == 0
+    assert audio_input_tokens(1) == 1
+    assert audio_input_tokens(AUDIO_UNITS_PER_SECOND) == 10
+    assert audio_input_tokens(180 * AUDIO_UNITS_PER_SECOND) == 1_800
+    assert realtime_reservation(PRICES, None, 0, 0, 180 * AUDIO_UNITS_PER_SECOND) == (
+        100 + (1000 + 1_800) * 1 + 1000 * 10
+    )
+
+
+@pytest.mark.parametrize("size", range(12))
+def test_the_decoded_size_of_base64_audio_is_read_from_its_length(size: int) -> None:
+    encoded = base64.b64encode(bytes(range(size))).decode()
+    assert decoded_size(encoded) == size
+
+
+@pytest.mark.parametrize(
+    ("session", "name"),
+    [
+        ({"input_audio_format": "g711_ulaw"}, "g711_ulaw"),  # beta
+        ({"audio": {"input": {"format": {"type": "audio/pcma"}}}}, "audio/pcma"),  # GA
+        ({"audio": {"input": {"format": "pcm16"}}}, None),
+        ({"audio": {"output": {"format": {"type": "audio/pcmu"}}}}, None),
+        ({"input_audio_format": 7}, None),
+        ({}, None),
+    ],
+)
+def test_the_input_audio_format_is_read_from_either_session_shape(session: dict, name: str | None) -> None:
+    assert input_audio_format(session) == name

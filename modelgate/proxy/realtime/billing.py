@@ -6,16 +6,18 @@ cancelled upstream when refused). Each `response.done` settles its reservation t
 reports and writes that response's ledger row at once. Responses still running when the session ends are
 released and recorded with what is known of them.
 
-Worst case of one response: its output allowance (the response's `max_output_tokens`, else the session's,
-else the model's `default_max_tokens`) plus an input bound. A realtime response re-reads the whole
-conversation, which the gateway cannot count, so the bound is: the input and output tokens the previous
-response reported (the conversation so far) + the text the client sent since, at 2 bytes a token like any
-request body (audio appends excluded) + `default_max_tokens` for the turn's speech. The charge follows the
-rules of every request (modelgate/domain/charges.py): a response whose reported usage costs more — a turn of
-long appended audio — is charged in full, its row records the excess over the reservation (counted, audited,
-logged), and the balance may fall below its floor by it; usage beyond the physical bound (the context window
-plus the response's cap) is charged at that bound. Should the process die mid-response, the journal charges
-the estimate of its prompt (the conversation so far and the text since, ~4 bytes a token).
+Worst case of one response: its output allowance (the response's `max_output_tokens`, else the session's, else
+the model's `default_max_tokens`) plus an input bound. A realtime response re-reads the whole conversation,
+which the gateway cannot count, so the bound is: the input and output tokens the previous response reported
+(the conversation so far) + the text the client sent since, at 2 bytes a token like any request body + the
+audio it appended since (`input_audio_buffer.append`: its decoded size in the session's input format, at the
+model's audio input token rate, domain.charges.audio_input_tokens; a clear empties the buffer's count, and a
+response's `response.done` consumes the audio committed before it was reserved) + `default_max_tokens` for the
+turn's speech. The charge follows the rules of every request (modelgate/domain/charges.py): a response whose
+reported usage costs more is charged in full, its row records the excess over the reservation (counted,
+audited, logged), and the balance may fall below its floor by it; usage beyond the physical bound (the context
+window plus the response's cap) is charged at that bound. Should the process die mid-response, the journal
+charges the estimate of its prompt (the conversation so far and the text since, ~4 bytes a token).
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ log = logging.getLogger("modelgate.realtime")
 # Names of the output allowance: the GA realtime API, then the beta one.
 _OUTPUT_CAPS = ("max_output_tokens", "max_response_output_tokens")
 _AUDIO_APPEND = "input_audio_buffer.append"
+# Units of appended audio (domain.charges.AUDIO_UNITS_PER_SECOND) per byte, by input format: the beta API's
+# `input_audio_format`, the GA API's `audio.input.format.type` (PCM16 at 24 kHz, G.711 at 8 kHz).
+_AUDIO_UNITS_PER_BYTE = {
+    "pcm16": 1,
+    "audio/pcm": 1,
+    "g711_ulaw": 6,
+    "g711_alaw": 6,
+    "audio/pcmu": 6,
+    "audio/pcma": 6,
+}
 # The status of a ledger row for a response the session's end cut short, by how the session ended.
 _END_STATUS = {"client_closed": 499, "upstream_error": 502, "shutdown": 503}
 
@@ -65,6 +77,23 @@ def output_cap(options: dict | None) -> int | None:
             if cap is not None:
                 return cap
     return None
+
+
+def decoded_size(audio: str) -> int:
+    """The byte length of base64 `audio`, without decoding it: 3 bytes per 4 characters, less the padding."""
+    return len(audio) * 3 // 4 - audio.endswith("=") - audio.endswith("==")
+
+
+def input_audio_format(session: dict) -> str | None:
+    """The input audio format a session object sets, if it sets one (beta or GA shape)."""
+    name = session.get("input_audio_format")
+    audio = session.get("audio")
+    if isinstance(audio, dict):
+        given = audio.get("input")
+        given = given.get("format") if isinstance(given, dict) else None
+        if isinstance(given, dict):
+            name = given.get("type")
+    return name if isinstance(name, str) else None
 
 
 def realtime_usage(reported: dict) -> Usage:
@@ -101,6 +130,7 @@ class ResponseHold:
     event_id: str | None = None  # of the client's response.create (upstream errors name it)
     row_id: str | None = None  # its admission in the ledger (see `SessionBilling._hold`)
     cap: int = 0  # its output allowance: with the context window, the physical bound of its usage
+    audio: int = 0  # units of committed audio it was reserved with: those its response.done consumes
 
 
 async def hold_response(accounts: Accounts, ctx: RequestContext, amount: int) -> ResponseHold:
@@ -161,6 +191,10 @@ class SessionBilling:
         self._session_cap: int | None = None
         self._context_tokens = 0  # the conversation so far, as the last response reported it
         self._text_bytes = 0  # client text since the last response (audio appends excluded)
+        self._audio_scale = 1  # units of audio per appended byte (the session's input format; PCM16 at first)
+        self._buffered = 0  # units of audio appended to the input buffer since its last commit or clear
+        self._committed = 0  # units of audio committed and not consumed by a response yet
+        self._commits_sent = 0  # the client's commits upstream has not confirmed yet
         self._operations: set[asyncio.Task] = set()
         key, model = ctx.key, ctx.model
         assert key is not None and model is not None  # a session is billed once both are known
@@ -185,15 +219,26 @@ class SessionBilling:
         self._text_bytes += len(orjson.dumps(session))
 
     def _watch_session(self, session: Any) -> None:
-        if isinstance(session, dict) and any(name in session for name in _OUTPUT_CAPS):
+        if not isinstance(session, dict):
+            return
+        if any(name in session for name in _OUTPUT_CAPS):
             self._session_cap = output_cap(session)  # "inf" lifts an earlier numeric cap
+        scale = _AUDIO_UNITS_PER_BYTE.get(input_audio_format(session) or "")
+        if scale is not None:  # audio appended before keeps the units it was counted in
+            self._audio_scale = scale
 
     def _cap(self, response: Any) -> int:
         """A response's output allowance: its own cap, else the session's, else the model's default."""
         return output_cap(response) or self._session_cap or self._model.prices.default_max_tokens
 
     def _worst_case(self, cap: int) -> int:
-        return realtime_reservation(self._model.prices, cap, self._context_tokens, self._text_bytes)
+        audio = self._committed + self._buffered
+        return realtime_reservation(self._model.prices, cap, self._context_tokens, self._text_bytes, audio)
+
+    def _commit(self) -> None:
+        """The input buffer becomes a conversation item: its audio waits for the response that reads it."""
+        self._committed += self._buffered
+        self._buffered = 0
 
     # -- client to upstream -----------------------------------------------------------------------------
 
@@ -205,10 +250,18 @@ class SessionBilling:
         """
         event = _parse(text)
         kind = event.get("type")
-        if kind == _AUDIO_APPEND:  # most frames: audio, counted in the turn's allowance, not as text
+        if kind == _AUDIO_APPEND:  # most frames: audio, counted by its decoded size, not as text
+            audio = event.get("audio")
+            if isinstance(audio, str):
+                self._buffered += decoded_size(audio) * self._audio_scale
             return None
         self._text_bytes += len(text)
-        if kind == "session.update":
+        if kind == "input_audio_buffer.commit":
+            self._commits_sent += 1
+            self._commit()
+        elif kind == "input_audio_buffer.clear":
+            self._buffered = 0
+        elif kind == "session.update":
             self._watch_session(event.get("session"))
         elif kind == "response.create":
             return await self._guarded(self._reserve_asked(event))
@@ -236,6 +289,11 @@ class SessionBilling:
             return await self._guarded(self._created(event.get("response")))
         if kind == "response.done":
             await self._guarded(self._done(event.get("response"), outcome))
+        elif kind == "input_audio_buffer.committed":
+            if self._commits_sent:  # the client's own commit, counted when it was sent
+                self._commits_sent -= 1
+            else:  # committed by the server itself (server VAD)
+                self._commit()
         elif kind == "error":
             await self._guarded(self._upstream_refused(event.get("error")))
         return None
@@ -248,6 +306,7 @@ class SessionBilling:
         amount = self._worst_case(cap)
         hold = await hold_response(self._accounts, ctx, amount)
         hold.cap = cap
+        hold.audio = self._committed
         prompt = self._context_tokens + prompt_estimate(self._text_bytes)
         cost = self._model.prices.prompt_cost(prompt)
         request_id = f"{ctx.request_id}:held-{next(self._holds)}"
@@ -297,6 +356,7 @@ class SessionBilling:
         if usage is not None:
             self._context_tokens = usage.input_tokens + usage.output_tokens
             self._text_bytes = 0
+            self._committed = max(self._committed - hold.audio, 0)  # now in the conversation it reported
         await self._finish(hold, response_id, usage, 200, outcome)
 
     async def _hold_unannounced(self, response_id: str, usage: Usage | None) -> ResponseHold:

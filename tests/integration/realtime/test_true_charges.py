@@ -1,8 +1,10 @@
 """A realtime response is charged what the provider reports, like any request (docs/billing.md, the truth
-rule): never capped at its reservation. A turn whose appended audio the gateway could not count bills more
-than the response's reservation; the row says by how much, the balance falls below its floor by that excess,
-and the next response is refused until the tenant pays. Issue #32's row "realtime turn with 180 s of appended
-audio". On SQLite with in-process counters and on PostgreSQL with Redis counters (the `billed` fixture).
+rule): never capped at its reservation. A provider that bills a turn more than the gateway's bound (here 6,000
+audio tokens for 3 s appended, which the gateway counts as 30: see test_audio_reservation.py for a turn
+bounded up front) is charged past the response's reservation; the row says by how much, the balance falls
+below its floor by that excess, and the next response is refused until the tenant pays. Issue #32's row
+"realtime turn with 180 s of appended audio". On SQLite with in-process counters and on PostgreSQL with Redis
+counters (the `billed` fixture).
 
 `realtime-test` prices input at 5 and output at 20 USD per million tokens, with `default_max_tokens` 1000:
 a response.create without a cap reserves under 30,000 µ (1000 output tokens = 20,000 µ, plus the input bound
@@ -60,7 +62,7 @@ async def test_a_turn_of_appended_audio_is_charged_the_provider_bill_past_its_re
     chunk = base64.b64encode(bytes(48_000)).decode()  # one second of 24 kHz PCM16 silence
     async with session() as client:
         ws = await connect(client, base, tenant, secret)
-        for _ in range(3):  # a few seconds stand for the 180 (the fake reports what it bills)
+        for _ in range(3):  # three seconds, which the fake bills as far more
             await ws.send_json({"type": "input_audio_buffer.append", "audio": chunk})
         await ws.send_json({"type": "input_audio_buffer.commit"})
         await ws.send_json({"type": "response.create"})
