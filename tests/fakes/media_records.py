@@ -95,6 +95,7 @@ class RealtimeSession:
     closed_by: str | None = None  # "client" or "fake"
     close_code: int | None = None
     held: list[str] = field(default_factory=list)  # ids of responses started but not done (hold_responses)
+    buffered: int = 0  # base64 characters appended to the input buffer since its last commit or clear
 
     def received(self, kind: str) -> int:
         """How many events of type `kind` the fake received in this session."""
@@ -108,8 +109,10 @@ class RealtimeLog:
     `response.done`; `hold_responses` starts each response (created + one audio delta) and finishes it only
     when the client cancels it (`response.done` with status "cancelled" and PARTIAL_USAGE); `server_vad`
     makes `input_audio_buffer.commit` start a response the client did not ask for; `reject_responses`
-    answers `response.create` with an `error` event naming the client's event id; `usage`, when set, is the
-    usage every completed response reports instead of realtime_routes.USAGE.
+    answers `response.create` with an `error` event naming the client's event id; `empty_commit_error`
+    answers the commit of an empty input buffer with OpenAI's `input_audio_buffer_commit_empty` error (and
+    nothing else); `usage`, when set, is the usage every completed response reports instead of
+    realtime_routes.USAGE.
     """
 
     def __init__(self) -> None:
@@ -120,6 +123,7 @@ class RealtimeLog:
         self.hold_responses = False
         self.server_vad = False
         self.reject_responses = False
+        self.empty_commit_error = False
         self.usage: dict | None = None
 
     @property
@@ -148,4 +152,5 @@ class RealtimeLog:
             self._sessions.clear()
             self.hold_gate = None
             self.announce_responses = self.hold_responses = self.server_vad = self.reject_responses = False
+            self.empty_commit_error = False
             self.usage = None

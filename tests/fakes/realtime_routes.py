@@ -95,7 +95,24 @@ def _answer(log: RealtimeLog, session: RealtimeSession, event: dict) -> list[dic
         return _start_response(log, session)
     if kind == "response.cancel":
         return _cancel(session, event)
+    if kind == "input_audio_buffer.append" and isinstance(event.get("audio"), str):
+        session.buffered += len(event["audio"])
+    elif kind == "input_audio_buffer.clear":
+        session.buffered = 0
+    elif kind == "input_audio_buffer.commit":
+        buffered, session.buffered = session.buffered, 0
+        if not buffered and log.empty_commit_error:
+            error = {
+                "type": "invalid_request_error",
+                "code": "input_audio_buffer_commit_empty",
+                "message": "Error committing input audio buffer: the buffer is empty.",
+                "param": None,
+                "event_id": event.get("event_id"),
+            }
+            return [{"type": "error", "event_id": _event_id(), "error": error}]
     # Server VAD: the client's commit, or the end of speech the fake is told of, starts a response.
+    if kind == "fake.speech_stopped":
+        session.buffered = 0
     if kind in ("input_audio_buffer.commit", "fake.speech_stopped") and log.server_vad:
         return [
             {"type": "input_audio_buffer.committed", "event_id": _event_id()},

@@ -295,6 +295,7 @@ class SessionBilling:
             else:  # committed by the server itself (server VAD)
                 self._commit()
         elif kind == "error":
+            self._commit_refused(event.get("error"))
             await self._guarded(self._upstream_refused(event.get("error")))
         return None
 
@@ -374,6 +375,13 @@ class SessionBilling:
                 response_id,
             )
             return ResponseHold(0, (self._key.balance_counter,), (), cap=self._cap(None))
+
+    def _commit_refused(self, error: Any) -> None:
+        """An upstream error refusing a client's commit (`input_audio_buffer_commit_empty`): no
+        `input_audio_buffer.committed` answers that commit, so the next one is the server's own."""
+        code = error.get("code") if isinstance(error, dict) else None
+        if self._commits_sent and isinstance(code, str) and code.startswith("input_audio_buffer_commit"):
+            self._commits_sent -= 1
 
     async def _upstream_refused(self, error: Any) -> None:
         """The upstream rejected a client's response.create: its reservation is released."""

@@ -16,6 +16,7 @@ import base64
 import math
 
 import aiohttp
+import pytest
 
 from tests.integration.realtime.conftest import (
     INPUT_PER_MTOK,
@@ -131,18 +132,25 @@ async def test_a_cleared_buffer_no_longer_counts(billed) -> None:
     assert upstream.received("response.create") == 1
 
 
-async def test_audio_the_server_commits_is_reserved_by_its_response_and_consumed_by_it(billed) -> None:
+@pytest.mark.parametrize("empty_commit_first", [False, True])
+async def test_audio_the_server_commits_is_reserved_by_its_response_and_consumed_by_it(
+    billed, empty_commit_first: bool
+) -> None:
     # After the first turn the conversation holds 2,800 tokens: a second response reserves about 39,100 µ,
     # 48,100 µ if the 180 s were still counted. What the first bill leaves covers the one, not the other.
     funded = BILLED + 43_000
     tenant = await funded_tenant(billed, funded)
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     realtime = billed.alpha.realtime
-    realtime.server_vad = realtime.announce_responses = True
+    realtime.server_vad = realtime.announce_responses = realtime.empty_commit_error = True
     realtime.usage = AUDIO_TURN
     secret = await asyncio.to_thread(mint, base, tenant)
     async with session() as client:
         ws = await connect(client, base, tenant, secret)
+        if empty_commit_first:  # refused upstream: the server's next commit is not an answer to it
+            await ws.send_json({"type": "input_audio_buffer.commit", "event_id": "evt_empty"})
+            events = await receive_until(ws, lambda e: e["type"] == "error")
+            assert events[-1]["error"]["code"] == "input_audio_buffer_commit_empty"
         await _append(ws, 48_000)
         await ws.send_json({"type": "fake.speech_stopped"})  # the server commits and answers by itself
         events = await receive_until(ws, lambda e: e["type"] in ("response.done", "error"))
