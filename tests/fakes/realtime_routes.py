@@ -79,18 +79,24 @@ def _cancel(session: RealtimeSession, event: dict) -> list[dict]:
     return [_done(r, "cancelled", PARTIAL_USAGE) for r in cancelled]
 
 
+def _error(event: dict, code: str, message: str) -> dict:
+    """An `error` event refusing the client's `event`."""
+    error = {
+        "type": "invalid_request_error",
+        "code": code,
+        "message": message,
+        "param": None,
+        "event_id": event.get("event_id"),
+    }
+    return {"type": "error", "event_id": _event_id(), "error": error}
+
+
 def _answer(log: RealtimeLog, session: RealtimeSession, event: dict) -> list[dict]:
     """The fake's replies to one client event."""
     kind = event.get("type")
     if kind == "response.create" and log.reject_responses:
-        error = {
-            "type": "invalid_request_error",
-            "code": "conversation_already_has_active_response",
-            "message": "Conversation already has an active response in progress.",
-            "param": None,
-            "event_id": event.get("event_id"),
-        }
-        return [{"type": "error", "event_id": _event_id(), "error": error}]
+        busy = "Conversation already has an active response in progress."
+        return [_error(event, "conversation_already_has_active_response", busy)]
     if kind == "response.create":
         return _start_response(log, session)
     if kind == "response.cancel":
@@ -102,14 +108,8 @@ def _answer(log: RealtimeLog, session: RealtimeSession, event: dict) -> list[dic
     elif kind == "input_audio_buffer.commit":
         buffered, session.buffered = session.buffered, 0
         if not buffered and log.empty_commit_error:
-            error = {
-                "type": "invalid_request_error",
-                "code": "input_audio_buffer_commit_empty",
-                "message": "Error committing input audio buffer: the buffer is empty.",
-                "param": None,
-                "event_id": event.get("event_id"),
-            }
-            return [{"type": "error", "event_id": _event_id(), "error": error}]
+            empty = "Error committing input audio buffer: the buffer is empty."
+            return [_error(event, "input_audio_buffer_commit_empty", empty)]
     # Server VAD: the client's commit, or the end of speech the fake is told of, starts a response.
     if kind == "fake.speech_stopped":
         session.buffered = 0

@@ -99,6 +99,8 @@ async def test_a_balance_below_the_audio_bound_is_refused_before_the_provider_se
         assert error["type"] == "error", error
         assert (error["error"]["code"], error["error"]["event_id"]) == ("insufficient_balance", "evt_turn")
         await ws.close()
+    # The fake has read every frame the gateway forwarded once its side of the session is closed.
+    assert await asyncio.to_thread(billed.alpha.realtime.wait_closed, 1)
     (upstream,) = billed.alpha.realtime.sessions
     assert upstream.received("input_audio_buffer.append") == TURN_SECONDS // 10
     assert upstream.received("response.create") == 0
@@ -128,6 +130,8 @@ async def test_a_cleared_buffer_no_longer_counts(billed) -> None:
         assert events[-1]["type"] == "error", events[-1]
         assert events[-1]["error"]["event_id"] == "evt_counted"
         await ws.close()
+    # The fake has read every frame the gateway forwarded once its side of the session is closed.
+    assert await asyncio.to_thread(billed.alpha.realtime.wait_closed, 1)
     (upstream,) = billed.alpha.realtime.sessions
     assert upstream.received("response.create") == 1
 
