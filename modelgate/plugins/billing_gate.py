@@ -34,13 +34,17 @@ def final_cost(ctx: RequestContext) -> int:
     """
     metering = ctx.metering
     if metering.cost_micros is None:
-        if ctx.route.free or not (ctx.answered_status or metering.abandoned):
+        if ctx.matched_route.free or not (ctx.answered_status or metering.abandoned):
             metering.cost_micros = 0
         else:
             metering.usage = usage = delivered_usage(ctx)
-            prices = ctx.model.prices
+            prices = ctx.routed_model.prices
             cost = prices.cost(usage)
-            if ctx.route.cap is not None and ctx.route.media is None and not ctx.admission.hosted_tools:
+            if (
+                ctx.matched_route.cap is not None
+                and ctx.matched_route.media is None
+                and not ctx.admission.hosted_tools
+            ):
                 bound = physical_bound(ctx, usage)
                 if bound is not None and cost > bound:
                     metering.reported_cost_micros = cost
@@ -60,24 +64,38 @@ def physical_bound(ctx: RequestContext, usage: Usage) -> int | None:
     most_output = ctx.admission.max_output_tokens
     if not most_output:
         return None
-    context = ctx.model.config.max_context_tokens
+    context = ctx.routed_model.config.max_context_tokens
     if usage.input_tokens + usage.output_tokens <= context + most_output:
         return None
-    return ctx.model.prices.worst_case(context, most_output)
+    return ctx.routed_model.prices.worst_case(context, most_output)
 
 
 class BillingGate(Plugin):
     """Reserves the worst-case cost before forwarding; settles the real cost after."""
 
     name = "billing_gate"
-    requires = frozenset({"route", "key", "model"})
-    provides = frozenset({"admission"})
+    requires = frozenset(
+        {
+            "answered_status",
+            "body",
+            "body_stream",
+            "decision",
+            "key",
+            "metering",
+            "model",
+            "outcome",
+            "payload",
+            "response_headers",
+            "route",
+        }
+    )
+    provides = frozenset({"admission", "payload_changed"})
 
     def __init__(self, accounts: Accounts) -> None:
         self._accounts = accounts
 
     async def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route
+        route = ctx.matched_route
         if route.websocket:  # reserved per response by the relay; here: can it afford one?
             await admit(self._accounts.counters, ctx)  # its windows first: 429 before 402
             return await check_one_response(self._accounts, ctx)
@@ -94,7 +112,7 @@ class BillingGate(Plugin):
             if worst is None:
                 worst = prices.worst_case(admission.estimated_input_tokens, admission.max_output_tokens)
         # Recorded for the admission step, which reserves on the balance and every budget at once, or on none.
-        key = ctx.key
+        key = ctx.api_key
         accounts = self._accounts
         admission.money.append(
             accounts.balance_ask(key.organization_id, key.plan_code, worst, key.balance_counter)

@@ -68,7 +68,7 @@ class BodyLimits(Plugin):
     essential = True
 
     async def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route
+        route = ctx.matched_route
         request = ctx.request
         if route.body is BodyFormat.NONE:
             return

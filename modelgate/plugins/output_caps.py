@@ -49,7 +49,7 @@ def _positive_int(value: object, name: str, most: int) -> int:
 def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
     """The request's output cap times its number of answers; fills in the cap it did not name."""
     # Plain loops and comparisons (no comprehension, generator or max()): this runs on every request.
-    payload, model = ctx.payload, ctx.model.config
+    payload, model = ctx.json_payload, ctx.routed_model.config
     cap = 0
     for name in rule.fields:
         value = payload.get(name)
@@ -78,7 +78,7 @@ def ensure_estimate(ctx: RequestContext) -> None:
     if admission.max_output_tokens or ctx.model is None:
         return
     admission.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
-    rule = ctx.route.cap
+    rule = ctx.matched_route.cap
     if rule is not None and ctx.payload is not None and ctx.body_stream is None:
         payload = ctx.payload
         # Most requests name nothing hidden: dict lookups and a look at each message's content decide it.
@@ -93,7 +93,7 @@ def ensure_estimate(ctx: RequestContext) -> None:
             )
             admission.hosted_tools = hosted_tools(payload)
         admission.max_output_tokens = _bounded_output(ctx, rule)
-    elif ctx.route.kind in _NO_TOKEN_OUTPUT:
+    elif ctx.matched_route.kind in _NO_TOKEN_OUTPUT:
         ctx.admission.max_output_tokens = 1
     else:
         ctx.admission.max_output_tokens = ctx.model.config.default_max_tokens
@@ -103,8 +103,8 @@ class OutputCaps(Plugin):
     """400 on an output cap the model cannot honour; fills in the token estimate the later steps reserve."""
 
     name = "output_caps"
-    requires = frozenset({"route", "model", "payload", "body"})
-    provides = frozenset({"admission"})  # the token estimate the asks are sized by
+    requires = frozenset({"body", "body_stream", "model", "payload", "route"})
+    provides = frozenset({"admission", "payload_changed"})  # the token estimate the asks are sized by
     essential = True
 
     def on_request(self, ctx: RequestContext) -> None:  # never waits: the chain calls it directly

@@ -17,12 +17,13 @@ class UsageFilter(Plugin):
     """Keeps withheld usage and providers' prices from the client (see the module)."""
 
     name = "usage_filter"
+    requires = frozenset({"answer", "metering", "model", "route", "stream"})
     essential = True
 
     def on_response_head(self, ctx: RequestContext, head: AnswerHead) -> None:
         if ctx.model is None:
             return
-        route = ctx.route
+        route = ctx.matched_route
         if ctx.stream:
             if route.usage_on_request:  # the OpenAI-style streams that carry usage
                 scanner = ctx.metering.scanner
@@ -33,13 +34,13 @@ class UsageFilter(Plugin):
             head.usage_filter = WHOLE_ANSWER_FILTER
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        chunk_filter = ctx.answer.usage_filter
+        chunk_filter = ctx.answer_head.usage_filter
         if chunk_filter is None:
             return chunk
-        return chunk_filter.feed(chunk) if ctx.answer.streamed else chunk_filter.whole(chunk)
+        return chunk_filter.feed(chunk) if ctx.answer_head.streamed else chunk_filter.whole(chunk)
 
     def on_end(self, ctx: RequestContext, tail: bytes) -> bytes:
-        chunk_filter = ctx.answer.usage_filter
+        chunk_filter = ctx.answer_head.usage_filter
         if chunk_filter is None:
             return tail
         return chunk_filter.feed(tail) + chunk_filter.finish() if tail else chunk_filter.finish()

@@ -101,10 +101,10 @@ class Forwarder:
     async def forward(self, ctx: RequestContext) -> web.StreamResponse:
         # A body relayed as it arrives cannot be replayed to another row: one try.
         attempts = RowAttempts(self._selector, ctx, most=1 if ctx.body_stream is not None else None)
-        route, request = ctx.route, ctx.request
+        route, request = ctx.matched_route, ctx.request
         path = route.upstream_path
         if route.has_id:
-            path = path.replace("{id}", quote(ctx.object_id, safe=""))
+            path = path.replace("{id}", quote(ctx.object_id or "", safe=""))
             if request.query_string:  # e.g. GET /v1/videos/{id}/content?variant=thumbnail
                 path += "?" + request.rel_url.raw_query_string
         try:
@@ -121,7 +121,7 @@ class Forwarder:
                 else:
                     row_path = translator.upstream_path
                     body = translator.request_body(
-                        ctx.payload, row.upstream_model, ctx.model.config.default_max_tokens
+                        ctx.json_payload, row.upstream_model, ctx.routed_model.config.default_max_tokens
                     )
             except orjson.JSONEncodeError:
                 raise _nested_too_deeply() from None
@@ -198,7 +198,7 @@ class Forwarder:
             ctx.body_stream.rewrite_model(row.upstream_model)
             return ctx.body_stream
         payload = ctx.payload
-        if template is None or payload is None or ctx.route.body.value == "multipart":
+        if template is None or payload is None or ctx.matched_route.body.value == "multipart":
             return template
         if payload.get("model") == row.upstream_model or "model" not in payload:
             return template
@@ -223,7 +223,7 @@ class Forwarder:
                 headers[name] = value
         stamp_request_id(headers, ctx.request_id, ctx.envelope)
         if self._expose_provider:
-            headers["x-modelgate-provider"] = ctx.row.provider
+            headers["x-modelgate-provider"] = ctx.served_row.provider
         chain = self._chain
         head = ctx.answer = AnswerHead(
             upstream.status, headers, upstream_headers, rest is not None, translator
@@ -320,7 +320,7 @@ class Forwarder:
             TimeoutError,
         ) as exc:
             # Bytes already reached the client: no failover, but the chain ends the stream (an error event).
-            log_failed_attempt(ctx, ctx.row, "broke off a stream", exc)
+            log_failed_attempt(ctx, ctx.served_row, "broke off a stream", exc)
             if not await self._end_with_error_event(ctx, response, exc, "upstream_error"):
                 return response  # the client left too
         except StreamCut as cut:

@@ -173,17 +173,16 @@ class ModelApi:
         """The request phase, then a local answer or the forwarded one; every failure as its answer."""
         request = ctx.request
         try:
-            for hook, must_await in self._chain.request_hooks:
-                if must_await:
-                    await hook(ctx)
-                else:
-                    hook(ctx)
-            local = self._local.get(ctx.route.name)
+            for hook in self._chain.request_hooks:
+                if (waiting := hook(ctx)) is not None:
+                    await waiting
+            route = ctx.matched_route
+            local = self._local.get(route.name)
             if local is not None:
                 response = local(self._catalog, ctx)
                 ctx.status = response.status
                 return response
-            handler = self._handlers.get(ctx.route.name)
+            handler = self._handlers.get(route.name)
             if handler is not None:
                 return await handler(ctx)
             if ctx.stream or not self._finish_abandoned:
@@ -255,12 +254,10 @@ class ModelApi:
 
     async def _complete(self, ctx: RequestContext) -> None:
         """The completion phase: every hook runs, whatever the others do."""
-        for hook, must_await in self._chain.complete_hooks:
+        for hook in self._chain.complete_hooks:
             try:
-                if must_await:
-                    await hook(ctx)
-                else:
-                    hook(ctx)
+                if (waiting := hook(ctx)) is not None:
+                    await waiting
             except Exception:
                 log.exception(
                     "completion hook failed for request %s",

@@ -97,7 +97,7 @@ class ResponseHold:
 
 async def hold_response(accounts: Accounts, ctx: RequestContext, amount: int) -> ResponseHold:
     """Reserve `amount` on the organization's balance and every budget that applies, or raise 402."""
-    key = ctx.key
+    key = ctx.api_key
     await accounts.reserve_balance(key.organization_id, key.plan_code, amount, key.balance_counter)
     counters, budgets = [key.balance_counter], []
     try:
@@ -176,7 +176,7 @@ class SessionBilling:
 
     def _worst_case(self, response: Any) -> int:
         cap = output_cap(response) or self._session_cap
-        return response_worst_case(self._ctx.model.prices, cap, self._context_tokens, self._text_bytes)
+        return response_worst_case(self._ctx.routed_model.prices, cap, self._context_tokens, self._text_bytes)
 
     # -- client to upstream -----------------------------------------------------------------------------
 
@@ -279,7 +279,7 @@ class SessionBilling:
 
     async def _hold_unannounced(self, response_id: str, usage: Usage | None) -> ResponseHold:
         """A response.done of a response never announced: reserve its cost now, if the balance allows."""
-        cost = min(self._ctx.model.prices.cost(usage), self._worst_case(None)) if usage else 0
+        cost = min(self._ctx.routed_model.prices.cost(usage), self._worst_case(None)) if usage else 0
         if cost == 0:
             return ResponseHold(0, (), ())
         try:
@@ -324,7 +324,7 @@ class SessionBilling:
     ) -> None:
         """Settle one response to the cost of its usage (capped at its reservation) and write its row."""
         ctx = self._ctx
-        cost = ctx.model.prices.cost(usage) if usage is not None else 0
+        cost = ctx.routed_model.prices.cost(usage) if usage is not None else 0
         if cost > hold.amount:
             log.warning(
                 "realtime session %s: response %s cost %d, more than its reservation %d; charged %d",
@@ -337,12 +337,15 @@ class SessionBilling:
             cost = hold.amount
         await settle_response(self._accounts, hold, cost)
         self._write(response_id, usage, cost, status, outcome, hold.budgets, hold.row_id)
+        metering = ctx.metering  # the session's totals (zeroed when it opened)
         if usage is not None:
-            total = ctx.metering.usage
+            total = metering.usage
+            if total is None:
+                total = metering.usage = Usage()
             total.input_tokens += usage.input_tokens
             total.cached_input_tokens += usage.cached_input_tokens
             total.output_tokens += usage.output_tokens
-        ctx.metering.cost_micros += cost
+        metering.cost_micros = (metering.cost_micros or 0) + cost
 
     def _record_refusal(self, response_id: str, refusal: GatewayError) -> None:
         self._write(response_id, None, 0, refusal.status, "refused", ())
