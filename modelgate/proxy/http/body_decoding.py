@@ -9,6 +9,7 @@ The compressed bytes are bounded too, by `compressed_allowance`.
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Callable
 from typing import Protocol
@@ -16,9 +17,9 @@ from typing import Protocol
 import brotli
 from aiohttp import web
 
-try:
-    from compression import zstd  # Python 3.14+
-except ImportError:  # pragma: no cover - depends on the Python version
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:  # pragma: no cover - depends on the Python version
     from backports import zstd
 
 STEP = 64 * 1024  # decoded bytes produced per step at most (brotli may pass it by a block)

@@ -189,8 +189,9 @@ class FrontConnection(asyncio.Protocol):
                 raw = self._raw = bytearray(raw)
             raw += data
         if self._task_handler is not None:  # pipelined behind the request being served
-            if len(self._raw) > _HELD_MAX and not self._read_paused:
-                self.transport.pause_reading()
+            transport = self.transport
+            if len(self._raw) > _HELD_MAX and not self._read_paused and transport is not None:
+                transport.pause_reading()
                 self._read_paused = True
             return
         if self._pending is not None:
@@ -404,6 +405,8 @@ class FrontConnection(asyncio.Protocol):
     def _hand_over(self) -> None:
         """Make this an aiohttp connection from here on, with every byte not served yet."""
         transport = self.transport
+        if transport is None:  # never: a connection is handed over while it is open
+            raise RuntimeError("a closed front connection cannot be handed over to aiohttp")
         self._cancel_timer()
         self.flush_out()  # an answer of ours still queued goes before anything aiohttp writes
         self._server._connections.pop(self, None)  # type: ignore[call-overload]

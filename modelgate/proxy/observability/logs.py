@@ -109,15 +109,21 @@ class BufferedLineHandler(logging.StreamHandler):
         entry["ts"] = self._now()
         entry["level"] = _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno).lower()
         line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
-        with self.lock:
+        self.acquire()
+        try:
             self._write(line, levelno)
+        finally:
+            self.release()
 
     def _now(self) -> str:
         """The time as JsonFormatter writes it, formatted once a millisecond (lines of one come together)."""
         millisecond = int(time.time() * 1000)
         if millisecond != self._stamped_at:
             self._stamped_at = millisecond
-            self._stamp = self.formatter._timestamp(millisecond // 1000, millisecond % 1000)
+            formatter = self.formatter
+            if not isinstance(formatter, JsonFormatter):  # the handler is only ever given JsonFormatter
+                formatter = self.formatter = JsonFormatter()
+            self._stamp = formatter._timestamp(millisecond // 1000, millisecond % 1000)
         return self._stamp
 
 

@@ -193,7 +193,8 @@ class BackgroundFollower:
         if not claimed:  # charged by another process, which adopted it: this journal's crash cost is its part
             await self._close_at_crash_cost(follow)
             return
-        if follow.adopted:
+        reservations = follow.reservations
+        if reservations is None:  # adopted from a dead process: its reservations went with it
             await self._charge_rest(follow, usage, cost, outcome)
             return
         row = ledger_row(
@@ -216,7 +217,7 @@ class BackgroundFollower:
             "",
             usage.estimated,
         )
-        await self._accounts.queue_settlement(follow.reservations, cost, follow.row_id)
+        await self._accounts.queue_settlement(reservations, cost, follow.row_id)
         self._counters.after_written(partial(self._ledger.add_row, row, True))
         follow.reservations = None
 

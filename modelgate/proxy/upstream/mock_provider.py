@@ -11,10 +11,13 @@ import secrets
 import struct
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from multidict import CIMultiDict
+
+if TYPE_CHECKING:
+    from modelgate.proxy.upstream.providers import StreamedBody
 
 _JSON = CIMultiDict({"content-type": "application/json"})
 _SSE = CIMultiDict({"content-type": "text/event-stream", "cache-control": "no-cache"})
@@ -113,7 +116,7 @@ class MockUpstream:
         return None
 
     async def send(
-        self, method: str, path: str, body: bytes | None, request_id: str, client_headers: Any
+        self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
     ) -> MockResponse:
         if body is not None and not isinstance(body, bytes):
             return _json(
@@ -186,7 +189,9 @@ class MockUpstream:
         return MockResponse(200, _SSE, chunks)
 
     def _completion(self, p: dict) -> MockResponse:
-        prompt = p.get("prompt") if isinstance(p.get("prompt"), str) else ""
+        prompt = p.get("prompt")
+        if not isinstance(prompt, str):
+            prompt = ""
         words, truncated = _reply(prompt, p.get("max_tokens"))
         usage = {"prompt_tokens": _words(prompt), "completion_tokens": len(words)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -222,7 +227,9 @@ class MockUpstream:
     def _embeddings(self, p: dict) -> MockResponse:
         inputs = p.get("input")
         items = inputs if isinstance(inputs, list) else [inputs]
-        dims = p.get("dimensions") if isinstance(p.get("dimensions"), int) and p["dimensions"] > 0 else 8
+        dims = p.get("dimensions")
+        if not isinstance(dims, int) or dims <= 0:
+            dims = 8
         data, tokens = [], 0
         for index, item in enumerate(items):
             text = item if isinstance(item, str) else orjson.dumps(item).decode()

@@ -138,7 +138,7 @@ class HttpUpstream:
         # The fixed part of every request's head, written once: host, then the provider's headers.
         secure = parts.scheme == "https"
         port = parts.port or (443 if secure else 80)
-        authority = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        authority = (parts.hostname or "") if parts.port is None else f"{parts.hostname}:{parts.port}"
         if parts.hostname and ":" in parts.hostname:  # an IPv6 literal
             authority = f"[{parts.hostname}]" if parts.port is None else f"[{parts.hostname}]:{parts.port}"
         self.authority = authority.encode("idna").decode("ascii")  # the `host` header it sends
