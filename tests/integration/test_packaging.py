@@ -4,6 +4,7 @@ points."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -100,3 +101,46 @@ def test_the_modelgate_command_is_the_cli_main(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [name for name in wheel.namelist() if name.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert "[console_scripts]\nmodelgate = modelgate.cli:main" in text
+
+
+@pytest.fixture(scope="module")
+def site_packages(wheel: zipfile.ZipFile, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site-packages of a new virtualenv (no pip, nothing else in it) after `pip install` of the wheel."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    pip_install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index"]
+    subprocess.run([*pip_install, "-q", str(wheel.filename)], check=True, capture_output=True, timeout=300)
+    (found,) = (venv / "lib").glob("python3*/site-packages")
+    return found
+
+
+def test_installing_puts_only_modelgate_in_site_packages_with_its_py_typed(site_packages: Path) -> None:
+    installed = {path.name for path in site_packages.iterdir()}
+    assert {name for name in installed if not name.endswith(".dist-info")} == {"modelgate"}
+    # PEP 561: the package's own annotations are what a type checker reads in an application using it.
+    assert (site_packages / "modelgate" / "py.typed").is_file()
+
+
+def test_pyright_reads_the_installed_package_s_own_types(site_packages: Path, tmp_path: Path) -> None:
+    """`from modelgate.proxy.pipeline.chain import Plugin` in an application resolves to the installed
+    modelgate/proxy/pipeline/chain.py, with its annotations (not an unknown module)."""
+    pyright = shutil.which("pyright", path=str(Path(sys.executable).parent))
+    assert pyright is not None, "pyright comes with the test extra"
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from modelgate.proxy.pipeline.chain import Plugin\n\nreveal_type(Plugin.on_request)\n",
+        encoding="utf-8",
+    )
+    python = site_packages.parents[2] / "bin" / "python"
+    checked = subprocess.run(
+        [pyright, "--outputjson", "--pythonpath", str(python), str(probe)],
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    report = json.loads(checked.stdout)
+    messages = [d["message"] for d in report["generalDiagnostics"]]
+    assert report["summary"]["errorCount"] == 0, messages
+    (revealed,) = messages
+    assert "(self: Plugin, ctx: RequestContext) -> (Awaitable[None] | None)" in revealed
