@@ -55,7 +55,7 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
         label = f"catalogue: {name}, {provider}, {date}, {url}"
         prices = read_prices(t.table("prices"), label)
         t.finish()
-        if provider is not ABSENT and date is not ABSENT and url is not ABSENT and window is not ABSENT:
+        if ABSENT not in (provider, date, url, window):
             entry = CatalogueEntry(name, provider, date, url, window, prices)
             for known in (name, *(() if aliases is ABSENT else aliases)):
                 if known in entries:
