@@ -298,7 +298,7 @@ class FrontConnection(asyncio.Protocol):
             # it would put a second answer inside the first. The client sees the stream cut off.
             log.error("a streamed answer was replaced by another after it started; closing its connection")
             keep_alive = False
-        elif response.__class__ is FrontStream:
+        elif isinstance(response, FrontStream):
             keep_alive = keep_alive and response.finished
         elif response.prepared:  # never for the model API; kept honest if a handler ever does
             log.error("a handler prepared an aiohttp response on the front; closing its connection")
