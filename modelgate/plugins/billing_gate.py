@@ -34,17 +34,14 @@ def final_cost(ctx: RequestContext) -> int:
     """
     metering = ctx.metering
     if metering.cost_micros is None:
-        if ctx.matched_route.free or not (ctx.answered_status or metering.abandoned):
+        route = ctx.matched_route
+        if route.free or not (ctx.answered_status or metering.abandoned):
             metering.cost_micros = 0
         else:
             metering.usage = usage = delivered_usage(ctx)
             prices = ctx.routed_model.prices
             cost = prices.cost(usage)
-            if (
-                ctx.matched_route.cap is not None
-                and ctx.matched_route.media is None
-                and not ctx.admission.hosted_tools
-            ):
+            if route.cap is not None and route.media is None and not ctx.admission.hosted_tools:
                 bound = physical_bound(ctx, usage)
                 if bound is not None and cost > bound:
                     metering.reported_cost_micros = cost
@@ -64,10 +61,11 @@ def physical_bound(ctx: RequestContext, usage: Usage) -> int | None:
     most_output = ctx.admission.max_output_tokens
     if not most_output:
         return None
-    context = ctx.routed_model.config.max_context_tokens
+    model = ctx.routed_model
+    context = model.config.max_context_tokens
     if usage.input_tokens + usage.output_tokens <= context + most_output:
         return None
-    return ctx.routed_model.prices.worst_case(context, most_output)
+    return model.prices.worst_case(context, most_output)
 
 
 class BillingGate(Plugin):

@@ -34,7 +34,7 @@ from modelgate.proxy.content.prompt_texts import prompt_slots
 from modelgate.proxy.content.redaction import Hit, redact, strongest
 from modelgate.proxy.observability.metrics import GatewayMetrics
 from modelgate.proxy.pipeline.chain import Plugin, StreamCut
-from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.context import AnswerHead, PhaseError, RequestContext
 
 # The client's stream format of each route whose answers carry text.
 _STREAM_WIRES = {
@@ -155,7 +155,9 @@ class AnswerPolicy(Plugin):
         )
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        answer = ctx.answer_head
+        answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream
+        if answer is None:
+            raise PhaseError("answer", "the forwarder")
         guard = answer.content_guard
         if guard is not None:
             try:

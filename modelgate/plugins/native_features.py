@@ -72,10 +72,11 @@ class NativeFeatures(Plugin):
         if native:
             ctx.rows = native
             return
-        name = ctx.routed_model.name  # set by model routing: both routes name a model
-        if any(row.upstream.native_messages for row in ctx.routed_model.rows):
+        model = ctx.routed_model  # set by model routing: both routes name a model
+        name = model.name
+        if any(row.upstream.native_messages for row in model.rows):
             reason = f"none of the rows the 'provider' object left for model {name!r} is native"
         else:
             reason = f"model {name!r} has none"
-        path = ctx.matched_route.path
+        path = route.path
         raise InvalidRequest(f"{feature} is only available on the native providers of {path}; {reason}")

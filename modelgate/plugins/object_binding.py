@@ -20,7 +20,7 @@ import orjson
 
 from modelgate.domain.errors import InvalidRequest, UnknownTask
 from modelgate.proxy.pipeline.chain import Plugin
-from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.context import PhaseError, RequestContext
 from modelgate.proxy.state.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
 from modelgate.proxy.translation.answer_fields import answer_field, event_documents, string_field
 from modelgate.proxy.upstream.model_rows import ModelCatalog
@@ -108,7 +108,10 @@ class ObjectBindingPlugin(Plugin):
         return chunk  # read, never changed
 
     def _bind_created(self, ctx: RequestContext, chunk: bytes) -> None:
-        kind = ctx.matched_route.creates
+        route = ctx.route  # ctx.matched_route, inline: this runs for every piece of a stream
+        if route is None:
+            raise PhaseError("route", "route_support")
+        kind = route.creates
         if kind is None or ctx.status != 200 or ctx.bound_object is not None:
             return
         if ctx.bytes_sent > _SCAN_LIMIT or ctx.json_payload.get("store") is False:

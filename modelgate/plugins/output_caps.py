@@ -11,6 +11,9 @@ which reserve by the cap (`ensure_estimate`), are switched off.
 
 from __future__ import annotations
 
+from typing import Any
+
+from modelgate.config import ModelConfig
 from modelgate.domain.errors import InvalidRequest
 from modelgate.domain.hidden_input import hidden_input_tokens, hosted_tools, may_name_parts
 from modelgate.proxy.pipeline.chain import Plugin
@@ -46,10 +49,9 @@ def _positive_int(value: object, name: str, most: int) -> int:
     return value
 
 
-def _bounded_output(ctx: RequestContext, rule: CapRule) -> int:
+def _bounded_output(ctx: RequestContext, rule: CapRule, payload: dict[str, Any], model: ModelConfig) -> int:
     """The request's output cap times its number of answers; fills in the cap it did not name."""
     # Plain loops and comparisons (no comprehension, generator or max()): this runs on every request.
-    payload, model = ctx.json_payload, ctx.routed_model.config
     cap = 0
     for name in rule.fields:
         value = payload.get(name)
@@ -78,7 +80,8 @@ def ensure_estimate(ctx: RequestContext) -> None:
     if admission.max_output_tokens or ctx.model is None:
         return
     admission.estimated_input_tokens = estimate_input_tokens(len(ctx.body))
-    rule = ctx.matched_route.cap
+    route = ctx.matched_route
+    rule = route.cap
     if rule is not None and ctx.payload is not None and ctx.body_stream is None:
         payload = ctx.payload
         # Most requests name nothing hidden: dict lookups and a look at each message's content decide it.
@@ -92,8 +95,8 @@ def ensure_estimate(ctx: RequestContext) -> None:
                 payload, ctx.model.config, admission.carried_input_tokens
             )
             admission.hosted_tools = hosted_tools(payload)
-        admission.max_output_tokens = _bounded_output(ctx, rule)
-    elif ctx.matched_route.kind in _NO_TOKEN_OUTPUT:
+        admission.max_output_tokens = _bounded_output(ctx, rule, payload, ctx.model.config)
+    elif route.kind in _NO_TOKEN_OUTPUT:
         ctx.admission.max_output_tokens = 1
     else:
         ctx.admission.max_output_tokens = ctx.model.config.default_max_tokens

@@ -140,9 +140,10 @@ class RequestValidation(Plugin):
             stream = False
         if not isinstance(stream, bool):
             raise InvalidRequest(f"Invalid type for 'stream': expected a boolean, got {_type_name(stream)}.")
-        if stream and not ctx.matched_route.streams:
-            raise InvalidRequest(f"streaming is not supported on {ctx.matched_route.path}")
+        route = ctx.matched_route
+        if stream and not route.streams:
+            raise InvalidRequest(f"streaming is not supported on {route.path}")
         ctx.stream = stream
-        check = _ROUTE_CHECKS.get(ctx.matched_route.name)
+        check = _ROUTE_CHECKS.get(route.name)
         if check is not None:
             check(payload)

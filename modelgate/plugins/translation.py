@@ -13,7 +13,7 @@ import orjson
 
 from modelgate.domain.errors import UpstreamUnavailable
 from modelgate.proxy.pipeline.chain import Plugin
-from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.context import AnswerHead, PhaseError, RequestContext
 from modelgate.proxy.pipeline.failover import log_failed_attempt
 from modelgate.proxy.translation.model_name import ModelNameStream, with_model_name
 
@@ -36,7 +36,9 @@ class Translation(Plugin):
             head.stream_translator = ModelNameStream(ctx.model.name)  # relayed as written, but for the model
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        answer = ctx.answer_head
+        answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream
+        if answer is None:
+            raise PhaseError("answer", "the forwarder")
         if answer.streamed:
             stream = answer.stream_translator
             return chunk if stream is None else stream.feed(chunk)

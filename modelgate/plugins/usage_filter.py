@@ -10,7 +10,7 @@ from __future__ import annotations
 from modelgate.domain.answer_filters import WHOLE_ANSWER_FILTER, UsageChunkFilter
 from modelgate.domain.usage import StreamUsageScanner
 from modelgate.proxy.pipeline.chain import Plugin
-from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.context import AnswerHead, PhaseError, RequestContext
 
 
 class UsageFilter(Plugin):
@@ -34,10 +34,13 @@ class UsageFilter(Plugin):
             head.usage_filter = WHOLE_ANSWER_FILTER
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        chunk_filter = ctx.answer_head.usage_filter
+        answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream
+        if answer is None:
+            raise PhaseError("answer", "the forwarder")
+        chunk_filter = answer.usage_filter
         if chunk_filter is None:
             return chunk
-        return chunk_filter.feed(chunk) if ctx.answer_head.streamed else chunk_filter.whole(chunk)
+        return chunk_filter.feed(chunk) if answer.streamed else chunk_filter.whole(chunk)
 
     def on_end(self, ctx: RequestContext, tail: bytes) -> bytes:
         chunk_filter = ctx.answer_head.usage_filter

@@ -70,13 +70,13 @@ class UsageMetering(Plugin):
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
+        route = ctx.matched_route
         reserved = ctx.admission.reserved_micros
         if reserved is not None:  # admitted by the billing gate (the step before this one)
             ctx.metering.ledger_row_id = self._admit(ctx, reserved)
-            if ctx.matched_route.creates == "response" and not ctx.stream and self._background is not None:
+            if route.creates == "response" and not ctx.stream and self._background is not None:
                 if ctx.json_payload.get("background") is True:
                     ctx.metering.background_id = ""  # its answer says whether it is still to run
-        route = ctx.matched_route
         if route.media is not None:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
             upload = ctx.body_stream.file_probe if ctx.body_stream is not None else None
