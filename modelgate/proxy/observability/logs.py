@@ -109,11 +109,11 @@ class BufferedLineHandler(logging.StreamHandler):
         entry["ts"] = self._now()
         entry["level"] = _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno).lower()
         line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
-        self.acquire()
-        try:
+        lock = self.lock  # made by logging.Handler.__init__; `with` it, not acquire(): once per request
+        if lock is None:
+            raise RuntimeError("a log handler without its lock")
+        with lock:
             self._write(line, levelno)
-        finally:
-            self.release()
 
     def _now(self) -> str:
         """The time as JsonFormatter writes it, formatted once a millisecond (lines of one come together)."""
