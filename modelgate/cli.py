@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from modelgate.config import Config, ConfigError, load_config
+from modelgate.config.schema import PriceConfig
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 1
@@ -93,17 +94,33 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_prices_show(args: argparse.Namespace) -> int:
-    """Print the price sheet a model is charged by, and where it came from."""
+    """Print the price sheet a model is charged by, and where it came from; a name the config does not
+    serve is looked up in the shipped catalogue (by upstream model name)."""
+    from modelgate.config.catalogue import find_in_catalogue
+
     config = _load(args.config)
     if config is None:
         return EXIT_CONFIG
     model = next((m for m in config.models if m.name == args.model), None)
-    if model is None:
-        print(f"no model {args.model!r} in {config.source}", file=sys.stderr)
+    if model is not None:
+        print(f"model {model.name}: prices from {model.prices.source or 'nowhere (charged nothing)'}")
+        print(f"  context window: {model.max_context_tokens} tokens")
+        _print_sheet(model.prices)
+        return 0
+    entry = find_in_catalogue(args.model)
+    if entry is None:
+        print(f"no model {args.model!r} in {config.source}, nor in the price catalogue", file=sys.stderr)
         return EXIT_CONFIG
-    prices = model.prices
-    print(f"model {model.name}: prices from {prices.source or 'nowhere (charged nothing)'}")
-    print(f"  context window: {model.max_context_tokens} tokens")
+    print(f"upstream model {args.model} (not served by {config.source}): prices from {entry.prices.source}")
+    if entry.context_window:
+        print(f"  context window: {entry.context_window} tokens")
+    if entry.max_output_tokens:
+        print(f"  max output: {entry.max_output_tokens} tokens")
+    _print_sheet(entry.prices)
+    return 0
+
+
+def _print_sheet(prices: PriceConfig) -> None:
     for name, value in _sheet_lines(prices.tokens):
         print(f"  {name} = {value}")
     for name in ("per_request", "per_image", "per_audio_second", "per_video_second", "per_web_search_call",
@@ -120,7 +137,6 @@ def cmd_prices_show(args: argparse.Namespace) -> int:
         print(f"  service tier {tier_name}:")
         for name, value in _sheet_lines(tokens, "    "):
             print(f"    {name} = {value}")
-    return 0
 
 
 def cmd_prices_import_litellm(args: argparse.Namespace) -> int:
@@ -246,6 +262,47 @@ def _add_billing_commands(commands: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("invoices", parents=[where], help="an organization's balance and invoices")
     listing.add_argument("organization_id", metavar="ORG_ID")
     billing.set_defaults(func=cmd_billing)
+    _add_sso_commands(commands, where)
+
+
+def cmd_sso(args: argparse.Namespace) -> int:
+    from modelgate.cabinet.sso_domain_commands import run_sso_command
+
+    config = None
+    if args.url is None:
+        config = _load(args.config)
+        if config is None:
+            return EXIT_CONFIG
+    return asyncio.run(
+        run_sso_command(
+            args.sso_command,
+            config=config,
+            url=args.url,
+            token=args.operator_token or os.environ.get("MODELGATE_OPERATOR_TOKEN"),
+            organization_id=getattr(args, "organization_id", ""),
+            domain=args.domain,
+        )
+    )
+
+
+def _add_sso_commands(commands: argparse._SubParsersAction, where: argparse.ArgumentParser) -> None:
+    sso = commands.add_parser(
+        "sso",
+        help="operator single sign-on domains: approve a domain for an organization, release one",
+        description="Act on the configured storage, or with --url through the operator API of a running"
+        " gateway. An approved domain is verified at once, without its DNS record.",
+    )
+    actions = sso.add_subparsers(dest="sso_command", required=True)
+    approve = actions.add_parser(
+        "approve-domain", parents=[where], help="verify an e-mail domain for an organization"
+    )
+    approve.add_argument("organization_id", metavar="ORG_ID")
+    approve.add_argument("domain", metavar="DOMAIN")
+    release = actions.add_parser(
+        "release-domain", parents=[where], help="release a verified domain from the organization holding it"
+    )
+    release.add_argument("domain", metavar="DOMAIN")
+    sso.set_defaults(func=cmd_sso)
 
 
 def _installed_version() -> str:
@@ -285,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = price_actions.add_parser(
         "show", help="print the price sheet a model is charged by, with its source"
     )
-    show.add_argument("model")
+    show.add_argument("model", help="a served model, else an upstream model name the price catalogue lists")
     show.add_argument("--config", help="TOML config file (default: embedded defaults)")
     show.set_defaults(func=cmd_prices_show)
     imported = price_actions.add_parser(

@@ -43,6 +43,7 @@ from modelgate.proxy.upstream.model_rows import ModelCatalog
 from modelgate.proxy.upstream.providers import Upstream
 from modelgate.runtime import ModelRuntime, build_runtime
 from modelgate.storage import Database, apply_migrations, open_database
+from modelgate.storage.presence import ProcessLease
 
 log = logging.getLogger("modelgate.gateway")
 
@@ -68,6 +69,7 @@ class Gateway:
     host_channel: HostChannel | None = None  # SQLite: the processes of this host tell each other
     allowances: AllowanceGrants | None = None  # monthly allowances of plans, granted once across processes
     background: BackgroundFollower | None = None  # background responses followed to their final usage
+    lease: ProcessLease | None = None  # PostgreSQL: this process's lease (exact revocation without Redis)
     shutting_down: bool = False  # set on SIGTERM: /readyz answers 503 so load balancers drain
     completions: Completions = field(default_factory=Completions)  # of requests whose client left
     loop_lag: LoopLag = field(default_factory=LoopLag)  # how late the event loop runs (/readyz, /metrics)
@@ -150,7 +152,8 @@ class Gateway:
                 policies,
                 shared=bus is not None,
             )
-            await _connect_channels(db, bus, host, keys, accounts)
+            lease = ProcessLease(db) if db.dialect == "postgres" else None
+            await _connect_channels(db, bus, host, keys, accounts, lease)
             metrics = GatewayMetrics()
             metrics.watch_ledger(ledger)
             gateway = cls(
@@ -167,6 +170,7 @@ class Gateway:
                 metrics=metrics,
                 tracer=tracer,
                 host_channel=host,
+                lease=lease,
                 realtime=RealtimeState(
                     RedisSecrets(bus.client) if bus else InProcessSecrets(), RealtimeSessions()
                 ),
@@ -254,6 +258,8 @@ class Gateway:
         if self.tracer is not None:
             await self.tracer.flush()
         await self.accounts.stop()
+        if self.lease is not None:  # no request runs any more: nobody needs to wait for this process
+            await self.lease.stop()
         self.policies.close()
         await self.counters.close()  # hands back what this process held in Redis
         if self.redis is not None:
@@ -289,19 +295,28 @@ async def _connect_channels(
     host: HostChannel | None,
     keys: KeyDirectory,
     accounts: Accounts,
+    lease: ProcessLease | None,
 ) -> None:
-    """Revocations, credits, plan and policy changes reach every process: PostgreSQL NOTIFY, Redis pub/sub,
-    and on SQLite the host channel (polled by every key lookup)."""
+    """Revocations, credits, plan and policy changes reach every process: PostgreSQL NOTIFY (acknowledged:
+    see storage/presence.py), Redis pub/sub, and on SQLite the host channel (polled by every key lookup)."""
+    if lease is not None:
+        keys.use_lease(lease)
+        lease.on_trust_lost(keys.distrust)
+        lease.on_trust_lost(accounts.policies_untrusted)
+        lease.on_trust_regained(keys.trust)
+        lease.on_trust_regained(accounts.policies_trusted)
     await keys.start()
     # NOTIFY delivers nothing sent while the listening connection is down: after it is made again, cached
     # keys and policies are read afresh (balance events are read from the database every second anyway).
     db.on_listen_restored(keys.forget_all)
     db.on_listen_restored(accounts.policies_changed_unseen)
     await db.listen(BILLING_CHANNEL, accounts.on_billing_message)
-    await db.listen(POLICY_CHANNEL, accounts.on_policy_message)
+    on_policy = accounts.on_policy_message
+    await db.listen(POLICY_CHANNEL, lease.acknowledging(on_policy) if lease is not None else on_policy)
     accounts.add_broadcast(_plan_changes_here(keys))
-    if db.dialect == "postgres":
-        accounts.add_broadcast(db.notify)
+    if lease is not None:
+        accounts.add_broadcast(_acknowledged_broadcast(db, lease))
+        await lease.start()  # after every LISTEN: a registered process hears what is sent from then on
     for channels in (bus, host):
         if channels is None:
             continue
@@ -317,6 +332,21 @@ async def _connect_channels(
         keys.poll_before_lookups(host.poll)
     if bus is not None:
         await bus.start()
+
+
+def _acknowledged_broadcast(db: Database, lease: ProcessLease) -> Callable[[str, str], Awaitable[None]]:
+    """Plan and policy changes sent through PostgreSQL: the cabinet answers once every live process acted
+    on them (balance events stay a plain NOTIFY: they are also read from the database every second)."""
+
+    async def broadcast(channel: str, payload: str) -> None:
+        if channel not in (PLAN_CHANNEL, POLICY_CHANNEL):
+            await db.notify(channel, payload)
+            return
+        async with db.transaction() as tx:
+            token = await lease.send(tx, channel, payload)
+        await lease.settled(token)
+
+    return broadcast
 
 
 def _plan_changes_here(keys: KeyDirectory) -> Callable[[str, str], Awaitable[None]]:

@@ -133,9 +133,11 @@ async def revoke_api_key(request: web.Request) -> web.Response:
             details={"alias": key.alias},
         )
         try:
-            await services.key_sink.key_revoked(key.secret_hash, tx)
+            settled = await services.key_sink.key_revoked(key.secret_hash, tx)
         except Exception as exc:
             # Raising inside the transaction rolls the revocation back: the key stays active.
             log.warning("api key %s: revocation in the model API failed: %r", key.id, exc)
             raise bad_request(f"api key revocation failed in the model API: {exc}") from exc
+    if settled is not None:
+        await settled()  # the revoke answers once no gateway process uses the key any more
     return json_response(api_key_json(replace(key, status="revoked")))

@@ -29,6 +29,7 @@ from modelgate.cabinet import (
 )
 from modelgate.cabinet.invitation_delivery import InvitationDelivery
 from modelgate.cabinet.oidc import callback as oidc_callback
+from modelgate.cabinet.oidc import domain_routes as oidc_domains
 from modelgate.cabinet.oidc import exchange as oidc_exchange
 from modelgate.cabinet.oidc import login as oidc_login
 from modelgate.cabinet.oidc import provider_routes as oidc_providers
@@ -51,6 +52,10 @@ ROUTES = (
     web.patch("/auth/oidc/providers/{id}", oidc_providers.update_provider),
     web.delete("/auth/oidc/providers/{id}", oidc_providers.remove_provider),
     web.post("/auth/oidc/providers/{id}/discover", oidc_providers.discover_provider),
+    web.get("/auth/oidc/domains", oidc_domains.list_domains, allow_head=False),
+    web.post("/auth/oidc/domains", oidc_domains.claim_domain),
+    web.post("/auth/oidc/domains/{domain}/verify", oidc_domains.verify_domain),
+    web.delete("/auth/oidc/domains/{domain}", oidc_domains.release_domain),
     web.get("/auth/oidc/{providerId}/login", oidc_login.start_login, allow_head=False),
     web.get("/auth/oidc/callback", oidc_callback.finish_login, allow_head=False),
     web.post("/auth/oidc/exchange", oidc_exchange.redeem_login_code),
@@ -85,6 +90,8 @@ ROUTES = (
     web.get("/operator/organizations/{id}/invoices", operator.operator_invoices, allow_head=False),
     web.post("/operator/organizations/{id}/adjust", operator.operator_adjust),
     web.post("/operator/organizations/{id}/plan", operator.operator_set_plan),
+    web.post("/operator/organizations/{id}/sso-domains", oidc_domains.operator_approve_domain),
+    web.delete("/operator/sso-domains/{domain}", oidc_domains.operator_release_domain),
     web.post("/operator/registration-invitations", operator.operator_invite_organization),
     web.get("/openapi.json", openapi_handler, allow_head=False),
     # For the web cabinet's sign-in and registration pages: public, read-only, no token.

@@ -76,7 +76,7 @@ class Order:
 # -- on the configured storage ---------------------------------------------------------------------------
 
 
-async def _open_storage(config: Config) -> Database:
+async def open_storage(config: Config) -> Database:
     url = config.storage.url
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///") or "modelgate.db"
@@ -206,7 +206,7 @@ async def _top_up(
 
 
 async def _via_storage(config: Config, order: Order) -> tuple[dict[str, Any], list[Note]]:
-    db = await _open_storage(config)
+    db = await open_storage(config)
     try:
         if order.command == "mark-paid":
             result, events = await _mark_paid(db, config, order.invoice_id)
@@ -378,6 +378,13 @@ def _order(command: str, amount: str, kind: str, **fields: str) -> Order:
     return Order(command, micros=micros, kind=kind, **fields)
 
 
+def url_token(token: str | None) -> str:
+    """The operator token that acting through a running gateway (--url) needs."""
+    if not token:
+        raise CommandError("--url needs the operator token: --operator-token or MODELGATE_OPERATOR_TOKEN")
+    return token
+
+
 async def run_billing_command(
     command: str,
     *,
@@ -405,11 +412,7 @@ async def run_billing_command(
             email=email,
         )
         if url is not None:
-            if not token:
-                raise CommandError(
-                    "--url needs the operator token: --operator-token or MODELGATE_OPERATOR_TOKEN"
-                )
-            result, notes = await _via_api(url, token, order), []
+            result, notes = await _via_api(url, url_token(token), order), []
         elif config is not None:
             result, notes = await _via_storage(config, order)
         else:

@@ -599,15 +599,16 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
     """The document, with the server URL of the deployment when one is configured."""
     # The billing part builds on the helpers above, so it is imported here rather than at the top.
     from modelgate.cabinet.openapi_billing import BILLING_PATHS, BILLING_SCHEMAS, OPERATOR_SECURITY_SCHEMES
+    from modelgate.cabinet.openapi_domains import DOMAIN_PATHS, DOMAIN_SCHEMAS
 
     return {
         "openapi": "3.1.0",
         "info": {"title": "modelgate cabinet API", "version": "1"},
         "servers": [{"url": public_url.rstrip("/") or "/"}],
         "security": [{"bearer": []}, {"sessionCookie": []}],
-        "paths": {PREFIX + path: item for path, item in {**PATHS, **BILLING_PATHS}.items()},
+        "paths": {PREFIX + path: item for path, item in {**PATHS, **BILLING_PATHS, **DOMAIN_PATHS}.items()},
         "components": {
-            "schemas": {**SCHEMAS, **BILLING_SCHEMAS},
+            "schemas": {**SCHEMAS, **BILLING_SCHEMAS, **DOMAIN_SCHEMAS},
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

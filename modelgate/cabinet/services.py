@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -17,10 +18,12 @@ class KeyRevocationSink(Protocol):
     """Tells the model API that an API key was revoked.
 
     Called inside the revoke transaction, before commit, so a PostgreSQL NOTIFY sent through `tx` is
-    delivered atomically with the commit. Raising rolls the revocation back (answered as a 400).
+    delivered atomically with the commit. Raising rolls the revocation back (answered as a 400). What it
+    returns, when not None, is awaited after the commit, before the revoke answers (every gateway process
+    acting on the revocation: storage/presence.py).
     """
 
-    async def key_revoked(self, secret_hash: str, tx: Executor) -> None: ...
+    async def key_revoked(self, secret_hash: str, tx: Executor) -> Callable[[], Awaitable[object]] | None: ...
 
 
 class NullKeySink:

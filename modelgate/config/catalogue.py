@@ -2,12 +2,14 @@
 
 `price_catalogue.toml` beside this file holds one entry per model, each with its provider, the date its
 prices were read and the URL they were read from. A served model with no `[models.prices]` of its own is
-charged by the entry of its first row's upstream model name (else its own name); its config wins whenever
-it names prices. The shipped file is read once per process, at the first config load that needs it.
+charged by the entry of its first row's upstream model name (else its own name), and a row on a preset's
+host (groq, fireworks, ...) by "<preset>/<upstream model>" first; its config wins whenever it names prices.
+The shipped file is read once per process, at the first config load that needs it.
 """
 
 from __future__ import annotations
 
+import datetime
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,8 +31,9 @@ class CatalogueEntry:
     provider: str
     date: str
     source_url: str
-    context_window: int
+    context_window: int  # 0: the provider lists none (a model billed by the second or per image)
     prices: PriceConfig
+    max_output_tokens: int = 0  # 0: not listed
 
 
 class CatalogueError(ValueError):
@@ -46,17 +49,20 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
     for name in models.keys():
         t = models.table(name)
         provider = t.string("provider", required=True, check=non_empty)
-        date = t.string("date", required=True, check=non_empty)
-        url = t.string("source", required=True, check=non_empty)
+        date = t.string("date", required=True, check=_iso_date)
+        url = t.string("source", required=True, check=non_empty)  # a URL; an imported file's name
         window = t.integer("context_window", check=above(0))
-        if window is ABSENT and not t.has("context_window"):
-            t.report("context_window", "missing required key")
+        most_output = t.integer("max_output_tokens", check=above(0))
         aliases = t.strings("aliases")  # the provider's other names for it (dated snapshot ids)
         label = f"catalogue: {name}, {provider}, {date}, {url}"
         prices = read_prices(t.table("prices"), label)
+        if not t.has("context_window") and _generates_tokens(prices):
+            t.report("context_window", "missing required key (a model with an output price has one)")
         t.finish()
-        if ABSENT not in (provider, date, url, window):
-            entry = CatalogueEntry(name, provider, date, url, window, prices)
+        window_read = window is not ABSENT or not t.has("context_window")  # absent, or a valid one
+        if isinstance(provider, str) and isinstance(date, str) and isinstance(url, str) and window_read:
+            entry = CatalogueEntry(name, provider, date, url, 0 if window is ABSENT else window, prices,
+                                   0 if most_output is ABSENT else most_output)  # fmt: skip
             for known in (name, *(() if aliases is ABSENT else aliases)):
                 if known in entries:
                     t.report("aliases", f"{known!r} is listed twice")
@@ -65,6 +71,21 @@ def read_catalogue(data: dict, source: str) -> dict[str, CatalogueEntry]:
     if context.problems:
         raise CatalogueError("\n".join(context.problems))
     return entries
+
+
+def _iso_date(value: str) -> str | None:
+    """The day the prices were read, as YYYY-MM-DD."""
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        return f"expected a date as YYYY-MM-DD, got {value!r}"
+    return None if len(value) == 10 else f"expected a date as YYYY-MM-DD, got {value!r}"
+
+
+def _generates_tokens(prices: PriceConfig) -> bool:
+    """Whether a sheet prices generated tokens (a chat model: it has a context window; a model priced per
+    second or per image, or an embedding model, may list none)."""
+    return prices.tokens.output_per_mtok is not None or bool(prices.long_context or prices.service_tiers)
 
 
 @cache

@@ -24,10 +24,14 @@ _TOKEN_KEYS = {
     "output_cost_per_reasoning_token": "reasoning_per_mtok",
     "output_cost_per_audio_token": "output_audio_per_mtok",
 }
-_LONG_CONTEXT_KEYS = {  # LiteLLM's "_above_200k_tokens" prices: one long-context tier at 200,000
-    "input_cost_per_token_above_200k_tokens": "input_per_mtok",
-    "cache_read_input_token_cost_above_200k_tokens": "cached_input_per_mtok",
-    "output_cost_per_token_above_200k_tokens": "output_per_mtok",
+# LiteLLM's "_above_128k_tokens" / "_above_200k_tokens" / "_above_272k_tokens" prices: a long-context tier
+# at that many prompt tokens, of these kinds.
+_LONG_CONTEXT_AT = {"128k": 128_000, "200k": 200_000, "272k": 272_000}
+_LONG_CONTEXT_KEYS = {
+    "input_cost_per_token": "input_per_mtok",
+    "cache_read_input_token_cost": "cached_input_per_mtok",
+    "input_cost_per_audio_token": "input_audio_per_mtok",
+    "output_cost_per_token": "output_per_mtok",
 }
 _TIERS = ("priority", "flex")  # LiteLLM's "_priority" / "_flex" suffixed prices
 
@@ -42,6 +46,20 @@ def _per_million(value: Any) -> str | None:
     if not amount.is_finite() or amount < 0:
         return None
     return format(amount.normalize(), "f")
+
+
+def _max_output(entry: dict) -> list[str]:
+    """The `max_output_tokens` line of an entry that names a positive one."""
+    most = entry.get("max_output_tokens")
+    return [f"max_output_tokens = {most}"] if type(most) is int and most > 0 else []
+
+
+def _with_reasoning(tier: dict[str, str]) -> dict[str, str]:
+    """A tier's rates with its reasoning rate named: LiteLLM bills reasoning tokens as output tokens, and a
+    kind a tier leaves out would stay at the base sheet's rate (docs/prices.md)."""
+    if "output_per_mtok" in tier and "reasoning_per_mtok" not in tier:
+        return {**tier, "reasoning_per_mtok": tier["output_per_mtok"]}
+    return tier
 
 
 def catalogue_from_litellm(data: Any, date: str, source: str) -> tuple[str, int]:
@@ -72,18 +90,20 @@ def catalogue_from_litellm(data: Any, date: str, source: str) -> tuple[str, int]
             f"date = {json.dumps(date)}",
             f"source = {json.dumps(source)}",
             f"context_window = {window}",
+            *_max_output(entry),
             f"[{table}.prices]",
             *(f"{key} = {value}" for key, value in prices.items()),
         ]
-        tier = {
-            key: price
-            for litellm, key in _LONG_CONTEXT_KEYS.items()
-            if (price := _per_million(entry.get(litellm)))
-        }
-        if tier:
-            out.append(f"[[{table}.prices.long_context]]")
-            out.append("above_input_tokens = 200000")
-            out += [f"{key} = {value}" for key, value in tier.items()]
+        for suffix, above in _LONG_CONTEXT_AT.items():
+            tier = {
+                key: price
+                for litellm, key in _LONG_CONTEXT_KEYS.items()
+                if (price := _per_million(entry.get(f"{litellm}_above_{suffix}_tokens")))
+            }
+            if tier:
+                out.append(f"[[{table}.prices.long_context]]")
+                out.append(f"above_input_tokens = {above}")
+                out += [f"{key} = {value}" for key, value in _with_reasoning(tier).items()]
         for name_of_tier in _TIERS:
             rates = {
                 key: price
@@ -92,6 +112,6 @@ def catalogue_from_litellm(data: Any, date: str, source: str) -> tuple[str, int]
             }
             if rates:
                 out.append(f"[{table}.prices.service_tiers.{name_of_tier}]")
-                out += [f"{key} = {value}" for key, value in rates.items()]
+                out += [f"{key} = {value}" for key, value in _with_reasoning(rates).items()]
         out.append("")
     return "\n".join(out), count

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -121,6 +122,33 @@ class CabinetConfig:
     invitation_webhook_url: str | None = field(default=None, repr=False)  # webhook URLs often carry a token
     # Where single sign-on sends the browser back to, with ?code= (or ?error=); None answers in JSON.
     cabinet_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SsoConfig:
+    """How single sign-on domains are proven (docs/cabinet.md, "Single sign-on domains")."""
+
+    # DNS servers asked for the verification TXT records, as `address` or `address:port` (`[v6]:port`);
+    # empty: the system's resolvers (/etc/resolv.conf).
+    dns_resolvers: tuple[str, ...] = ()
+    dns_timeout_seconds: float = 5.0
+
+
+def dns_server_address(entry: str) -> tuple[str, int]:
+    """(address, port) of a `[sso] dns_resolvers` entry: `10.0.0.53`, `10.0.0.53:5353`, `::1` or
+    `[::1]:5353`; ValueError for anything else."""
+    host, port = entry, "53"
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"expected [address]:port, got {entry!r}")
+        port = rest[1:] or "53"
+    elif entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+    ipaddress.ip_address(host)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected a port from 1 to 65535 in {entry!r}")
+    return host, int(port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +433,7 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
     cabinet: CabinetConfig = field(default_factory=CabinetConfig)
+    sso: SsoConfig = field(default_factory=SsoConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     billing: BillingConfig = field(default_factory=BillingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -10,12 +10,14 @@ summed in fractions of a micro-unit and rounded up once per request (`money.py` 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from modelgate.config import ModelConfig
 from modelgate.config.schema import DEFAULT_SERVICE_TIERS, TokenPriceConfig
 from modelgate.domain.money import MICROS, to_micros
 from modelgate.domain.usage import Usage
+
+_TOKEN_PRICE_FIELDS = tuple(f.name for f in fields(TokenPriceConfig))
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,29 +42,36 @@ class TokenRates:
         return cls(i, cached_rate, i, i, i, i, o, o, o, o)
 
     @classmethod
-    def of(cls, prices: TokenPriceConfig, base: TokenRates | None = None) -> TokenRates:
-        """The rates a config table names; a kind it leaves out is `base`'s (a tier), else derived: cache
+    def of(cls, prices: TokenPriceConfig, sheet: TokenPriceConfig | None = None) -> TokenRates:
+        """The rates a config table names. A tier's table takes a kind it leaves out from its `sheet`'s table
+        when that names it; a kind neither names is derived from the tier's own rates, as on a sheet: cache
         writes, audio and image inputs at the input rate, reasoning, audio and image outputs at the output
-        rate, cached input at the input rate (a provider that gives no discount bills it whole)."""
+        rate, cached input at the input rate (a provider that gives no discount bills it whole). So thinking
+        tokens of a long-context tier that names only input and output cost the tier's output rate."""
+        if sheet is not None:
+            prices = TokenPriceConfig(
+                *(
+                    getattr(sheet, name) if getattr(prices, name) is None else getattr(prices, name)
+                    for name in _TOKEN_PRICE_FIELDS
+                )
+            )
+        i = prices.input_per_mtok or 0.0
+        o = prices.output_per_mtok or 0.0
 
         def rate(value: float | None, default: float) -> float:
             return default if value is None else value
 
-        if base is None:
-            i = rate(prices.input_per_mtok, 0.0)
-            o = rate(prices.output_per_mtok, 0.0)
-            base = cls(i, i, i, i, i, i, o, o, o, o)
         return cls(
-            rate(prices.input_per_mtok, base.input),
-            rate(prices.cached_input_per_mtok, base.cached_input),
-            rate(prices.cache_write_5m_per_mtok, base.cache_write_5m),
-            rate(prices.cache_write_1h_per_mtok, base.cache_write_1h),
-            rate(prices.input_audio_per_mtok, base.input_audio),
-            rate(prices.input_image_per_mtok, base.input_image),
-            rate(prices.output_per_mtok, base.output),
-            rate(prices.reasoning_per_mtok, base.reasoning),
-            rate(prices.output_audio_per_mtok, base.output_audio),
-            rate(prices.output_image_per_mtok, base.output_image),
+            i,
+            rate(prices.cached_input_per_mtok, i),
+            rate(prices.cache_write_5m_per_mtok, i),
+            rate(prices.cache_write_1h_per_mtok, i),
+            rate(prices.input_audio_per_mtok, i),
+            rate(prices.input_image_per_mtok, i),
+            o,
+            rate(prices.reasoning_per_mtok, o),
+            rate(prices.output_audio_per_mtok, o),
+            rate(prices.output_image_per_mtok, o),
         )
 
     def tokens_cost(self, usage: Usage) -> float:
@@ -161,9 +170,12 @@ class ModelPrices:
             model.max_audio_seconds,
             rates=rates,
             long_context=tuple(
-                (tier.above_input_tokens, TokenRates.of(tier.tokens, rates)) for tier in prices.long_context
+                (tier.above_input_tokens, TokenRates.of(tier.tokens, prices.tokens))
+                for tier in prices.long_context
             ),
-            service_tiers={name: TokenRates.of(tokens, rates) for name, tokens in prices.service_tiers},
+            service_tiers={
+                name: TokenRates.of(tokens, prices.tokens) for name, tokens in prices.service_tiers
+            },
             per_web_search_call=prices.per_web_search_call * MICROS,
             per_file_search_call=prices.per_file_search_call * MICROS,
             per_code_interpreter_call=prices.per_code_interpreter_call * MICROS,

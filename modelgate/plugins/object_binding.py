@@ -4,7 +4,8 @@ POST /v1/responses with `previous_response_id`, GET/DELETE /v1/responses/{id} an
 /v1/videos/{id} (and its /content) are routed to the row bound to that id; an unknown or foreign id is 404
 without a code (the spec's unknown task identifier), or 400 for previous_response_id. New stored response
 ids and video ids are bound as soon as they appear in the upstream answer: whatever their shape, as long as
-`proxy.state.objects.is_object_id` accepts them (an id it refuses is logged and left unbound).
+`proxy.state.objects.is_object_id` accepts them (an id it refuses is logged and left unbound). A translated
+answer's id is never bound: the row that made it stores nothing to come back to.
 
 A binding also remembers the context its response carried (the input + output tokens the provider reported
 for it), and a `conversation` the context of the last response made in it: a follow-up re-reads that
@@ -42,6 +43,7 @@ class ObjectBindingPlugin(Plugin):
     requires = frozenset(
         {
             "admission",
+            "answer",
             "answered_status",
             "bytes_sent",
             "key",
@@ -116,6 +118,8 @@ class ObjectBindingPlugin(Plugin):
             return
         if ctx.bytes_sent > _SCAN_LIMIT or ctx.json_payload.get("store") is False:
             return
+        if ctx.answer is not None and ctx.answer.translator is not None:
+            return  # a translated answer (Responses on a Messages or chat row) is stored nowhere upstream
         token = _created_id(ctx, chunk)
         if token is None:
             return

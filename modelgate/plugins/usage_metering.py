@@ -39,9 +39,11 @@ class UsageMetering(Plugin):
     requires = frozenset(
         {
             "admission",
+            "answer",
             "answered_status",
             "body",
             "body_stream",
+            "bytes_sent",
             "content_hits",
             "key",
             "model",
@@ -97,11 +99,14 @@ class UsageMetering(Plugin):
                     ctx.metering.usage_withheld = True
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        scanner = ctx.metering.scanner
+        metering = ctx.metering
+        scanner = metering.scanner
         if scanner is not None:
             scanner.feed(chunk)
             if scanner.usage is not None:
-                ctx.metering.usage = scanner.usage
+                metering.usage = scanner.usage
+            if metering.final_after < 0 and isinstance(scanner, StreamUsageScanner) and scanner.final:
+                self._final_event_passes(ctx)
         elif ctx.model is not None and ctx.status == 200:
             ctx.metering.usage = usage_of_body(chunk)
             if ctx.metering.background_id == "":
@@ -109,6 +114,16 @@ class UsageMetering(Plugin):
             if ctx.metering.usage is None:  # charged by the text it carries
                 ctx.metering.content_tokens = tokens_of(*generated_tokens(chunk))
         return chunk  # read, never changed: the upstream's own bytes
+
+    @staticmethod
+    def _final_event_passes(ctx: RequestContext) -> None:
+        """The piece carrying the stream's final event goes on to the client: once it is written, the stream
+        is complete whatever the client does next (`Metering.outcome_when_left`). Only a stream relayed in
+        its provider's own format: a translated one ends with the translator's final event, not the
+        provider's."""
+        answer = ctx.answer
+        if answer is not None and answer.translator is None:
+            ctx.metering.final_after = ctx.bytes_sent
 
     def on_complete(self, ctx: RequestContext) -> None:
         if ctx.model is None or ctx.key is None:  # refused before a model was known: nothing was used

@@ -81,6 +81,7 @@ class PostgresDatabase:
         self._listen_conn: asyncpg.Connection | None = None
         self._handlers: dict[str, list[NotifyHandler]] = {}
         self._restored: list[Callable[[], None]] = []
+        self._lost: list[Callable[[], None]] = []
         self._reconnecting: asyncio.Task | None = None
         self._closing = False
 
@@ -127,7 +128,10 @@ class PostgresDatabase:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconnecting
         if self._listen_conn is not None:
-            await self._listen_conn.close()
+            try:
+                await self._listen_conn.close(timeout=5)
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                self._listen_conn.terminate()  # a connection that does not close politely is dropped
         await self._pool.close()
 
     async def notify(self, channel: str, payload: str) -> None:
@@ -146,6 +150,23 @@ class PostgresDatabase:
         never delivered, so whoever caches what they announce must drop it."""
         self._restored.append(callback)
 
+    def on_listen_lost(self, callback: Callable[[], None]) -> None:
+        """Called the moment the listening connection is found lost: until it is back, notifications are not
+        heard, so whoever caches what they announce must stop trusting it (see storage/presence.py)."""
+        self._lost.append(callback)
+
+    async def execute_on_listener(self, sql: str, *args: Any) -> None:
+        """Run a statement on the listening connection itself: when it returns, every notification committed
+        before the statement started has been delivered to this process's handlers (PostgreSQL sends them
+        ahead of the statement's end), which is what a lease renewal proves (storage/presence.py)."""
+        conn = self._listen_conn
+        if conn is None or conn.is_closed() or self._reconnecting is not None:
+            raise StorageError("the notification connection is down")
+        try:
+            await conn.execute(sql, *args)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StorageError(f"statement on the notification connection failed: {exc}") from exc
+
     async def _listening_connection(self) -> asyncpg.Connection:
         conn = await asyncpg.connect(self._url, timeout=10)
         conn.add_termination_listener(self._listener_lost)
@@ -155,6 +176,8 @@ class PostgresDatabase:
         if self._closing or self._reconnecting is not None:
             return
         log.warning("the PostgreSQL notification connection was lost; reconnecting")
+        for callback in self._lost:
+            callback()
         self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect(), name="pg-listen")
 
     async def _reconnect(self) -> None:

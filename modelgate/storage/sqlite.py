@@ -186,3 +186,9 @@ class SQLiteDatabase:
 
     def on_listen_restored(self, callback: Callable[[], None]) -> None:
         return None  # notifications stay in this process: there is no connection to lose
+
+    def on_listen_lost(self, callback: Callable[[], None]) -> None:
+        return None
+
+    async def execute_on_listener(self, sql: str, *args: Any) -> None:
+        await self.execute(sql, *args)

@@ -30,7 +30,8 @@ class Fault:
     added to its output (plain and streamed alike; a Messages stream then repeats the whole usage in its
     message_delta, as the API may).
     `hold_before_headers` names a gate the request waits at before it is answered at all (a slow
-    non-streamed answer, finished when the test releases the gate).
+    non-streamed answer, finished when the test releases the gate). `hold_after_last_chunk` names a gate
+    a stream waits at once every frame, its final event included, was written, before its body ends.
     """
 
     status: int | None = None
@@ -42,6 +43,7 @@ class Fault:
     disconnect_after_chunks: int | None = None
     chunk_delay: float = 0.0
     hold_before_last_chunk: str | None = None
+    hold_after_last_chunk: str | None = None
     ignore_output_cap: bool = False
     omit_usage: bool = False
     answer_model: str | None = None

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from .echo_model import split_pieces
 from .gemini_claude import claude_answer, count_tokens_answer
 from .gemini_state import STATE, GeminiState, google_error, verify_assertion
 from .records import RecordedRequest
@@ -75,6 +76,8 @@ _CONFIG_KEYS = frozenset(
         "responseMimeType",
         "responseSchema",
         "thinkingConfig",
+        "responseLogprobs",
+        "logprobs",
     )
 )
 _PART_FIELDS = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
@@ -155,6 +158,8 @@ def _check_body(body: Any, state: GeminiState, model: str) -> None:
             raise Refused(f"Invalid JSON payload received. Unknown name \"{key}\" at 'generation_config'")
     if "responseSchema" in config:
         _check_schema(config["responseSchema"], "generation_config.response_schema")
+    if "logprobs" in config and not config.get("responseLogprobs"):
+        raise Refused("logprobs is only valid if responseLogprobs is true")
 
 
 def _texts(content: dict[str, Any]) -> str:
@@ -197,12 +202,33 @@ def _reply(body: dict[str, Any], state: GeminiState) -> dict[str, Any]:
             {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": i}
             for i in range(count)
         ]
+    if config.get("responseLogprobs"):
+        for candidate in (c for c in candidates if "content" in c):
+            candidate["logprobsResult"] = _logprobs_result(candidate, config.get("logprobs", 0))
     return {
         "candidates": candidates,
         "usageMetadata": dict(state.report_usage or USAGE),
         "modelVersion": "gemini-2.5-flash-001",
         "responseId": base64.urlsafe_b64encode(os.urandom(9)).decode(),
     }
+
+
+def _logprobs_result(candidate: dict[str, Any], alternatives: int) -> dict[str, Any]:
+    """The echo model's log probabilities: a token per word of the answer's text, the i-th chosen with
+    -0.5 * i, and `alternatives` other tokens per step ("alt<n>"), each less likely."""
+    text = "".join(p.get("text", "") for p in candidate["content"]["parts"] if not p.get("thought"))
+    tokens = split_pieces(text)
+    chosen = [{"token": t, "logProbability": -0.5 * i} for i, t in enumerate(tokens)]
+
+    def step(choice: dict[str, Any]) -> dict[str, Any]:
+        others = [
+            {"token": f"alt{n}", "logProbability": choice["logProbability"] - n}
+            for n in range(1, alternatives)
+        ]
+        return {"candidates": [choice, *others]}
+
+    steps = [step(choice) for choice in chosen] if alternatives else []
+    return {"chosenCandidates": chosen, "topCandidates": steps}
 
 
 def _result_text(response: Any) -> str:

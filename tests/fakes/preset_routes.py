@@ -101,6 +101,7 @@ class PresetFake(FakeUpstream):
         base = preset_path(self.preset)
         app.router.add_post(f"{base}/chat/completions", self._chat)
         app.router.add_get(f"{base}/models", self._models)
+        app.router.add_post(f"{base}/responses", self._no_responses_api)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -159,6 +160,11 @@ class PresetFake(FakeUpstream):
     async def _models(self, request: web.Request) -> web.Response:
         self._record(request, b"")
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def _no_responses_api(self, request: web.Request) -> web.Response:
+        """Recorded, then 404 as a host without the Responses API answers: a test sees what reached it."""
+        self._record(request, await request.read())
+        return web.json_response(openai_error("Not found", "not_found_error"), status=404)
 
     def _record(self, request: web.Request, raw: bytes) -> None:
         self._ctx.log.append(

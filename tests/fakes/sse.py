@@ -70,6 +70,10 @@ async def play(request: web.Request, script: SseScript) -> web.StreamResponse:
                 drop_connection(request)
                 return response
             await response.write(frame)
+        gate = fault.hold_after_last_chunk
+        if gate is not None and not await ctx.unless_stopping(ctx.gates.wait(gate)):
+            drop_connection(request)
+            return response
         if fault.disconnect_after_chunks is not None:
             # Fewer frames than the fault allows: still cut before the chunked terminator.
             drop_connection(request)

@@ -1,8 +1,9 @@
 """The README and docs/ are checked against the tree: the README stays a short read whose config example
-loads, and every repository path or relative link the docs name exists."""
+loads, and every repository path, relative link and code name the docs mention exists."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -22,6 +23,38 @@ _BACKTICKED = re.compile(rf"`({_TOP}[\w./-]*)`")
 # "modelgate/passthrough ratios".
 _NAMED = re.compile(rf"(?<![\w/.`-])({_TOP}[\w./-]*(?:\.[a-z]+\b|/))")
 _LINK = re.compile(r"\]\((?!https?://|#|mailto:)([^)#\s]+)")
+# A code name in backticks: a capitalised class name (`ModelRuntime`, `StreamRelay.relay`) or a call
+# (`ledger_row()`, `plugins.chain_plugins()`). Names of other systems the docs quote are listed; everything
+# else must be defined (a class, function or assigned name) somewhere in the package.
+_CLASS_NAME = re.compile(r"`([A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)*)(?:\.\w+)*(?:\(\))?`")
+_CALL_NAME = re.compile(r"`(?:[\w.]+\.)?([a-z_][a-z0-9_]*)\(\)`")
+_OTHER_SYSTEMS = {
+    "AccessDeniedException",  # Bedrock's error types
+    "ExpiredTokenException",
+    "InvalidSignatureException",
+    "UnrecognizedClientException",
+    "DeploymentNotFound",  # Azure OpenAI's
+    "ResponsibleAIPolicyViolation",
+    "GenerateContentResponse",  # Gemini's answer type
+    "ClientSession",  # aiohttp's
+    "HttpOnly",  # cookie attributes
+    "Secure",
+    "Authorization",  # HTTP header names
+    "Date",
+    "Expect",
+    "Host",
+    "Origin",
+    "Upgrade",
+    "Job",  # a Kubernetes resource
+    "S256",  # the PKCE method
+    "Schema",  # Gemini's schema object
+    "PodMonitor",  # Prometheus operator resources
+    "ServiceMonitor",
+    "TimecodeScale",  # Matroska/WebM elements
+    "Duration",
+    "Info",
+    "Segment",
+}
 
 
 def _named_paths(page: Path) -> set[str]:
@@ -41,6 +74,39 @@ def test_every_relative_link_of_a_page_resolves(page: Path) -> None:
     links = _LINK.findall(page.read_text(encoding="utf-8"))
     missing = sorted(link for link in links if not (page.parent / link).exists())
     assert missing == []
+
+
+def _defined_names() -> set[str]:
+    names: set[str] = set()
+    for source in (REPOSITORY / "modelgate").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.id if isinstance(node, ast.Name) else node.attr)
+    return names
+
+
+def _named_code(text: str) -> set[str]:
+    return (set(_CLASS_NAME.findall(text)) - _OTHER_SYSTEMS) | set(_CALL_NAME.findall(text))
+
+
+@pytest.fixture(scope="module")
+def defined_names() -> set[str]:
+    return _defined_names()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPOSITORY).as_posix())
+def test_every_code_name_a_page_mentions_exists(page: Path, defined_names: set[str]) -> None:
+    missing = sorted(_named_code(page.read_text(encoding="utf-8")) - defined_names)
+    assert missing == []
+
+
+def test_a_code_name_that_moved_is_noticed(defined_names: set[str]) -> None:
+    named = _named_code("`Runtime`, `ModelRuntime`, `StreamRelay.relay`, `ledger_row()`, `HttpOnly`")
+    assert named == {"Runtime", "ModelRuntime", "StreamRelay", "ledger_row"}
+    assert named - defined_names >= {"Runtime"}
+    assert "ModelRuntime" in defined_names
 
 
 def test_the_readme_is_a_five_minute_read() -> None:

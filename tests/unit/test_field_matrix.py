@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from anthropic.types import message_create_params
 from openai.types.chat import completion_create_params
+from openai.types.responses import response_create_params
 
 from modelgate.proxy.translation.chat_to_messages import messages_request_of
 from modelgate.proxy.translation.field_matrix import MATRICES, render_markdown
 from modelgate.proxy.translation.field_rules import REFUSED, FieldRefused, check_fields
 from modelgate.proxy.translation.messages_to_chat import chat_request_of
+from modelgate.proxy.translation.responses_to_chat import chat_request_of as chat_request_of_responses
 from modelgate.proxy.upstream.dialects.bedrock_converse import chat_to_converse
 from modelgate.proxy.upstream.dialects.gemini_format import gemini_request
 
@@ -22,6 +24,10 @@ SDK_TYPES: dict[str, tuple[type, ...]] = {
     "openai-chat": (
         completion_create_params.CompletionCreateParamsNonStreaming,
         completion_create_params.CompletionCreateParamsStreaming,
+    ),
+    "openai-responses": (
+        response_create_params.ResponseCreateParamsNonStreaming,
+        response_create_params.ResponseCreateParamsStreaming,
     ),
     "anthropic-messages": (
         message_create_params.MessageCreateParamsNonStreaming,
@@ -36,6 +42,10 @@ BUILDERS: dict[str, tuple[Any, dict[str, Any]]] = {
     "chat→converse": (chat_to_converse, CHAT),
     "chat→gemini": (gemini_request, {**CHAT, "model": "gemini-2.5-flash"}),
     "messages→chat": (lambda payload: chat_request_of(payload, "gpt-upstream"), MESSAGES),
+    "responses→chat": (
+        lambda payload: chat_request_of_responses(payload, "up"),
+        {"model": "m", "input": "hi"},
+    ),
 }
 # A value each refusal condition holds for, by the condition's text.
 REFUSED_VALUES = {

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from modelgate.domain.prices import ModelPrices
+from modelgate.config.schema import TokenPriceConfig
+from modelgate.domain.prices import ModelPrices, TokenRates
 from modelgate.domain.usage import Usage
 from modelgate.storage import IntegrityViolation, open_database
 
@@ -23,6 +24,20 @@ PRICES = [
 def test_a_prompt_cost_is_the_cost_of_a_usage_of_that_prompt_alone(prices: ModelPrices) -> None:
     for input_tokens in [*range(0, 2000), 12_345, 999_999, 10**9 + 7]:
         assert prices.prompt_cost(input_tokens) == prices.cost(Usage(input_tokens=input_tokens))
+
+
+def test_a_kind_a_tier_leaves_out_is_derived_from_the_tier_unless_the_sheet_names_it() -> None:
+    # Gemini 2.5 Pro: 1.25 / 10 per million tokens, above 200K prompt tokens 2.5 / 15; thinking tokens are
+    # output tokens, billed at the tier's output rate.
+    sheet = TokenPriceConfig(input_per_mtok=1.25, cached_input_per_mtok=0.31, output_per_mtok=10.0)
+    tier = TokenRates.of(TokenPriceConfig(input_per_mtok=2.5, output_per_mtok=15.0), sheet)
+    assert (tier.reasoning, tier.output_audio, tier.output_image) == (15.0, 15.0, 15.0)
+    assert (tier.cache_write_5m, tier.input_audio) == (2.5, 2.5)
+    assert tier.cached_input == 0.31  # the sheet names it: the tier keeps it
+    usage = Usage(input_tokens=0, output_tokens=1_000, reasoning_tokens=800)
+    assert tier.tokens_cost(usage) == 1_000 * 15.0  # micro-units: USD per million tokens = µ per token
+    named = TokenPriceConfig(input_per_mtok=1.25, output_per_mtok=10.0, reasoning_per_mtok=12.0)
+    assert TokenRates.of(TokenPriceConfig(input_per_mtok=2.5, output_per_mtok=15.0), named).reasoning == 12.0
 
 
 async def test_sqlite_stores_none_as_null_and_a_bool_as_the_integer_it_stored_before(tmp_path: Path) -> None:

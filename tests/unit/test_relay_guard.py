@@ -16,7 +16,7 @@ from modelgate.plugins.stream_errors import StreamErrors
 from modelgate.proxy.http.front_request import FrontRequest
 from modelgate.proxy.pipeline.chain import Plugin, PluginChain
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
-from modelgate.proxy.pipeline.forward import Forwarder
+from modelgate.proxy.pipeline.stream_relay import StreamRelay
 from tests.support.front_wire import connect, connections_closed_afterwards, make_server, post  # noqa: F401
 
 
@@ -69,7 +69,7 @@ async def test_a_step_failing_mid_stream_ends_it_with_an_internal_error_event(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     chain = PluginChain([_Envelope(), _FailsOnTheSecondPiece(), StreamErrors()])
-    forwarder = Forwarder(chain, selector=None)  # type: ignore[arg-type]  # no row is chosen here
+    relay = StreamRelay(chain)
     provider = _Provider()
     seen: list[RequestContext] = []
 
@@ -78,7 +78,7 @@ async def test_a_step_failing_mid_stream_ends_it_with_an_internal_error_event(
         seen.append(ctx)
         head = AnswerHead(200, {"content-type": "text/event-stream"}, provider.headers, True)
         ctx.answer = head
-        return await forwarder._relay_stream(ctx, provider, head, b'data: {"n":1}\n\n', _rest())  # type: ignore[arg-type]
+        return await relay.relay(ctx, provider, head, b'data: {"n":1}\n\n', _rest())  # type: ignore[arg-type]
 
     caplog.set_level(logging.ERROR, logger="modelgate.forward")
     _conn, transport = connect(make_server(handler))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,8 +18,20 @@ from tests.integration.oidc.node_idp import (
     require_node_harness,
     start_node_idp,
 )
-from tests.web.browser import Contexts, expect, labelled, open_route, screenshot, settle
-from tests.web.web_gateway import WebGateway
+from tests.web.browser import (
+    Contexts,
+    axe_violations,
+    describe_violations,
+    expect,
+    labelled,
+    open_route,
+    screenshot,
+    settle,
+)
+from tests.web.web_gateway import Account, WebGateway
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 PROVIDER_NAME = "Test IdP"
 
@@ -35,7 +48,8 @@ def test_a_colleague_signs_in_with_the_organizations_openid_provider(
     contexts: Contexts, gateway: WebGateway, node_idp: NodeIdp
 ) -> None:
     owner = gateway.register("sso-owner")
-    owner_page = open_route(contexts.signed_in(owner).new_page(), "sso", "Single sign-on")
+    # bypass_csp: axe-core is injected as a script tag (as tests/web/test_accessibility.py does).
+    owner_page = open_route(contexts.signed_in(owner, bypass_csp=True).new_page(), "sso", "Single sign-on")
     add = owner_page.get_by_role("form", name="Add an identity provider")
     add.get_by_label(labelled("Name")).fill(PROVIDER_NAME)
     add.get_by_label(labelled("Issuer URL")).fill(node_idp.issuer)
@@ -48,6 +62,7 @@ def test_a_colleague_signs_in_with_the_organizations_openid_provider(
     expect(owner_page.get_by_role("heading", name="Discovery succeeded")).to_be_visible()
     settle(owner_page, "Single sign-on")
     screenshot(owner_page, "sso-discovered")
+    _claim_and_have_the_operator_approve(gateway, owner, owner_page, "allowed.test")
 
     page = contexts.page()
     open_route(page, "login", "Sign in")
@@ -67,3 +82,44 @@ def test_a_colleague_signs_in_with_the_organizations_openid_provider(
     assert page.evaluate("localStorage.length + sessionStorage.length") == 0
     [cookie] = [c for c in page.context.cookies() if c["name"] == "mg_session"]
     assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
+
+
+def _claim_and_have_the_operator_approve(
+    gateway: WebGateway, owner: Account, page: Page, domain: str
+) -> None:
+    """The owner claims `domain` on the SSO page and sees the TXT record to publish; the operator approves
+    it; after a reload the page shows it verified."""
+    claim = page.get_by_role("form", name="Claim a domain")
+    claim.get_by_label(labelled("Domain")).fill(domain)
+    claim.get_by_role("button", name="Claim domain").click()
+    domains = page.get_by_role("region", name="Sign-in domains", exact=True)
+    expect(domains).to_contain_text(f"_modelgate.{domain}")
+    expect(domains).to_contain_text("modelgate-verification=")
+    expect(page.get_by_role("button", name=f"Verify {domain}")).to_be_visible()
+    violations = axe_violations(page)
+    assert not violations, describe_violations(violations)
+    screenshot(page, "sso-domain-claimed")
+
+    gateway.operator(f"/organizations/{owner.organization_id}/sso-domains", {"domain": domain})
+    page.reload()
+    settle(page, "Single sign-on")
+    expect(page.get_by_role("region", name="Sign-in domains", exact=True)).to_contain_text(
+        "approved by the operator"
+    )
+    expect(page.get_by_role("button", name=f"Verify {domain}")).to_have_count(0)
+
+
+def test_a_domain_claimed_by_another_organization_is_refused_on_the_page(
+    contexts: Contexts, gateway: WebGateway
+) -> None:
+    holder, other = gateway.register("domain-holder"), gateway.register("domain-rival")
+    gateway.operator(f"/organizations/{holder.organization_id}/sso-domains", {"domain": "held-web.example"})
+    page = open_route(contexts.signed_in(other).new_page(), "sso", "Single sign-on")
+    claim = page.get_by_role("form", name="Claim a domain")
+    claim.get_by_label(labelled("Domain")).fill("held-web.example")
+    claim.get_by_role("button", name="Claim domain").click()
+
+    expect(claim.get_by_role("alert")).to_contain_text("verified by another organization")
+    expect(page.get_by_role("region", name="Sign-in domains", exact=True)).not_to_contain_text(
+        "held-web.example"
+    )

@@ -16,6 +16,7 @@ from aiohttp import web
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.oidc.accounts import account_for, has_email, verified_email
 from modelgate.cabinet.oidc.code_exchange import fetch_userinfo, oauth_error_code, redeem_code
+from modelgate.cabinet.oidc.domains import domain_verified_by
 from modelgate.cabinet.oidc.exchange import LOGIN_CODE_TTL_SECONDS, issue_login_code
 from modelgate.cabinet.oidc.failures import SsoFailure
 from modelgate.cabinet.oidc.id_token import validate_id_token
@@ -99,6 +100,13 @@ async def _complete(
             raise SsoFailure("userinfo_failed", "the userinfo subject differs from the ID token's")
         claims = {**userinfo, **claims}
     email = verified_email(claims, provider)
+    domain = email.rpartition("@")[2]
+    if not await domain_verified_by(services.db, provider.organization_id, domain):
+        # A tenant's provider may say anything about any address; only a domain its organization proved
+        # is trusted (issue 33: a provider "for victim.example" of another organization).
+        raise SsoFailure(
+            "email_domain_not_verified", f"the e-mail domain {domain} is not verified by this organization"
+        )
     try:
         return await _open_session(request, services, provider, email)
     except IntegrityViolation:

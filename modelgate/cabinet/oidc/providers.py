@@ -193,15 +193,21 @@ def _like_literal(text: str) -> str:
 
 
 async def providers_for_domain(ex: Executor, domain: str) -> list[tuple[str, str]]:
-    """(id, name) of the discovered providers that allow e-mail `domain`, by name.
+    """(id, name) of the discovered providers that allow e-mail `domain`, by name, and only those of the
+    organization that verified the domain (see domains.py): naming a domain in `allowed_domains` proves
+    nothing.
 
     `allowed_domains` is stored space-separated (see `_values`); the surrounding spaces make the
     pattern match whole domains only.
     """
     rows = await ex.fetch(
-        "SELECT id, name FROM oidc_providers"
-        " WHERE authorization_endpoint IS NOT NULL AND (' ' || allowed_domains || ' ') LIKE $1 ESCAPE '\\'"
-        " ORDER BY name, id",
+        "SELECT p.id, p.name FROM oidc_providers AS p"
+        " JOIN sso_domains AS d ON d.organization_id = p.organization_id AND d.domain = $2"
+        " AND d.verified_at IS NOT NULL"
+        " WHERE p.authorization_endpoint IS NOT NULL"
+        " AND (' ' || p.allowed_domains || ' ') LIKE $1 ESCAPE '\\'"
+        " ORDER BY p.name, p.id",
         f"% {_like_literal(domain)} %",
+        domain,
     )
     return [(row["id"], row["name"]) for row in rows]

@@ -120,6 +120,7 @@ class TracedUpstream:
         self.kind = upstream.kind
         self.host = upstream.host
         self.native_messages = upstream.native_messages
+        self.native_responses = upstream.native_responses
         self.pool = upstream.pool
 
     def __getattr__(self, name: str) -> Any:

@@ -111,6 +111,15 @@ class Metering:
     # of one still queued or in progress, which is followed to its final usage and charged then
     # (modelgate/proxy/state/background_follower.py); None for every other request.
     background_id: str | None = None
+    # What the client had been sent (`ctx.bytes_sent`) when the piece carrying a stream's final event
+    # passed the metering (plugins.usage_metering; -1: not yet). Once more than that went out, the final
+    # event reached the client: the stream is complete, whatever the client does next.
+    final_after: int = -1
+
+    def outcome_when_left(self, bytes_sent: int, otherwise: str) -> str:
+        """How a request whose client left after `bytes_sent` bytes of its answer ended: `completed` if the
+        stream's final event had reached the client, else `otherwise`."""
+        return "completed" if 0 <= self.final_after < bytes_sent else otherwise
 
 
 class PhaseError(RuntimeError):
@@ -159,7 +168,8 @@ class RequestContext:
     # The success status of an upstream answer whose relay began (0: none): such a request is charged for
     # what it delivered, however it ended.
     answered_status: int = 0
-    # How it ended once answered: completed (its final event reached the client), client_closed,
+    # How it ended once answered: completed (read to its end, or its final event reached the client:
+    # `Metering.final_after`), client_closed,
     # upstream_error (the provider broke off), shutdown (cut by a graceful stop), internal_error (a step of
     # the gateway's failed mid-stream).
     outcome: str = ""

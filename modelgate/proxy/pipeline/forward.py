@@ -1,14 +1,14 @@
-"""Forwarding to the chosen row: failover before the first byte, then a chunk-by-chunk relay.
+"""Forwarding to the chosen row: the row loop, with failover before the first byte; then the answer's head
+through the chain, and its body in one piece or through the stream relay (modelgate/proxy/pipeline/
+stream_relay.py).
 
 Failover happens on connect errors, timeouts, 5xx and 429 from the provider, and on 401/403 (our provider
 credentials, not the client's fault) — as long as nothing has reached the client. Other upstream 4xx are the
-client's fault and are passed on with their status in our envelope. Streams are never buffered: each
-upstream chunk is written as it arrives, so back-pressure reaches the provider.
+client's fault and are passed on with their status in our envelope.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import quote
@@ -23,12 +23,12 @@ from modelgate.domain.errors import (
     UpstreamClientError,
     UpstreamUnavailable,
 )
-from modelgate.domain.usage import StreamUsageScanner
-from modelgate.proxy.http.front_request import FrontRequest, FrontStream
-from modelgate.proxy.pipeline.chain import PluginChain, StreamCut
+from modelgate.proxy.http.front_request import FrontStream
+from modelgate.proxy.pipeline.chain import PluginChain
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.envelopes import stamp_request_id
-from modelgate.proxy.pipeline.failover import RowAttempts, log_failed_attempt
+from modelgate.proxy.pipeline.failover import RowAttempts
+from modelgate.proxy.pipeline.stream_relay import StreamRelay
 from modelgate.proxy.translation import Translator, translator_for
 from modelgate.proxy.translation.field_rules import FieldRefused
 from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
@@ -39,8 +39,6 @@ from modelgate.proxy.upstream.providers import (
     UpstreamResponse,
     UpstreamSaturated,
 )
-
-log = logging.getLogger("modelgate.forward")
 
 # Upstream response headers worth passing on; provider account details and hop-by-hop headers stay behind.
 _PASS_HEADERS = ("content-type", "cache-control", "openai-processing-ms", "openai-version", "retry-after")
@@ -94,11 +92,12 @@ class Forwarder:
 
     def __init__(self, chain: PluginChain, selector: RowSelector, *, expose_provider: bool = False) -> None:
         self._chain = chain
+        self._streams = StreamRelay(chain)
         self._selector = selector
         # server.expose_provider_header: the row's provider is the operator's business unless it says so.
         self._expose_provider = expose_provider
 
-    async def forward(self, ctx: RequestContext) -> web.StreamResponse:
+    async def forward(self, ctx: RequestContext) -> web.StreamResponse | FrontStream:
         # A body relayed as it arrives cannot be replayed to another row: one try.
         attempts = RowAttempts(self._selector, ctx, most=1 if ctx.body_stream is not None else None)
         route, request = ctx.matched_route, ctx.request
@@ -114,7 +113,9 @@ class Forwarder:
         failed = saturated = False
         translation_refusal: InvalidRequest | None = None
         for row in attempts:
-            translator = translator_for(route.name, row.upstream.kind, row.upstream.native_messages)
+            translator = translator_for(
+                route.name, row.upstream.kind, row.upstream.native_messages, row.upstream.native_responses
+            )
             try:
                 if translator is None:
                     row_path, body = path, self._body_for(ctx, row, body_template)
@@ -153,7 +154,7 @@ class Forwarder:
                 translation_refusal = _naming_provider(refusal, row)
                 continue
             status = upstream.status
-            ctx.credential = getattr(upstream, "credential", "")
+            ctx.credential = upstream.credential
             if _failover_status(status, route.has_id):
                 failed = True
                 upstream.close()
@@ -212,7 +213,7 @@ class Forwarder:
         translator: Translator | None,
         opening: bytes,
         rest: AsyncIterator[bytes] | None,
-    ) -> web.StreamResponse:
+    ) -> web.StreamResponse | FrontStream:
         """Relay the answer through the chain's response phases: each piece goes out as the chain returns
         it."""
         headers = ctx.response_headers
@@ -239,136 +240,7 @@ class Forwarder:
             ctx.first_byte_at = time.perf_counter()
             ctx.outcome = "completed"  # the whole answer is in hand and goes out in one piece
             return web.Response(status=head.status, body=body, headers=headers)
-        return await self._relay_stream(ctx, upstream, head, opening, rest)
-
-    async def _relay_stream(
-        self,
-        ctx: RequestContext,
-        upstream: UpstreamResponse,
-        head: AnswerHead,
-        opening: bytes,
-        rest: AsyncIterator[bytes],
-    ) -> web.StreamResponse:
-        """Relay a streamed answer piece by piece as the chain returns it; a provider breaking off ends it
-        with the chain's error event."""
-        chain = self._chain
-        chunk_hooks = chain.chunk_hooks
-        translator = head.translator
-        if isinstance(ctx.request, FrontRequest):
-            response: web.StreamResponse | FrontStream = FrontStream(head.status, head.headers)
-        else:
-            response = _RelayedStream(status=head.status, headers=head.headers)
-        completed = False
-        scanner = ctx.metering.scanner if isinstance(ctx.metering.scanner, StreamUsageScanner) else None
-        try:
-            await response.prepare(ctx.request)
-            # The opening chunk, then each read of the rest (everything that arrived meanwhile, as one chunk:
-            # one write). The rest is awaited directly, not through a generator that chains the opening in.
-            # A piece read once the upstream's answer is complete is its last: held back (never waiting for
-            # anything) to go out with the end of the answer in one write.
-            next_chunk = rest.__anext__
-            # A generator is read to its end (left suspended, the event loop would close it with a task of its
-            # own); the upstream client's iterator is done with once its answer is (`at_eof`).
-            ends_unread = not hasattr(rest, "aclose")
-            upstream_at_eof = getattr(upstream.content, "at_eof", _never)
-            final_marks_completion = scanner is not None and translator is None
-            chunk = opening
-            last = b""
-            head_sent = False  # the head goes with the first bytes of the body, or alone if there are none
-            while True:
-                for hook in chunk_hooks:  # the opening is empty when the stream ended before its first byte
-                    if not chunk:
-                        break  # held back by a step (or nothing yet): the later ones see it once released
-                    chunk = hook(ctx, chunk)
-                if chunk:
-                    if ctx.first_byte_at is None:
-                        ctx.first_byte_at = time.perf_counter()
-                    if upstream_at_eof():
-                        last = chunk
-                    else:
-                        await response.write(chunk)
-                        head_sent = True
-                        ctx.bytes_sent += len(chunk)
-                        if final_marks_completion and scanner.final:
-                            ctx.outcome = "completed"  # the final event reached the client, whatever follows
-                elif not head_sent:  # the first bytes are not a whole line or event yet: the head goes now
-                    await response.write(b"")
-                    head_sent = True
-                if last and ends_unread:
-                    break  # the answer is complete (nothing was awaited since): no read to end it
-                try:
-                    chunk = await next_chunk()
-                except StopAsyncIteration:
-                    break
-                if last:  # not the last after all
-                    await response.write(last)
-                    ctx.bytes_sent += len(last)
-                    last = b""
-            tail = b""
-            for hook in chain.end_hooks:
-                tail = hook(ctx, tail)
-            if last or tail:
-                await response.write_eof(last + tail if tail else last)
-                ctx.bytes_sent += len(last)
-            ctx.outcome = "completed"
-            completed = True
-        except (
-            UpstreamBrokeOff,
-            aiohttp.ClientPayloadError,
-            aiohttp.ServerDisconnectedError,
-            aiohttp.ClientOSError,
-            TimeoutError,
-        ) as exc:
-            # Bytes already reached the client: no failover, but the chain ends the stream (an error event).
-            log_failed_attempt(ctx, ctx.served_row, "broke off a stream", exc)
-            if not await self._end_with_error_event(ctx, response, exc, "upstream_error"):
-                return response  # the client left too
-        except StreamCut as cut:
-            # A step ended the stream (a content rule): its closing event goes out, the provider is let go.
-            try:
-                await response.write(cut.closing)
-            except ConnectionError:
-                return response
-        except ConnectionError:
-            # The client went away mid-stream: charged for what it was sent (see BillingGate.final_cost).
-            if not ctx.outcome:
-                ctx.outcome = "client_closed"
-            ctx.status = 499
-            return response
-        except Exception as exc:
-            # A response step failed on a piece: a bug, not the client's or the provider's doing. The stream
-            # still ends the way a broken one does (the chain's error event, then its end), and is charged
-            # for what it delivered; the provider is let go.
-            log.exception(
-                "a response step failed mid-stream in request %s",
-                ctx.request_id,
-                extra={"request_id": ctx.request_id},
-            )
-            if not await self._end_with_error_event(ctx, response, exc, "internal_error"):
-                return response
-        finally:
-            if completed:
-                upstream.release() if hasattr(upstream, "release") else upstream.close()
-            else:
-                upstream.close()
-        try:
-            await response.write_eof()
-        except ConnectionError:
-            if not ctx.outcome:
-                ctx.outcome = "client_closed"
-        return response
-
-    async def _end_with_error_event(
-        self, ctx: RequestContext, response: web.StreamResponse | FrontStream, exc: Exception, outcome: str
-    ) -> bool:
-        """Record how the stream ended and write the chain's error event; False when the client has left."""
-        ctx.error = exc
-        ctx.outcome = outcome
-        try:
-            await response.write(b"".join([hook(ctx, exc) for hook in self._chain.stream_error_hooks]))
-        except ConnectionError:
-            return False
-        return True
+        return await self._streams.relay(ctx, upstream, head, opening, rest)
 
 
 async def _opening(
@@ -382,15 +254,3 @@ async def _opening(
         return await upstream.read(), None
     chunks = aiter(upstream.content.iter_any())
     return await anext(chunks, b""), chunks
-
-
-class _RelayedStream(web.StreamResponse):
-    """A streamed answer whose head goes out with the first piece of its body, in one write rather than two
-    (aiohttp's own switch, the one web.Response uses; aiohttp is pinned to 3.14.x). The relay prepares it only
-    once the upstream's first bytes are in hand, so the head is never held waiting for the provider."""
-
-    _send_headers_immediately = False
-
-
-def _never() -> bool:
-    return False

@@ -12,13 +12,13 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from modelgate.domain.errors import GatewayError, InternalError
-from modelgate.proxy.http.front_request import FrontRequest
+from modelgate.proxy.http.front_request import FrontRequest, FrontStream
 from modelgate.proxy.pipeline.chain import PluginChain
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.envelopes import render_error
@@ -80,18 +80,20 @@ class Completions:
         task.add_done_callback(self._pending.discard)
         return task
 
-    def run_eagerly(self, phase: Coroutine[Any, Any, None]) -> asyncio.Task | None:
+    def run_eagerly(self, phase: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
         """Run `phase` now, in the caller, up to its first real wait: None when it ended without one (the
         usual completion: its hooks only queue work), else the task that carries it on from that wait.
 
         A task per request costs more than the whole completion phase of most; cancelling the caller can
-        only reach a coroutine at a wait, and there the phase is handed to a task of its own.
+        only reach a coroutine at a wait, and there the phase is handed to a task of its own. What Python
+        3.12 calls an eager task (`asyncio.Task(..., eager_start=True)`), on 3.11: the phase's first step is
+        taken here (`coroutine.send`, the coroutine protocol a task itself uses), the rest by the task.
         """
         try:
             waiting = phase.send(None)
         except StopIteration:
             return None
-        return self.run(_carry_on(phase, waiting))
+        return self.run(_carried_on(phase, waiting))
 
     async def drain(self, seconds: float) -> None:
         """Wait for every completion phase still running (at most `seconds`)."""
@@ -104,26 +106,37 @@ class Completions:
             await asyncio.wait(self._pending, timeout=left)
 
 
-async def _carry_on(phase: Coroutine[Any, Any, None], waiting: Any) -> None:
-    """Drive a coroutine that was started outside any task and is waiting on `waiting` (what it yielded: a
-    future, or None for a bare yield) to its end, as a task would: resumed once that is done, with a
-    cancellation of this task passed in where it waits."""
-    while True:
-        try:
-            if waiting is None:
-                await asyncio.sleep(0)
-            else:
-                waiting._asyncio_future_blocking = False  # what a task does with the futures it is given
-                await asyncio.wait((waiting,))  # not `await waiting`: its outcome is the phase's to read
-        except asyncio.CancelledError as cancelled:
-            if waiting is not None:
-                waiting.cancel()
-            step, value = phase.throw, cancelled
-        else:
-            step, value = phase.send, None
-        try:
-            waiting = step(value)
-        except StopIteration:
+async def _carried_on(phase: Coroutine[Any, Any, None], waiting: object) -> None:
+    """The rest of a phase whose first step was taken outside any task, as a task's coroutine."""
+    await _Resumed(phase, waiting)
+
+
+class _Resumed:
+    """A coroutine started outside any task that yielded `waiting` (the future it awaits, or None for a bare
+    yield), as an awaitable: `waiting` goes to the task as if the coroutine had yielded it there itself, then
+    the task drives the coroutine on (`yield from`). A cancellation of the task meets it where it waits."""
+
+    __slots__ = ("_phase", "_waiting")
+
+    def __init__(self, phase: Coroutine[Any, Any, None], waiting: object) -> None:
+        self._phase = phase
+        self._waiting = waiting
+
+    def __await__(self) -> Generator[object, None, None]:
+        steps = self._phase.__await__()
+        waiting = self._waiting
+        while True:
+            try:
+                yield waiting
+            except (
+                BaseException
+            ) as thrown:  # the task was cancelled while the phase waited: the phase hears it
+                try:
+                    waiting = steps.throw(thrown)
+                except StopIteration:
+                    return
+                continue
+            yield from steps
             return
 
 
@@ -152,7 +165,9 @@ class ModelApi:
         }
         self._catalog = catalog
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse | FrontStream:
+        """Serve one model API request, from whichever entry it came through: a request of the front's
+        (modelgate/proxy/http/front.py) may be answered with a `FrontStream`, aiohttp's with its response."""
         ctx = RequestContext(request, request_id_of(request), time.perf_counter())
         try:
             response = await self._respond(ctx)
@@ -169,7 +184,7 @@ class ModelApi:
                 # must not cut the settlement, the ledger row or the id's release in half.
                 await asyncio.shield(rest)
 
-    async def _respond(self, ctx: RequestContext) -> web.StreamResponse:
+    async def _respond(self, ctx: RequestContext) -> web.StreamResponse | FrontStream:
         """The request phase, then a local answer or the forwarded one; every failure as its answer."""
         request = ctx.request
         try:
@@ -220,7 +235,8 @@ class ModelApi:
                 # Sent, then let go of before its answer came: the provider billed at least the prompt.
                 ctx.metering.abandoned = True
             if (ctx.answered_status or ctx.metering.abandoned) and not ctx.outcome:
-                ctx.outcome = "shutdown" if self._shutting_down() else "client_closed"
+                left = "shutdown" if self._shutting_down() else "client_closed"
+                ctx.outcome = ctx.metering.outcome_when_left(ctx.bytes_sent, left)
             raise
         except Exception as exc:
             log.exception(
@@ -230,7 +246,7 @@ class ModelApi:
             ctx.status = 500
             return render_error(InternalError(), ctx.envelope, ctx.request_id)
 
-    async def _forward_apart(self, ctx: RequestContext) -> web.StreamResponse:
+    async def _forward_apart(self, ctx: RequestContext) -> web.StreamResponse | FrontStream:
         """Forward a non-streamed call in a task of its own, which aiohttp's cancellation of the handler
         (its client left) does not reach: the answer is read to its end. A graceful stop, or a client that
         leaves before its upload was whole, still cancels it."""

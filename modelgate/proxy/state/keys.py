@@ -16,11 +16,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from modelgate.domain.accounts import PLAN_CHANNEL, balance_key
 from modelgate.domain.api_keys import key_by_secret_hash
 from modelgate.domain.tokens import hash_token
 from modelgate.storage.database import Database, Executor
+from modelgate.storage.presence import ProcessLease
 
 log = logging.getLogger("modelgate.keys")
 
@@ -73,6 +75,9 @@ class KeyDirectory:
         self._generation = 0
         self._publishers: list[Publisher] = []
         self._poll: Callable[[], None] | None = None
+        self._lease: ProcessLease | None = None
+        # False while this process may miss revocations (its lease lapsed): lookups read the database.
+        self._trusted = True
 
     def poll_before_lookups(self, poll: Callable[[], None]) -> None:
         """Run `poll` (the host channel's) first in every lookup: what other processes published is acted
@@ -83,10 +88,28 @@ class KeyDirectory:
         """A broadcaster (e.g. Redis pub/sub) told of every revocation made in this process."""
         self._publishers.append(publish)
 
+    def use_lease(self, lease: ProcessLease) -> None:
+        """PostgreSQL: revocations are acknowledged, and a revoke waits for every process (presence.py)."""
+        self._lease = lease
+
+    def distrust(self) -> None:
+        """Revocations may be missed from now on: drop the cache and keep nothing until `trust`."""
+        self._trusted = False
+        self.forget_all()
+
+    def trust(self) -> None:
+        self._trusted = True
+
     async def start(self) -> None:
         """Hear revocations and plan changes made by other processes on the same database."""
-        await self._db.listen(REVOCATION_CHANNEL, self.forget)
-        await self._db.listen(PLAN_CHANNEL, self.forget_organization)
+        lease = self._lease
+        forget, forget_organization = self.forget, self.forget_organization
+        if lease is not None:
+            await self._db.listen(REVOCATION_CHANNEL, lease.acknowledging(forget))
+            await self._db.listen(PLAN_CHANNEL, lease.acknowledging(forget_organization))
+        else:
+            await self._db.listen(REVOCATION_CHANNEL, forget)
+            await self._db.listen(PLAN_CHANNEL, forget_organization)
 
     async def lookup(self, secret: str) -> KeyRecord | None:
         """The active key behind a secret, or None."""
@@ -105,7 +128,7 @@ class KeyDirectory:
         key = found.key
         record = KeyRecord(key.id, key.organization_id, key.alias, key.system_id, found.plan_code)
         # A revocation heard while we were reading may concern this very key: do not cache it then.
-        if self.cache_enabled and generation == self._generation:
+        if self.cache_enabled and self._trusted and generation == self._generation:
             self._cache[secret_hash] = record
             if len(self._cache) > self._max:
                 self._cache.popitem(last=False)
@@ -132,11 +155,20 @@ class KeyDirectory:
         for secret_hash in stale:
             del self._cache[secret_hash]
 
-    async def key_revoked(self, secret_hash: str, tx: Executor) -> None:
-        """The cabinet's revocation sink: called inside the revoke transaction, before commit."""
+    async def key_revoked(self, secret_hash: str, tx: Executor) -> Callable[[], Awaitable[object]] | None:
+        """The cabinet's revocation sink: called inside the revoke transaction, before commit. On PostgreSQL
+        it returns what the cabinet awaits after the commit, before answering: every live process acted on
+        the revocation (a process kept busy may otherwise serve the next request before it reads the NOTIFY:
+        7 of 200 revoked keys were accepted so)."""
         self.forget(secret_hash)
-        if self._db.dialect == "postgres":
+        settled = None
+        if self._lease is not None:
             # Sent through the transaction, so other processes hear it exactly when the revocation commits.
+            settled = partial(
+                self._lease.settled, await self._lease.send(tx, REVOCATION_CHANNEL, secret_hash)
+            )
+        elif self._db.dialect == "postgres":
             await tx.execute("SELECT pg_notify($1, $2)", REVOCATION_CHANNEL, secret_hash)
         for publish in self._publishers:
             await publish(REVOCATION_CHANNEL, secret_hash)
+        return settled

@@ -4,12 +4,14 @@
 format natively. Importing this package registers every translator:
 
 - `messages` on `openai` rows: Messages ⇄ chat completions (`messages_on_openai`);
-- `chat_completions` on `anthropic` rows: chat completions ⇄ Messages (`chat_on_anthropic`).
+- `chat_completions` on `anthropic` rows: chat completions ⇄ Messages (`chat_on_anthropic`);
+- `responses` on `anthropic` rows and on OpenAI-kind hosts without the Responses API: Responses ⇄ chat
+  completions (⇄ Messages) (`responses_on_chat`).
 """
 
 from __future__ import annotations
 
-from modelgate.proxy.translation import chat_on_anthropic, messages_on_openai
+from modelgate.proxy.translation import chat_on_anthropic, messages_on_openai, responses_on_chat
 from modelgate.proxy.translation.base import StreamTranslator, Translator
 from modelgate.proxy.translation.registry import register, translator_for
 
@@ -19,5 +21,6 @@ __all__ = [
     "chat_on_anthropic",
     "messages_on_openai",
     "register",
+    "responses_on_chat",
     "translator_for",
 ]

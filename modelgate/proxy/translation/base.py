@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import orjson
+
+from modelgate.domain.errors import UpstreamUnavailable
 
 
 class StreamTranslator(Protocol):
@@ -37,3 +42,18 @@ class Translator(Protocol):
     def stream(self, model: str, payload: dict) -> StreamTranslator:
         """A fresh stream translator for one streamed answer; `model` is the name the client asked for."""
         ...
+
+
+def translated_answer(body: bytes, translate: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
+    """A whole answer's JSON object translated by `translate`; an answer that is not one, or whose fields
+    are not what the provider documents, is the provider's fault (UpstreamUnavailable: a 502)."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise UpstreamUnavailable("The provider answered with a body that is not JSON.") from None
+    if not isinstance(answer, dict):
+        raise UpstreamUnavailable("The provider answered with an unexpected body.")
+    try:
+        return orjson.dumps(translate(answer))
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:  # fields of other types
+        raise UpstreamUnavailable(f"The provider answered with an unexpected body ({exc!r}).") from None

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from modelgate.domain.errors import UpstreamUnavailable
+from modelgate.proxy.translation.base import translated_answer
 from modelgate.proxy.translation.chat_to_messages import completion_of, messages_request_of
 from modelgate.proxy.translation.messages_stream_to_chat import ChatChunkStream
 from modelgate.proxy.translation.registry import register
@@ -22,16 +22,8 @@ class ChatOnMessages:
         return orjson.dumps(messages_request_of(payload, upstream_model, default_max_tokens))
 
     def response_body(self, body: bytes, model: str, payload: dict[str, Any]) -> bytes:
-        try:
-            message = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise UpstreamUnavailable("The provider answered with a body that is not JSON.") from None
-        if not isinstance(message, dict):
-            raise UpstreamUnavailable("The provider answered with an unexpected body.")
-        try:
-            return orjson.dumps(completion_of(message, model, asks_structured_output(payload)))
-        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:  # fields of other types
-            raise UpstreamUnavailable(f"The provider answered with an unexpected body ({exc!r}).") from None
+        structured = asks_structured_output(payload)
+        return translated_answer(body, lambda message: completion_of(message, model, structured))
 
     def stream(self, model: str, payload: dict[str, Any]) -> ChatChunkStream:
         options = payload.get("stream_options")

@@ -77,20 +77,8 @@ class MessagesEventStream(EventStreamTranslator):
     def _on_event(self, event: SseEvent, out: list[bytes]) -> None:
         if self._ended:
             return
-        if event.data == b"[DONE]":
-            self._close(out)
-            return
-        try:
-            chunk = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            self._fail("The provider sent an unreadable stream event.", out)
-            return
-        if not isinstance(chunk, dict):
-            return
-        error = chunk.get("error")
-        if error is not None:
-            message = error.get("message") if isinstance(error, dict) else None
-            self._fail(message if isinstance(message, str) else "The provider reported a stream error.", out)
+        chunk = self._chat_chunk(event, out)
+        if chunk is None:
             return
         usage = chunk.get("usage")
         if usage:

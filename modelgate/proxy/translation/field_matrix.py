@@ -3,15 +3,15 @@ of the client's API (the `openai` and `anthropic` SDKs' request types list them;
 test_field_matrix.py fails when one has no entry here). docs/translation-fields.md is rendered from it
 (`render_markdown`, the command is at the top of the doc), and the translators refuse with it (field_rules).
 
-The Responses API (`/v1/responses`) is not translated: a model serves it only through rows that speak it.
 A Messages request on an OpenAI-kind row reaches Bedrock Converse and Gemini as the chat request of the
-`messages → chat` matrix, which then meets that host's own matrix.
+`messages → chat` matrix, which then meets that host's own matrix; a Responses request on a row that does
+not speak it is the chat request of the `responses → chat` matrix, which then meets the row's chat matrix.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from modelgate.proxy.translation.field_rules import (
     ABOVE_ONE,
@@ -21,6 +21,7 @@ from modelgate.proxy.translation.field_rules import (
     NOT_ZERO,
     THINKING_ON,
     TRUE,
+    Condition,
     FieldEntry,
     forwarded,
     gateway,
@@ -30,15 +31,20 @@ from modelgate.proxy.translation.field_rules import (
     translated,
 )
 
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # the Responses `include` value that asks for logprobs
+
 
 @dataclass(frozen=True, slots=True)
 class RouteMatrix:
     """One translated route: the client's API, the rows it reaches, and an entry per request field."""
 
     title: str
-    client_api: str  # "openai-chat" or "anthropic-messages": whose SDK lists the fields
+    client_api: str  # "openai-chat", "openai-responses" or "anthropic-messages": whose SDK lists the fields
     rows: str
     fields: Mapping[str, FieldEntry]
+    # What happens to fields inside the top-level ones (`tools[].function.strict`), where it differs from
+    # what the top-level entry says; documentation only: the translators apply them as they build.
+    sub_fields: Mapping[str, FieldEntry] = field(default_factory=dict)
 
 
 # Entries every chat → X route shares (what none of the three providers has).
@@ -62,6 +68,26 @@ _CHAT_NOWHERE: dict[str, FieldEntry] = {
     "function_call": refused("deprecated: send `tool_choice`"),
 }
 
+
+# Inside `messages`, what none of the three providers has a place for.
+_MESSAGE_HINTS: dict[str, FieldEntry] = {
+    "messages[].name": not_sent("the provider has no participant names (the turn's text is sent)"),
+    "messages[].content[].image_url.detail": not_sent(
+        "the provider has no detail level: the image is read at its own resolution"
+    ),
+}
+
+
+def _tool_choice_variants(none: str, auto: str, required: str, named: str) -> dict[str, FieldEntry]:
+    """A row per `tool_choice` variant (tests/unit/test_translation_sub_fields.py checks each one)."""
+    return {
+        "tool_choice: none": translated(none),
+        "tool_choice: auto": translated(auto),
+        "tool_choice: required": translated(required),
+        "tool_choice: a named function": translated(named),
+    }
+
+
 _IMAGES_BY_URL_OR_INLINE = "image parts by URL (the provider fetches it) or as a base64 data URL"
 
 CHAT_ON_MESSAGES = RouteMatrix(
@@ -72,7 +98,9 @@ CHAT_ON_MESSAGES = RouteMatrix(
         "model": translated("the row's upstream model"),
         "messages": translated(
             "`system`/`developer` → `system`; user and assistant turns (consecutive ones merged); `tool` → "
-            f"`tool_result` blocks; {_IMAGES_BY_URL_OR_INLINE} → `image` blocks; audio and file parts refused"
+            f"`tool_result` blocks; {_IMAGES_BY_URL_OR_INLINE} → `image` blocks (by URL on Anthropic's own "
+            "API only: Claude on Bedrock and Vertex takes inline bytes, so a URL there is refused and "
+            "never fetched); audio and file parts refused"
         ),
         "max_completion_tokens": translated("`max_tokens` (the model's `default_max_tokens` when unset)"),
         "max_tokens": translated("`max_tokens` (when `max_completion_tokens` is unset)"),
@@ -114,6 +142,23 @@ CHAT_ON_MESSAGES = RouteMatrix(
             "Messages keeps no stored completions to tag (only `user` is carried)", NOT_EMPTY
         ),
         **_CHAT_NOWHERE,
+    },
+    {
+        "tools[].function.strict": not_sent(
+            "the schema goes as `input_schema`; Claude's own `strict` tool use is not asked for (older "
+            "Claude models and some hosts refuse it), so the call's arguments are not held to the schema"
+        ),
+        "response_format.json_schema.strict": not_sent(
+            "the forced answer tool carries the schema either way (not held to it token by token); with "
+            "`reasoning_effort` it is `output_config.format`, which is"
+        ),
+        **_MESSAGE_HINTS,
+        **_tool_choice_variants(
+            "`{type: none}`",
+            "`{type: auto}`",
+            "`{type: any}`",
+            "`{type: tool, name}`",
+        ),
     },
 )
 
@@ -162,6 +207,22 @@ CHAT_ON_CONVERSE = RouteMatrix(
         "logprobs": refused("Converse returns no log probabilities", TRUE),
         **_CHAT_NOWHERE,
     },
+    {
+        "tools[].function.strict": not_sent(
+            "the schema goes as `toolSpec.inputSchema`; Converse has no strict mode for it"
+        ),
+        "response_format.json_schema.strict": not_sent(
+            "the forced answer tool carries the schema either way (not held to it token by token)"
+        ),
+        **_MESSAGE_HINTS,
+        **_tool_choice_variants(
+            "no `toolConfig` (Converse has no `none`); when the conversation holds tool calls, Converse "
+            "needs the tools to read them: they go without a `toolChoice`, and the model may call one",
+            "`toolChoice: {auto}`",
+            "`toolChoice: {any}`",
+            "`toolChoice: {tool: {name}}`",
+        ),
+    },
 )
 
 CHAT_ON_GEMINI = RouteMatrix(
@@ -208,8 +269,30 @@ CHAT_ON_GEMINI = RouteMatrix(
         "safety_identifier": not_sent("Gemini has no end-user field (as `user`)"),
         "metadata": refused("Gemini keeps no stored completions to tag", NOT_EMPTY),
         "service_tier": refused("Gemini's service tiers are not translated", one_of("auto", "default")),
-        "logprobs": refused("log probabilities are not translated back", TRUE),
         **_CHAT_NOWHERE,
+        "logprobs": translated(
+            "`generationConfig.responseLogprobs`; each candidate's `logprobsResult` comes back as the "
+            "choice's `logprobs.content` (token, logprob, bytes), streamed with the chunk it came in"
+        ),
+        "top_logprobs": translated(
+            "`generationConfig.logprobs` (with `logprobs`: true); Gemini's `topCandidates` of each step "
+            "come back as `top_logprobs`"
+        ),
+    },
+    {
+        "tools[].function.strict": not_sent(
+            "Gemini's function declarations have no strict mode (cut with the other keywords it refuses)"
+        ),
+        "response_format.json_schema.strict": not_sent(
+            "`responseSchema` is Gemini's own constrained output: the answer follows the schema either way"
+        ),
+        **_MESSAGE_HINTS,
+        **_tool_choice_variants(
+            "`functionCallingConfig.mode: NONE`",
+            "`functionCallingConfig.mode: AUTO`",
+            "`functionCallingConfig.mode: ANY`",
+            "`mode: ANY` with `allowedFunctionNames: [name]`",
+        ),
     },
 )
 
@@ -261,12 +344,99 @@ MESSAGES_ON_CHAT = RouteMatrix(
     },
 )
 
+RESPONSES_ON_CHAT = RouteMatrix(
+    "Responses → chat completions",
+    "openai-responses",
+    "Anthropic-kind rows, and OpenAI-kind rows on a Bedrock, Gemini or Vertex host (hosts that take chat "
+    "completions only; OpenAI, Azure and compatible clouds get the request as written). The chat request "
+    "then meets the row's chat table above; the answer comes back as a Response (`message` items with "
+    "`output_text`, `function_call` and `reasoning` items, `usage` with cached and reasoning tokens, "
+    "`status` `incomplete` on `max_output_tokens` or `content_filter`), streamed as the Responses events",
+    {
+        "model": translated("the row's upstream model"),
+        "input": translated(
+            "a string → a user message; `message` items (`user`, `assistant`, `system`, `developer`) → chat "
+            "messages, their `input_text`, `input_image` (URL or data URL; by `file_id` refused), "
+            "`input_file` (inline `file_data`; by id or URL refused) and `input_audio` parts → chat parts; "
+            "`function_call` → assistant `tool_calls`; `function_call_output` → `tool` messages; `reasoning` "
+            "items of earlier answers left out (chat has no place for them); other item types refused"
+        ),
+        "instructions": translated("a `system` message before the input"),
+        "max_output_tokens": translated("`max_completion_tokens`"),
+        "temperature": forwarded(),
+        "top_p": forwarded(),
+        "parallel_tool_calls": forwarded(),
+        "tools": translated(
+            "function tools → chat function tools (`parameters`, `strict`); built-in tools (web search, "
+            "file search, computer use, code interpreter, MCP, image generation, custom…) refused naming "
+            "the tool type"
+        ),
+        "tool_choice": translated(
+            "`auto`, `none`, `required` as is; `{type: function, name}` → a named function; other choices "
+            "(allowed tools, built-in tools) refused"
+        ),
+        "text": translated(
+            "`format` `json_schema` → `response_format` json_schema (name, schema, strict), `json_object` → "
+            "json_object, `text` → none; `verbosity` → `verbosity`; the JSON comes back as the message's "
+            "`output_text`, so `responses.parse` reads it"
+        ),
+        "reasoning": translated(
+            "`effort` → `reasoning_effort`; the thinking comes back as a `reasoning` item's summary "
+            "(whatever `summary` asks), its tokens as `output_tokens_details.reasoning_tokens`"
+        ),
+        "metadata": translated("`metadata` (the row's chat table carries it or refuses it)"),
+        "user": forwarded(),
+        "safety_identifier": forwarded(),
+        "service_tier": forwarded("as is (the row's chat table carries it or refuses it)"),
+        "stream": translated(
+            "`stream` with `stream_options.include_usage`; the chunks become `response.created`, "
+            "`response.output_item.added`, `response.content_part.added`, `response.output_text.delta`, "
+            "`…done`, `response.completed` with usage"
+        ),
+        "stream_options": not_sent("`include_obfuscation`: a translated stream carries no obfuscation"),
+        "store": refused("a translated row keeps no stored responses (the answer says `store: false`)", TRUE),
+        "previous_response_id": refused("a translated row keeps no stored responses to continue"),
+        "conversation": refused("a translated row keeps no conversations"),
+        "background": refused("a translated row runs no background responses", TRUE),
+        "background_options": refused("a translated row runs no background responses"),
+        "prompt": refused("stored prompts are OpenAI's"),
+        "include": translated(
+            "`message.output_text.logprobs` → `logprobs: true` (the row's chat table carries it or refuses "
+            "it); the chat `logprobs` come back as each `output_text`'s and each delta's `logprobs`",
+            Condition(
+                'anything but ["message.output_text.logprobs"]',
+                lambda value: value not in (None, [], [LOGPROBS_INCLUDE]),
+            ),
+            "no other extra output (encrypted reasoning, sources, images) is translated",
+        ),
+        "top_logprobs": translated("`top_logprobs` (with the `include` above)"),
+        "truncation": refused("the provider does not truncate the input for the gateway", one_of("disabled")),
+        "max_tool_calls": refused("built-in tool calls are not translated"),
+        "context_management": refused("OpenAI's context management has no counterpart"),
+        "moderation": refused("OpenAI's moderation has no counterpart"),
+        "prompt_cache_key": refused("OpenAI's prompt cache routing has no counterpart"),
+        "prompt_cache_options": refused("OpenAI's prompt cache has no counterpart"),
+        "prompt_cache_retention": refused("OpenAI's prompt cache has no counterpart"),
+        "image": refused("request-level image options are not translated"),
+        "access_programs": refused("OpenAI's access programs have no counterpart"),
+    },
+    {
+        "tools[].strict": translated("`tools[].function.strict` (then as the row's chat table says)"),
+        "text.format.strict": translated(
+            "`response_format.json_schema.strict` (then as the row's chat table says)"
+        ),
+        "reasoning.summary": not_sent("the thinking comes back as a summary whatever it asks"),
+        "tool_choice: allowed_tools": refused("allowed-tools lists are not translated"),
+    },
+)
+
 # The route each translator and dialect applies: (route name, what it is translated to) → matrix.
 MATRICES: dict[str, RouteMatrix] = {
     "chat→messages": CHAT_ON_MESSAGES,
     "chat→converse": CHAT_ON_CONVERSE,
     "chat→gemini": CHAT_ON_GEMINI,
     "messages→chat": MESSAGES_ON_CHAT,
+    "responses→chat": RESPONSES_ON_CHAT,
 }
 
 
@@ -279,8 +449,8 @@ def render_markdown() -> str:
         'modelgate.proxy.translation.field_matrix import render_markdown as r; print(r(), end="")\'',
         "> docs/translation-fields.md`;",
         "`tests/unit/test_field_matrix.py` checks that this file matches, and that every request field",
-        "of the installed `openai` (`chat.completion_create_params`) and `anthropic`",
-        "(`message_create_params`) SDKs has an entry.",
+        "of the installed `openai` (`chat.completion_create_params`, `responses.response_create_params`)",
+        "and `anthropic` (`message_create_params`) SDKs has an entry.",
         "",
         "- **forwarded**: sent as the client wrote it; **translated**: sent as what the table says;",
         "  **refused**: a 400 naming the field and the row's provider (envelope A on chat, B on",
@@ -289,9 +459,10 @@ def render_markdown() -> str:
         "  for.",
         "- A field no table lists is refused too. Another row of the model may still serve the request:",
         "  a refusal is final only when no row can carry it.",
-        "- The Responses API (`/v1/responses`) is not translated: a model serves it only through rows that",
-        "  speak it natively. A Messages request on a Bedrock Converse or Gemini row is first the chat",
-        "  request of the Messages table, then meets that host's table.",
+        "- A Messages request on a Bedrock Converse or Gemini row is first the chat request of the Messages",
+        "  table, then meets that host's table. A Responses request on a row that does not speak the",
+        "  Responses API (Anthropic-kind rows; Bedrock, Gemini and Vertex hosts) is first the chat request",
+        "  of the Responses table, then meets the row's chat table.",
         "",
     ]
     for matrix in MATRICES.values():
@@ -303,8 +474,8 @@ def render_markdown() -> str:
             "| field | handling | what happens |",
         ]
         lines.append("|---|---|---|")
-        for name in sorted(matrix.fields):
-            entry = matrix.fields[name]
+        entries = [*sorted(matrix.fields.items()), *sorted(matrix.sub_fields.items())]
+        for name, entry in entries:
             handling = entry.handling
             detail = entry.detail
             if entry.refused_when is not None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from modelgate.domain.errors import UpstreamUnavailable
+from modelgate.proxy.translation.base import translated_answer
 from modelgate.proxy.translation.chat_stream_to_messages import MessagesEventStream
 from modelgate.proxy.translation.messages_to_chat import chat_request_of, message_of
 from modelgate.proxy.translation.registry import register
@@ -21,16 +21,7 @@ class MessagesOnChatCompletions:
         return orjson.dumps(chat_request_of(payload, upstream_model))
 
     def response_body(self, body: bytes, model: str, payload: dict[str, Any]) -> bytes:
-        try:
-            completion = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise UpstreamUnavailable("The provider answered with a body that is not JSON.") from None
-        if not isinstance(completion, dict):
-            raise UpstreamUnavailable("The provider answered with an unexpected body.")
-        try:
-            return orjson.dumps(message_of(completion, model))
-        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:  # fields of other types
-            raise UpstreamUnavailable(f"The provider answered with an unexpected body ({exc!r}).") from None
+        return translated_answer(body, lambda completion: message_of(completion, model))
 
     def stream(self, model: str, payload: dict[str, Any]) -> MessagesEventStream:
         return MessagesEventStream(model)

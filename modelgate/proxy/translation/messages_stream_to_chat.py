@@ -80,12 +80,8 @@ class ChatChunkStream(EventStreamTranslator):
     def _on_event(self, event: SseEvent, out: list[bytes]) -> None:
         if event.name == "ping" or self._ended:
             return
-        try:
-            data = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            self._fail("The provider sent an unreadable stream event.", out)
-            return
-        if not isinstance(data, dict):
+        data = self._json_event(event, out)
+        if data is None:
             return
         kind = data.get("type") or event.name
         if kind == "content_block_delta":

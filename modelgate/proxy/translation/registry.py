@@ -14,8 +14,15 @@ def register(route_name: str, upstream_kind: str, translator: Translator) -> Non
     _REGISTRY[(route_name, upstream_kind)] = translator
 
 
-def translator_for(route_name: str, upstream_kind: str, native_messages: bool = False) -> Translator | None:
-    """The translator for a route on a provider kind, or None when no translation is needed."""
+def translator_for(
+    route_name: str, upstream_kind: str, native_messages: bool = False, native_responses: bool = True
+) -> Translator | None:
+    """The translator for a route on a provider kind, or None when no translation is needed.
+
+    An OpenAI-kind host speaks the Responses API unless its dialect says otherwise (`native_responses`:
+    Bedrock Converse, Gemini and Vertex take chat completions only)."""
     if native_messages and route_name in _MESSAGES_ROUTES:
+        return None
+    if native_responses and route_name == "responses" and upstream_kind == "openai":
         return None
     return _REGISTRY.get((route_name, upstream_kind))

@@ -7,6 +7,7 @@ chunks (even inside a line, or between `\\r` and `\\n`) comes out whole once its
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -139,6 +140,30 @@ class EventStreamTranslator:
 
     def _on_event(self, event: SseEvent, out: list[bytes]) -> None:
         raise NotImplementedError
+
+    def _json_event(self, event: SseEvent, out: list[bytes]) -> dict[str, Any] | None:
+        """The event's JSON object; None for JSON of another type, or (the stream then failed) for an event
+        that is not JSON."""
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            self._fail("The provider sent an unreadable stream event.", out)
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _chat_chunk(self, event: SseEvent, out: list[bytes]) -> dict[str, Any] | None:
+        """The chat completion chunk an OpenAI-style stream event carries; None once `[DONE]` closed the
+        answer, or when the stream failed (an unreadable event, a chunk carrying `error`)."""
+        if event.data == b"[DONE]":
+            self._close(out)
+            return None
+        chunk = self._json_event(event, out)
+        error = chunk.get("error") if chunk is not None else None
+        if error is not None:
+            message = error.get("message") if isinstance(error, dict) else None
+            self._fail(message if isinstance(message, str) else "The provider reported a stream error.", out)
+            return None
+        return chunk
 
     def _answer_finished(self) -> bool:
         raise NotImplementedError

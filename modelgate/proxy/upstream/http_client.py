@@ -22,7 +22,7 @@ import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import httptools
 
@@ -81,19 +81,23 @@ class _Connection(asyncio.Protocol):
 
     def flush_out(self) -> None:
         out, self._out = self._out, None
-        if out is not None and not self.closed and not self.transport.is_closing():
+        transport = self.transport
+        if out is not None and not self.closed and transport is not None and not transport.is_closing():
             self._write(*out)
 
     def _write(self, head: bytes, body: bytes | None) -> None:
+        transport = self.transport
+        if transport is None:  # never: a connection is used once connected
+            return
         if body:
-            self.transport.writelines((head, body))
+            transport.writelines((head, body))
         else:
-            self.transport.write(head)
+            transport.write(head)
 
     # asyncio protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's: reads and writes
 
     def data_received(self, data: bytes) -> None:
         answer = self.answer
@@ -127,20 +131,27 @@ class _Connection(asyncio.Protocol):
             # for): none of it belongs to this request, and the connection cannot be trusted any more.
             self.abort()
 
+    # (data_received feeds the parser only while an answer is awaited: `answer` is set in each of these)
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.answer.raw_headers.append((name, value))
+        answer = self.answer
+        if answer is not None:
+            answer.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        if not self.closed:
-            self.answer.head_complete(self.parser.get_status_code(), self.parser.should_keep_alive())
+        answer = self.answer
+        if answer is not None and not self.closed:
+            answer.head_complete(self.parser.get_status_code(), self.parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
-        if not self.closed:
-            self.answer.feed(body)
+        answer = self.answer
+        if answer is not None and not self.closed:
+            answer.feed(body)
 
     def on_message_complete(self) -> None:
-        if not self.closed:
-            self.answer.message_complete()
+        answer = self.answer
+        if answer is not None and not self.closed:
+            answer.message_complete()
 
     def abort(self) -> None:
         self.closed = True
@@ -150,8 +161,8 @@ class _Connection(asyncio.Protocol):
 
 
 class UpstreamAnswer:
-    """A provider's answer, with the surface the forwarder relays: `status`, `headers` (lower-case names),
-    `read()`, `content.read(n)`, `content.iter_any()`, `release()` and `close()`.
+    """A provider's answer: an `UpstreamResponse` whose body (`content`) is itself, an `AnswerBody`
+    (modelgate/proxy/upstream/providers.py); headers by lower-case name.
     """
 
     __slots__ = (
@@ -225,9 +236,15 @@ class UpstreamAnswer:
     def feed(self, data: bytes) -> None:
         self._chunks.append(data)
         self._buffered += len(data)
-        if self._buffered > _PAUSE_ABOVE and not self._paused and self._conn is not None:
+        conn = self._conn
+        if (
+            self._buffered > _PAUSE_ABOVE
+            and not self._paused
+            and conn is not None
+            and conn.transport is not None
+        ):
             self._paused = True
-            self._conn.transport.pause_reading()
+            conn.transport.pause_reading()
         if self._waiter is not None:  # a stream's pieces after the first of a pass find it gone
             self._wake()
 
@@ -349,9 +366,10 @@ class UpstreamAnswer:
         return self._done and not self._chunks and self._error is None
 
     def _resume(self) -> None:
-        if self._paused and self._conn is not None and not self._conn.closed:
+        conn = self._conn
+        if self._paused and conn is not None and not conn.closed and conn.transport is not None:
             self._paused = False
-            self._conn.transport.resume_reading()
+            conn.transport.resume_reading()
 
     # letting go
 
@@ -362,7 +380,7 @@ class UpstreamAnswer:
             return
         self._conn = None
         if self._done and self._error is None and self._keep_alive and not conn.closed:
-            if self._paused:
+            if self._paused and conn.transport is not None:
                 # Back-pressure paused reading as the answer's last bytes came in: a connection pooled
                 # paused would never see the next answer (it would wait out its first-byte timeout).
                 self._paused = False
@@ -397,7 +415,11 @@ class _Pieces:
         return self
 
     def __anext__(self) -> Coroutine[Any, Any, bytes]:
-        return self._answer.next_piece()
+        answer = self._answer
+        if answer._done and not answer._chunks and answer._error is None:
+            # Read to its end: said at once, without a coroutine (the relay reads every stream to its end).
+            raise StopAsyncIteration
+        return answer.next_piece()
 
 
 class Deadlines:
@@ -525,7 +547,7 @@ class ConnectionPool:
         while idle and not fresh:
             conn = idle.pop()
             if not conn.closed and conn.loop.time() - conn.idle_since < self._keepalive:
-                if not conn.transport.is_closing():
+                if conn.transport is not None and not conn.transport.is_closing():
                     return conn, True
             self.drop(conn)
         loop = asyncio.get_running_loop()

@@ -24,6 +24,8 @@ _SSE = CIMultiDict({"content-type": "text/event-stream", "cache-control": "no-ca
 
 
 class _Content:
+    """The mock answer's body (an `AnswerBody`): its pieces, made in memory."""
+
     __slots__ = ("_chunks",)
 
     def __init__(self, chunks: list[bytes]) -> None:
@@ -33,20 +35,28 @@ class _Content:
         for chunk in self._chunks:
             yield chunk
 
+    def at_eof(self) -> bool:
+        return False  # never says so: each piece goes out as it is read, the end with the generator's
+
+    async def read(self, n: int = -1) -> bytes:
+        body = b"".join(self._chunks)
+        return body if n < 0 else body[:n]
+
 
 class MockResponse:
-    """Quacks like aiohttp.ClientResponse for the forwarder."""
+    """The mock provider's answer (an `UpstreamResponse`, modelgate/proxy/upstream/providers.py)."""
 
-    __slots__ = ("_body", "content", "headers", "status")
+    __slots__ = ("_body", "content", "credential", "headers", "status")
 
-    def __init__(self, status: int, headers: CIMultiDict, chunks: list[bytes]) -> None:
+    def __init__(self, status: int, headers: CIMultiDict[str], chunks: list[bytes]) -> None:
         self.status = status
         self.headers = headers
+        self.credential = ""  # no key
         self.content = _Content(chunks)
         self._body = b"".join(chunks)
 
-    async def read(self) -> bytes:
-        return self._body
+    async def read(self, n: int = -1) -> bytes:
+        return self._body if n < 0 else self._body[:n]
 
     def close(self) -> None:
         return None
@@ -105,6 +115,7 @@ class MockUpstream:
 
     kind = "mock"
     native_messages = True
+    native_responses = True
     pool = None  # in process: no connections
 
     def __init__(self, name: str) -> None:
@@ -189,9 +200,7 @@ class MockUpstream:
         return MockResponse(200, _SSE, chunks)
 
     def _completion(self, p: dict) -> MockResponse:
-        prompt = p.get("prompt")
-        if not isinstance(prompt, str):
-            prompt = ""
+        prompt = p["prompt"] if isinstance(p.get("prompt"), str) else ""
         words, truncated = _reply(prompt, p.get("max_tokens"))
         usage = {"prompt_tokens": _words(prompt), "completion_tokens": len(words)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -227,9 +236,7 @@ class MockUpstream:
     def _embeddings(self, p: dict) -> MockResponse:
         inputs = p.get("input")
         items = inputs if isinstance(inputs, list) else [inputs]
-        dims = p.get("dimensions")
-        if not isinstance(dims, int) or dims <= 0:
-            dims = 8
+        dims = p["dimensions"] if isinstance(p.get("dimensions"), int) and p["dimensions"] > 0 else 8
         data, tokens = [], 0
         for index, item in enumerate(items):
             text = item if isinstance(item, str) else orjson.dumps(item).decode()

@@ -2,9 +2,9 @@
 
 A provider's requests whose body is in memory go through the pooled HTTP/1.1 client of
 modelgate/proxy/upstream/http_client.py; a multipart upload relayed as it arrives and the realtime WebSocket
-go through an aiohttp ClientSession, made on first use. Either answer has the same surface (`status`,
-`headers`,
-`read()`, `content.iter_any()`, `close()`), so the forwarder relays a real provider and the mock alike.
+go through an aiohttp ClientSession, made on first use. Every answer — the pooled client's, an upload's, a
+dialect's rewritten one, the mock's — is an `UpstreamResponse` whose body is an `AnswerBody`, so the
+forwarder and the stream relay read a real provider and the mock alike, with no duck-typing.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -51,13 +51,80 @@ class StreamedBody(Protocol):
     def __aiter__(self) -> AsyncIterator[bytes]: ...
 
 
-class UpstreamResponse(Protocol):
-    status: int
-    headers: Any
-    content: Any
+class AnswerBody(Protocol):
+    """The body of an upstream answer, as the forwarder and the stream relay read it. Two kinds stand
+    behind it: a reader fed by a connection (the pooled client's `UpstreamAnswer`, aiohttp's `StreamReader`
+    for an upload), which knows when the whole body is in (`at_eof`), and a generator that rewrites or makes
+    the pieces (a dialect's `TranslatedAnswer`, a `LocalAnswer`, the mock), which ends only once read to its
+    end. The relay reads every body to its end (StopAsyncIteration), so it need not know which it has."""
 
-    async def read(self) -> bytes: ...
-    def close(self) -> None: ...
+    def iter_any(self) -> AsyncIterator[bytes]:
+        """Each piece of the body as it arrives (pieces that arrived together come as one)."""
+        ...
+
+    def at_eof(self) -> bool:
+        """Whether the whole body is in and every piece of it was read: a piece read then is the last."""
+        ...
+
+    async def read(self, n: int = -1) -> bytes:
+        """The whole body (n < 0), or up to n bytes of it."""
+        ...
+
+
+class UpstreamResponse(Protocol):
+    """A provider's answer once its head is in."""
+
+    status: int
+    credential: str  # the fingerprint of the key it was asked with ("" for none; key_ring.py)
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Its headers, by lower-case name (aiohttp's are case-insensitive)."""
+        ...
+
+    @property
+    def content(self) -> AnswerBody: ...
+
+    async def read(self, n: int = -1) -> bytes:
+        """The whole body (n < 0; the connection goes back to its pool), or up to n bytes of it."""
+        ...
+
+    def release(self) -> None:
+        """Done with an answer read to its end: its connection may serve another request."""
+        ...
+
+    def close(self) -> None:
+        """Let go of the answer at once, whatever is left unread (its connection is not reused)."""
+        ...
+
+
+class UploadAnswer:
+    """The answer to a multipart upload relayed as it arrives (aiohttp's ClientResponse), as an
+    `UpstreamResponse`: the same answer with the key fingerprint it was asked with."""
+
+    __slots__ = ("_answer", "credential", "status")
+
+    def __init__(self, answer: aiohttp.ClientResponse, credential: str) -> None:
+        self._answer = answer
+        self.status = answer.status
+        self.credential = credential
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._answer.headers
+
+    @property
+    def content(self) -> aiohttp.StreamReader:
+        return self._answer.content
+
+    async def read(self, n: int = -1) -> bytes:
+        return await self._answer.read() if n < 0 else await self._answer.content.read(n)
+
+    def release(self) -> None:
+        self._answer.release()
+
+    def close(self) -> None:
+        self._answer.close()
 
 
 class Upstream(Protocol):
@@ -65,6 +132,7 @@ class Upstream(Protocol):
     kind: str
     host: str
     native_messages: bool
+    native_responses: bool  # an OpenAI-kind host that takes the Responses API (else it is translated)
 
     @property
     def pool(self) -> ConnectionPool | None:
@@ -108,6 +176,7 @@ class HttpUpstream:
         parts = urlsplit(config.base_url)
         self.host = parts.hostname or config.name
         self.native_messages = bool(config.native_messages)
+        self.native_responses = True
         self._anthropic_version = config.anthropic_version
         self._base = config.base_url.rstrip("/")
         self._base_path = parts.path.rstrip("/")
@@ -138,7 +207,8 @@ class HttpUpstream:
         # The fixed part of every request's head, written once: host, then the provider's headers.
         secure = parts.scheme == "https"
         port = parts.port or (443 if secure else 80)
-        authority = (parts.hostname or "") if parts.port is None else f"{parts.hostname}:{parts.port}"
+        hostname = parts.hostname or ""
+        authority = hostname if parts.port is None else f"{hostname}:{parts.port}"
         if parts.hostname and ":" in parts.hostname:  # an IPv6 literal
             authority = f"[{parts.hostname}]" if parts.port is None else f"[{parts.hostname}]:{parts.port}"
         self.authority = authority.encode("idna").decode("ascii")  # the `host` header it sends
@@ -290,7 +360,7 @@ class HttpUpstream:
 
     async def _send_streamed(
         self, method: str, path: str, body: StreamedBody, request_id: str, client_headers: Any
-    ) -> aiohttp.ClientResponse:
+    ) -> UploadAnswer:
         """A multipart upload relayed as it arrives, through aiohttp's client (it streams request bodies)."""
         extra = self._messages_headers(path, client_headers) if self._speaks_messages else []
         return await self.upload(method, self._row_path(path), extra, body, request_id)
@@ -302,7 +372,7 @@ class HttpUpstream:
         headers: Sequence[tuple[str, str]],
         body: StreamedBody,
         request_id: str,
-    ) -> aiohttp.ClientResponse:
+    ) -> UploadAnswer:
         """A multipart upload relayed as it arrives to `target` (this host's path and query), with `headers`
         after the fixed ones and one key of the ring. For a dialect whose paths are its own (Azure's)."""
         sent = self._headers.copy()
@@ -324,10 +394,10 @@ class HttpUpstream:
             raise UpstreamFailure(f"{self.name}: no response within {self._read_timeout:g}s") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamFailure(f"{self.name}: {exc.__class__.__name__}") from exc
-        if credential is not None:
-            answer.credential = credential.fingerprint
-            self._keys.answered(credential, answer.status, answer.headers)
-        return answer
+        if credential is None:
+            return UploadAnswer(answer, "")
+        self._keys.answered(credential, answer.status, answer.headers)
+        return UploadAnswer(answer, credential.fingerprint)
 
     async def connect_realtime(self, model: str, request_id: str) -> aiohttp.ClientWebSocketResponse:
         """The provider's realtime WebSocket, `{base_url}/realtime?model=…`, with the provider's key."""

@@ -242,6 +242,36 @@ def test_a_client_that_closes_a_stream_is_charged_for_what_was_delivered(
     assert row["cost_micros"] <= chat_reservation(sizes.by_request_id[request_id], max_tokens)
 
 
+def test_a_client_that_leaves_once_the_final_event_reached_it_is_charged_as_completed(
+    start_gateway, upstream: FakeUpstream
+) -> None:
+    gateway = start_gateway(extra=models_toml(upstream))
+    tenant = register_tenant(gateway.base_url)
+    # Every event, [DONE] included, is sent; the provider's answer then stays open (never released): the
+    # stream can only end by its client leaving.
+    upstream.add_fault(CHAT, Fault(hold_after_last_chunk="after-done"))
+    request_id = new_request_id()
+    body = {"model": "exact-chat", "messages": [{"role": "user", "content": words(5)}], "stream": True}
+    headers = {"authorization": f"Bearer {tenant.api_key}", "x-request-id": request_id}
+    received = b""
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream("POST", f"{gateway.base_url}{CHAT}", json=body, headers=headers) as answer,
+    ):
+        assert answer.status_code == 200
+        for piece in answer.iter_raw():
+            received += piece
+            if b"data: [DONE]" in received:
+                break  # the client has the final event, and leaves before the body's end
+
+    rows = rows_after_barrier(gateway.base_url, gateway.storage_url, tenant, request_id)
+    assert len(rows) == 1, str(rows)
+    row = rows[0]
+    assert (row["status"], row["outcome"]) == (200, "completed"), str(row)
+    assert not row["usage_estimated"] and row["output_tokens"] == 6  # the reported usage: `echo: ` + 5 words
+    assert row["cost_micros"] == row["input_tokens"] * INPUT_MICROS + 6 * OUTPUT_MICROS
+
+
 def test_fifty_streams_read_to_the_end_are_completed_and_charged_the_reported_usage(
     start_gateway, upstream: FakeUpstream
 ) -> None:

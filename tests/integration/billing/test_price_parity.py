@@ -169,9 +169,10 @@ name = "gcp"
         providers
         + model("p-openai", '"chat", "responses"', "fake-openai", None,
                 sheet(OPENAI, OPENAI_TOOLS, tiers={"priority": OPENAI_PRIORITY}))
-        + model("p-claude", '"messages", "chat"', "fake-anthropic", "claude-sonnet-4-5", claude)
-        + model("p-converse", '"chat"', "bedrock", "meta.llama3-1-70b-instruct-v1:0", sheet(CONVERSE))
-        + model("p-gemini", '"chat"', "google", "gemini-2.5-flash", gemini)
+        + model("p-claude", '"messages", "chat", "responses"', "fake-anthropic", "claude-sonnet-4-5", claude)
+        + model("p-converse", '"chat", "responses"', "bedrock", "meta.llama3-1-70b-instruct-v1:0",
+                sheet(CONVERSE))
+        + model("p-gemini", '"chat", "responses"', "google", "gemini-2.5-flash", gemini)
         + model("p-azure", '"chat"', "azure", "gpt4o-prod", sheet(AZURE))
         + model("p-invoke", '"messages"', "bedrock-claude", CLAUDE_ON_BEDROCK, claude)
         + model("p-vertex-claude", '"messages"', "vertex-claude", "claude-sonnet-4-6", claude)
@@ -381,6 +382,56 @@ CASES = [
         ),
     ),
     Case(
+        "responses translated to anthropic messages: cache 5m/1h",
+        "responses-on-anthropic",
+        "p-claude",
+        {
+            "input_tokens": 50,
+            "cache_read_input_tokens": 900,
+            "cache_creation_input_tokens": 300,
+            "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200},
+            "output_tokens": 70,
+        },
+        bill(
+            (50, CLAUDE["input"]),
+            (900, CLAUDE["cached"]),
+            (100, CLAUDE["write_5m"]),
+            (200, CLAUDE["write_1h"]),
+            (70, CLAUDE["output"]),
+        ),
+    ),
+    Case(
+        "responses translated to bedrock converse: cache read / write",
+        "responses-on-converse",
+        "p-converse",
+        {
+            "inputTokens": 30,
+            "outputTokens": 8,
+            "totalTokens": 57,
+            "cacheReadInputTokens": 12,
+            "cacheWriteInputTokens": 7,
+        },
+        bill(
+            (30, CONVERSE["input"]),
+            (12, CONVERSE["cached"]),
+            (7, CONVERSE["write_5m"]),
+            (8, CONVERSE["output"]),
+        ),
+    ),
+    Case(
+        "responses translated to gemini: cached, thoughts",
+        "responses-on-gemini",
+        "p-gemini",
+        {
+            "promptTokenCount": 800,
+            "cachedContentTokenCount": 300,
+            "candidatesTokenCount": 120,
+            "thoughtsTokenCount": 80,
+            "totalTokenCount": 1000,
+        },
+        bill((500, GEMINI["input"]), (300, GEMINI["cached"]), (200, GEMINI["output"])),
+    ),
+    Case(
         "azure cached + reasoning",
         "azure",
         "p-azure",
@@ -468,11 +519,12 @@ _ANTHROPIC_SDK = ("anthropic", "invoke", "vertex-claude")
 
 def _report(case: Case, fakes: Fakes) -> None:
     """Have the case's fake provider report the case's usage on its next answers."""
-    if case.dialect in ("openai", "anthropic", "chat-on-anthropic", "responses"):
+    if case.dialect in ("openai", "anthropic", "chat-on-anthropic", "responses", "responses-on-anthropic"):
         path = {
             "openai": "/v1/chat/completions",
             "anthropic": "/v1/messages",
             "chat-on-anthropic": "/v1/messages",
+            "responses-on-anthropic": "/v1/messages",
             "responses": "/v1/responses",
         }
         reported: dict = {"usage": case.reported}
@@ -481,11 +533,11 @@ def _report(case: Case, fakes: Fakes) -> None:
         if case.output_items:
             reported["output_items"] = list(case.output_items)
         fakes.upstream.add_fault(path[case.dialect], Fault(report_usage=reported))
-    elif case.dialect == "converse":
+    elif case.dialect in ("converse", "responses-on-converse"):
         fakes.bedrock.state.report_usage = case.reported
     elif case.dialect == "invoke":
         fakes.bedrock.state.report_claude_usage = case.reported
-    elif case.dialect in ("gemini", "vertex-gemini"):
+    elif case.dialect in ("gemini", "vertex-gemini", "responses-on-gemini"):
         fakes.gemini.state.report_usage = case.reported
     elif case.dialect == "vertex-claude":
         fakes.gemini.state.report_claude_usage = case.reported
@@ -510,7 +562,7 @@ def _send(case: Case, stream: bool, base_url: str, api_key: str, request_id: str
         client.images.generate(model=case.model, prompt="a cat", n=2, size="1024x1024", quality="high",
                                extra_headers=headers)  # fmt: skip
         return
-    if case.dialect == "responses":
+    if case.dialect.startswith("responses"):
         answer = client.responses.create(
             model=case.model, input="hi", max_output_tokens=MAX_TOKENS, stream=stream, extra_headers=headers
         )

@@ -355,7 +355,8 @@ def test_sign_in_options_name_only_the_providers_of_the_emails_domain(
 
 
 def _provider(gateway: ThreadedGateway, name: str, domains: list[str], *, discovered: bool) -> str:
-    """An identity provider of a new organization, stored as discovery would leave it."""
+    """An identity provider of a new organization, stored as discovery would leave it, its domains
+    verified by that organization (as the operator's approval would leave them)."""
     owner = register(gateway).json()["token"]
     reply = call(
         gateway,
@@ -383,6 +384,14 @@ def _provider(gateway: ThreadedGateway, name: str, domains: list[str], *, discov
                     "http://127.0.0.1:9/authorize",
                     provider_id,
                 )
+                for domain in domains:
+                    await db.execute(
+                        "INSERT INTO sso_domains (organization_id, domain, token, created_at, verified_at,"
+                        " verified_by) SELECT organization_id, $2, 'token', 1, 1, 'operator'"
+                        " FROM oidc_providers WHERE id = $1",
+                        provider_id,
+                        domain,
+                    )
             finally:
                 await db.close()
 

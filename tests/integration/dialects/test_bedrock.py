@@ -68,7 +68,7 @@ def _rows(model: str, provider: str, upstream: str, *hosts: str) -> str:
         f'upstream_model = "{upstream}"\npriority = {n}\n'
         for n, host in enumerate(hosts)
     )
-    return f'[[models]]\nname = "{model}"\nkinds = ["chat", "messages"]\n{rows}'
+    return f'[[models]]\nname = "{model}"\nkinds = ["chat", "messages", "responses"]\n{rows}'
 
 
 STATIC = f'aws_access_key_id = "{KEY_ID}"\naws_secret_access_key = "{SECRET}"'
@@ -679,3 +679,81 @@ def test_an_image_url_to_converse_is_refused_and_never_fetched(client, east) -> 
         client.chat.completions.create(model="llama", messages=[{"role": "user", "content": [part]}])
     assert "inline" in refused.value.body["message"]
     assert east.requests == []  # the URL points at the fake itself: nothing fetched it
+
+
+# -- the Responses API, translated to chat, then to Converse or InvokeModel ---------------------------------
+
+
+@pytest.mark.parametrize("model", ["claude", "llama"])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_responses_parse_on_bedrock(client, east, model: str, stream: bool) -> None:
+    if stream:
+        with client.responses.stream(model=model, input="Ada wrote programs", text_format=Person) as events:
+            kinds = [event.type for event in events]
+            response = events.get_final_response()
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+        assert kinds.count("response.output_text.delta") == 2  # the fake's two halves of the tool input
+    else:
+        response = client.responses.parse(model=model, input="Ada wrote programs", text_format=Person)
+    assert response.output_parsed == PERSON
+    assert response.usage is not None and response.usage.input_tokens > 0
+    sent = east.requests[-1].json
+    if model == "claude":  # InvokeModel: the Messages body
+        assert sent["tool_choice"] == {"type": "tool", "name": "json_answer"}
+    else:  # Converse
+        assert sent["toolConfig"]["toolChoice"] == {"tool": {"name": "json_answer"}}
+
+
+def test_responses_with_a_function_tool_on_converse(client, east) -> None:
+    tool = {"type": "function", **TOOLS[0]["function"]}
+    response = client.responses.create(model="llama", input="weather in Paris?", tools=[tool])
+    [call] = [item for item in response.output if item.type == "function_call"]
+    assert (call.name, call.arguments) == ("get_weather", '{"city":"Paris"}')
+    assert east.requests[-1].json["toolConfig"]["tools"][0]["toolSpec"]["name"] == "get_weather"
+
+
+def test_a_responses_field_converse_cannot_carry_is_refused_naming_the_provider(client, east) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="llama", input="hi", parallel_tool_calls=False)
+    assert refused.value.body["message"].startswith(
+        "'parallel_tool_calls' cannot be sent to provider 'llama'"
+    )
+    assert east.requests == []
+
+
+def test_a_responses_image_url_to_converse_is_refused_and_never_fetched(client, east) -> None:
+    part = {"type": "input_image", "image_url": f"{east.base_url}/cat.png", "detail": "auto"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="llama", input=[{"role": "user", "content": [part]}])
+    assert "inline" in refused.value.body["message"]
+    assert east.requests == []  # the URL points at the fake itself: nothing fetched it
+
+
+def test_an_image_url_to_claude_on_bedrock_is_refused_and_never_fetched(claude, client, east) -> None:
+    image = {"type": "image", "source": {"type": "url", "url": f"{east.base_url}/cat.png"}}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="claude", max_tokens=20, messages=[{"role": "user", "content": [image]}])
+    assert "inline bytes only" in refused.value.message
+    part = {"type": "input_image", "image_url": f"{east.base_url}/cat.png", "detail": "auto"}
+    with pytest.raises(openai.BadRequestError) as also:
+        client.responses.create(model="claude", input=[{"role": "user", "content": [part]}])
+    assert "'messages' cannot be sent to provider 'claude'" in str(also.value)
+    assert east.requests == []  # the URL points at the fake itself: nothing fetched it
+
+
+def test_responses_sampling_and_end_user_fields_reach_converse(client, east) -> None:
+    client.responses.create(
+        model="llama",
+        input="hi",
+        instructions="Be brief.",
+        temperature=0.2,
+        top_p=0.9,
+        max_output_tokens=40,
+        user="u-1",
+        safety_identifier="s-1",
+        metadata={"team": "a"},
+    )
+    sent = east.requests[-1].json
+    assert sent["system"] == [{"text": "Be brief."}]
+    assert sent["inferenceConfig"] == {"temperature": 0.2, "topP": 0.9, "maxTokens": 40}
+    assert sent["requestMetadata"] == {"team": "a", "user": "u-1", "safety_identifier": "s-1"}

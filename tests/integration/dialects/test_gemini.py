@@ -69,7 +69,7 @@ api_key = "{KEYS[1]}"
 
 [[models]]
 name = "gem"
-kinds = ["chat", "messages"]
+kinds = ["chat", "messages", "responses"]
 [[models.rows]]
 provider = "google"
 host = "first"
@@ -447,7 +447,7 @@ def test_reasoning_effort_on_gemini_3_is_a_thinking_level_streamed_as_reasoning(
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("logprobs", True), ("store", True), ("parallel_tool_calls", False), ("metadata", {"a": "b"})],
+    [("store", True), ("parallel_tool_calls", False), ("metadata", {"a": "b"})],
 )
 def test_a_field_gemini_cannot_carry_is_refused_naming_the_provider(client, fake, field, value) -> None:
     before = len(fake.requests)
@@ -504,3 +504,116 @@ def test_messages_effort_reaches_gemini_and_its_thoughts_come_back_as_a_thinking
     assert fake.requests[-1].json["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 8192
     assert [block.type for block in message.content] == ["thinking", "text"]
     assert (message.content[0].thinking, message.content[1].text) == ("thinking it over", "echo: hi")
+
+
+# -- the Responses API, translated to chat, then to generateContent -----------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_responses_parse_goes_as_a_response_schema(client, fake, stream: bool) -> None:
+    if stream:
+        with client.responses.stream(model="gem", input="Ada wrote programs", text_format=Person) as events:
+            kinds = [event.type for event in events]
+            response = events.get_final_response()
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    else:
+        response = client.responses.parse(model="gem", input="Ada wrote programs", text_format=Person)
+    assert response.output_parsed == Person(name="Ada wrote programs", words=3)
+    config = fake.requests[-1].json["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseSchema"]["properties"].keys() == {"name", "words"}
+    assert response.usage.input_tokens == USAGE["promptTokenCount"]
+
+
+def test_responses_reasoning_is_a_thinking_budget_and_comes_back_as_a_reasoning_item(client, fake) -> None:
+    response = client.responses.create(model="gem", input="hi", reasoning={"effort": "low"})
+    assert fake.requests[-1].json["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 1024
+    assert [item.type for item in response.output] == ["reasoning", "message"]
+
+
+LOGPROBS = ["message.output_text.logprobs"]
+
+
+def test_responses_logprobs_are_gemini_logprobs_on_the_output_text(client, fake) -> None:
+    response = client.responses.create(model="gem", input="one two", include=LOGPROBS, top_logprobs=2)
+    config = fake.requests[-1].json["generationConfig"]
+    assert (config["responseLogprobs"], config["logprobs"]) == (True, 2)
+    [part] = response.output[0].content
+    assert [(t.token, t.logprob) for t in part.logprobs] == [("echo:", 0.0), (" one", -0.5), (" two", -1.0)]
+    assert [alt.token for alt in part.logprobs[2].top_logprobs] == [" two", "alt1"]
+
+
+def test_streamed_responses_logprobs_come_with_the_deltas_and_the_done_text(client) -> None:
+    with client.responses.stream(model="gem", input="one two", include=LOGPROBS) as stream:
+        deltas = [t.token for e in stream if e.type == "response.output_text.delta" for t in e.logprobs]
+        final = stream.get_final_response()
+    assert "".join(deltas) == "echo: one two"
+    assert [t.token for t in final.output[0].content[0].logprobs] == deltas
+
+
+def test_other_responses_include_values_are_refused_naming_the_provider(client, fake) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="gem", input="hi", include=["reasoning.encrypted_content"])
+    assert refused.value.body["message"].startswith("'include' cannot be sent to provider 'google'")
+    assert fake.requests == []
+
+
+# -- log probabilities ---------------------------------------------------------------------------------------
+
+
+def test_logprobs_are_response_logprobs_and_come_back_per_token(client, fake) -> None:
+    reply = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "one two"}], logprobs=True, top_logprobs=2
+    )
+    config = fake.requests[-1].json["generationConfig"]
+    assert (config["responseLogprobs"], config["logprobs"]) == (True, 2)
+    content = reply.choices[0].logprobs.content
+    assert "".join(token.token for token in content) == reply.choices[0].message.content == "echo: one two"
+    assert [token.logprob for token in content] == [0.0, -0.5, -1.0]
+    assert content[1].bytes == list(content[1].token.encode())
+    assert [(alt.token, alt.logprob) for alt in content[1].top_logprobs] == [(" one", -0.5), ("alt1", -1.5)]
+
+
+def test_logprobs_without_alternatives_send_no_logprobs_count(client, fake) -> None:
+    reply = client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "hi"}], logprobs=True
+    )
+    assert "logprobs" not in fake.requests[-1].json["generationConfig"]
+    assert [token.top_logprobs for token in reply.choices[0].logprobs.content] == [[], []]
+
+
+def test_streamed_logprobs_arrive_with_the_chunks(client) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="gem", messages=[{"role": "user", "content": "one two"}], logprobs=True, stream=True
+        )
+    )
+    tokens = [
+        t.token for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content
+    ]
+    assert "".join(tokens) == "echo: one two"
+
+
+def test_top_logprobs_without_logprobs_is_a_400_and_nothing_is_sent(client, fake) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="gem", messages=[{"role": "user", "content": "hi"}], top_logprobs=2
+        )
+    assert "'top_logprobs' requires 'logprobs'" in refused.value.body["message"]
+    assert fake.requests == []
+
+
+def test_a_responses_input_file_goes_inline_and_a_file_by_id_is_refused(client, fake) -> None:
+    pdf = "data:application/pdf;base64,JVBERi0xLjQK"
+    part = {"type": "input_file", "file_data": pdf, "filename": "a.pdf"}
+    client.responses.create(
+        model="gem", input=[{"role": "user", "content": [{"type": "input_text", "text": "read"}, part]}]
+    )
+    parts = fake.requests[-1].json["contents"][0]["parts"]
+    assert parts[1] == {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0xLjQK"}}
+    sent_before = len(fake.requests)
+    by_id = {"type": "input_file", "file_id": "file-123"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="gem", input=[{"role": "user", "content": [by_id]}])
+    assert refused.value.body["message"].startswith("'input' cannot be sent to provider 'google'")
+    assert len(fake.requests) == sent_before

@@ -50,7 +50,7 @@ def presets_toml(storage_url: str, fakes: dict[str, PresetFake]) -> str:
     models = ""
     served = {f"{name}-model": (name,) for name in PRESETS} | FAILOVER_MODELS
     for model, rows in served.items():
-        models += f'\n[[models]]\nname = "{model}"\nkinds = ["chat", "messages"]\n'
+        models += f'\n[[models]]\nname = "{model}"\nkinds = ["chat", "messages", "responses"]\n'
         for priority, host in enumerate(rows):
             models += f'[[models.rows]]\nprovider = "compat"\nhost = "{host}"\npriority = {priority}\n'
     return f"""
@@ -221,6 +221,32 @@ def test_messages_plain_and_streamed_with_tools(claude, fakes, running, preset) 
     assert final.usage.output_tokens > 0
     sent = _sent(fakes[preset])
     assert sent["stream"] is True and ("stream_options" in sent) == (preset != "mistral")
+
+
+@pytest.mark.parametrize("preset", ("mistral", "ollama"))
+def test_a_responses_request_reaches_a_host_without_the_responses_api_as_chat(client, fakes, preset) -> None:
+    answer = client.responses.create(model=f"{preset}-model", input="hi", instructions="be brief")
+    sent = _sent(fakes[preset])
+    assert fakes[preset].requests[0].path.endswith("/chat/completions")
+    assert sent["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    assert answer.object == "response" and answer.output_text == "echo: hi"
+    assert answer.usage is not None and answer.usage.input_tokens == PROMPT_TOKENS
+    fakes[preset].clear()
+    with client.responses.stream(model=f"{preset}-model", input="hi") as stream:
+        text = "".join(event.delta for event in stream if event.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert text == "echo: hi" and final.status == "completed"
+    assert _sent(fakes[preset])["stream"] is True
+
+
+@pytest.mark.parametrize("preset", ("groq", "openrouter"))
+def test_a_responses_request_to_a_host_with_the_responses_api_is_forwarded_as_written(
+    client, fakes, preset
+) -> None:
+    with pytest.raises(openai.APIStatusError):  # the fake serves chat only: the request reached /responses
+        client.responses.create(model=f"{preset}-model", input="hi")
+    [request] = fakes[preset].requests
+    assert request.path.endswith("/responses") and request.json["input"] == "hi"
 
 
 OPENROUTER_STREAM_ERROR = (

@@ -112,7 +112,7 @@ host = "doomed"
 upstream_model = "gemini-2.5-flash"
 [[models]]
 name = "claude"
-kinds = ["chat", "messages"]
+kinds = ["chat", "messages", "responses"]
 [[models.rows]]
 provider = "anthropic-on-vertex"
 host = "east"
@@ -125,7 +125,7 @@ priority = 1
 
 [[models]]
 name = "gem"
-kinds = ["chat", "messages"]
+kinds = ["chat", "messages", "responses"]
 [[models.rows]]
 provider = "google-on-vertex"
 host = "gcp"
@@ -455,3 +455,28 @@ def test_chat_parse_on_both_families_on_vertex(client, fake, model: str, stream:
         assert sent["tool_choice"] == {"type": "tool", "name": "json_answer"}
     else:
         assert sent["generationConfig"]["responseMimeType"] == "application/json"
+
+
+@pytest.mark.parametrize("model", ["claude", "gem"])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_responses_parse_on_both_families_on_vertex(client, fake, model: str, stream: bool) -> None:
+    if stream:
+        with client.responses.stream(model=model, input="Ada wrote programs", text_format=Person) as events:
+            response = events.get_final_response()
+    else:
+        response = client.responses.parse(model=model, input="Ada wrote programs", text_format=Person)
+    assert response.output_parsed == Person(name="Ada wrote programs", words=3)
+    assert response.status == "completed"
+    sent = fake.requests[-1].json
+    if model == "claude":  # rawPredict: the Messages body with the answer tool forced
+        assert sent["tool_choice"] == {"type": "tool", "name": "json_answer"}
+    else:
+        assert sent["generationConfig"]["responseMimeType"] == "application/json"
+
+
+def test_an_image_url_to_claude_on_vertex_is_refused_and_never_fetched(claude, fake) -> None:
+    image = {"type": "image", "source": {"type": "url", "url": f"{fake.base_url}/cat.png"}}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="claude", max_tokens=20, messages=[{"role": "user", "content": [image]}])
+    assert "inline bytes only" in refused.value.message
+    assert fake.requests == []  # the URL points at the fake itself: nothing fetched it

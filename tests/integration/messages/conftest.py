@@ -1,6 +1,7 @@
 """Fixtures for /v1/messages and its translations: a real gateway before real fakes of both wire kinds.
 
-Models: `gpt-translated` (OpenAI-kind rows only), `claude-native` (Anthropic-kind rows only), `mixed`
+Models: `gpt-translated` (OpenAI-kind rows only), `claude-native` (Anthropic-kind rows only; chat and
+Responses translated), `mixed`
 (an OpenAI-kind row first, an Anthropic-kind fallback), `compat-native` (an OpenAI-kind provider flagged
 `native_messages`), `chat-only` (no `messages` kind).
 """
@@ -63,7 +64,7 @@ upstream_model = "gpt-upstream"
 
 [[models]]
 name = "claude-native"
-kinds = ["messages", "chat"]
+kinds = ["messages", "chat", "responses"]
 default_max_tokens = {CLAUDE_DEFAULT_MAX_TOKENS}
 [[models.rows]]
 provider = "claude"

@@ -17,6 +17,7 @@ from modelgate.config import Config, load_config
 from modelgate.storage import Database
 from tests.integration.cabinet.cabinet_client import Cabinet, RecordingSink
 from tests.integration.oidc.browser import Browser
+from tests.integration.oidc.dns_server import DnsServer
 from tests.integration.oidc.fake_idp import FakeIdp
 from tests.integration.oidc.node_idp import NodeIdp, require_node_harness, start_node_idp
 from tests.integration.oidc.sso_client import SsoGateway
@@ -51,13 +52,19 @@ def node_idp(gateway_socket: socket.socket) -> Iterator[NodeIdp]:
     idp.stop()
 
 
-def sso_config(public_url: str, cabinet_url: str | None = CABINET_URL) -> Config:
-    """The embedded default config with SSO switched on."""
+OPERATOR_TOKEN = "operator-token-of-the-sso-tests"
+
+
+def sso_config(
+    public_url: str, cabinet_url: str | None = CABINET_URL, dns_resolvers: tuple[str, ...] = ()
+) -> Config:
+    """The embedded default config with SSO switched on, and the operator API (which approves domains)."""
     config = load_config(None)
     return replace(
         config,
-        server=replace(config.server, public_url=public_url),
+        server=replace(config.server, public_url=public_url, operator_token=OPERATOR_TOKEN),
         cabinet=replace(config.cabinet, cabinet_url=cabinet_url),
+        sso=replace(config.sso, dns_resolvers=dns_resolvers, dns_timeout_seconds=2.0),
     )
 
 
@@ -65,15 +72,20 @@ def sso_config(public_url: str, cabinet_url: str | None = CABINET_URL) -> Config
 def start_gateway(aiohttp_client, db: Database, gateway_socket: socket.socket) -> GatewayFactory:
     """Start the cabinet (mounted under /api as the gateway does) on the module's port."""
 
-    async def start(*, cabinet_url: str | None = CABINET_URL, public_url: str | None = None) -> SsoGateway:
+    async def start(
+        *,
+        cabinet_url: str | None = CABINET_URL,
+        public_url: str | None = None,
+        dns_resolvers: tuple[str, ...] = (),
+    ) -> SsoGateway:
         base_url = base_url_of(gateway_socket)
-        config = sso_config(base_url if public_url is None else public_url, cabinet_url)
+        config = sso_config(base_url if public_url is None else public_url, cabinet_url, dns_resolvers)
         root = web.Application()
         root.add_subapp("/api", build_cabinet_app(CabinetServices(config, db, RecordingSink())))
         client = await aiohttp_client(
             root, server_kwargs={"socket_factory": lambda host, port, family: gateway_socket.dup()}
         )
-        return SsoGateway(Cabinet(client, db, RecordingSink()), base_url)
+        return SsoGateway(Cabinet(client, db, RecordingSink()), base_url, OPERATOR_TOKEN)
 
     return start
 
@@ -82,6 +94,15 @@ def start_gateway(aiohttp_client, db: Database, gateway_socket: socket.socket) -
 async def gateway(start_gateway: GatewayFactory) -> SsoGateway:
     """The cabinet with SSO configured (public URL and cabinet URL)."""
     return await start_gateway()
+
+
+@pytest.fixture
+async def dns_server() -> AsyncIterator[DnsServer]:
+    """A DNS server on a loopback UDP port, publishing what the test puts in its zone."""
+    server = DnsServer()
+    await server.start()
+    yield server
+    server.close()
 
 
 @pytest.fixture

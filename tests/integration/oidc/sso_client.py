@@ -16,6 +16,7 @@ class SsoGateway:
 
     cabinet: Cabinet
     base_url: str
+    operator_token: str
 
     async def add_provider(self, owner: Account, issuer: str, **fields: Any) -> Reply:
         """POST /auth/oidc/providers with working defaults for the test harness."""
@@ -37,12 +38,26 @@ class SsoGateway:
         )
 
     async def ready_provider(self, owner: Account, issuer: str, **fields: Any) -> str:
-        """A created and discovered provider; returns its id."""
+        """A created and discovered provider whose allowed domains the operator approved for the owner's
+        organization; returns its id."""
         created = await self.add_provider(owner, issuer, **fields)
         assert created.status == 201, created.body
         discovered = await self.discover(owner, created.body["id"])
         assert discovered.status == 200, discovered.body
+        for domain in created.body["allowedDomains"]:
+            approved = await self.approve_domain(owner, domain)
+            assert approved.status == 200, approved.body
         return created.body["id"]
+
+    async def approve_domain(self, owner: Account, domain: str) -> Reply:
+        """POST /operator/organizations/{id}/sso-domains {domain}: the operator's approval."""
+        organization_id = await self.cabinet.organization_id(owner)
+        return await self.cabinet.call(
+            "POST",
+            f"/operator/organizations/{organization_id}/sso-domains",
+            token=self.operator_token,
+            json={"domain": domain},
+        )
 
     def login_url(self, provider_id: str) -> str:
         """Where a browser starts signing in with a provider."""

@@ -15,6 +15,7 @@ class RecordingUpstream:
 
     name = kind = host = "recording"
     native_messages = False
+    native_responses = True
 
     def __init__(self) -> None:
         self.closed = False

@@ -8,7 +8,15 @@ import pytest
 from modelgate.domain.errors import InvalidRequest, UnknownTask
 from modelgate.plugins.object_binding import ObjectBindingPlugin
 from modelgate.proxy.state.objects import ObjectBinding, ObjectStore
-from tests.support.plugin_context import PluginServices, StoredKey, add_key, answered, context_before
+from modelgate.proxy.translation import translator_for
+from tests.support.plugin_context import (
+    PluginServices,
+    StoredKey,
+    add_key,
+    answer_head,
+    answered,
+    context_before,
+)
 
 NATIVE_ROW = "anthropic/claude-test@anthropic.test"
 
@@ -58,6 +66,23 @@ async def test_a_response_asked_not_to_be_stored_is_not_bound(
 
     assert ctx.bound_object is None
     assert await services.objects.find("resp_abc123", key.record.organization_id, "response") is None
+
+
+async def test_a_translated_answer_is_not_bound_for_its_row_stores_nothing(
+    services: PluginServices, key: StoredKey
+) -> None:
+    payload = {"model": "gpt-test", "input": "hi"}
+    ctx = await context_before(
+        "object_binding", services, path="/v1/responses", payload=payload, key=key.record
+    )
+    plugin = ObjectBindingPlugin(services.objects, services.catalog)
+    answer_head(ctx).translator = translator_for("responses", "anthropic")
+    answered(ctx)
+
+    plugin.on_chunk(ctx, b'{"id": "msg_abc123", "type": "message", "content": []}')
+
+    assert ctx.bound_object is None
+    assert await services.objects.find("msg_abc123", key.record.organization_id, "response") is None
 
 
 async def test_a_follow_up_reaches_the_row_that_created_the_object(

@@ -13,11 +13,13 @@ from modelgate.plugins.billing_gate import BillingGate
 from modelgate.plugins.usage_metering import UsageMetering
 from modelgate.proxy.content.redaction import Hit
 from modelgate.proxy.pipeline.context import RequestContext, Usage, entry_for
+from modelgate.proxy.translation import translator_for
 from tests.support.plugin_context import (
     CHAT,
     PluginServices,
     StoredKey,
     add_policy_rule,
+    answer_head,
     answered,
     context_before,
     request_context,
@@ -239,3 +241,57 @@ async def test_a_row_of_estimated_usage_is_the_row_entry_for_describes(
         ctx, ctx.metering.usage, ctx.metering.cost_micros, 200, "client_closed", row_key=ctx.row.key
     )
     assert _line(row) == _line(entry_row(dataclasses.replace(entry, created_at=row[12]), row[0]))
+
+
+# -- the stream's final event: where it passed, and how a stream its client left ends -------------------
+
+_CONTENT = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+_DONE = b"data: [DONE]\n\n"
+
+
+async def _streaming(services: PluginServices, key: StoredKey, translated: bool = False) -> RequestContext:
+    ctx = await context_before("usage_metering", services, payload={**CHAT, "stream": True}, key=key.record)
+    UsageMetering(services.ledger, services.counters).on_request(ctx)
+    head = answer_head(ctx, content_type="text/event-stream", streamed=True)
+    if translated:
+        head.translator = translator_for("messages", "openai", False)
+    return ctx
+
+
+async def test_a_stream_left_before_its_final_event_was_written_is_client_closed(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await _streaming(services, key)
+    plugin = UsageMetering(services.ledger, services.counters)
+    plugin.on_chunk(ctx, _CONTENT)
+    ctx.bytes_sent += len(_CONTENT)  # written
+    plugin.on_chunk(ctx, _DONE)  # the final event passes the metering; its write then fails
+
+    assert ctx.metering.final_after == len(_CONTENT)
+    assert ctx.metering.outcome_when_left(ctx.bytes_sent, "client_closed") == "client_closed"
+
+
+async def test_a_stream_left_once_its_final_event_was_written_is_completed(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await _streaming(services, key)
+    plugin = UsageMetering(services.ledger, services.counters)
+    plugin.on_chunk(ctx, _CONTENT + _DONE)
+    ctx.bytes_sent += len(_CONTENT + _DONE)  # written: the client has the final event, then leaves
+
+    assert ctx.metering.outcome_when_left(ctx.bytes_sent, "client_closed") == "completed"
+    assert ctx.metering.outcome_when_left(ctx.bytes_sent, "shutdown") == "completed"
+
+
+async def test_a_translated_stream_is_not_completed_by_the_providers_final_event(
+    services: PluginServices, key: StoredKey
+) -> None:
+    ctx = await _streaming(services, key, translated=True)
+    plugin = UsageMetering(services.ledger, services.counters)
+    plugin.on_chunk(
+        ctx, _CONTENT + _DONE
+    )  # the provider's final event; the client's comes from the translator
+    ctx.bytes_sent += len(_CONTENT)
+
+    assert ctx.metering.final_after == -1
+    assert ctx.metering.outcome_when_left(ctx.bytes_sent, "client_closed") == "client_closed"

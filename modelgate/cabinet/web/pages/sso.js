@@ -5,6 +5,7 @@ import { api } from "../api.js";
 import { page } from "../router.js";
 import { announce, badge, confirmDialog, form, formatDate, h, loading, section, stackedTable } from "../ui.js";
 import { MANAGER_ROLES, actionButton, code, itemsOf, openFormDialog } from "./admin_kit.js";
+import { domainSections } from "./sso_domains.js";
 
 const AUTH_METHODS = [
   { value: "client_secret_basic", label: "client_secret_basic (HTTP Basic)" },
@@ -68,7 +69,7 @@ function providerFields(provider = null) {
     },
     { label: "Token endpoint authentication", name: "tokenAuthMethod", type: "select", value: p.tokenAuthMethod || "client_secret_basic", options: AUTH_METHODS },
     { label: "Scopes", name: "scopes", required: true, value: p.scopes ? p.scopes.join(" ") : DEFAULT_SCOPES, validate: validateScopes, autocomplete: "off", hint: "Separated by spaces; must include openid." },
-    { label: "Allowed domains", name: "allowedDomains", required: true, value: p.allowedDomains ? p.allowedDomains.join(", ") : "", validate: validateDomains, autocomplete: "off", hint: "Only e-mail addresses in these domains may sign in (comma-separated, e.g. example.com)." },
+    { label: "Allowed domains", name: "allowedDomains", required: true, value: p.allowedDomains ? p.allowedDomains.join(", ") : "", validate: validateDomains, autocomplete: "off", hint: "Only e-mail addresses in these domains may sign in (comma-separated, e.g. example.com), once your organization verified them under Sign-in domains." },
     { label: "Role of users it creates", name: "defaultRole", type: "select", value: p.defaultRole || "member", options: ROLES },
     { label: "Create unknown users on their first sign-in", name: "autoProvision", type: "checkbox", value: Boolean(p.autoProvision) },
     { label: "Assume PKCE S256 when the discovery document does not list it (Entra ID)", name: "assumePkceS256", type: "checkbox", value: Boolean(p.assumePkceS256) },
@@ -218,6 +219,7 @@ async function render(main) {
     );
   };
   drawCreateForm();
+  const domains = await domainSections();
   main.replaceChildren(
     h(
       "p",
@@ -229,6 +231,7 @@ async function render(main) {
     section("Identity providers", listSlot),
     resultSlot,
     section("Add an identity provider", createSlot),
+    ...domains,
   );
 }
 

@@ -157,7 +157,7 @@ class AzureUpstream(DialectUpstream):
                 answer.close()
             status, body = azure_error(answer.status, raw)
             local = LocalAnswer(status, body)
-            local.credential = getattr(answer, "credential", "")
+            local.credential = answer.credential
             return local
         content_type = answer.headers.get("content-type", "")
         if content_type.startswith("text/event-stream") and call.route in _CHAT_STREAMS:

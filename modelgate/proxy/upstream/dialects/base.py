@@ -1,8 +1,8 @@
 """What every dialect's client shares: the call it builds, the answer it hands back, the client shape.
 
 A dialect's client (`DialectUpstream`) stands where an `HttpUpstream` stands: the forwarder sends it an
-OpenAI- or Anthropic-format request (`kind` says which), and it gets back an answer with the same surface
-(`status`, `headers`, `read()`, `content.iter_any()`, `at_eof()`, `release()`, `close()`) in that same format.
+OpenAI- or Anthropic-format request (`kind` says which), and it gets back an `UpstreamResponse`
+(modelgate/proxy/upstream/providers.py) in that same format.
 Between the two, the dialect
 
 - `prepare`s the host's own request (`Call`: path, headers, signature, body), or refuses a route the host
@@ -26,6 +26,7 @@ import orjson
 
 from modelgate.config import ProviderConfig
 from modelgate.domain.errors import InvalidRequest
+from modelgate.proxy.translation.field_rules import FieldRefused
 from modelgate.proxy.upstream.http_client import ConnectionPool, UpstreamBrokeOff
 from modelgate.proxy.upstream.providers import HttpUpstream, StreamedBody, UpstreamResponse
 
@@ -112,7 +113,7 @@ class TranslatedAnswer:
         self._inner = inner
         self.status = inner.status if status is None else status
         self.headers = headers
-        self.credential = getattr(inner, "credential", "")
+        self.credential = inner.credential
         self._body = body
         self._stream = stream
         self._pending = pending
@@ -154,8 +155,7 @@ class TranslatedAnswer:
         return self._finished and self._inner.content.at_eof()
 
     def release(self) -> None:
-        release = getattr(self._inner, "release", None)
-        release() if release is not None else self._inner.close()
+        self._inner.release()
 
     def close(self) -> None:
         self._inner.close()
@@ -169,6 +169,7 @@ class DialectUpstream:
     header the configured keys go in (None: the host signs or authorises each request itself in `prepare`)."""
 
     key_header: str | None = None
+    native_responses = True  # False: an OpenAI-kind host of this dialect takes chat completions only
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
@@ -299,3 +300,21 @@ def raw_events(data: bytes) -> list[bytes]:
     if start < len(data):
         events.append(data[start:])
     return events
+
+
+def refuse_media_urls(request: dict[str, Any], host: str) -> None:
+    """400 (FieldRefused `messages`) for an image or document block given by URL in a Messages request to a
+    host that takes inline bytes only (Claude on Bedrock and on Vertex): the gateway fetches nothing a tenant
+    names, and the host would fail on it."""
+    for message in request.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            inner = block.get("content") if isinstance(block, dict) else None
+            for part in [block, *(inner if isinstance(inner, list) else ())]:
+                source = part.get("source") if isinstance(part, dict) else None
+                if isinstance(source, dict) and source.get("type") == "url":
+                    raise FieldRefused(
+                        "messages",
+                        f"{host} takes images and documents as inline bytes only: one given by URL is "
+                        "refused (the gateway fetches nothing); send it as base64",
+                    )

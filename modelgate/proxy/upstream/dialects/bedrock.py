@@ -40,6 +40,7 @@ from modelgate.proxy.upstream.dialects.base import (
     broken,
     first_bytes,
     json_error,
+    refuse_media_urls,
 )
 from modelgate.proxy.upstream.dialects.bedrock_auth import AwsSigner
 from modelgate.proxy.upstream.dialects.bedrock_converse import (
@@ -80,6 +81,9 @@ class BedrockUpstream(DialectUpstream):
     """One Bedrock host (`dialect = "bedrock"`), region from its options, credentials signed per request."""
 
     key_header = None  # SigV4, not keys
+    native_responses = (
+        False  # Converse: a Responses request reaches it as chat (translation/responses_on_chat)
+    )
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(config)
@@ -302,6 +306,7 @@ def _model(request: dict[str, Any]) -> str:
 
 def _invoke_body(request: dict[str, Any], client_headers: Any) -> dict[str, Any]:
     """The InvokeModel body of a Messages request: no model, no stream, Bedrock's anthropic_version."""
+    refuse_media_urls(request, "Claude on Bedrock")
     body = {key: value for key, value in request.items() if key not in ("model", "stream")}
     body["anthropic_version"] = BEDROCK_ANTHROPIC_VERSION
     betas = client_headers.get("anthropic-beta") if client_headers is not None else None

@@ -134,6 +134,7 @@ class GeminiUpstream(DialectUpstream):
     """A host of Google's Gemini API, seen by the gateway as an OpenAI-family provider."""
 
     key_header = "x-goog-api-key"
+    native_responses = False  # a Responses request reaches it as chat (translation/responses_on_chat)
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(config)

@@ -1,7 +1,8 @@
 """Gemini's answers as OpenAI chat answers: a `GenerateContentResponse` as a chat completion, its SSE
 stream as `chat.completion.chunk` events, and its errors in the OpenAI error shape.
 
-Candidates become choices; text parts the content (thought summaries `reasoning_content`); `functionCall`
+Candidates become choices; text parts the content (thought summaries `reasoning_content`), their
+`logprobsResult` the choice's `logprobs`; `functionCall`
 parts tool calls with ids stable for the answer (`call_` + a digest of the answer id, candidate and
 position) that carry the call's thought signature; `finishReason` the finish reason; `usageMetadata` the
 usage (thinking tokens count as completion tokens and `reasoning_tokens`, cached prompt tokens as
@@ -181,6 +182,33 @@ class _Candidate:
         self.reasoning = "".join(thoughts)
 
 
+def logprobs_of(candidate: dict[str, Any]) -> dict[str, Any] | None:
+    """A candidate's `logprobsResult` (asked for with `responseLogprobs`) as a chat choice's `logprobs`: each
+    chosen token with its log probability and the alternatives Gemini listed for that step."""
+    result = candidate.get("logprobsResult")
+    if not isinstance(result, dict):
+        return None
+    chosen = result.get("chosenCandidates") or []
+    steps = result.get("topCandidates") or []
+    if not isinstance(chosen, list) or not isinstance(steps, list):
+        raise broken("logprobsResult holds no lists")
+    content = []
+    for position, token in enumerate(chosen):
+        step = steps[position] if position < len(steps) and isinstance(steps[position], dict) else {}
+        alternatives = step.get("candidates") or []
+        entry = _token_logprob(token)
+        entry["top_logprobs"] = [_token_logprob(alt) for alt in alternatives if isinstance(alt, dict)]
+        content.append(entry)
+    return {"content": content, "refusal": None}
+
+
+def _token_logprob(token: Any) -> dict[str, Any]:
+    if not isinstance(token, dict) or not isinstance(token.get("token"), str):
+        raise broken("a logprobs candidate has no token")
+    text = token["token"]
+    return {"token": text, "logprob": float(token.get("logProbability") or 0.0), "bytes": list(text.encode())}
+
+
 def _candidates(answer: dict[str, Any]) -> list[dict[str, Any]]:
     candidates = answer.get("candidates") or []
     if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
@@ -207,7 +235,8 @@ def chat_completion(body: bytes, model: str) -> dict[str, Any]:
         if read.reasoning:
             message["reasoning_content"] = read.reasoning
         reason = finish_reason_of(candidate.get("finishReason"), bool(read.calls))
-        choices.append({"index": index, "message": message, "finish_reason": reason, "logprobs": None})
+        logprobs = logprobs_of(candidate)
+        choices.append({"index": index, "message": message, "finish_reason": reason, "logprobs": logprobs})
     return {
         "id": f"chatcmpl-{answer_id}",
         "object": "chat.completion",
@@ -290,8 +319,9 @@ class ChatChunks:
                 delta["tool_calls"] = [{"index": first + n, **call} for n, call in enumerate(read.calls)]
                 self._calls[index] = first + len(read.calls)
             reason = candidate.get("finishReason")
-            if delta:
-                choice = {"index": index, "delta": delta, "finish_reason": None, "logprobs": None}
+            logprobs = logprobs_of(candidate)
+            if delta or logprobs:
+                choice = {"index": index, "delta": delta, "finish_reason": None, "logprobs": logprobs}
                 out.append(data_frame(self._chunk([choice])))
             if reason and index not in self._finished:
                 self._finished.add(index)

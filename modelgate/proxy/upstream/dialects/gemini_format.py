@@ -242,6 +242,21 @@ def _calling_config(choice: Any) -> dict[str, Any]:
     raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or a named function")
 
 
+def _logprobs_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """`logprobs` / `top_logprobs` as Gemini's `responseLogprobs` / `logprobs` (alternatives per token)."""
+    top = payload.get("top_logprobs")
+    if payload.get("logprobs") is not True:
+        if top:
+            raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true")
+        return {}
+    config: dict[str, Any] = {"responseLogprobs": True}
+    if top:
+        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20:
+            raise InvalidRequest("'top_logprobs' must be an integer from 0 to 20")
+        config["logprobs"] = top
+    return config
+
+
 def _generation_config(payload: dict[str, Any]) -> dict[str, Any]:
     config: dict[str, Any] = {}
     limit = payload.get("max_completion_tokens", payload.get("max_tokens"))
@@ -257,6 +272,7 @@ def _generation_config(payload: dict[str, Any]) -> dict[str, Any]:
     ):
         if payload.get(ours) is not None:
             config[theirs] = payload[ours]
+    config.update(_logprobs_config(payload))
     stop = payload.get("stop")
     if stop is not None:
         config["stopSequences"] = [stop] if isinstance(stop, str) else _listed(stop, "stop")

@@ -78,6 +78,9 @@ class Quirks:
     # the host's status → (the gateway's status, error code): "cannot serve now", failed over
     unavailable: Mapping[int, tuple[int, str]] = field(default_factory=dict)
     errors_in_ok_answers: bool = False  # an error may come as a 200 answer whose body is `{"error": ...}`
+    # serves OpenAI's Responses API at /v1/responses; else a Responses request reaches it as chat completions
+    # (modelgate/proxy/translation/responses_on_chat.py), as on Gemini or Converse
+    responses_api: bool = True
 
 
 _OUT_OF_CREDITS = {402: (429, "insufficient_quota")}
@@ -95,19 +98,20 @@ QUIRKS: dict[str, Quirks] = {
         unavailable={**_OUT_OF_CREDITS, 498: (503, "capacity_exceeded")},
     ),
     "mistral": Quirks(
+        responses_api=False,
         stream_options=False,
         renames={"seed": "random_seed", "max_completion_tokens": "max_tokens"},
         dropped=frozenset({"user", "store", "metadata", "service_tier"}),
         refused=_LOGPROBS_REFUSED,
         unavailable=_OUT_OF_CREDITS,
     ),
-    "deepseek": Quirks(unavailable=_OUT_OF_CREDITS),
-    "together": Quirks(unavailable=_OUT_OF_CREDITS),
+    "deepseek": Quirks(unavailable=_OUT_OF_CREDITS, responses_api=False),
+    "together": Quirks(unavailable=_OUT_OF_CREDITS, responses_api=False),
     "fireworks": Quirks(unavailable=_OUT_OF_CREDITS),
     "openrouter": Quirks(unavailable=_OUT_OF_CREDITS, errors_in_ok_answers=True),
     "xai": Quirks(unavailable=_OUT_OF_CREDITS),
     "vllm": Quirks(),
-    "ollama": Quirks(),
+    "ollama": Quirks(responses_api=False),
 }
 
 
@@ -120,6 +124,7 @@ class PresetUpstream(DialectUpstream):
         super().__init__(config)
         self.preset = str(config.option("preset", "") or "")
         self.quirks = QUIRKS.get(self.preset, Quirks())
+        self.native_responses = self.quirks.responses_api
 
     async def send(
         self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
@@ -259,7 +264,7 @@ class PresetUpstream(DialectUpstream):
         retry_after = answer.headers.get("retry-after")
         if retry_after:
             local.headers["retry-after"] = str(retry_after)
-        local.credential = getattr(answer, "credential", "")
+        local.credential = answer.credential
         return local
 
     def _error_body(self, status: int, document: Any) -> bytes:

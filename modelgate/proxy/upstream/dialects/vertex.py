@@ -24,6 +24,7 @@ from modelgate.proxy.upstream.dialects.base import (
     LocalAnswer,
     json_error,
     json_payload,
+    refuse_media_urls,
 )
 from modelgate.proxy.upstream.dialects.gemini import GeminiChat, model_segment, read_whole
 from modelgate.proxy.upstream.dialects.vertex_auth import GoogleToken
@@ -35,6 +36,8 @@ _PASSED_HEADERS = ("anthropic-beta",)
 
 class VertexUpstream(DialectUpstream):
     """A Vertex AI project and region, seen by the gateway as an `anthropic`- or `openai`-family provider."""
+
+    native_responses = False  # a Responses request reaches Gemini on Vertex as chat (responses_on_chat)
 
     def __init__(self, config: ProviderConfig) -> None:
         # Vertex takes Google tokens only: a provider's keys (meant for its other hosts) never go to Google.
@@ -66,6 +69,7 @@ class VertexUpstream(DialectUpstream):
 
     def _claude(self, path: str, body: bytes | None, client_headers: Any) -> Call:
         payload = json_payload(body)
+        refuse_media_urls(payload, "Claude on Vertex")
         payload["anthropic_version"] = VERTEX_ANTHROPIC_VERSION
         headers = [
             (name, value)
