@@ -191,3 +191,9 @@ class TracedDatabase:
 
     def on_listen_restored(self, callback: Callable[[], None]) -> None:
         self._db.on_listen_restored(callback)
+
+    def on_listen_lost(self, callback: Callable[[], None]) -> None:
+        self._db.on_listen_lost(callback)
+
+    async def execute_on_listener(self, sql: str, *args: Any) -> None:
+        await self._db.execute_on_listener(sql, *args)

@@ -78,7 +78,7 @@ def _client_error(
     if isinstance(error, dict):
         if isinstance(error.get("message"), str):
             message = error["message"]
-        if isinstance(error.get("type"), str) and parsed.get("type") != "error":
+        if isinstance(error.get("type"), str) and isinstance(parsed, dict) and parsed.get("type") != "error":
             type_a = error["type"]
         if isinstance(error.get("code"), str):
             code = error["code"]
