@@ -137,11 +137,12 @@ class Gateway:
                 # Row ids name the process that holds their reservations in Redis (see LedgerWriter.open).
                 writer_id=counters.process if isinstance(counters, RedisCounters) else None,
             )
+            settlements = None
             if bus is not None:  # the counters outlive this process: settlements are recorded by row id
                 settlements = CrashSettlements(counters)
                 ledger.on_row_spooled = settlements.spooled
             # Adopts what dead processes left in the spool, before serving.
-            await ledger.open(settlements if bus is not None else None)
+            await ledger.open(settlements)
             # Content rules compile in a worker thread (RE2 programs kept small: see content_rules.py), so
             # one organization's rules never hold up another's requests.
             policies = PolicyDirectory(db, ThreadPoolExecutor(1, thread_name_prefix="content-rules"))

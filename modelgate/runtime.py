@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from aiohttp import web
 
 from modelgate.config import Config
 from modelgate.plugins import ChainServices, PluginChain, default_chain
+from modelgate.proxy.http.front_request import FrontRequest, FrontStream
 from modelgate.proxy.pipeline.forward import Forwarder
 from modelgate.proxy.pipeline.model_api import Completions, LocalHandler, ModelApi
 from modelgate.proxy.pipeline.route_table import RouteTable
@@ -151,7 +152,15 @@ class ModelApiDispatcher:
     def __init__(self, gateway: Gateway) -> None:
         self._gateway = gateway
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    @overload
+    async def handle(self, request: web.Request) -> web.StreamResponse: ...
+
+    @overload
+    async def handle(self, request: FrontRequest) -> web.StreamResponse | FrontStream: ...
+
+    async def handle(self, request: web.Request | FrontRequest) -> web.StreamResponse | FrontStream:
+        """Serve a request of aiohttp's router (answered with aiohttp's response) or of the lean front
+        (modelgate/proxy/http/front.py, which may be answered with a `FrontStream`)."""
         runtime = self._gateway.runtime
         stats = self._gateway.metrics.stats
         runtime.enter()

@@ -161,9 +161,13 @@ class GatewayRunner(web.AppRunner):
             return server
         through_app = server.request_handler
 
-        async def dispatch(request: web.Request) -> web.StreamResponse:
+        async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
             path = request.path
-            if (path == "/v1" or path.startswith("/v1/")) and "expect" not in request.headers:
+            if (
+                (path == "/v1" or path.startswith("/v1/"))
+                and "expect" not in request.headers
+                and isinstance(request, web.Request)  # the application's request factory makes every one
+            ):
                 return await model_api(request)
             return await through_app(request)
 

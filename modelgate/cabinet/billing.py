@@ -67,7 +67,7 @@ def organization_not_found() -> CabinetError:
 
 async def mark_invoice_paid(
     tx: Executor, invoice_id: str, at: float, *, via: str = "api"
-) -> tuple[Invoice, BalanceEvent]:
+) -> tuple[Invoice, BalanceEvent | None]:
     """Pay an open invoice: credit its amount, activate the organization, audit `invoice.paid`.
 
     Returns (the paid invoice, the balance event to announce after commit). Raises `CabinetError` 404
@@ -113,7 +113,7 @@ def check_top_up_amount(amount_micros: Any) -> int:
 
 async def top_up(
     tx: Executor, organization_id: str, amount_micros: int, at: float, *, via: str = "api"
-) -> tuple[Invoice, BalanceEvent]:
+) -> tuple[Invoice, BalanceEvent | None]:
     """Credit the balance by a paid `top_up` invoice and activate the organization; audit `balance.topped_up`.
 
     Raises `CabinetError` 400 for an amount out of range, 404 `organization not found`. Call inside a

@@ -13,6 +13,7 @@ import asyncio
 import os
 import sqlite3
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -140,7 +141,7 @@ async def _publish(config: Config, db: Database, channel: str, payload: str) -> 
     return told, warnings
 
 
-async def _announce(config: Config, db: Database, events: list[BalanceEvent | None]) -> list[Note]:
+async def _announce(config: Config, db: Database, events: Sequence[BalanceEvent | None]) -> list[Note]:
     """Tell running gateways of committed balance events; the change is already stored, so a failure is
     only a warning."""
     notes: list[Note] = []
@@ -183,7 +184,7 @@ async def _announce_plan(config: Config, db: Database, organization_id: str) -> 
 
 async def _mark_paid(
     db: Database, config: Config, invoice_id: str
-) -> tuple[dict[str, Any], list[BalanceEvent]]:
+) -> tuple[dict[str, Any], list[BalanceEvent | None]]:
     at = now()
     async with db.transaction() as tx:
         invoice, event = await mark_invoice_paid(tx, invoice_id, at, via="cli")
@@ -195,7 +196,7 @@ async def _mark_paid(
 
 async def _top_up(
     db: Database, config: Config, organization_id: str, amount: int
-) -> tuple[dict[str, Any], list[BalanceEvent]]:
+) -> tuple[dict[str, Any], list[BalanceEvent | None]]:
     at = now()
     async with db.transaction() as tx:
         invoice, event = await top_up(tx, organization_id, amount, at, via="cli")

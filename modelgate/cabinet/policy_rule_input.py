@@ -7,7 +7,7 @@ A content rule's terms are each checked by the matcher (`check_term`), so a rule
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from modelgate.cabinet.requests import bad_request, optional_text
 from modelgate.domain.content_matching import ContentRuleError, check_term
@@ -77,7 +77,7 @@ def _patterns(value: Any) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -127,8 +127,9 @@ _PERIOD_ADJECTIVES = {"day": "daily", "month": "monthly"}
 def refusal(outcome: int, rule: PolicyRule | None = None) -> InsufficientBalance:
     """The 402 for a refused reservation: on the balance (`rule` None) or on a policy rule's budget."""
     if rule is not None:
+        period = rule.budget_period or ""
         return InsufficientBalance(
-            f"Insufficient balance: the {_PERIOD_ADJECTIVES.get(rule.budget_period, rule.budget_period)}"
+            f"Insufficient balance: the {_PERIOD_ADJECTIVES.get(period, period)}"
             f" budget of policy rule {rule.id} is exhausted."
         )
     if outcome == Reserve.NOT_ACTIVATED:

@@ -49,7 +49,9 @@ async def grant_allowance(
     if state is None or not state.activated:
         return None
     plan = config.plan(state.plan_code)
-    amount = to_micros(plan.monthly_allowance) if plan is not None else 0
+    if plan is None:
+        return None
+    amount = to_micros(plan.monthly_allowance)
     if amount <= 0:
         return None
     return await apply_balance_event(

@@ -80,7 +80,9 @@ class UsageChunkFilter(ProviderPriceFilter):
             if match_start < done:
                 continue  # in an event already rebuilt
             start = _event_start(complete, done, match_start)
-            blank = _EVENT_END.search(complete, match_end)  # complete ends with a blank line
+            blank = _EVENT_END.search(complete, match_end)
+            if blank is None:  # never: complete ends with a blank line
+                break
             event = self._event(complete[start : blank.start()])
             out.append(complete[done:start])
             if event:  # else nothing is left: the blank line goes too

@@ -24,7 +24,25 @@ _RECENT = 256  # how far back a reader may look past the head
 _MOST_SECONDS = 10 * 24 * 3600.0  # a header claiming more is not believed
 _MOST_STEPS = 4096  # boxes, chunks or elements a reader may walk through
 
-Reader = Generator["tuple[int, int] | None", "bytes | tuple[int, bytes]", "float | None"]
+Reader = Generator["tuple[int, int] | None", "bytes | tuple[int, bytes] | None", "float | None"]
+# What a reader is sent back: the bytes it asked for, or (size, last bytes) for `_END`; None primes it.
+Answer = bytes | tuple[int, bytes] | None
+
+
+def _read(offset: int, size: int) -> Generator[tuple[int, int], Answer, bytes]:
+    """Ask for `size` bytes at `offset` (fewer at the end of the file)."""
+    got = yield (offset, size)
+    if not isinstance(got, bytes):
+        raise ValueError("a reader that asked for bytes was sent something else")
+    return got
+
+
+def _end() -> Generator[None, Answer, tuple[int, bytes]]:
+    """Ask for the file's size and its last bytes, once it is complete."""
+    got = yield _END
+    if not isinstance(got, tuple):
+        raise ValueError("a reader that asked for the end was sent something else")
+    return got
 
 
 class AudioProbe:
@@ -113,7 +131,7 @@ class AudioProbe:
                 break
         self._close()
 
-    def _advance(self, value: bytes | tuple[int, bytes] | None) -> None:
+    def _advance(self, value: Answer) -> None:
         reader = self._reader
         if reader is None:
             return
@@ -146,14 +164,14 @@ class AudioProbe:
 
 
 def _sniff() -> Reader:
-    first = yield (0, 12)
+    first = yield from _read(0, 12)
     if first[:4] == b"RIFF" and first[8:12] == b"WAVE":
         return (yield from _wav())
     if first[:4] == b"fLaC":
         return (yield from _flac(0))
     if first[:3] == b"ID3":
         end = _id3_end(first)
-        data = yield (end, 4096)  # asked once: a later ask for these bytes would find them passed
+        data = yield from _read(end, 4096)  # asked once: a later ask for these bytes would find them passed
         if data[:4] == b"fLaC":
             return (yield from _flac(end, data))
         return (yield from _mp3(end, data))
@@ -180,15 +198,15 @@ def _id3_end(header: bytes) -> int:
 def _wav() -> Reader:
     offset, byte_rate = 12, 0
     for _ in range(_MOST_STEPS):
-        header = yield (offset, 8)
+        header = yield from _read(offset, 8)
         kind, size = header[:4], struct.unpack_from("<I", header, 4)[0]
         if kind == b"fmt ":
-            fmt = yield (offset + 8, 16)
+            fmt = yield from _read(offset + 8, 16)
             byte_rate = struct.unpack_from("<I", fmt, 8)[0]
         elif kind == b"data":
             if not byte_rate:
                 return None
-            total, _tail = yield _END
+            total, _tail = yield from _end()
             start = offset + 8
             # A streamed WAV says 0 or 0xFFFFFFFF; a truncated one more than it holds: the bytes there count.
             present = total - start
@@ -203,7 +221,7 @@ def _wav() -> Reader:
 
 def _flac(offset: int, block: bytes | None = None) -> Reader:
     if block is None:
-        block = yield (offset, 4 + 4 + 18)
+        block = yield from _read(offset, 4 + 4 + 18)
     if block[:4] != b"fLaC" or block[4] & 0x7F != 0:  # STREAMINFO must be the first metadata block
         return None
     info = block[8:]
@@ -246,7 +264,7 @@ def _mp3_frame(data: bytes, at: int) -> tuple[int, int, int, int, int] | None:
 
 def _mp3(offset: int, data: bytes | None = None) -> Reader:
     if data is None:
-        data = yield (offset, 4096)
+        data = yield from _read(offset, 4096)
     for at in range(len(data) - 4):  # encoders may pad between the tag and the first frame
         frame = _mp3_frame(data, at)
         if frame is None:
@@ -267,7 +285,7 @@ def _mp3(offset: int, data: bytes | None = None) -> Reader:
             return struct.unpack_from(">I", data, marker_at + count_at)[0] * samples / rate
         if marker == b"VBRI" and marker_at == at + 36:
             return struct.unpack_from(">I", data, marker_at + count_at)[0] * samples / rate
-    total, tail = yield _END  # constant bit rate: the audio bytes over the rate (less an ID3v1 tag)
+    total, tail = yield from _end()  # constant bit rate: the audio bytes over the rate (less an ID3v1 tag)
     end = total - (128 if tail[-128:-125] == b"TAG" else 0)
     return (end - offset - at) * 8 / bitrate
 
@@ -276,7 +294,7 @@ def _mp3(offset: int, data: bytes | None = None) -> Reader:
 
 
 def _ogg() -> Reader:
-    page = yield (0, 27 + 255 + 32)
+    page = yield from _read(0, 27 + 255 + 32)
     segments = page[26]
     serial = page[14:18]
     packet = page[27 + segments :]
@@ -286,7 +304,7 @@ def _ogg() -> Reader:
         rate, skip = struct.unpack_from("<I", packet, 12)[0], 0
     else:
         return None
-    _total, tail = yield _END
+    _total, tail = yield from _end()
     at = len(tail)
     while (at := tail.rfind(b"OggS", 0, at)) >= 0:  # the last page of this stream holds its last sample
         if at + 27 <= len(tail) and tail[at + 4] == 0 and tail[at + 14 : at + 18] == serial:
@@ -310,13 +328,13 @@ def _box(header: bytes) -> tuple[bytes, int, int]:
 def _mp4() -> Reader:
     offset = 0
     for _ in range(_MOST_STEPS):
-        kind, size, header = _box((yield (offset, 16)))
+        kind, size, header = _box((yield from _read(offset, 16)))
         if kind == b"moov":
             child, end = offset + header, offset + size
             while child + 8 <= end:
-                kind, size, header = _box((yield (child, 16)))
+                kind, size, header = _box((yield from _read(child, 16)))
                 if kind == b"mvhd":
-                    body = yield (child + header, 32)
+                    body = yield from _read(child + header, 32)
                     if body[0] == 1:
                         scale, duration = struct.unpack_from(">IQ", body, 20)
                     else:
@@ -362,17 +380,17 @@ def _element(data: bytes, at: int = 0) -> tuple[int, int, int]:
 
 
 def _matroska() -> Reader:
-    ident, size, header = _element((yield (0, 12)))
+    ident, size, header = _element((yield from _read(0, 12)))
     offset = header + size  # past the EBML header
     for _ in range(_MOST_STEPS):
-        ident, size, header = _element((yield (offset, 12)))
+        ident, size, header = _element((yield from _read(offset, 12)))
         if ident == _SEGMENT:
             offset += header  # into the segment: Info is one of its first children
             continue
         if ident == _CLUSTER or size < 0:
             return None  # media before the Info, or an element of unknown size: not read further
         if ident == _INFO:
-            info = yield (offset + header, min(size, 4096))
+            info = yield from _read(offset + header, min(size, 4096))
             scale, duration, at = 1_000_000, None, 0
             while at < len(info):
                 child, child_size, child_header = _element(info, at)

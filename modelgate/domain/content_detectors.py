@@ -58,7 +58,8 @@ def _refine_card(text: str, start: int, end: int) -> tuple[int, int] | None:
         return start, end
     # Groups of digits around a card ("ref 1234 4111 1111 1111 1111"): the first card in them, leftmost and
     # then longest, from group to group.
-    run_end = _DIGIT_RUN.match(text, end, min(len(text), start + 64)).end()
+    run = _DIGIT_RUN.match(text, end, min(len(text), start + 64))
+    run_end = run.end() if run is not None else end
     if run_end < len(text) and text[run_end].isalnum():
         run_end = start  # the run ends inside a word: only the regex's own candidate counts
     groups = [(group.start(), group.end()) for group in _DIGIT_GROUP.finditer(text, start, max(end, run_end))]
@@ -139,7 +140,8 @@ def _refine_credential(text: str, start: int, end: int) -> tuple[int, int] | Non
         return None  # words joined by hyphens ("sk-learn-compatible-..."), not a random key
     if text.startswith("eyJ", start):
         # A JWT's payload and signature may pass RE2's 1000-character repetition: take the rest of the token.
-        end = _BASE64URL_RUN.match(text, end, min(len(text), start + PRIVATE_KEY_SPAN)).end()
+        rest = _BASE64URL_RUN.match(text, end, min(len(text), start + PRIVATE_KEY_SPAN))
+        end = rest.end() if rest is not None else end
         while text.count(".", start, end) > 2 and text[end - 1] == ".":
             end -= 1  # the period ending a sentence, not a fourth segment
     return start, end

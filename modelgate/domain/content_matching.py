@@ -14,12 +14,17 @@ import unicodedata
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from re import _parser as regex_parser
+from importlib import import_module
+from typing import Any
 
 import ahocorasick
 import re2
 
 from modelgate.domain.content_detectors import DETECTOR_TABLE, PRIVATE_KEY_SPAN, Refine
+
+# The standard library's own regular-expression parser (measures a pattern's width): a private module with
+# no type stubs, so it is looked up by name and its calls are unchecked.
+regex_parser: Any = import_module("re._parser")
 
 DETECTORS: tuple[str, ...] = ("email", "phone", "payment_card", "iban", "credentials")
 
@@ -396,11 +401,12 @@ class ContentMatcher:
         ascii_text = text.isascii()
         # A lone surrogate (JSON allows them) becomes "?": one character still one character.
         data = text.encode("ascii" if ascii_text else "utf-8", "replace")
-        if self._combined.search(data) is None:
+        combined, regex_set = self._combined, self._set
+        if combined is None or regex_set is None or combined.search(data) is None:
             return
         # The set says which terms matched; it answers nothing when its DFA runs out of memory, and then
         # every term runs (RE2's own search falls back to a slower engine, never to a wrong answer).
-        hits = self._set.Match(data) or range(len(self._regexes))
+        hits = regex_set.Match(data) or range(len(self._regexes))
         spans: list[tuple[int, int, int]] = []
         for index in hits:
             spans.extend(

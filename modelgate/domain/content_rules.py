@@ -51,6 +51,8 @@ def _terms(rule: PolicyRule) -> list[ContentTerm]:
     """The rule's terms; one the matcher no longer accepts (checked at creation) is skipped and logged."""
     spec = rule.content
     terms: list[ContentTerm] = []
+    if spec is None:
+        return terms
     for kind, values in (("phrase", spec.phrases), ("pattern", spec.patterns), ("detector", spec.detectors)):
         for value in values:
             try:
@@ -127,14 +129,18 @@ def _scope(rules: Sequence[PolicyRule]) -> ContentScope | None:
     return ContentScope(matcher, actions, hold, matcher.longest_match)
 
 
+def _applies_to(rule: PolicyRule, where: str) -> bool:
+    return rule.content is not None and rule.content.where in (where, "both")
+
+
 def compile_content(rules: Sequence[PolicyRule]) -> ContentRules | None:
     """Compile the content rules among `rules` (those already known to apply to the request's subject and
     model); None when there are none."""
     content = [rule for rule in rules if rule.content is not None]
     if not content:
         return None
-    prompt = _scope([r for r in content if r.content.where in ("prompt", "both")])
-    answer = _scope([r for r in content if r.content.where in ("answer", "both")])
+    prompt = _scope([r for r in content if _applies_to(r, "prompt")])
+    answer = _scope([r for r in content if _applies_to(r, "answer")])
     if prompt is None and answer is None:
         return None
     return ContentRules(prompt, answer)

@@ -236,7 +236,7 @@ class InProcessCounters:
             if not results[-1].allowed:
                 return Admitted(Refusal.WINDOW, results)
         else:
-            results = []
+            now, results = 0, []
         for index, ask in enumerate(money):
             account = accounts[ask.key]
             if ask.require_activation and not account.activated:

@@ -45,7 +45,7 @@ def may_name_parts(payload: dict[str, Any]) -> bool:
     """Whether the payload may hold a part naming input it does not show (false: no walk needed): parts
     live in content that is not a string (chat and messages `messages`, Responses `input`)."""
     for name in ("messages", "input"):
-        items = payload.get(name)
+        items = payload.get(name, ())
         if items.__class__ is list:
             for item in items:  # plain loops and class checks: this runs on every request
                 if item.__class__ is not dict or item.get("content").__class__ is not str:

@@ -55,7 +55,7 @@ def period_start(period: str, now: float) -> float:
 
 # Content rules are compiled by what decides the compiled result (each rule's id, effect and terms), so an
 # edit of anything else (a description, a budget) reuses the compiled set of the rules before it.
-ContentKey = tuple[tuple[str, str, ContentSpec], ...]
+ContentKey = tuple[tuple[str, str, ContentSpec | None], ...]
 
 
 class ContentCompilations:
@@ -76,7 +76,7 @@ class ContentCompilations:
             del self.compiled[key]
 
 
-def _content_signature(rule: PolicyRule) -> tuple[str, str, ContentSpec]:
+def _content_signature(rule: PolicyRule) -> tuple[str, str, ContentSpec | None]:
     return rule.id, rule.effect, rule.content
 
 

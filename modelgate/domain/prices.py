@@ -146,10 +146,11 @@ class ModelPrices:
     highest_output: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.rates is None:
-            flat = TokenRates.flat(self.input_per_token, self.cached_input_per_token, self.output_per_token)
-            object.__setattr__(self, "rates", flat)
-        every = (self.rates, *(rates for _, rates in self.long_context), *self.service_tiers.values())
+        rates = self.rates
+        if rates is None:
+            rates = TokenRates.flat(self.input_per_token, self.cached_input_per_token, self.output_per_token)
+            object.__setattr__(self, "rates", rates)
+        every = (rates, *(rates for _, rates in self.long_context), *self.service_tiers.values())
         object.__setattr__(self, "highest_input", max(rates.highest_input for rates in every))
         object.__setattr__(self, "highest_output", max(rates.highest_output for rates in every))
 
@@ -198,6 +199,8 @@ class ModelPrices:
                 return TokenRates.flat(self.highest_input, self.highest_input, self.highest_output)
             return rates
         rates = self.rates
+        if rates is None:  # never: __post_init__ fills it in
+            rates = TokenRates.flat(self.input_per_token, self.cached_input_per_token, self.output_per_token)
         for above, tier_rates in self.long_context:
             if usage.input_tokens > above:
                 rates = tier_rates

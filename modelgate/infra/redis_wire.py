@@ -101,7 +101,8 @@ class _Wire(asyncio.Protocol):
     def __init__(self) -> None:
         self.reader = hiredis.Reader(replyError=ResponseError)
         self.waiting: deque[tuple[asyncio.Future, float]] = deque()
-        self.transport: asyncio.Transport | None = None
+        # Set by connection_made, which runs before the connection is handed out.
+        self.transport: asyncio.Transport
         self.lost = False
         self._outgoing: list[bytes] = []
 
@@ -238,7 +239,7 @@ class RedisWire:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        if self._wire is not None and self._wire.transport is not None:
+        if self._wire is not None:
             self._wire.transport.close()
         self._wire = None
 

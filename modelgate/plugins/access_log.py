@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from enum import Enum
 from itertools import islice
 
 from modelgate.domain.errors import GatewayError
@@ -20,18 +21,43 @@ log = logging.getLogger(_LOGGER)
 
 _MAX_MODEL_NAME = 200
 _MAX_PATH = 512
-_UNSET = object()
+
+
+class _Unset(Enum):
+    UNSET = 0
+
+
+_UNSET = _Unset.UNSET  # the writer not looked up yet
 
 
 class AccessLog(Plugin):
     """Writes the access line (info; warning for upstream failures; error for internal errors)."""
 
     name = "access_log"
+    requires = frozenset(
+        {
+            "attempts",
+            "body",
+            "bytes_sent",
+            "credential",
+            "error",
+            "first_byte_at",
+            "key",
+            "metering",
+            "model",
+            "payload",
+            "route",
+            "row",
+            "row_failures",
+            "status",
+            "stream",
+        }
+    )
     essential = True
 
     def __init__(self, log_prompts: bool) -> None:
         self._log_prompts = log_prompts
-        self._writer: EntryWriter | object | None = _UNSET  # looked up on first use, once logging is set
+        self._writer: EntryWriter | _Unset | None = _UNSET  # looked up on first use, once logging is set
 
     def _write(self, level: int, entry: dict, request_id: str) -> None:
         writer = self._writer

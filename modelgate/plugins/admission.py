@@ -51,6 +51,7 @@ class Admission(Plugin):
     """Takes the request's claim, window places and reservations in one step (see the module)."""
 
     name = "admission"
+    requires = frozenset({"response_headers"})
     provides = frozenset({"admission"})
     essential = True
 

@@ -43,7 +43,7 @@ class Auth(Plugin):
     async def on_request(self, ctx: RequestContext) -> None:
         error = (
             AuthenticationFailedEnvelopeA
-            if ctx.route.envelope_b_with_version_header
+            if ctx.matched_route.envelope_b_with_version_header
             else AuthenticationFailed
         )
         secret = presented_key(ctx.request.headers)

@@ -37,7 +37,8 @@ def final_cost(ctx: RequestContext) -> int:
     metering = ctx.metering
     cost = metering.cost_micros
     if cost is None:
-        if ctx.route.free or not (ctx.answered_status or metering.abandoned):
+        route = ctx.matched_route
+        if route.free or not (ctx.answered_status or metering.abandoned):
             cost = metering.cost_micros = 0
         else:
             admission = ctx.admission
@@ -52,13 +53,14 @@ def final_cost(ctx: RequestContext) -> int:
                 metering.usage = usage = delivered_usage(
                     usage, len(ctx.body), relayed, admission.max_output_tokens
                 )
-            bounded = ctx.route.cap is not None and ctx.route.media is None and not admission.hosted_tools
+            bounded = route.cap is not None and route.media is None and not admission.hosted_tools
+            model = ctx.routed_model
             cost = charge_usage(
                 metering,
-                ctx.model.prices,
+                model.prices,
                 usage,
                 admission.reserved_micros,
-                ctx.model.config.max_context_tokens,
+                model.config.max_context_tokens,
                 admission.max_output_tokens if bounded else 0,
             )
     return cost
@@ -68,14 +70,28 @@ class BillingGate(Plugin):
     """Reserves the worst-case cost before forwarding; settles the real cost after."""
 
     name = "billing_gate"
-    requires = frozenset({"route", "key", "model"})
-    provides = frozenset({"admission"})
+    requires = frozenset(
+        {
+            "answered_status",
+            "body",
+            "body_stream",
+            "decision",
+            "key",
+            "metering",
+            "model",
+            "outcome",
+            "payload",
+            "response_headers",
+            "route",
+        }
+    )
+    provides = frozenset({"admission", "payload_changed"})
 
     def __init__(self, accounts: Accounts) -> None:
         self._accounts = accounts
 
     async def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route
+        route = ctx.matched_route
         if route.websocket:  # reserved per response by the relay; here: can it afford one?
             await admit(self._accounts.counters, ctx)  # its windows first: 429 before 402
             return await check_one_response(self._accounts, ctx)
@@ -95,7 +111,7 @@ class BillingGate(Plugin):
                 ctx.payload,
             )
         # Recorded for the admission step, which reserves on the balance and every budget at once, or on none.
-        key = ctx.key
+        key = ctx.api_key
         accounts = self._accounts
         admission.money.append(
             accounts.balance_ask(key.organization_id, key.plan_code, worst, key.balance_counter)

@@ -14,6 +14,7 @@ held against the compressed allowance. The upstream gets the decoded body.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
@@ -27,6 +28,9 @@ from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
 from modelgate.proxy.pipeline.route_table import BodyFormat
 
+if TYPE_CHECKING:
+    from modelgate.proxy.http.front_request import FrontRequest
+
 
 def _gateway_error(error: BodyDecodingError) -> GatewayError:
     if error.status == 413:
@@ -36,7 +40,7 @@ def _gateway_error(error: BodyDecodingError) -> GatewayError:
     return InvalidRequest(error.message)
 
 
-async def read_limited(request: web.Request, limit: int) -> bytes:
+async def read_limited(request: web.Request | FrontRequest, limit: int) -> bytes:
     """The whole (decoded) body, or RequestTooLarge as soon as it passes `limit` bytes."""
     content, declared = request_body(request, limit, _gateway_error)
     if declared is not None:
@@ -68,7 +72,7 @@ class BodyLimits(Plugin):
     essential = True
 
     async def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route
+        route = ctx.matched_route
         request = ctx.request
         if route.body is BodyFormat.NONE:
             return

@@ -34,7 +34,7 @@ from modelgate.proxy.content.prompt_texts import prompt_slots
 from modelgate.proxy.content.redaction import Hit, redact, strongest
 from modelgate.proxy.observability.metrics import GatewayMetrics
 from modelgate.proxy.pipeline.chain import Plugin, StreamCut
-from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.context import AnswerHead, PhaseError, RequestContext
 
 # The client's stream format of each route whose answers carry text.
 _STREAM_WIRES = {
@@ -76,6 +76,8 @@ def _apply(ctx: RequestContext, scope: ContentScope, where: str, text: str, what
         return None
     _record(ctx, where, hits)
     strongest_hit = strongest(hits)
+    if strongest_hit is None:
+        return None
     if strongest_hit.action == "block":
         raise _blocked(strongest_hit, what)
     return redact(text, hits) if strongest_hit.action == "redact" else None
@@ -94,7 +96,8 @@ class PromptPolicy(Plugin):
     name = "prompt_policy"
     essential = True
     # Reads `decision` when the policy step ran (it may be switched off: then no rule applies).
-    requires = frozenset({"route", "key"})
+    requires = frozenset({"body_stream", "decision", "key", "payload", "route"})
+    provides = frozenset({"content_hits", "payload_changed"})
 
     def on_request(self, ctx: RequestContext) -> None:
         scope = _scope(ctx, "prompt")
@@ -106,7 +109,7 @@ class PromptPolicy(Plugin):
         payload = ctx.payload
         if payload is None:
             return
-        slots = prompt_slots(ctx.route.name, payload)
+        slots = prompt_slots(ctx.matched_route.name, payload)
         matcher = scope.matcher
         # Most prompts match nothing: their texts are checked at once, in one pass when they are ASCII.
         if len(slots) > 1 and matcher.joinable and not matcher.any_match("\n".join(s.text for s in slots)):
@@ -131,7 +134,8 @@ class AnswerPolicy(Plugin):
 
     name = "answer_policy"
     essential = True
-    requires = frozenset({"route", "key", "envelope"})
+    requires = frozenset({"answer", "decision", "envelope", "key", "model", "outcome", "route"})
+    provides = frozenset({"content_hits", "outcome"})
 
     def __init__(self, audit: AuditWriter, metrics: GatewayMetrics) -> None:
         self._audit = audit
@@ -141,7 +145,7 @@ class AnswerPolicy(Plugin):
         if not head.streamed or head.status >= 400:
             return
         scope = _scope(ctx, "answer")
-        wire = _STREAM_WIRES.get(ctx.route.name)
+        wire = _STREAM_WIRES.get(ctx.matched_route.name)
         if scope is None or wire is None:
             return
         if not head.upstream_headers.get("content-type", "").startswith("text/event-stream"):
@@ -151,14 +155,16 @@ class AnswerPolicy(Plugin):
         )
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        answer = ctx.answer
+        answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream
+        if answer is None:
+            raise PhaseError("answer", "the forwarder")
         guard = answer.content_guard
         if guard is not None:
             try:
                 return guard.feed(chunk)
             except AnswerBlocked as blocked:
                 raise self._cut(ctx, blocked) from None
-        if answer.streamed or answer.status >= 400 or ctx.route.name not in _ANSWER_ROUTES:
+        if answer.streamed or answer.status >= 400 or ctx.matched_route.name not in _ANSWER_ROUTES:
             return chunk
         scope = _scope(ctx, "answer")
         if scope is None:
@@ -166,7 +172,7 @@ class AnswerPolicy(Plugin):
         return self._whole_answer(ctx, scope, chunk)
 
     def on_end(self, ctx: RequestContext, tail: bytes) -> bytes:
-        guard = ctx.answer.content_guard
+        guard = ctx.answer_head.content_guard
         if guard is None:
             return tail
         try:
@@ -187,7 +193,7 @@ class AnswerPolicy(Plugin):
         if not isinstance(document, dict):
             return body
         changed = False
-        for slot in answer_slots(ctx.route.name, document):
+        for slot in answer_slots(ctx.matched_route.name, document):
             try:
                 passed = _apply(ctx, scope, "answer", slot.text, "The answer")
             except PolicyBlocked:
@@ -222,7 +228,7 @@ class AnswerPolicy(Plugin):
                     details={"where": where, "label": hit.label, "requestId": ctx.request_id, "model": model},
                     key_id=key.id,
                     system_id=key.system_id,
-                    route=ctx.route.name,
+                    route=ctx.matched_route.name,
                 )
             )
 

@@ -31,6 +31,21 @@ class Metrics(Plugin):
     """Counts requests, rejections, upstream failures and failovers; times answers and first bytes."""
 
     name = "metrics"
+    requires = frozenset(
+        {
+            "attempts",
+            "error",
+            "first_byte_at",
+            "metering",
+            "model",
+            "response_headers",
+            "route",
+            "row",
+            "row_failures",
+            "status",
+            "stream",
+        }
+    )
     essential = True
 
     def __init__(self, metrics: GatewayMetrics) -> None:

@@ -28,7 +28,7 @@ class ModelRouting(Plugin):
         self._catalog = catalog
 
     def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route
+        route = ctx.matched_route
         if route.kind is None or route.has_id:
             return
         name = ctx.payload.get("model") if ctx.payload is not None else None

@@ -54,12 +54,12 @@ class NativeFeatures(Plugin):
     """Narrows the rows of thinking, caching and token-counting requests to the native providers."""
 
     name = "native_features"
-    requires = frozenset({"route", "model", "rows", "payload"})
+    requires = frozenset({"body", "model", "payload", "route", "rows"})
     provides = frozenset({"rows"})
     essential = True
 
     def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route
+        route = ctx.matched_route
         if route.counts_tokens:
             feature = "token counting"
         elif route.kind == "messages" and ctx.payload is not None:
@@ -72,10 +72,11 @@ class NativeFeatures(Plugin):
         if native:
             ctx.rows = native
             return
-        name = ctx.model.name  # set by model routing: both routes name a model
-        if any(row.upstream.native_messages for row in ctx.model.rows):
+        model = ctx.routed_model  # set by model routing: both routes name a model
+        name = model.name
+        if any(row.upstream.native_messages for row in model.rows):
             reason = f"none of the rows the 'provider' object left for model {name!r} is native"
         else:
             reason = f"model {name!r} has none"
-        path = ctx.route.path
+        path = route.path
         raise InvalidRequest(f"{feature} is only available on the native providers of {path}; {reason}")

@@ -21,7 +21,7 @@ import orjson
 
 from modelgate.domain.errors import InvalidRequest, UnknownTask
 from modelgate.proxy.pipeline.chain import Plugin
-from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.pipeline.context import PhaseError, RequestContext
 from modelgate.proxy.state.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
 from modelgate.proxy.translation.answer_fields import answer_field, event_documents, string_field
 from modelgate.proxy.upstream.model_rows import ModelCatalog
@@ -30,7 +30,7 @@ log = logging.getLogger("modelgate.objects")
 
 _ID = string_field("id")
 # Route kind -> the kind its objects are bound as; route name -> the object kind of its creations.
-_OBJECT_KINDS = {"responses": "response", "videos": "video"}
+_OBJECT_KINDS: dict[str | None, str] = {"responses": "response", "videos": "video"}
 _NOUNS = {"response": "Response", "video": "Video"}
 # A stream names its object in its first event; past this many bytes it is not looked for any more.
 _SCAN_LIMIT = 64 * 1024
@@ -40,8 +40,23 @@ class ObjectBindingPlugin(Plugin):
     """Binds stored response ids and video ids to their row and organization."""
 
     name = "object_binding"
-    requires = frozenset({"route", "key", "object_id"})
-    provides = frozenset({"model", "rows", "bound_object"})
+    requires = frozenset(
+        {
+            "admission",
+            "answer",
+            "answered_status",
+            "bytes_sent",
+            "key",
+            "metering",
+            "object_id",
+            "outcome",
+            "payload",
+            "route",
+            "row",
+            "status",
+        }
+    )
+    provides = frozenset({"admission", "bound_object", "model", "rows", "scan_tail"})
     essential = True
 
     def __init__(self, store: ObjectStore, catalog: ModelCatalog) -> None:
@@ -49,26 +64,26 @@ class ObjectBindingPlugin(Plugin):
         self._catalog = catalog
 
     async def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route
+        route = ctx.matched_route
         kind = _OBJECT_KINDS.get(route.kind)
         if kind is None:
             return
         if route.has_id:
             if not is_object_id(ctx.object_id):  # no such id was ever bound: no lookup either
                 raise UnknownTask(f"{_NOUNS[kind]} not found.")
-            binding = await self._store.find(ctx.object_id, ctx.key.organization_id, kind)
+            binding = await self._store.find(ctx.object_id, ctx.api_key.organization_id, kind)
             row = self._catalog.rows_by_key.get(binding.row_key) if binding else None
-            if row is None:
+            if binding is None or row is None:
                 raise UnknownTask(f"{_NOUNS[kind]} with id '{ctx.object_id}' not found.")
             ctx.model = self._catalog.get(binding.model)
             ctx.rows = [row]
             return
         if kind != "response":
             return
-        payload = ctx.payload
+        payload = ctx.json_payload
         previous = payload.get("previous_response_id")
         if previous is not None:
-            binding = await self._store.find(previous, ctx.key.organization_id, "response")
+            binding = await self._store.find(previous, ctx.api_key.organization_id, "response")
             if binding is None:
                 raise InvalidRequest(f"Previous response with id '{previous}' not found.")
             ctx.rows = [r for r in ctx.rows if r.key == binding.row_key]
@@ -79,7 +94,7 @@ class ObjectBindingPlugin(Plugin):
             ctx.admission.carried_input_tokens = self._carried(ctx, binding)
         conversation = _conversation_id(payload)
         if conversation is not None:
-            binding = await self._store.find(conversation, ctx.key.organization_id, "conversation")
+            binding = await self._store.find(conversation, ctx.api_key.organization_id, "conversation")
             ctx.admission.carried_input_tokens = self._carried(ctx, binding)
 
     @staticmethod
@@ -95,10 +110,13 @@ class ObjectBindingPlugin(Plugin):
         return chunk  # read, never changed
 
     def _bind_created(self, ctx: RequestContext, chunk: bytes) -> None:
-        kind = ctx.route.creates
+        route = ctx.route  # ctx.matched_route, inline: this runs for every piece of a stream
+        if route is None:
+            raise PhaseError("route", "route_support")
+        kind = route.creates
         if kind is None or ctx.status != 200 or ctx.bound_object is not None:
             return
-        if ctx.bytes_sent > _SCAN_LIMIT or ctx.payload.get("store") is False:
+        if ctx.bytes_sent > _SCAN_LIMIT or ctx.json_payload.get("store") is False:
             return
         if ctx.answer is not None and ctx.answer.translator is not None:
             return  # a translated answer (Responses on a Messages or chat row) is stored nowhere upstream
@@ -109,27 +127,30 @@ class ObjectBindingPlugin(Plugin):
             object_id = orjson.loads(token)
         except orjson.JSONDecodeError:
             object_id = None
-        ctx.bound_object = object_id if is_object_id(object_id) else ""  # "": seen, and not bindable
-        if not ctx.bound_object:
+        if not is_object_id(object_id):
+            ctx.bound_object = ""  # seen, and not bindable
             log.warning(
                 "row %s created a %s whose id cannot be bound (over %d bytes, or characters a URL path "
                 "segment cannot carry as they are): %.80r",
-                ctx.row.key,
+                ctx.served_row.key,
                 kind,
                 MAX_OBJECT_ID_BYTES,
                 token,
                 extra={"request_id": ctx.request_id},
             )
             return
+        ctx.bound_object = object_id
         self._store.remember(
-            ObjectBinding(object_id, ctx.key.organization_id, kind, ctx.model.name, ctx.row.key)
+            ObjectBinding(
+                object_id, ctx.api_key.organization_id, kind, ctx.routed_model.name, ctx.served_row.key
+            )
         )
 
     async def on_complete(self, ctx: RequestContext) -> None:
         route = ctx.route
         if route is None:
             return
-        if route.deletes and ctx.status == 200:
+        if route.deletes and ctx.status == 200 and ctx.object_id is not None:
             await self._store.forget(ctx.object_id)
         elif route.creates == "response" and ctx.answered_status == 200:
             self._remember_context(ctx)
@@ -146,7 +167,12 @@ class ObjectBindingPlugin(Plugin):
         if conversation is not None and ctx.row is not None:
             self._store.remember_conversation(
                 ObjectBinding(
-                    conversation, ctx.key.organization_id, "conversation", ctx.model.name, ctx.row.key, tokens
+                    conversation,
+                    ctx.api_key.organization_id,
+                    "conversation",
+                    ctx.routed_model.name,
+                    ctx.row.key,
+                    tokens,
                 )
             )
 

@@ -75,8 +75,8 @@ class OutputCaps(Plugin):
     """400 on an output cap the model cannot honour; fills in the token estimate the later steps reserve."""
 
     name = "output_caps"
-    requires = frozenset({"route", "model", "payload", "body"})
-    provides = frozenset({"admission"})  # the token estimate the asks are sized by
+    requires = frozenset({"body", "body_stream", "model", "payload", "route"})
+    provides = frozenset({"admission", "payload_changed"})  # the token estimate the asks are sized by
     essential = True
 
     def on_request(self, ctx: RequestContext) -> None:  # never waits: the chain calls it directly

@@ -25,7 +25,7 @@ class Policy(Plugin):
         self._policies = policies
 
     async def on_request(self, ctx: RequestContext) -> None:
-        key = ctx.key
+        key = ctx.api_key
         ctx.policy = await self._policies.policy(key.organization_id)
         if ctx.model is None:
             return

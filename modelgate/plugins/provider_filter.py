@@ -18,8 +18,8 @@ class ProviderFilter(Plugin):
     """Applies and strips the `provider` object."""
 
     name = "provider_filter"
-    requires = frozenset({"model", "rows", "payload"})
-    provides = frozenset({"rows"})
+    requires = frozenset({"body_stream", "model", "payload", "rows"})
+    provides = frozenset({"payload_changed", "rows"})
     essential = True
 
     def __init__(self, catalog: ModelCatalog) -> None:

@@ -26,8 +26,10 @@ class RateLimits(Plugin):
     """Admits a request into its request and token windows, or stops it with 429."""
 
     name = "rate_limits"
-    requires = frozenset({"key", "model"})
-    provides = frozenset({"admission"})
+    requires = frozenset(
+        {"body", "body_stream", "bytes_sent", "decision", "key", "metering", "model", "payload", "route"}
+    )
+    provides = frozenset({"admission", "payload_changed"})
 
     def __init__(self, config: Config, counters: Counters) -> None:
         self._plan_limits = {plan.code: (plan.rpm, plan.tpm) for plan in config.plans}
@@ -36,7 +38,7 @@ class RateLimits(Plugin):
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
-        key, decision, admission = ctx.key, ctx.decision, ctx.admission
+        key, decision, admission = ctx.api_key, ctx.decision, ctx.admission
         plan_rpm, plan_tpm = self._plan_limits.get(key.plan_code, _NO_LIMITS)
         key_rpm = decision.rpm if decision is not None and decision.rpm is not None else plan_rpm
         key_tpm = decision.tpm if decision is not None and decision.tpm is not None else plan_tpm

@@ -26,10 +26,10 @@ class RealtimeCap(Plugin):
     async def on_request(self, ctx: RequestContext) -> None:
         if ctx.realtime is None or ctx.model is None:
             return
-        cap = self._caps.get(ctx.key.plan_code, 0)
+        cap = self._caps.get(ctx.api_key.plan_code, 0)
         if cap <= 0:
             return
-        slot = f"rt:o:{ctx.key.organization_id}"
+        slot = f"rt:o:{ctx.api_key.organization_id}"
         if not await self._counters.acquire(slot, cap):
             raise RateLimited(
                 f"Realtime concurrency cap reached: at most {cap} open realtime session(s) per organization. "

@@ -21,17 +21,18 @@ class RealtimeCredentials(Plugin):
     """Claims the client secret of a realtime connect."""
 
     name = "realtime_credentials"
-    requires = frozenset({"route", "key"})
-    provides = frozenset({"realtime"})
+    requires = frozenset({"key", "payload", "route"})
+    provides = frozenset({"payload", "realtime"})
     essential = True
 
     def __init__(self, secrets: RealtimeSecrets) -> None:
         self._secrets = secrets
 
     async def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.route
+        route = ctx.matched_route
         if route.mints_realtime_secret:
-            payload, session = ctx.payload, ctx.payload.get("session")
+            payload = ctx.json_payload
+            session = payload.get("session")
             if "model" not in payload and isinstance(session, dict) and "model" in session:
                 payload["model"] = session["model"]
             return
@@ -44,12 +45,12 @@ class RealtimeCredentials(Plugin):
                 "A realtime connect needs a fresh `client_secret` in the query "
                 "(POST /v1/realtime/client_secrets)."
             )
-        outcome, secret = await self._secrets.claim(value, ctx.key.id, query.get("model") or None)
+        outcome, secret = await self._secrets.claim(value, ctx.api_key.id, query.get("model") or None)
         if outcome is Claim.IN_PROGRESS:
             raise RequestInProgress(
                 "A realtime session with this client secret is already being established."
             )
-        if outcome is not Claim.CLAIMED:
+        if outcome is not Claim.CLAIMED or secret is None:
             raise InvalidRealtimeCredential(
                 "The realtime client secret is invalid: unknown, already used, expired, or not issued "
                 "to this API key for this model."

@@ -65,7 +65,7 @@ class RequestId(Plugin):
 
     def on_complete(self, ctx: RequestContext) -> None:
         if ctx.admission.claimed_request_id:
-            self._in_flight.release(ctx.key.organization_id, ctx.request_id)
+            self._in_flight.release(ctx.api_key.organization_id, ctx.request_id)
 
 
 class SharedRequestId(RequestId):
@@ -88,7 +88,9 @@ class SharedRequestId(RequestId):
 
     def on_complete(self, ctx: RequestContext) -> None:
         if ctx.admission.claimed_request_id:
-            self._in_flight.release(ctx.key.organization_id, ctx.request_id)
+            self._in_flight.release(ctx.api_key.organization_id, ctx.request_id)
             admission = ctx.admission
-            if admission.taken:  # released with the next batch of this process's counter writes
+            if (
+                admission.taken and admission.claim is not None
+            ):  # released with the next batch of this process's counter writes
                 self._counters.release_claim(admission.claim)

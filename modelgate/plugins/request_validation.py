@@ -120,7 +120,7 @@ class RequestValidation(Plugin):
     """Checks `stream` and the route's own parameters before any routing."""
 
     name = "request_validation"
-    requires = frozenset({"route", "body", "payload"})
+    requires = frozenset({"body", "body_stream", "payload", "route"})
     provides = frozenset({"stream"})
     essential = True
 
@@ -140,9 +140,10 @@ class RequestValidation(Plugin):
             stream = False
         if not isinstance(stream, bool):
             raise InvalidRequest(f"Invalid type for 'stream': expected a boolean, got {_type_name(stream)}.")
-        if stream and not ctx.route.streams:
-            raise InvalidRequest(f"streaming is not supported on {ctx.route.path}")
+        route = ctx.matched_route
+        if stream and not route.streams:
+            raise InvalidRequest(f"streaming is not supported on {route.path}")
         ctx.stream = stream
-        check = _ROUTE_CHECKS.get(ctx.route.name)
+        check = _ROUTE_CHECKS.get(route.name)
         if check is not None:
             check(payload)

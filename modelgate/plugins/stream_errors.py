@@ -18,7 +18,7 @@ class StreamErrors(Plugin):
 
     name = "stream_errors"
     essential = True
-    requires = frozenset({"envelope"})
+    requires = frozenset({"envelope", "outcome"})
 
     def on_stream_error(self, ctx: RequestContext, error: BaseException) -> bytes:
         # A step of ours that failed mid-relay is the gateway's error, not the model's.

@@ -26,5 +26,5 @@ class RequestTracing(Plugin):
 
     def on_complete(self, ctx: RequestContext) -> None:
         opened = self._open.pop(id(ctx), None)
-        if opened is not None:
+        if opened is not None and self._tracer is not None:
             self._tracer.end_request(opened, ctx)

@@ -10,19 +10,20 @@ from __future__ import annotations
 from modelgate.domain.answer_filters import WHOLE_ANSWER_FILTER, UsageChunkFilter
 from modelgate.domain.usage import StreamUsageScanner
 from modelgate.proxy.pipeline.chain import Plugin
-from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
+from modelgate.proxy.pipeline.context import AnswerHead, PhaseError, RequestContext
 
 
 class UsageFilter(Plugin):
     """Keeps withheld usage and providers' prices from the client (see the module)."""
 
     name = "usage_filter"
+    requires = frozenset({"answer", "metering", "model", "route", "stream"})
     essential = True
 
     def on_response_head(self, ctx: RequestContext, head: AnswerHead) -> None:
         if ctx.model is None:
             return
-        route = ctx.route
+        route = ctx.matched_route
         if ctx.stream:
             if route.usage_on_request:  # the OpenAI-style streams that carry usage
                 scanner = ctx.metering.scanner
@@ -33,13 +34,16 @@ class UsageFilter(Plugin):
             head.usage_filter = WHOLE_ANSWER_FILTER
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        chunk_filter = ctx.answer.usage_filter
+        answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream
+        if answer is None:
+            raise PhaseError("answer", "the forwarder")
+        chunk_filter = answer.usage_filter
         if chunk_filter is None:
             return chunk
-        return chunk_filter.feed(chunk) if ctx.answer.streamed else chunk_filter.whole(chunk)
+        return chunk_filter.feed(chunk) if answer.streamed else chunk_filter.whole(chunk)
 
     def on_end(self, ctx: RequestContext, tail: bytes) -> bytes:
-        chunk_filter = ctx.answer.usage_filter
+        chunk_filter = ctx.answer_head.usage_filter
         if chunk_filter is None:
             return tail
         return chunk_filter.feed(tail) + chunk_filter.finish() if tail else chunk_filter.finish()

@@ -21,7 +21,7 @@ from modelgate.domain.overruns import Overrun, OverrunReport
 from modelgate.domain.usage import StreamUsageScanner, generated_tokens, tokens_of, usage_of_body
 from modelgate.plugins.billing_gate import final_cost
 from modelgate.proxy.pipeline.chain import Plugin
-from modelgate.proxy.pipeline.context import RequestContext, content_action
+from modelgate.proxy.pipeline.context import PhaseError, RequestContext, content_action
 from modelgate.proxy.state.background_follower import BackgroundFollower
 from modelgate.proxy.state.objects import is_object_id
 
@@ -30,8 +30,26 @@ class UsageMetering(Plugin):
     """Reads usage from answers and records every request in the ledger."""
 
     name = "usage_metering"
-    requires = frozenset({"route", "key", "model", "stream", "payload", "body"})
-    provides = frozenset({"metering"})
+    requires = frozenset(
+        {
+            "admission",
+            "answer",
+            "answered_status",
+            "body",
+            "body_stream",
+            "bytes_sent",
+            "content_hits",
+            "key",
+            "model",
+            "outcome",
+            "payload",
+            "route",
+            "row",
+            "status",
+            "stream",
+        }
+    )
+    provides = frozenset({"metering", "payload_changed"})
 
     def __init__(
         self,
@@ -48,13 +66,13 @@ class UsageMetering(Plugin):
     def on_request(self, ctx: RequestContext) -> None:
         if ctx.model is None:
             return
+        route = ctx.matched_route
         reserved = ctx.admission.reserved_micros
         if reserved is not None:  # admitted by the billing gate (the step before this one)
             ctx.metering.ledger_row_id = self._admit(ctx, reserved)
-            if ctx.route.creates == "response" and not ctx.stream and self._background is not None:
-                if ctx.payload.get("background") is True:
+            if route.creates == "response" and not ctx.stream and self._background is not None:
+                if ctx.json_payload.get("background") is True:
                     ctx.metering.background_id = ""  # its answer says whether it is still to run
-        route = ctx.route
         if route.media is not None:
             # Media answers are charged per unit (image, second) or per request, never by bytes seen.
             upload = ctx.body_stream.file_probe if ctx.body_stream is not None else None
@@ -62,8 +80,8 @@ class UsageMetering(Plugin):
             return
         if ctx.stream:
             ctx.metering.scanner = StreamUsageScanner(route.final_events)
-            payload = ctx.payload
             if route.usage_on_request:
+                payload = ctx.json_payload
                 options = payload.get("stream_options")
                 asked = isinstance(options, dict) and options.get("include_usage") is True
                 if not asked:
@@ -104,7 +122,7 @@ class UsageMetering(Plugin):
     def on_complete(self, ctx: RequestContext) -> None:
         if ctx.model is None or ctx.key is None:  # refused before a model was known: nothing was used
             return
-        if ctx.route.websocket and ctx.status == 101:  # one row per response, written by the relay
+        if ctx.matched_route.websocket and ctx.status == 101:  # one row per response, written by the relay
             return
         if ctx.metering.background_id and ctx.answered_status == 200:
             self._follow_background(ctx)  # its row is written once its final usage is known
@@ -147,14 +165,14 @@ class UsageMetering(Plugin):
     def _report_overrun(self, ctx: RequestContext, cost: int) -> None:
         if self._overruns is None:
             return
-        key, metering = ctx.key, ctx.metering
+        key, metering = ctx.api_key, ctx.metering
         self._overruns.report(
             Overrun(
                 key.organization_id,
                 key.id,
                 key.system_id,
-                ctx.route.name,
-                ctx.model.name,
+                ctx.matched_route.name,
+                ctx.routed_model.name,
                 ctx.request_id,
                 ctx.admission.reserved_micros or 0,
                 cost,
@@ -167,25 +185,30 @@ class UsageMetering(Plugin):
     def _follow_background(self, ctx: RequestContext) -> None:
         """Hand a queued background response to the follower, with the reservations it keeps and what its
         journal admission charges should this process die first (as `_admit` computed it)."""
-        key = ctx.key
+        key, model, metering, admission = ctx.api_key, ctx.routed_model, ctx.metering, ctx.admission
+        follower, response_id, row_id = self._background, metering.background_id, metering.ledger_row_id
+        reserved = admission.reserved_micros
+        # Only an admitted background response (a ledger row id and a reservation) is marked to follow.
+        if follower is None or not response_id or row_id is None or reserved is None:
+            raise PhaseError("metering.background_id", "an admitted background response")
         crash_input = prompt_estimate(len(ctx.body))
-        self._background.follow(
+        follower.follow(
             BackgroundFollow(
-                ctx.metering.background_id,
-                ctx.metering.ledger_row_id,
+                response_id,
+                row_id,
                 key.organization_id,
                 key.id,
                 key.system_id,
-                ctx.model.name,
-                ctx.row.key,
+                model.name,
+                ctx.served_row.key,
                 ctx.request_id,
-                tuple(ctx.admission.charged_budgets),
-                ctx.model.prices.prompt_cost(crash_input),
+                tuple(admission.charged_budgets),
+                model.prices.prompt_cost(crash_input),
                 crash_input,
                 time.time(),
-                ctx.admission.reserved_micros or 0,
-                0 if ctx.admission.hosted_tools else ctx.admission.max_output_tokens,
-                list(ctx.admission.reservations),
+                reserved,
+                0 if admission.hosted_tools else admission.max_output_tokens,
+                list(admission.reservations),
             )
         )
 
@@ -194,8 +217,8 @@ class UsageMetering(Plugin):
         process die before the request completes is the estimate of its prompt, which the provider surely
         billed (domain.charges.prompt_estimate), said estimated on the row and, like any charge, not capped
         at the reservation (the excess recorded)."""
-        key = ctx.key
-        model = ctx.model
+        key = ctx.api_key
+        model = ctx.routed_model
         now = time.time()
         row_id = self._ledger.new_row_id(now)
         input_tokens = prompt_estimate(len(ctx.body))

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError, plain_insert
 
@@ -24,7 +25,7 @@ class _Conn:
 
     __slots__ = ("_conn",)
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection | PoolConnectionProxy) -> None:
         self._conn = conn
 
     async def execute(self, sql: str, *args: Any) -> int:

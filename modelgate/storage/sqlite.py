@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from itertools import chain
 from pathlib import Path
@@ -60,7 +60,7 @@ def block_insert(sql: str) -> str | None:
     return block
 
 
-def _rows(cursor_rows: list[sqlite3.Row]) -> list[Row]:
+def _rows(cursor_rows: Iterable[sqlite3.Row]) -> list[Row]:
     return [dict(r) for r in cursor_rows]
 
 

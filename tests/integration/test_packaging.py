@@ -4,6 +4,7 @@ points."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -100,3 +101,63 @@ def test_the_modelgate_command_is_the_cli_main(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [name for name in wheel.namelist() if name.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert "[console_scripts]\nmodelgate = modelgate.cli:main" in text
+
+
+@pytest.fixture(scope="module")
+def site_packages(wheel: zipfile.ZipFile, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site-packages of a new virtualenv (no pip, nothing else in it) after `pip install` of the wheel."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    pip_install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index"]
+    subprocess.run([*pip_install, "-q", str(wheel.filename)], check=True, capture_output=True, timeout=300)
+    (found,) = (venv / "lib").glob("python3*/site-packages")
+    return found
+
+
+def test_installing_puts_only_modelgate_in_site_packages_with_its_py_typed(site_packages: Path) -> None:
+    installed = {path.name for path in site_packages.iterdir()}
+    assert {name for name in installed if not name.endswith(".dist-info")} == {"modelgate"}
+    # PEP 561: the package's own annotations are what a type checker reads in an application using it.
+    assert (site_packages / "modelgate" / "py.typed").is_file()
+
+
+def _pyright_reveals_plugin_on_request(python: Path, folder: Path, cwd: Path) -> str:
+    """What pyright (run in `cwd`, with `python`'s site-packages) says `Plugin.on_request` is, from a file
+    in `folder` that imports it; its errors fail the test."""
+    pyright = shutil.which("pyright", path=str(Path(sys.executable).parent))
+    assert pyright is not None, "pyright comes with the test extra"
+    probe = folder / "probe.py"
+    probe.write_text(
+        "from modelgate.proxy.pipeline.chain import Plugin\n\nreveal_type(Plugin.on_request)\n",
+        encoding="utf-8",
+    )
+    checked = subprocess.run(
+        [pyright, "--outputjson", "--pythonpath", str(python), str(probe)],
+        capture_output=True,
+        cwd=cwd,
+        timeout=600,
+    )
+    report = json.loads(checked.stdout)
+    messages = [d["message"] for d in report["generalDiagnostics"]]
+    assert report["summary"]["errorCount"] == 0, messages
+    (revealed,) = messages
+    return revealed
+
+
+_ON_REQUEST = "(self: Plugin, ctx: RequestContext) -> (Awaitable[None] | None)"
+
+
+def test_pyright_reads_the_installed_package_s_own_types(site_packages: Path, tmp_path: Path) -> None:
+    """`from modelgate.proxy.pipeline.chain import Plugin` in an application resolves to the installed
+    modelgate/proxy/pipeline/chain.py, with its annotations (not an unknown module)."""
+    python = site_packages.parents[2] / "bin" / "python"
+    assert _ON_REQUEST in _pyright_reveals_plugin_on_request(python, tmp_path, tmp_path)
+
+
+def test_pyright_in_the_checkout_resolves_the_package_to_its_folders(tmp_path: Path) -> None:
+    """In the checkout (the `pip install -e .` of the README, whose import hook no static tool follows),
+    pyright resolves `modelgate.proxy.pipeline.chain` to modelgate/proxy/pipeline/chain.py: folder = import
+    path, and `[tool.pyright]` in pyproject.toml makes the checkout the project's root."""
+    revealed = _pyright_reveals_plugin_on_request(Path(sys.executable), tmp_path, REPOSITORY)
+    assert _ON_REQUEST in revealed

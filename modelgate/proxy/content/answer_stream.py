@@ -31,13 +31,16 @@ _RESPONSE_DONES = {
     "response.refusal.done": ("refusal", "refusal"),
     "response.function_call_arguments.done": ("args", "arguments"),
 }
-_PART_TEXTS = {"output_text": ("text", "text"), "refusal": ("refusal", "refusal")}
+_PART_TEXTS: dict[object, tuple[str, str]] = {
+    "output_text": ("text", "text"),
+    "refusal": ("refusal", "refusal"),
+}
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _RESPONSE_EVENTS = frozenset(
     {*_RESPONSE_DELTAS, *_RESPONSE_DONES, *_RESPONSE_ENDS, "response.content_part.done"}
     | {"response.output_item.done"}
 )
-_MESSAGE_TEXTS = {"text_delta": "text", "input_json_delta": "partial_json"}
+_MESSAGE_TEXTS: dict[object, str] = {"text_delta": "text", "input_json_delta": "partial_json"}
 _MESSAGE_EVENTS = frozenset({"content_block_delta", "content_block_stop", "message_delta", "message_stop"})
 _DROP = False  # a handler's answer: leave the event out (its text is all held)
 
@@ -368,7 +371,9 @@ class AnswerStreamGuard:
         if event.name is not None and event.name not in _RESPONSE_EVENTS:
             return None
         payload = _payload(event)
-        kind = payload.get("type") if payload else None
+        if payload is None:
+            return None
+        kind = payload.get("type")
         if kind in _RESPONSE_DELTAS:
             channel = _RESPONSE_DELTAS[kind]
             key = _response_key(channel, payload.get("output_index", 0), payload.get("content_index", 0))
@@ -424,10 +429,14 @@ class AnswerStreamGuard:
         if event.name is not None and event.name not in _MESSAGE_EVENTS:
             return None
         payload = _payload(event)
-        kind = payload.get("type") if payload else None
+        if payload is None:
+            return None
+        kind = payload.get("type")
         if kind == "content_block_delta":
             delta = payload.get("delta")
-            field = _MESSAGE_TEXTS.get(delta.get("type")) if isinstance(delta, dict) else None
+            if not isinstance(delta, dict):
+                return None
+            field = _MESSAGE_TEXTS.get(delta.get("type"))
             if field is None:
                 return None
             text = delta.get(field)

@@ -165,7 +165,9 @@ def _decisions(slots: list[TextSlot], payload: dict) -> None:
             collect_text(slots, level, "label")
             collect_text(slots, level, "description")
         options = question.get("options")  # the gateway's own choice shape: strings or {value}
-        for index, option in enumerate(options if isinstance(options, list) else ()):
+        if not isinstance(options, list):
+            options = []
+        for index, option in enumerate(options):
             if isinstance(option, str):
                 slots.append(TextSlot(options, index))
             elif isinstance(option, dict):

@@ -9,16 +9,20 @@ The compressed bytes are bounded too, by `compressed_allowance`.
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import brotli
 from aiohttp import web
 
-try:
-    from compression import zstd  # Python 3.14+
-except ImportError:  # pragma: no cover - depends on the Python version
+if TYPE_CHECKING:
+    from modelgate.proxy.http.front_request import FrontRequest
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:  # pragma: no cover - depends on the Python version
     from backports import zstd
 
 STEP = 64 * 1024  # decoded bytes produced per step at most (brotli may pass it by a block)
@@ -186,7 +190,7 @@ def coding_of(header: str) -> str | None:
 
 
 def request_body(
-    request: web.Request, limit: int, on_error: Callable[[BodyDecodingError], Exception]
+    request: web.Request | FrontRequest, limit: int, on_error: Callable[[BodyDecodingError], Exception]
 ) -> tuple[BodySource, int | None]:
     """(what to read the body from, its declared length): the body as sent, or decoded as it is read when
     it has a Content-Encoding; the decoded length is then unknown until the body has been read."""

@@ -46,7 +46,7 @@ def forwarded_client_middleware(trusted_proxies: tuple[str, ...]) -> Callable:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         peer = request.remote
         client = client_of(peer, request.headers.get("x-forwarded-for"))
-        if client != peer:
+        if client != peer and client is not None:
             return await handler(request.clone(remote=client))
         return await handler(request)
 

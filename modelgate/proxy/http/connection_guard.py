@@ -51,7 +51,7 @@ def name_the_server() -> None:
     aiohttp sets the header from a module constant when a response is prepared; replacing the constant
     costs nothing per request, where a response hook would run on every one.
     """
-    web_response.SERVER_SOFTWARE = SERVER_NAME
+    setattr(web_response, "SERVER_SOFTWARE", SERVER_NAME)  # noqa: B010 (not exported: typed checkers refuse it)
 
 
 def connection_cap(configured: int) -> int:
@@ -235,7 +235,7 @@ class GuardedConnection(RequestHandler):
         total = len(messages)
         for index in range(total - min(new, total), total):
             message = messages[index][0]
-            if message.__class__ is _ErrInfo:
+            if isinstance(message, _ErrInfo):
                 if body is not None:  # the body being read was malformed: answer now, not after its handler
                     self._abort_body(message.exc)
                     return

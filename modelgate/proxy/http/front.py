@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("modelgate.http")
 
-Handler = Callable[[FrontRequest], Awaitable[web.StreamResponse]]
+Handler = Callable[[FrontRequest], Awaitable[web.StreamResponse | FrontStream]]
 
 HEAD_MAX = 8 * 1024  # aiohttp refuses a head line over 8190 bytes: a larger head is its to judge
 BODY_MAX = 1024 * 1024
@@ -189,8 +189,9 @@ class FrontConnection(asyncio.Protocol):
                 raw = self._raw = bytearray(raw)
             raw += data
         if self._task_handler is not None:  # pipelined behind the request being served
-            if len(self._raw) > _HELD_MAX and not self._read_paused:
-                self.transport.pause_reading()
+            transport = self.transport
+            if len(self._raw) > _HELD_MAX and not self._read_paused and transport is not None:
+                transport.pause_reading()
                 self._read_paused = True
             return
         if self._pending is not None:
@@ -297,7 +298,7 @@ class FrontConnection(asyncio.Protocol):
             # it would put a second answer inside the first. The client sees the stream cut off.
             log.error("a streamed answer was replaced by another after it started; closing its connection")
             keep_alive = False
-        elif response.__class__ is FrontStream:
+        elif isinstance(response, FrontStream):
             keep_alive = keep_alive and response.finished
         elif response.prepared:  # never for the model API; kept honest if a handler ever does
             log.error("a handler prepared an aiohttp response on the front; closing its connection")
@@ -404,6 +405,8 @@ class FrontConnection(asyncio.Protocol):
     def _hand_over(self) -> None:
         """Make this an aiohttp connection from here on, with every byte not served yet."""
         transport = self.transport
+        if transport is None:  # never: a connection is handed over while it is open
+            raise RuntimeError("a closed front connection cannot be handed over to aiohttp")
         self._cancel_timer()
         self.flush_out()  # an answer of ours still queued goes before anything aiohttp writes
         self._server._connections.pop(self, None)  # type: ignore[call-overload]

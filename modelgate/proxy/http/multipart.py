@@ -266,7 +266,7 @@ class MultipartScanner:
                 f"multipart part {self._part_name or '?'!r} is larger than the "
                 f"{self._limits.part // MiB} MiB allowed for one part"
             )
-        if self._probing:
+        if self._probing and self.file_probe is not None:
             self.file_probe.feed(content)
         field = self._field
         if field is not None:
@@ -281,7 +281,8 @@ class MultipartScanner:
     def _end_part(self) -> None:
         if self._probing:
             self._probing = False
-            self.file_probe.finish()
+            if self.file_probe is not None:
+                self.file_probe.finish()
         name = self._part_name
         if self._field is not None and name:
             value = self._field.decode("utf-8", "replace")

@@ -109,7 +109,10 @@ class BufferedLineHandler(logging.StreamHandler):
         entry["ts"] = self._now()
         entry["level"] = _LEVEL_NAMES.get(levelno) or logging.getLevelName(levelno).lower()
         line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
-        with self.lock:
+        lock = self.lock  # made by logging.Handler.__init__; `with` it, not acquire(): once per request
+        if lock is None:
+            raise RuntimeError("a log handler without its lock")
+        with lock:
             self._write(line, levelno)
 
     def _now(self) -> str:
@@ -117,7 +120,10 @@ class BufferedLineHandler(logging.StreamHandler):
         millisecond = int(time.time() * 1000)
         if millisecond != self._stamped_at:
             self._stamped_at = millisecond
-            self._stamp = self.formatter._timestamp(millisecond // 1000, millisecond % 1000)
+            formatter = self.formatter
+            if not isinstance(formatter, JsonFormatter):  # the handler is only ever given JsonFormatter
+                formatter = self.formatter = JsonFormatter()
+            self._stamp = formatter._timestamp(millisecond // 1000, millisecond % 1000)
         return self._stamp
 
 

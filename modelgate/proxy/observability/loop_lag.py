@@ -33,6 +33,8 @@ class LoopLag:
 
     def _tick(self) -> None:
         loop = self._loop
+        if loop is None:  # never: start() set it before the first tick
+            return
         now = loop.time()
         self._samples.append(max(0.0, now - self._due))
         self._due = now + INTERVAL

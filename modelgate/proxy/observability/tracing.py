@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,8 +20,8 @@ from modelgate.config import TracingConfig
 
 if TYPE_CHECKING:
     from modelgate.proxy.pipeline.context import RequestContext
-    from modelgate.proxy.upstream.providers import Upstream, UpstreamResponse
-    from modelgate.storage.database import Database, Executor
+    from modelgate.proxy.upstream.providers import StreamedBody, Upstream, UpstreamResponse
+    from modelgate.storage.database import Database, NotifyHandler, Transaction
 
 log = logging.getLogger("modelgate.tracing")
 
@@ -31,7 +31,7 @@ class RequestSpan:
     """The open span of one request and the context token that made it current."""
 
     span: Any
-    token: object
+    token: Any  # OpenTelemetry's context token (its SDK is the optional `otel` extra)
 
 
 class Tracer:
@@ -127,7 +127,7 @@ class TracedUpstream:
         return getattr(self._upstream, name)
 
     async def send(
-        self, method: str, path: str, body: bytes | None, request_id: str, client_headers: Any
+        self, method: str, path: str, body: bytes | StreamedBody | None, request_id: str, client_headers: Any
     ) -> UpstreamResponse:
         attributes = {"modelgate.provider": self.name, "http.request.method": method, "url.path": path}
         with self._tracer.span(f"upstream {self.name}", "client", attributes) as span:
@@ -171,7 +171,29 @@ class TracedDatabase:
             return await self._db.fetchval(sql, *args)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Executor]:
+    async def transaction(self) -> AsyncIterator[Transaction]:
         with self._tracer.span("db transaction", "client", {"db.system": self.dialect}):
             async with self._db.transaction() as tx:
                 yield tx
+
+    # Not traced: the pool's own upkeep and notifications.
+    async def ping(self) -> None:
+        await self._db.ping()
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def notify(self, channel: str, payload: str) -> None:
+        await self._db.notify(channel, payload)
+
+    async def listen(self, channel: str, handler: NotifyHandler) -> None:
+        await self._db.listen(channel, handler)
+
+    def on_listen_restored(self, callback: Callable[[], None]) -> None:
+        self._db.on_listen_restored(callback)
+
+    def on_listen_lost(self, callback: Callable[[], None]) -> None:
+        self._db.on_listen_lost(callback)
+
+    async def execute_on_listener(self, sql: str, *args: Any) -> None:
+        await self._db.execute_on_listener(sql, *args)

@@ -14,22 +14,47 @@ Phases, in order, as in a proxy's filter chain (Envoy's decode/encode filters):
   the bytes that end it for the client (an error event in the route's format);
 - `on_complete(ctx)`: always called, success or failure, so plugins can release what they reserved.
 
-Each plugin says which fields of the request context it reads that an earlier step fills in (`requires`)
-and which it fills in for later steps (`provides`); building a chain refuses an order in which a step
-would read what only a later step, or none, provides.
+Each plugin says which fields of the request context it reads that another part fills in (`requires`) and
+which it fills in (`provides`), every one of them (tests/unit/test_plugin_declarations.py reads the plugins'
+source to keep the lists complete); building a chain refuses an order in which a step would read what only
+a later step, or none, provides. Fields the handler gives (GIVEN), the forwarder records once a row answers
+(ANSWERED) or whose resting value means "nothing recorded" (RESTING) need no earlier step.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import ClassVar
 
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 
 # What the model API's handler puts on every context before the first step runs.
 GIVEN = frozenset({"request", "request_id", "started"})
+# What the forwarder and the handler record once the request phase is over (a row's attempts, its answer,
+# the status and outcome): the response and completion phases read them with no earlier step providing them
+# (a response step that sets one, such as `outcome`, still lists it in `provides`).
+ANSWERED = frozenset(
+    {
+        "row",
+        "credential",
+        "attempts",
+        "row_failures",
+        "answer",
+        "answered_status",
+        "status",
+        "outcome",
+        "error",
+        "bytes_sent",
+        "first_byte_at",
+    }
+)
+# Fields whose resting value says that nothing was recorded (no policy rules apply, no ask, no usage yet, no
+# content hit, no header to add): a step reads them whether or not a step that records them ran before it,
+# since the steps that do may be switched off (policy, rate limits, billing, metering).
+RESTING = frozenset(
+    {"policy", "decision", "admission", "metering", "content_hits", "payload_changed", "response_headers"}
+)
 _CONTEXT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestContext))
 
 
@@ -46,8 +71,16 @@ class ChainOrderError(ValueError):
     """A plugin list in which a step reads what only a later step (or none) provides."""
 
 
+# A request or completion hook: a coroutine function when it waits, a plain function when it never does (the
+# chain then calls it without creating a coroutine; the request phase is the hot path).
+PhaseHook = Callable[[RequestContext], Awaitable[None] | None]
+
+
 class Plugin:
-    """Base class: override only the hooks a plugin needs; the chain skips the rest."""
+    """Base class: override only the hooks a plugin needs; the chain skips the rest.
+
+    `on_request` and `on_complete` may be overridden by an `async def` or a plain `def`: both fit the
+    base signature, and the chain awaits what a hook returns only when it returned an awaitable."""
 
     name: ClassVar[str] = ""
     # Essential plugins keep the model API correct and safe; the config may not switch them off.
@@ -56,7 +89,7 @@ class Plugin:
     requires: ClassVar[frozenset[str]] = frozenset()
     provides: ClassVar[frozenset[str]] = frozenset()
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> Awaitable[None] | None:
         return None
 
     def on_response_head(self, ctx: RequestContext, head: AnswerHead) -> None:
@@ -71,7 +104,7 @@ class Plugin:
     def on_stream_error(self, ctx: RequestContext, error: BaseException) -> bytes:
         return b""
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> Awaitable[None] | None:
         return None
 
 
@@ -83,7 +116,8 @@ class PluginChain:
     """The ordered plugins, with one pre-computed list per phase so unused hooks cost nothing.
 
     A plugin may define `on_request` / `on_complete` as plain functions when they never wait: the chain
-    calls those without creating a coroutine (the request phase is the hot path).
+    calls those without creating a coroutine (the request phase is the hot path), and awaits only the
+    awaitables the others return.
     """
 
     __slots__ = (
@@ -99,14 +133,18 @@ class PluginChain:
     def __init__(self, plugins: list[Plugin]) -> None:
         check_order(plugins)
         self.plugins = tuple(plugins)
-        self.request_hooks = _phase(plugins, "on_request")
+        self.request_hooks: tuple[PhaseHook, ...] = tuple(
+            p.on_request for p in plugins if _overrides(p, "on_request")
+        )
         self.head_hooks = tuple(p.on_response_head for p in plugins if _overrides(p, "on_response_head"))
         self.chunk_hooks = tuple(p.on_chunk for p in plugins if _overrides(p, "on_chunk"))
         self.end_hooks = tuple(p.on_end for p in plugins if _overrides(p, "on_end"))
         self.stream_error_hooks = tuple(
             p.on_stream_error for p in plugins if _overrides(p, "on_stream_error")
         )
-        self.complete_hooks = _phase(plugins, "on_complete")
+        self.complete_hooks: tuple[PhaseHook, ...] = tuple(
+            p.on_complete for p in plugins if _overrides(p, "on_complete")
+        )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -115,7 +153,7 @@ class PluginChain:
 
 def check_order(plugins: Sequence[Plugin | type[Plugin]]) -> None:
     """Raise ChainOrderError unless every step's `requires` is provided by a step before it (or given)."""
-    provided = set(GIVEN)
+    provided = set(GIVEN | ANSWERED | RESTING)
     for index, plugin in enumerate(plugins):
         unknown = sorted((plugin.requires | plugin.provides) - _CONTEXT_FIELDS)
         if unknown:
@@ -131,12 +169,3 @@ def check_order(plugins: Sequence[Plugin | type[Plugin]]) -> None:
             )
             raise ChainOrderError(f"plugin {plugin.name} runs before what it needs: {needs}")
         provided |= plugin.provides
-
-
-def _phase(plugins: list[Plugin], hook: str) -> tuple[tuple[Any, bool], ...]:
-    """(bound hook, whether it must be awaited) for every plugin that overrides `hook`."""
-    return tuple(
-        (getattr(p, hook), inspect.iscoroutinefunction(getattr(type(p), hook)))
-        for p in plugins
-        if _overrides(p, hook)
-    )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from modelgate.domain.usage import StreamUsageScanner
     from modelgate.proxy.content.answer_stream import AnswerStreamGuard
     from modelgate.proxy.content.redaction import Hit
+    from modelgate.proxy.http.front_request import FrontRequest
     from modelgate.proxy.http.multipart import StreamedMultipart
     from modelgate.proxy.pipeline.route_table import Route
     from modelgate.proxy.realtime.secrets import RealtimeClaim
@@ -120,11 +121,25 @@ class Metering:
         return "completed" if 0 <= self.final_after < bytes_sent else otherwise
 
 
+class PhaseError(RuntimeError):
+    """A field of the request context read before the step that fills it ran: a bug in the chain's order or
+    in a step's `requires`, never the client's doing (the request is answered 500 internal_error)."""
+
+    def __init__(self, field_name: str, filled_by: str) -> None:
+        super().__init__(f"ctx.{field_name} read before {filled_by} filled it in")
+
+
 @dataclass(slots=True)
 class RequestContext:
-    """What the chain knows about one request; filled in phase by phase."""
+    """What the chain knows about one request; filled in phase by phase.
 
-    request: web.Request
+    A field an earlier phase fills in is None until then (a refused request's completion phase sees
+    which ones were). A step that runs after that phase reads it through its checked accessor instead
+    (`matched_route`, `api_key`, `routed_model`, `json_payload`, `served_row`, `answer_head`): typed
+    without None, raising PhaseError if read too early.
+    """
+
+    request: web.Request | FrontRequest  # aiohttp's, or the lean front's (modelgate/proxy/http/front.py)
     request_id: str
     started: float
     route: Route | None = None
@@ -169,6 +184,57 @@ class RequestContext:
     # What content rules found (plugins.content_policy): (where, hit) with where "prompt" or "answer"; None
     # until the first one, so a request no rule touches allocates nothing.
     content_hits: list[tuple[str, Hit]] | None = None
+
+    # The checked accessors: one attribute read and one comparison, no allocation (they are on the hot path).
+    @property
+    def matched_route(self) -> Route:
+        """`route`, for the steps after route_support (which refuses a request no route serves)."""
+        route = self.route
+        if route is None:
+            raise PhaseError("route", "route_support")
+        return route
+
+    @property
+    def api_key(self) -> KeyRecord:
+        """`key`, for the steps after auth (which refuses a request without a valid key)."""
+        key = self.key
+        if key is None:
+            raise PhaseError("key", "auth")
+        return key
+
+    @property
+    def routed_model(self) -> ModelEntry:
+        """`model`, for what runs only once model_routing (or object_binding) named it: a route without a
+        model leaves it None, and the steps that read it check that first."""
+        model = self.model
+        if model is None:
+            raise PhaseError("model", "model_routing")
+        return model
+
+    @property
+    def json_payload(self) -> dict[str, Any]:
+        """`payload`, for a route whose body is JSON: body_limits parsed it (or refused the request). A
+        multipart body or a route without one leaves it None."""
+        payload = self.payload
+        if payload is None:
+            raise PhaseError("payload", "body_limits")
+        return payload
+
+    @property
+    def served_row(self) -> RoutingRow:
+        """`row`, for the response phase and what follows an answer: the row that answered."""
+        row = self.row
+        if row is None:
+            raise PhaseError("row", "the forwarder")
+        return row
+
+    @property
+    def answer_head(self) -> AnswerHead:
+        """`answer`, for the response phase (the forwarder sets it before the first response hook)."""
+        answer = self.answer
+        if answer is None:
+            raise PhaseError("answer", "the forwarder")
+        return answer
 
     def upstream_body(self) -> bytes:
         """The body to send upstream: the client's bytes unless a plugin changed the payload."""

@@ -78,7 +78,7 @@ def _client_error(
     if isinstance(error, dict):
         if isinstance(error.get("message"), str):
             message = error["message"]
-        if isinstance(error.get("type"), str) and parsed.get("type") != "error":
+        if isinstance(error.get("type"), str) and isinstance(parsed, dict) and parsed.get("type") != "error":
             type_a = error["type"]
         if isinstance(error.get("code"), str):
             code = error["code"]
@@ -100,10 +100,10 @@ class Forwarder:
     async def forward(self, ctx: RequestContext) -> web.StreamResponse | FrontStream:
         # A body relayed as it arrives cannot be replayed to another row: one try.
         attempts = RowAttempts(self._selector, ctx, most=1 if ctx.body_stream is not None else None)
-        route, request = ctx.route, ctx.request
+        route, request = ctx.matched_route, ctx.request
         path = route.upstream_path
         if route.has_id:
-            path = path.replace("{id}", quote(ctx.object_id, safe=""))
+            path = path.replace("{id}", quote(ctx.object_id or "", safe=""))
             if request.query_string:  # e.g. GET /v1/videos/{id}/content?variant=thumbnail
                 path += "?" + request.rel_url.raw_query_string
         try:
@@ -122,7 +122,7 @@ class Forwarder:
                 else:
                     row_path = translator.upstream_path
                     body = translator.request_body(
-                        ctx.payload, row.upstream_model, ctx.model.config.default_max_tokens
+                        ctx.json_payload, row.upstream_model, ctx.routed_model.config.default_max_tokens
                     )
             except orjson.JSONEncodeError:
                 raise _nested_too_deeply() from None
@@ -199,7 +199,7 @@ class Forwarder:
             ctx.body_stream.rewrite_model(row.upstream_model)
             return ctx.body_stream
         payload = ctx.payload
-        if template is None or payload is None or ctx.route.body.value == "multipart":
+        if template is None or payload is None or ctx.matched_route.body.value == "multipart":
             return template
         if payload.get("model") == row.upstream_model or "model" not in payload:
             return template
@@ -224,7 +224,7 @@ class Forwarder:
                 headers[name] = value
         stamp_request_id(headers, ctx.request_id, ctx.envelope)
         if self._expose_provider:
-            headers["x-modelgate-provider"] = ctx.row.provider
+            headers["x-modelgate-provider"] = ctx.served_row.provider
         chain = self._chain
         head = ctx.answer = AnswerHead(
             upstream.status, headers, upstream_headers, rest is not None, translator

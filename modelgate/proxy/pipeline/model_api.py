@@ -13,7 +13,7 @@ import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
-from typing import Any
+from typing import Any, overload
 
 from aiohttp import web
 
@@ -43,7 +43,7 @@ def new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_id_counter):08x}"
 
 
-def request_id_of(request: web.Request) -> str:
+def request_id_of(request: web.Request | FrontRequest) -> str:
     """The client's `x-request-id` when it is sane, otherwise a fresh one."""
     supplied = request.headers.get("x-request-id")
     if supplied is not None and _VALID_REQUEST_ID.match(supplied):
@@ -165,13 +165,19 @@ class ModelApi:
         }
         self._catalog = catalog
 
-    async def handle(self, request: web.Request) -> web.StreamResponse | FrontStream:
+    @overload
+    async def handle(self, request: web.Request) -> web.StreamResponse: ...
+
+    @overload
+    async def handle(self, request: FrontRequest) -> web.StreamResponse | FrontStream: ...
+
+    async def handle(self, request: web.Request | FrontRequest) -> web.StreamResponse | FrontStream:
         """Serve one model API request, from whichever entry it came through: a request of the front's
         (modelgate/proxy/http/front.py) may be answered with a `FrontStream`, aiohttp's with its response."""
         ctx = RequestContext(request, request_id_of(request), time.perf_counter())
         try:
             response = await self._respond(ctx)
-            if request.__class__ is FrontRequest:
+            if type(request) is FrontRequest:
                 # The answer goes out before the completion phase (as a stream's last bytes do): the
                 # client's wait does not include the metering, the settlement or the log line.
                 request.protocol.answer(request, response)
@@ -188,17 +194,16 @@ class ModelApi:
         """The request phase, then a local answer or the forwarded one; every failure as its answer."""
         request = ctx.request
         try:
-            for hook, must_await in self._chain.request_hooks:
-                if must_await:
-                    await hook(ctx)
-                else:
-                    hook(ctx)
-            local = self._local.get(ctx.route.name)
+            for hook in self._chain.request_hooks:
+                if (waiting := hook(ctx)) is not None:
+                    await waiting
+            route = ctx.matched_route
+            local = self._local.get(route.name)
             if local is not None:
                 response = local(self._catalog, ctx)
                 ctx.status = response.status
                 return response
-            handler = self._handlers.get(ctx.route.name)
+            handler = self._handlers.get(route.name)
             if handler is not None:
                 return await handler(ctx)
             if ctx.stream or not self._finish_abandoned:
@@ -206,7 +211,7 @@ class ModelApi:
             # A non-streamed call is read to its end even if its client leaves meanwhile (the provider
             # finishes and bills it): charged its usage, outcome `client_closed`. The front does not cancel a
             # handler that waits for it (`finish_on_loss`), at no cost; under aiohttp, see `_forward_apart`.
-            if request.__class__ is not FrontRequest:
+            if type(request) is not FrontRequest:
                 return await self._forward_apart(ctx)
             protocol = request.protocol
             protocol.finish_on_loss = True
@@ -221,7 +226,7 @@ class ModelApi:
             ctx.error = error
             ctx.status = error.status
             response = render_error(error, ctx.envelope, ctx.request_id)
-            if error.status == 413 and not request.content.is_eof():
+            if error.status == 413 and type(request) is not FrontRequest and not request.content.is_eof():
                 return await answer_and_close(request, response)
             return response
         except (asyncio.CancelledError, ConnectionResetError):
@@ -271,12 +276,10 @@ class ModelApi:
 
     async def _complete(self, ctx: RequestContext) -> None:
         """The completion phase: every hook runs, whatever the others do."""
-        for hook, must_await in self._chain.complete_hooks:
+        for hook in self._chain.complete_hooks:
             try:
-                if must_await:
-                    await hook(ctx)
-                else:
-                    hook(ctx)
+                if (waiting := hook(ctx)) is not None:
+                    await waiting
             except Exception:
                 log.exception(
                     "completion hook failed for request %s",

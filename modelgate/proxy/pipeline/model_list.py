@@ -34,9 +34,10 @@ def _json(ctx: RequestContext, body: dict) -> web.Response:
 
 def _visible(catalog: ModelCatalog, ctx: RequestContext) -> list[str]:
     """The models this key may use: all configured ones, less those its policy denies or does not enable."""
-    policy, key = ctx.policy, ctx.key
+    policy = ctx.policy
     if policy is None or not policy.rules:
         return sorted(catalog.models)
+    key = ctx.api_key
     visible = []
     for name in sorted(catalog.models):
         decision = policy.decide(key.id, key.system_id, name)

@@ -43,7 +43,7 @@ class VideoList:
             raise InvalidRequest("Invalid 'order': expected 'asc' or 'desc'.")
         after = query.get("after") or None
         page = await self._objects.listed(
-            ctx.key.organization_id, "video", limit=limit + 1, newest_first=order == "desc", after=after
+            ctx.api_key.organization_id, "video", limit=limit + 1, newest_first=order == "desc", after=after
         )
         data = [
             {"id": binding.id, "object": "video", "model": binding.model, "created_at": int(created_at)}

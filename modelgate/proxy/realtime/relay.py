@@ -34,10 +34,11 @@ from modelgate.domain.accounts import Accounts
 from modelgate.domain.errors import InvalidRequest, ServiceUnavailable, UpstreamUnavailable
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.overruns import OverrunReport
-from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.http.front_request import FrontRequest
+from modelgate.proxy.pipeline.context import PhaseError, RequestContext
 from modelgate.proxy.pipeline.failover import RowAttempts
 from modelgate.proxy.realtime.billing import SessionBilling
-from modelgate.proxy.realtime.secrets import RealtimeSecrets
+from modelgate.proxy.realtime.secrets import RealtimeClaim, RealtimeSecrets
 from modelgate.proxy.upstream.model_rows import RoutingRow, RowSelector
 from modelgate.proxy.upstream.providers import UpstreamFailure
 
@@ -177,7 +178,9 @@ class RealtimeRelay:
         client = web.WebSocketResponse(
             max_msg_size=MAX_FRAME, autoping=True, timeout=_CLOSE_HANDSHAKE_SECONDS
         )
-        if not client.can_prepare(ctx.request).ok:
+        request = ctx.request
+        # The lean front serves plain POSTs only: an upgrade always comes through aiohttp.
+        if type(request) is FrontRequest or not client.can_prepare(request).ok:
             raise InvalidRequest(
                 "GET /v1/realtime is a WebSocket endpoint: send an `Upgrade: websocket` request"
             )
@@ -189,12 +192,13 @@ class RealtimeRelay:
                 raise ServiceUnavailable(_SHUTTING_DOWN)
             # The provider accepted the session: the secret is used from here on, before the client sees its
             # 101 (so a connect after that is 404, never the 409 of one still being established).
-            ctx.realtime.established = True
+            claim = _claim_of(ctx)
+            claim.established = True
             try:
-                await self._secrets.consume(ctx.realtime.value)
+                await self._secrets.consume(claim.value)
             except ServiceUnavailable:  # still single-use: its claim stays taken until it expires
                 log.error("realtime session %s: the client secret could not be marked used", ctx.request_id)
-            await client.prepare(ctx.request)
+            await client.prepare(request)
         except BaseException:
             await upstream.close()
             raise
@@ -214,7 +218,7 @@ class RealtimeRelay:
             while not session.done():
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(session)
-            while handler.cancelling():
+            while handler is not None and handler.cancelling():
                 handler.uncancel()
         return client
 
@@ -226,7 +230,7 @@ class RealtimeRelay:
         billing: SessionBilling,
     ) -> None:
         """Apply the secret's session options, relay until a side closes, then settle and close both."""
-        claim = ctx.realtime
+        claim = _claim_of(ctx)
         self._sessions.add(client)
         outcome = "upstream_error"
         try:
@@ -343,3 +347,11 @@ class RealtimeRelay:
                     return
         except (TimeoutError, ConnectionError, aiohttp.ClientError):
             return
+
+
+def _claim_of(ctx: RequestContext) -> RealtimeClaim:
+    """The client secret the connect claimed (plugins.realtime_credentials, before a connect is relayed)."""
+    claim = ctx.realtime
+    if claim is None:
+        raise PhaseError("realtime", "realtime_credentials")
+    return claim

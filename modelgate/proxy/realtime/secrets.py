@@ -223,18 +223,18 @@ class ClientSecretIssuer:
         self._secrets = secrets
 
     async def handle(self, ctx: RequestContext) -> web.Response:
-        payload, key = ctx.payload, ctx.key
+        payload, key = ctx.json_payload, ctx.api_key
         options = session_options(payload)
         expires_at = int(time.time()) + lifetime(payload)
         value = "ek_" + secrets.token_urlsafe(32)
         await self._secrets.mint(
-            value, ClientSecret(key.id, key.organization_id, ctx.model.name, options, expires_at)
+            value, ClientSecret(key.id, key.organization_id, ctx.routed_model.name, options, expires_at)
         )
         session = {
             "type": "realtime",
             "object": "realtime.session",
             "id": "sess_" + secrets.token_hex(12),
-            "model": ctx.model.name,
+            "model": ctx.routed_model.name,
             **options,
         }
         ctx.status = 200

@@ -16,6 +16,7 @@ import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from typing import TypeGuard
 
 from modelgate.storage.database import Database, IntegrityViolation
 
@@ -28,7 +29,7 @@ MAX_OBJECT_ID_BYTES = 256
 _OBJECT_ID = re.compile(rf"[A-Za-z0-9\-._~!$&'()*+,;=:@]{{1,{MAX_OBJECT_ID_BYTES}}}")
 
 
-def is_object_id(value: object) -> bool:
+def is_object_id(value: object) -> TypeGuard[str]:
     """Whether `value` can be an object id the gateway binds and looks up."""
     return isinstance(value, str) and _OBJECT_ID.fullmatch(value) is not None
 

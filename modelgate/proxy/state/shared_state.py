@@ -40,11 +40,14 @@ class RedisBus:
         self._task = asyncio.get_running_loop().create_task(self._listen(), name="redis-bus")
 
     async def _listen(self) -> None:
+        pubsub = self._pubsub
+        if pubsub is None:  # never: start() made it before this task
+            return
         subscribed = False
         while True:
             if not subscribed:
                 try:
-                    await self._pubsub.subscribe(*self._handlers)
+                    await pubsub.subscribe(*self._handlers)
                     subscribed = True
                 except asyncio.CancelledError:
                     raise
@@ -53,7 +56,7 @@ class RedisBus:
                     await asyncio.sleep(1)
                     continue
             try:
-                message = await self._pubsub.get_message(timeout=5.0)
+                message = await pubsub.get_message(timeout=5.0)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -25,7 +25,7 @@ from modelgate.proxy.translation.structured_output import (
 )
 
 # Messages `stop_reason` → chat `finish_reason`; the rest (end_turn, stop_sequence, pause_turn) is "stop".
-FINISH_REASONS = {
+FINISH_REASONS: dict[object, str] = {
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
     "tool_use": "tool_calls",

@@ -10,7 +10,9 @@ from modelgate.domain.errors import InvalidRequest
 def image_part_of(block: dict[str, Any]) -> dict[str, Any]:
     """An Anthropic image block as an OpenAI `image_url` part (base64 becomes a data URL)."""
     source = block.get("source")
-    kind = source.get("type") if isinstance(source, dict) else None
+    if not isinstance(source, dict):
+        source = {}
+    kind = source.get("type")
     if kind == "base64":
         url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
     elif kind == "url" and isinstance(source.get("url"), str):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -320,7 +320,7 @@ def _loads(raw: bytes) -> dict[str, Any]:
     return _object(raw, broken, "the answer")
 
 
-def _messages_answer(model: str, headers: dict[str, str]) -> Callable[[bytes], bytes]:
+def _messages_answer(model: str, headers: Mapping[str, str]) -> Callable[[bytes], bytes]:
     """InvokeModel's answer is the Messages JSON; it gets the model's name if it lacks one, and usage from
     Bedrock's token-count headers if it lacks that."""
 
@@ -346,5 +346,5 @@ def _count_answer(raw: bytes) -> bytes:
     return orjson.dumps({"input_tokens": tokens})
 
 
-def _completion_id(headers: dict[str, str]) -> str:
+def _completion_id(headers: Mapping[str, str]) -> str:
     return "chatcmpl-" + (headers.get("x-amzn-requestid") or uuid.uuid4().hex)

@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from importlib.util import find_spec
 from typing import Any
 
 from modelgate.config import ProviderConfig
 from modelgate.proxy.upstream.providers import UpstreamFailure
 
-try:
-    import botocore.session
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials, RefreshableCredentials
-    from botocore.exceptions import BotoCoreError
-except ImportError:  # the dialect's extra is not installed
-    botocore = None  # type: ignore[assignment]
+# botocore is the `bedrock` extra: imported where it is used, once a Bedrock host is configured.
+HAS_BOTOCORE = find_spec("botocore") is not None
 
 SERVICE = "bedrock"
 # After a lookup that found nothing, the next one waits this long: the chain's instance-role probe takes
@@ -34,7 +29,7 @@ _SIGNED_HEADERS = ("authorization", "x-amz-date", "x-amz-security-token")
 
 def require_botocore() -> None:
     """A clear error when the `bedrock` extra is missing."""
-    if botocore is None:
+    if not HAS_BOTOCORE:
         raise RuntimeError("the bedrock dialect needs botocore: pip install modelgate[bedrock]")
 
 
@@ -57,6 +52,9 @@ class AwsSigner:
         self, method: str, url: str, host: str, body: bytes | None
     ) -> list[tuple[str, str]]:
         """The headers that sign `method url` with `body` (`host` exactly as sent: it is signed)."""
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
         credentials = await self._frozen()
         request = AWSRequest(
             method=method,
@@ -72,12 +70,16 @@ class AwsSigner:
         ]
 
     async def _frozen(self) -> Any:
+        from botocore.credentials import RefreshableCredentials
+
         credentials = self._credentials or await self._resolve()
         if isinstance(credentials, RefreshableCredentials) and credentials.refresh_needed():
             return await asyncio.to_thread(credentials.get_frozen_credentials)  # may ask STS or the instance
         return credentials.get_frozen_credentials()
 
     async def _resolve(self) -> Any:
+        from botocore.exceptions import BotoCoreError
+
         async with self._lookup:
             if self._credentials is not None:
                 return self._credentials
@@ -95,6 +97,9 @@ class AwsSigner:
             return credentials
 
     def _lookup_credentials(self) -> Any:
+        import botocore.session
+        from botocore.credentials import Credentials
+
         if self._key_id and self._secret:
             return Credentials(self._key_id, self._secret, self._token)
         session = (

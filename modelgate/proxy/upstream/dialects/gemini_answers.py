@@ -79,7 +79,7 @@ def usage_of(metadata: Any) -> dict[str, Any]:
     return usage
 
 
-_MODALITY_TOKENS = {"AUDIO": "audio_tokens", "IMAGE": "image_tokens"}
+_MODALITY_TOKENS: dict[object, str] = {"AUDIO": "audio_tokens", "IMAGE": "image_tokens"}
 
 
 def _by_modality(details: Any) -> dict[str, int]:
