@@ -155,7 +155,9 @@ class Gateway:
                 shared=bus is not None,
             )
             lease = ProcessLease(db) if db.dialect == "postgres" else None
-            await _connect_channels(db, bus, host, keys, accounts, lease)
+            await _connect_channels(
+                db, bus, host, keys, accounts, lease, config.storage.serve_cached_during_outage
+            )
             metrics = GatewayMetrics()
             metrics.watch_ledger(ledger)
             gateway = cls(
@@ -300,13 +302,15 @@ async def _connect_channels(
     keys: KeyDirectory,
     accounts: Accounts,
     lease: ProcessLease | None,
+    serve_cached_during_outage: bool,
 ) -> None:
     """Revocations, credits, plan and policy changes reach every process: PostgreSQL NOTIFY (acknowledged:
     see storage/presence.py), Redis pub/sub, and on SQLite the host channel (polled by every key lookup)."""
     if lease is not None:
         keys.use_lease(lease)
-        lease.on_trust_lost(keys.distrust)
-        lease.on_trust_lost(accounts.policies_untrusted)
+        keep_aside = serve_cached_during_outage
+        lease.on_trust_lost(lambda: keys.distrust(keep_aside))
+        lease.on_trust_lost(lambda: accounts.policies_untrusted(keep_aside))
         lease.on_trust_regained(keys.trust)
         lease.on_trust_regained(accounts.policies_trusted)
     await keys.start()

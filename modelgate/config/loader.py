@@ -208,6 +208,7 @@ def _storage(t: Table) -> StorageConfig:
     values = given(
         url=t.string("url", check=url_prefix("sqlite:///", "postgresql://", "postgres://")),
         pool_size=t.integer("pool_size", check=at_least(1)),
+        serve_cached_during_outage=t.boolean("serve_cached_during_outage"),
     )
     t.finish()
     return StorageConfig(**values)

@@ -101,6 +101,11 @@ class StorageConfig:
 
     url: str = field(default="sqlite:///modelgate.db", repr=False)  # may embed a password
     pool_size: int = 10
+    # PostgreSQL without Redis: a process that cannot read the database (an outage, or cut off from it alone)
+    # keeps serving the keys and policies it knew when its lease lapsed (true), or refuses every request
+    # until it reads the database again (false: a key revoked meanwhile through another process is never
+    # served). docs/operations.md, "Revocation without Redis".
+    serve_cached_during_outage: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -305,14 +305,14 @@ class Accounts:
     def on_policy_message(self, organization_id: str) -> None:
         self._policies.invalidate(organization_id)
 
-    def policies_untrusted(self) -> None:
-        """This process may miss policy changes (its lease lapsed): read policies afresh on every use."""
-        self._policies.caching = False
-        self._policies.invalidate_all()
+    def policies_untrusted(self, keep_aside: bool = True) -> None:
+        """This process may miss policy changes (its lease lapsed): read policies afresh on every use (with
+        `keep_aside`, the ones kept until now still serve while the database cannot be read)."""
+        self._policies.untrusted(keep_aside)
 
     def policies_trusted(self) -> None:
         """Policy changes are heard again: compiled policies may be kept."""
-        self._policies.caching = True
+        self._policies.trusted()
 
     def policies_changed_unseen(self) -> None:
         """Policy changes may have been announced where this process could not hear them: read all afresh."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from modelgate.domain.content_rules import ContentRules, compile_content
 from modelgate.domain.policy_rules import ContentSpec, PolicyRule, policy_rules_of
 from modelgate.storage.database import Database
+from modelgate.storage.presence import OUTAGE_READ_SECONDS
 
 _SPECIFICITY = {"key": 3, "system": 2, "organization": 1}
 # How long a request waits for its organization's changed content rules to compile before the rules they
@@ -203,13 +204,26 @@ class PolicyDirectory:
         self._generation = 0
         # False while this process may miss policy changes (see storage/presence.py): nothing is kept.
         self.caching = True
+        # The policies kept when that began: served only while the database cannot be read (an outage, when
+        # no rule can change either), so a database outage does not refuse every request.
+        self._suspect: dict[str, CompiledPolicy] = {}
 
     async def policy(self, organization_id: str) -> CompiledPolicy:
         policy = self._policies.get(organization_id)
         if policy is not None:
             return policy
         generation = self._generation
-        rules = tuple(await policy_rules_of(self._db, organization_id))
+        suspect = self._suspect.get(organization_id) if self._suspect else None
+        if suspect is None:
+            rules = tuple(await policy_rules_of(self._db, organization_id))
+        else:
+            try:  # a database that does not answer (a partition) must not hold the request either
+                rules = tuple(
+                    await asyncio.wait_for(policy_rules_of(self._db, organization_id), OUTAGE_READ_SECONDS)
+                )
+            except Exception:
+                return suspect  # the database is out of reach: the policy as it was when trust was lost
+        self._suspect.pop(organization_id, None)
         compilations = self._compilations.get(organization_id)
         if compilations is None:
             compilations = self._compilations[organization_id] = ContentCompilations()
@@ -226,8 +240,22 @@ class PolicyDirectory:
         if self._compiler is not None:
             self._compiler.shutdown(wait=False, cancel_futures=True)
 
+    def untrusted(self, keep_aside: bool = True) -> None:
+        """Changes may be missed from now on: keep nothing, read every policy afresh until `trusted`; with
+        `keep_aside`, the policies kept until now serve while the database cannot be read."""
+        kept = dict(self._policies)
+        self.caching = False
+        self.invalidate_all()
+        if keep_aside:
+            self._suspect.update(kept)
+
+    def trusted(self) -> None:
+        self.caching = True
+        self._suspect.clear()
+
     def invalidate(self, organization_id: str) -> None:
         self._generation += 1
+        self._suspect.pop(organization_id, None)  # a change heard: the policy kept aside is stale
         replaced = self._policies.pop(organization_id, None)
         if replaced is not None:
             replaced._previous = None  # one policy back is all that serves: no chain of old ones

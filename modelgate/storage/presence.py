@@ -34,6 +34,9 @@ RENEW_SECONDS = 0.5
 # The local end of trust comes this long before the lease ends in the database (clock-rate drift).
 TRUST_MARGIN_SECONDS = 0.25
 WAIT_LIMIT_SECONDS = LEASE_SECONDS + 2.0
+# While this process distrusts its caches, how long a read of a key or policy it knew may take before what
+# it knew is served (`[storage] serve_cached_during_outage`): a database that does not answer holds nothing.
+OUTAGE_READ_SECONDS = 1.0
 _EPOCH = "EXTRACT(EPOCH FROM statement_timestamp())::float8"
 _RENEW = (
     "INSERT INTO gateway_processes (id, renewed_at, lease_until)"
@@ -94,8 +97,10 @@ class ProcessLease:
         if self._lapse_timer is not None:
             self._lapse_timer.cancel()
         self.trusted = False
-        try:
-            await self._db.execute("DELETE FROM gateway_processes WHERE id = $1", self.id)
+        try:  # bounded: a database that does not answer must not hold the shutdown
+            await asyncio.wait_for(
+                self._db.execute("DELETE FROM gateway_processes WHERE id = $1", self.id), self._lease
+            )
         except Exception as exc:  # its lease lapses by itself
             log.warning("could not give back the process lease %s: %r", self.id, exc)
 

@@ -20,11 +20,12 @@ from tests.fakes.tcp_proxy import TcpProxy
 from tests.support.gateway import GatewayProcess, Tenant, register_tenant, revoke_key
 
 
-def _config(tmp_path: Path, storage_url: str, name: str = "pg.toml") -> Path:
+def _config(tmp_path: Path, storage_url: str, name: str = "pg.toml", storage: str = "") -> Path:
     path = tmp_path / name
     path.write_text(f"""
 [storage]
 url = "{storage_url}"
+{storage}
 
 [[providers]]
 name = "mock"
@@ -80,11 +81,14 @@ def test_a_key_revoked_through_one_process_is_refused_by_the_other_at_once(
 
 @contextmanager
 def _one_process_behind_a_proxy(
-    tmp_path: Path, pg_server_url: str
+    tmp_path: Path, pg_server_url: str, serve_cached: bool = False
 ) -> Iterator[tuple[TcpProxy, GatewayProcess, GatewayProcess]]:
-    """(the proxy, a process reaching PostgreSQL through it, a process reaching PostgreSQL directly)."""
+    """(the proxy, a process reaching PostgreSQL through it, a process reaching PostgreSQL directly). The
+    process behind the proxy fails closed while it cannot read the database unless `serve_cached`
+    (`[storage] serve_cached_during_outage`, on by default: an outage does not refuse every request)."""
     with TcpProxy(5432) as proxy:
-        behind = _config(tmp_path, proxy.url(pg_server_url), "behind.toml")
+        flag = f"serve_cached_during_outage = {'true' if serve_cached else 'false'}"
+        behind = _config(tmp_path, proxy.url(pg_server_url), "behind.toml", flag)
         direct = _config(tmp_path, pg_server_url, "direct.toml")
         with GatewayProcess(behind, cwd=tmp_path) as cut_off, GatewayProcess(direct, cwd=tmp_path) as other:
             yield proxy, cut_off, other
@@ -129,6 +133,24 @@ def test_a_key_revoked_while_the_notification_connection_was_down_is_refused_aft
         # It stopped trusting its cache when the connection went: the key is not served from it (fails
         # closed; the database is out of reach too, so the request fails).
         assert not _served(cut_off.base_url, tenant.api_key)
+        proxy.restore()
+        assert _status_once_its_listener_is_back(cut_off, tenant.api_key, 401) == 401, cut_off.output()[
+            -2000:
+        ]
+
+
+def test_by_default_a_process_cut_off_from_the_database_serves_what_it_knew_until_it_is_back(
+    tmp_path: Path, pg_server_url: str
+) -> None:
+    # The default trades exactness for availability while a process cannot read the database: a whole
+    # outage serves every tenant whose key was cached (tests/integration/billing/test_ledger_spool.py); a
+    # process cut off alone serves a key revoked meanwhile until it reads the database again.
+    with _one_process_behind_a_proxy(tmp_path, pg_server_url, serve_cached=True) as (proxy, cut_off, other):
+        tenant = register_tenant(other.base_url)
+        assert _chat(cut_off.base_url, tenant.api_key) == 200
+        proxy.cut()
+        assert revoke_key(other.base_url, tenant).status_code == 200
+        assert _chat(cut_off.base_url, tenant.api_key) == 200  # the database is out of its reach
         proxy.restore()
         assert _status_once_its_listener_is_back(cut_off, tenant.api_key, 401) == 401, cut_off.output()[
             -2000:

@@ -11,6 +11,7 @@ is off.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -22,7 +23,7 @@ from modelgate.domain.accounts import PLAN_CHANNEL, balance_key
 from modelgate.domain.api_keys import key_by_secret_hash
 from modelgate.domain.tokens import hash_token
 from modelgate.storage.database import Database, Executor
-from modelgate.storage.presence import ProcessLease
+from modelgate.storage.presence import OUTAGE_READ_SECONDS, ProcessLease
 
 log = logging.getLogger("modelgate.keys")
 
@@ -78,6 +79,9 @@ class KeyDirectory:
         self._lease: ProcessLease | None = None
         # False while this process may miss revocations (its lease lapsed): lookups read the database.
         self._trusted = True
+        # The keys cached when trust was lost: served only while the database cannot be read (an outage, when
+        # no revocation can commit either), so a database outage does not refuse every request.
+        self._suspect: dict[str, KeyRecord] = {}
 
     def poll_before_lookups(self, poll: Callable[[], None]) -> None:
         """Run `poll` (the host channel's) first in every lookup: what other processes published is acted
@@ -92,13 +96,18 @@ class KeyDirectory:
         """PostgreSQL: revocations are acknowledged, and a revoke waits for every process (presence.py)."""
         self._lease = lease
 
-    def distrust(self) -> None:
-        """Revocations may be missed from now on: drop the cache and keep nothing until `trust`."""
+    def distrust(self, keep_aside: bool = True) -> None:
+        """Revocations may be missed from now on: every lookup reads the database until `trust`. With
+        `keep_aside` the keys cached until now are served while the database cannot be read (an outage:
+        `[storage] serve_cached_during_outage`); without, such a lookup fails."""
         self._trusted = False
+        if keep_aside:
+            self._suspect.update(self._cache)
         self.forget_all()
 
     def trust(self) -> None:
         self._trusted = True
+        self._suspect.clear()
 
     async def start(self) -> None:
         """Hear revocations and plan changes made by other processes on the same database."""
@@ -122,8 +131,16 @@ class KeyDirectory:
         if secret_hash in self._tombstones:
             return None
         generation = self._generation
-        found = await key_by_secret_hash(self._db, secret_hash)
+        suspect = self._suspect.get(secret_hash) if self._suspect else None
+        if suspect is None:
+            found = await key_by_secret_hash(self._db, secret_hash)
+        else:
+            try:  # a database that does not answer (a partition) must not hold the request either
+                found = await asyncio.wait_for(key_by_secret_hash(self._db, secret_hash), OUTAGE_READ_SECONDS)
+            except Exception:
+                return suspect  # the database is out of reach: the key as it was when trust was lost
         if found is None or found.key.status != "active":
+            self._suspect.pop(secret_hash, None)
             return None
         key = found.key
         record = KeyRecord(key.id, key.organization_id, key.alias, key.system_id, found.plan_code)
@@ -138,6 +155,7 @@ class KeyDirectory:
         """Drop a key from the cache and refuse to cache it again (a revocation heard here)."""
         self._generation += 1
         self._cache.pop(secret_hash, None)
+        self._suspect.pop(secret_hash, None)
         now = time.monotonic()
         self._tombstones[secret_hash] = now + _TOMBSTONE_SECONDS
         if len(self._tombstones) > 10_000:
