@@ -147,6 +147,12 @@ class ServiceUnavailable(GatewayError):
         super().__init__(message, headers=headers)
 
 
+# A key or policy the gateway must read from its database, which cannot be reached (and nothing known before
+# may serve: `[storage] serve_cached_during_outage`).
+STORAGE_UNAVAILABLE = "The gateway cannot reach its database right now; try again shortly."
+STORAGE_RETRY_AFTER = {"retry-after": "1"}
+
+
 class Overloaded(ServiceUnavailable):
     """503 at once: the process has `server.max_open_requests` open; another process or later has room."""
 

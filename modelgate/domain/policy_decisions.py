@@ -19,6 +19,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 
 from modelgate.domain.content_rules import ContentRules, compile_content
+from modelgate.domain.errors import STORAGE_RETRY_AFTER, STORAGE_UNAVAILABLE, ServiceUnavailable
 from modelgate.domain.policy_rules import ContentSpec, PolicyRule, policy_rules_of
 from modelgate.storage.database import Database
 from modelgate.storage.presence import OUTAGE_READ_SECONDS
@@ -215,7 +216,10 @@ class PolicyDirectory:
         generation = self._generation
         suspect = self._suspect.get(organization_id) if self._suspect else None
         if suspect is None:
-            rules = tuple(await policy_rules_of(self._db, organization_id))
+            try:
+                rules = tuple(await policy_rules_of(self._db, organization_id))
+            except Exception as exc:  # a reset connection too: not the client leaving
+                raise ServiceUnavailable(STORAGE_UNAVAILABLE, headers=STORAGE_RETRY_AFTER) from exc
         else:
             try:  # a database that does not answer (a partition) must not hold the request either
                 rules = tuple(

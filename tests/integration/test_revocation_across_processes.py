@@ -56,12 +56,18 @@ def _chat(base_url: str, api_key: str) -> int:
 
 def _served(base_url: str, api_key: str) -> bool:
     """Whether a chat with the key is answered 200. A process that cannot reach its database while it
-    distrusts its caches answers an error, or (a storage connection error taken for the client's leaving,
-    logged as 499) drops the connection: either way the key is not served."""
-    try:
-        return _chat(base_url, api_key) == 200
-    except httpx.TransportError:
-        return False
+    distrusts its caches (and may not serve what it knew) answers 503 with a retry-after, in the client's
+    envelope: never a 500, never a dropped connection."""
+    reply = httpx.post(
+        f"{base_url}/v1/chat/completions",
+        headers={"authorization": f"Bearer {api_key}"},
+        json={"model": "mock-chat", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
+    if reply.status_code != 200:
+        assert (reply.status_code, reply.headers.get("retry-after")) == (503, "1"), reply.text
+        assert reply.json()["error"]["type"] == "server_error"
+    return reply.status_code == 200
 
 
 def test_a_key_revoked_through_one_process_is_refused_by_the_other_at_once(

@@ -21,6 +21,7 @@ from functools import partial
 
 from modelgate.domain.accounts import PLAN_CHANNEL, balance_key
 from modelgate.domain.api_keys import key_by_secret_hash
+from modelgate.domain.errors import STORAGE_RETRY_AFTER, STORAGE_UNAVAILABLE, ServiceUnavailable
 from modelgate.domain.tokens import hash_token
 from modelgate.storage.database import Database, Executor
 from modelgate.storage.presence import OUTAGE_READ_SECONDS, ProcessLease
@@ -133,7 +134,10 @@ class KeyDirectory:
         generation = self._generation
         suspect = self._suspect.get(secret_hash) if self._suspect else None
         if suspect is None:
-            found = await key_by_secret_hash(self._db, secret_hash)
+            try:
+                found = await key_by_secret_hash(self._db, secret_hash)
+            except Exception as exc:  # a reset connection too: not the client leaving
+                raise ServiceUnavailable(STORAGE_UNAVAILABLE, headers=STORAGE_RETRY_AFTER) from exc
         else:
             try:  # a database that does not answer (a partition) must not hold the request either
                 found = await asyncio.wait_for(key_by_secret_hash(self._db, secret_hash), OUTAGE_READ_SECONDS)
