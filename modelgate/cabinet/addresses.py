@@ -14,7 +14,7 @@ from aiohttp import web
 from modelgate.cabinet.account import BAD_CREDENTIALS, throttled_password_check
 from modelgate.cabinet.auth import authenticate, require_session
 from modelgate.cabinet.clock import now
-from modelgate.cabinet.email_links import EmailLink, links_sent_since, send_link
+from modelgate.cabinet.email_links import EmailLink, end_every_link_of, links_sent_since, send_link
 from modelgate.cabinet.invitations_repository import end_pending_invitations
 from modelgate.cabinet.mail import Letter, Mail, mail_of
 from modelgate.cabinet.requests import (
@@ -48,9 +48,7 @@ async def release_address(tx: Executor, holder: User, at: float, reason: str) ->
     """Remove an unverified account whose address someone else just proved; its organization is told in its
     audit log (the organization and its other members stay)."""
     await delete_user(tx, holder.id)
-    await tx.execute(
-        "UPDATE email_links SET used_at = $1 WHERE user_id = $2 AND used_at IS NULL", at, holder.id
-    )
+    await end_every_link_of(tx, holder.id, at)
     await record(
         tx,
         holder.organization_id,

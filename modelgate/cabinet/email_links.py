@@ -139,3 +139,10 @@ async def end_links_of(tx: Executor, user_id: str, purpose: str, at: float) -> N
         user_id,
         purpose,
     )
+
+
+async def end_every_link_of(tx: Executor, user_id: str, at: float) -> None:
+    """Every unused link of a user stops working (the account is gone)."""
+    await tx.execute(
+        "UPDATE email_links SET used_at = $1 WHERE user_id = $2 AND used_at IS NULL", at, user_id
+    )

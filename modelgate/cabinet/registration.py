@@ -122,8 +122,10 @@ async def register(request: web.Request) -> web.Response:
             if invitation is not None:
                 # The operator's invitation went to the address: it proves it (an unverified holder loses it).
                 await claim_address(tx, email, at, "registration")
+            # A registration is not a throttled link request: its verification link does not count against
+            # the client address's hourly budget (registrations behind one address would use up its resets).
             token, _ = await _create_organization(
-                tx, services, mail, legal_name, email, password_hash, plan, invitation, at, request.remote
+                tx, services, mail, legal_name, email, password_hash, plan, invitation, at, None
             )
     except IntegrityViolation as exc:
         # Another registration took the e-mail between our check and the insert.
@@ -236,7 +238,7 @@ async def complete_waiting_registration(
         plan,
         None,
         at,
-        request.remote,
+        None,  # verified already: no link is sent
         verified=True,
     )
     return signed_in_response(

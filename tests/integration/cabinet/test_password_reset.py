@@ -125,6 +125,18 @@ async def test_reset_requests_are_throttled_per_address_without_saying_so(
     assert await _reset_links(cabinet, owner.email) == 2
 
 
+async def test_registrations_from_one_client_address_leave_its_reset_budget_whole(
+    start_cabinet: CabinetFactory,
+) -> None:
+    # Everyone behind one address (an office's NAT, here the test's 127.0.0.1) registers: their verification
+    # links go to their own addresses and are no link request of that client address.
+    cabinet = await start_cabinet(cabinet_config(email_links_per_hour=3))
+    accounts = [await cabinet.register() for _ in range(5)]
+
+    assert (await _ask(cabinet, accounts[-1].email)).status == 202
+    assert await _reset_links(cabinet, accounts[-1].email) == 1
+
+
 async def test_a_password_change_needs_the_current_password_ends_other_sessions_and_old_reset_links(
     cabinet: Cabinet,
 ) -> None:
