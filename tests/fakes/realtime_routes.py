@@ -154,6 +154,10 @@ async def realtime(request: web.Request) -> web.StreamResponse:
                 closed_by = "fake"
                 await ws.close(code=int(event.get("code", 1000)), message=b"closed by the fake")
                 break
+            if event.get("type") == "fake.hold_reading":  # reads nothing more until the gate opens
+                if not await ctx.unless_stopping(ctx.gates.wait(str(event.get("gate")))):
+                    break
+                continue
             if event.get("type") == "fake.hold_cancels":
                 cancel_gate = str(event.get("gate"))
                 continue

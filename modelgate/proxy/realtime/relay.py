@@ -51,7 +51,7 @@ MAX_FRAME = 16 * 1024 * 1024
 _GOING_AWAY = 1001
 # How long a session whose client left waits for the usage of the responses it cancels upstream.
 _DRAIN_SECONDS = 2.0
-# How long a close the gateway starts waits for the client's close frame before dropping the connection.
+# How long a close the gateway starts waits for the peer's close frame before dropping the connection.
 _CLOSE_HANDSHAKE_SECONDS = 2.0
 _SHUTTING_DOWN = "the gateway is shutting down; connect again to open a new realtime session"
 
@@ -130,11 +130,12 @@ async def _pump(
     source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
     sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
     relay_text: Callable[[str], Awaitable[None]],
+    closing: asyncio.Event | None = None,
 ) -> int | None:
-    """Frames from `source` to `sink` (text through `relay_text`) until `source` closes; the code it closed
-    with (None: it went away)."""
+    """Frames from `source` to `sink` (text through `relay_text`) until `source` closes, or the gateway is
+    `closing` it; the code it closed with (None: it went away, or the gateway closes it)."""
     try:
-        while True:
+        while closing is None or not closing.is_set():
             message = await source.receive()
             kind = message.type
             if kind is WSMsgType.TEXT:
@@ -147,7 +148,27 @@ async def _pump(
                 return None
     except (ConnectionError, aiohttp.ClientError) as exc:
         log.info("realtime relay: a side went away mid-frame (%r)", exc)
-        return None
+    return None
+
+
+async def _closed_with_handshake(
+    upstream: aiohttp.ClientWebSocketResponse, pump: asyncio.Future, closing: asyncio.Event, code: int
+) -> None:
+    """Close the provider's side with `code` while `pump` may still be reading it. aiohttp's close breaks a
+    receive in progress, but a receive called after that closes the connection itself (with code 1000):
+    `closing` stops the pump before it reads again. A provider that never answers the close frame is
+    dropped after `_CLOSE_HANDSHAKE_SECONDS`."""
+    closing.set()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_CLOSE_HANDSHAKE_SECONDS):
+            await upstream.close(code=code)
+    await pump
+
+
+async def _stopped(pump: asyncio.Future) -> None:
+    pump.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await pump
 
 
 class RealtimeRelay:
@@ -275,7 +296,17 @@ class RealtimeRelay:
         billing: SessionBilling,
     ) -> str:
         """Both directions at once; the first side to close (or fail) ends the session for both. Returns
-        how it ended for the responses still running: "client_closed", "shutdown" or "upstream_error"."""
+        how it ended for the responses still running: "client_closed", "shutdown" or "upstream_error".
+
+        The pump reading the provider is never cancelled: the provider's side is closed with a close
+        handshake, which ends that pump. aiohttp's client drops a connection whose receive was cancelled
+        without one, and a connection closed with frames still unread is reset: the provider then loses what
+        it had not read yet (the last audio the client appended, the client's close code). The pump reading
+        the client is cancelled before the client's side is closed (aiohttp's server still shakes hands
+        then, where a close breaking its receive from another task would not)."""
+        # Once the client is gone, the provider's events only settle its responses (nothing is forwarded).
+        gone: list[str] = []
+        heard = asyncio.Event()  # an event from the provider was settled after the client left
 
         async def client_text(text: str) -> None:
             refusal = await billing.from_client(text)
@@ -285,52 +316,70 @@ class RealtimeRelay:
                 await client.send_str(_json(refusal))
 
         async def upstream_text(text: str) -> None:
+            if gone:
+                await billing.from_upstream(text, gone[0])
+                heard.set()
+                return
             refused = await billing.from_upstream(text)
-            await client.send_str(text)
             if refused is not None:  # a response the server started, over the balance
-                cancel, error = refused
-                await upstream.send_str(_json(cancel))
-                await client.send_str(_json(error))
+                await upstream.send_str(_json(refused[0]))
+            # A client that just left is noticed by its own pump, which ends the session; this one goes on
+            # reading the provider (whose events still settle the responses).
+            with contextlib.suppress(ConnectionError):
+                await client.send_str(text)
+                if refused is not None:
+                    await client.send_str(_json(refused[1]))
 
         to_upstream = asyncio.ensure_future(_pump(client, upstream, client_text))
-        to_client = asyncio.ensure_future(_pump(upstream, client, upstream_text))
+        closing = asyncio.Event()
+        to_client = asyncio.ensure_future(_pump(upstream, client, upstream_text, closing))
         stopping = asyncio.ensure_future(self._sessions.closing())
         tasks = (to_upstream, to_client, stopping)
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if to_upstream in done:  # the client closed (or went away): pass its code on
+                ending = "shutdown" if self._sessions.stopping else "client_closed"
+                gone.append(ending)
+                await self._drain(upstream, billing, to_client, heard)
+                await _closed_with_handshake(
+                    upstream, to_client, closing, _close_code(to_upstream.result(), _GOING_AWAY)
+                )
+                return ending
+            if to_client in done:  # the provider closed: the client gets its code
+                await _stopped(to_upstream)
+                await client.close(code=_close_code(to_client.result()))
+                return "upstream_error"
+            # The gateway stops. The client is told at once, and its close awaited (nobody reads it any more:
+            # a frame it sent meanwhile is dropped, never forwarded), while the running responses are
+            # cancelled upstream and their usage awaited.
+            gone.append("shutdown")
+            await _stopped(to_upstream)
+            await asyncio.gather(
+                client.close(code=_GOING_AWAY, message=b"server shutting down"),
+                self._drain(upstream, billing, to_client, heard),
+            )
+            await _closed_with_handshake(upstream, to_client, closing, _GOING_AWAY)
+            return "shutdown"
         finally:
+            # Both sides are closed by now (a close ends the pump reading it), unless the session itself was
+            # cancelled: then the pumps are.
             for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        if to_upstream in done:  # the client closed (or went away): pass its code on
-            ending = "shutdown" if self._sessions.stopping else "client_closed"
-            await self._drain(upstream, billing, ending)
-            await upstream.close(code=_close_code(to_upstream.result(), _GOING_AWAY))
-            return ending
-        if to_client in done:  # the provider closed: the client gets its code
-            await client.close(code=_close_code(to_client.result()))
-            return "upstream_error"
-        # The gateway stops. The client is told at once, and its close awaited (nobody reads it any more: a
-        # frame it sent meanwhile is dropped, never forwarded), while the running responses are cancelled
-        # upstream and their usage awaited.
-        await asyncio.gather(
-            client.close(code=_GOING_AWAY, message=b"server shutting down"),
-            self._drain(upstream, billing, "shutdown"),
-        )
-        await upstream.close(code=_GOING_AWAY)
-        return "shutdown"
+                await _stopped(task)
 
     async def _drain(
-        self, upstream: aiohttp.ClientWebSocketResponse, billing: SessionBilling, ending: str
+        self,
+        upstream: aiohttp.ClientWebSocketResponse,
+        billing: SessionBilling,
+        reading: asyncio.Future,
+        heard: asyncio.Event,
     ) -> None:
-        """The client is gone: cancel its running responses upstream and wait, briefly, for their usage."""
+        """The client is gone: cancel its running responses upstream and wait, briefly, for their usage
+        (which the pump `reading` the provider settles, signalling each event on `heard`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _DRAIN_SECONDS
         cancelled: set[str] = set()
         try:
-            while billing.in_flight:
+            while billing.in_flight and not reading.done():
                 for response_id in billing.running:
                     if response_id not in cancelled:
                         cancelled.add(response_id)
@@ -340,12 +389,15 @@ class RealtimeRelay:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return
-                message = await upstream.receive(timeout=remaining)
-                if message.type is WSMsgType.TEXT:
-                    await billing.from_upstream(message.data, ending)
-                elif message.type is not WSMsgType.BINARY:
-                    return
-        except (TimeoutError, ConnectionError, aiohttp.ClientError):
+                heard.clear()
+                hearing = asyncio.ensure_future(heard.wait())
+                try:
+                    await asyncio.wait(
+                        (hearing, reading), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    hearing.cancel()
+        except (ConnectionError, aiohttp.ClientError):
             return
 
 

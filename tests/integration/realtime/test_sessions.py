@@ -4,6 +4,7 @@ binary frames both ways, the provider's model name and key upstream, and a clean
 from __future__ import annotations
 
 import asyncio
+import base64
 
 import aiohttp
 
@@ -67,6 +68,31 @@ async def test_a_client_close_closes_the_upstream_with_its_code(stack: RealtimeS
         await ws.close(code=4001, message=b"bye")
     assert await asyncio.to_thread(stack.alpha.realtime.wait_closed, 1)
     (upstream,) = stack.alpha.realtime.sessions
+    assert (upstream.closed_by, upstream.close_code) == ("client", 4001)
+
+
+async def test_every_frame_the_client_sent_before_its_close_reaches_the_provider(
+    stack: RealtimeStack, tenant
+) -> None:
+    """The provider reads slowly and answers every frame (the fake echoes it) while the client sends 8 MB of
+    audio and closes at once: the gateway closes the provider's side with a close handshake, reading what it
+    still sends, so the provider reads every frame and the client's code. A connection closed with its
+    answers unread would be reset, and the provider would lose what it had not read yet."""
+    frames, chunk = 40, base64.b64encode(bytes(150_000)).decode()
+    secret = mint(stack.gateway.base_url, tenant)
+    async with session() as client:
+        ws = await connect(client, stack.gateway.base_url, tenant, secret)
+        await ws.send_json({"type": "fake.hold_reading", "gate": "reading"})
+        assert await asyncio.to_thread(stack.alpha.wait_held, "reading", 5)
+        for _ in range(frames):
+            await ws.send_json({"type": "input_audio_buffer.append", "audio": chunk})
+        closing = asyncio.ensure_future(ws.close(code=4001))
+        stack.alpha.release("reading")
+        await closing
+    closed = await asyncio.to_thread(stack.alpha.realtime.wait_closed)
+    (upstream,) = stack.alpha.realtime.sessions
+    assert closed, (upstream.received("input_audio_buffer.append"), upstream.closed_by)
+    assert upstream.received("input_audio_buffer.append") == frames
     assert (upstream.closed_by, upstream.close_code) == ("client", 4001)
 
 
