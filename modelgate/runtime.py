@@ -45,6 +45,7 @@ class ModelRuntime:
         handlers: Callable[[RowSelector], dict[str, LocalHandler]] | None = None,
         shutting_down: Callable[[], bool] = lambda: False,
         completions: Completions | None = None,
+        complete_inline: bool = False,
     ) -> None:
         self.config = config
         self.upstreams = upstreams
@@ -60,6 +61,7 @@ class ModelRuntime:
             shutting_down,
             completions,
             finish_abandoned=config.billing.abandoned_calls == "finish",
+            complete_inline=complete_inline,
         )
         self.in_flight = 0
         self._idle = asyncio.Event()
@@ -140,9 +142,16 @@ def build_runtime(config: Config, gateway: Gateway) -> ModelRuntime:
 
     chain = default_chain(services, config.plugins.disabled)
     # With Redis the completion hooks really wait: they run in tasks a leaving client cannot cut short.
-    completions = gateway.completions if gateway.redis is not None else None
+    # Without, they run inline; the completions still hold the handlers whose client left (the stop waits).
     return ModelRuntime(
-        config, upstreams, catalog, chain, handlers, lambda: gateway.shutting_down, completions
+        config,
+        upstreams,
+        catalog,
+        chain,
+        handlers,
+        lambda: gateway.shutting_down,
+        gateway.completions,
+        complete_inline=gateway.redis is None,
     )
 
 

@@ -163,8 +163,9 @@ class FrontConnection(asyncio.Protocol):
         self._drain: asyncio.Future | None = None
         self._idle: asyncio.Future | None = None  # set once nothing is read or served (a graceful stop)
         # While set, a client that leaves does not cancel its handler, which reads its provider's answer to
-        # the end (a non-streamed call: modelgate/proxy/pipeline/model_api.py); `client_gone` tells it.
-        self.finish_on_loss = False
+        # the end (a non-streamed call: modelgate/proxy/pipeline/model_api.py), and is handed to it (the
+        # server no longer waits for that handler: the caller tracks it); `client_gone` tells the handler.
+        self.finish_on_loss: Callable[[asyncio.Task], None] | None = None
         self.client_gone = False
         self._out: list[bytes] | None = None  # bytes queued in the outbox in this pass, in order
         self._outbox = outbox_for(self._loop)
@@ -205,8 +206,9 @@ class FrontConnection(asyncio.Protocol):
         self._out = None
         task = self._task_handler
         if task is not None and not task.done():
-            if self.finish_on_loss:
+            if (goes_on := self.finish_on_loss) is not None:
                 self.client_gone = True  # its handler goes on to the end of the provider's answer
+                goes_on(task)  # and whoever must wait for it (a graceful stop) is told
             else:
                 task.cancel()  # the client left: its handler is cancelled (aiohttp's handler_cancellation)
         self._wake_writer(ConnectionResetError("the client closed the connection"))

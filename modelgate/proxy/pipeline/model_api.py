@@ -95,6 +95,14 @@ class Completions:
             return None
         return self.run(_carried_on(phase, waiting))
 
+    def track(self, handler: asyncio.Task) -> None:
+        """A request's handler that goes on after its client left (its non-streamed answer is read to its
+        end, then settled and written): the server no longer waits for it, so the stop does, as for a
+        completion phase."""
+        if handler not in self._pending:
+            self._pending.add(handler)
+            handler.add_done_callback(self._pending.discard)
+
     async def drain(self, seconds: float) -> None:
         """Wait for every completion phase still running (at most `seconds`)."""
         deadline = asyncio.get_running_loop().time() + seconds
@@ -152,11 +160,18 @@ class ModelApi:
         shutting_down: Callable[[], bool] = lambda: False,
         completions: Completions | None = None,
         finish_abandoned: bool = True,
+        complete_inline: bool = False,
     ) -> None:
         self._chain = chain
         self._finish_abandoned = finish_abandoned  # `[billing] abandoned_calls = "finish"`
         self._shutting_down = shutting_down
         self._completions = completions
+        # The completion phase runs in the handler (its hooks never really wait: no Redis), not in a task.
+        self._complete_inline = complete_inline or completions is None
+        # What the front calls with the handler of a non-streamed call whose client left (it goes on).
+        self._on_loss: Callable[[asyncio.Task], None] = (
+            completions.track if completions is not None else _goes_on_untracked
+        )
         self._handlers = dict(handlers or {})
         self._forwarder = forwarder
         self._local: dict[str, Callable[[ModelCatalog, RequestContext], web.StreamResponse]] = {
@@ -183,7 +198,7 @@ class ModelApi:
                 request.protocol.answer(request, response)
             return response
         finally:
-            if self._completions is None:
+            if self._complete_inline or self._completions is None:
                 await self._complete(ctx)
             elif (rest := self._completions.run_eagerly(self._complete(ctx))) is not None:
                 # A hook waits on shared state (Redis): a client leaving now cancels this handler, which
@@ -214,11 +229,11 @@ class ModelApi:
             if type(request) is not FrontRequest:
                 return await self._forward_apart(ctx)
             protocol = request.protocol
-            protocol.finish_on_loss = True
+            protocol.finish_on_loss = self._on_loss
             try:
                 response = await self._forwarder.forward(ctx)
             finally:
-                protocol.finish_on_loss = False
+                protocol.finish_on_loss = None
             if protocol.client_gone:
                 _abandoned(ctx)
             return response
@@ -268,6 +283,8 @@ class ModelApi:
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()  # the client left: the answer is read to its end all the same
+                if self._completions is not None:  # and a graceful stop waits for its row
+                    self._completions.track(current)
         try:
             response = await forwarding
         finally:
@@ -288,6 +305,10 @@ class ModelApi:
                 )
         if ctx.error is not None:
             drop_tracebacks(ctx.error)
+
+
+def _goes_on_untracked(handler: asyncio.Task) -> None:
+    """No completions to wait for (a ModelApi built without them): the handler goes on all the same."""
 
 
 def _abandoned(ctx: RequestContext) -> None:

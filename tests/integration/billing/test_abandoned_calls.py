@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import secrets
 import socket
+import threading
+import time
 from urllib.parse import urlsplit
 
 import openai
@@ -130,6 +132,50 @@ def test_a_call_whose_client_left_is_read_to_its_end_and_charged_the_providers_u
         4 * INPUT_MICROS_PER_TOKEN + 1 * OUTPUT_MICROS_PER_TOKEN
     )  # "barrier": 4 in, 1 out
     assert spent == the_bill() + barrier_bill
+
+
+def _stopped_listening(gateway: ThreadedGateway, seconds: float = 10.0) -> bool:
+    """Whether the gateway refuses connections within `seconds`: its graceful stop has begun."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", gateway.port), timeout=1).close()
+        except OSError:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("path", ["front", "aiohttp"])
+def test_a_graceful_stop_waits_for_a_call_whose_client_left_and_writes_its_row(
+    start_gateway, upstream: FakeUpstream, path: str
+) -> None:
+    """The server no longer waits for a handler whose client left; the stop still must, or the call's
+    settlement reaches the counters after the ledger stopped and its row is lost (the next start then
+    charges its admission as a crash, at a cost that is not its tokens')."""
+    gateway = start_gateway(extra=priced_model(upstream))
+    tenant = register_tenant(gateway.base_url)
+    upstream.add_fault(CHAT, Fault(hold_before_headers="answer"))
+    sock, request_id = send_and_leave_later(gateway, tenant.api_key, chat_body(), chunked=path == "aiohttp")
+    assert upstream.wait_held("answer", timeout=10), "the call did not reach the provider"
+    sock.close()
+    barrier(gateway, tenant.api_key)
+    stopping = threading.Thread(target=gateway.stop, name="stopping")
+    stopping.start()
+    try:
+        assert _stopped_listening(gateway), "the graceful stop did not begin"
+    finally:
+        upstream.release("answer")  # the provider answers while the stop runs
+    stopping.join(60)
+    assert not stopping.is_alive()
+
+    (row,) = ledger_rows(gateway.storage_url, [request_id])
+    assert (row["status"], row["outcome"], row["usage_estimated"]) == (200, "client_closed", False), row
+    assert (row["input_tokens"], row["output_tokens"], row["cost_micros"]) == (
+        WORDS + 3,
+        MAX_TOKENS,
+        the_bill(),
+    )
 
 
 def test_with_cancel_the_provider_is_let_go_and_the_prompt_estimate_is_charged(
