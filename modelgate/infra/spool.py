@@ -20,7 +20,6 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import orjson
 
@@ -48,8 +47,16 @@ def database_identity(storage_url: str) -> str:
     """Which database a spool's rows belong to: the storage URL without credentials or options."""
     if storage_url.startswith("sqlite:///"):
         return "sqlite:" + str(Path(storage_url.removeprefix("sqlite:///") or "modelgate.db").absolute())
-    parts = urlsplit(storage_url)
-    return f"postgresql://{parts.hostname or ''}:{parts.port or 5432}{parts.path}"
+    # Not urlsplit: a PostgreSQL URL may name several hosts (`h1:5432,h2:5432`, a primary and its replicas).
+    authority, _, path = storage_url.partition("://")[2].partition("/")
+    hosts = authority.rpartition("@")[2].lower()
+    path = "/" + path.partition("?")[0].partition("#")[0]
+    return "postgresql://" + ",".join(map(_with_port, hosts.split(","))) + path
+
+
+def _with_port(host: str) -> str:
+    """`host:port`, the default port added where the URL leaves it out (an IPv6 host is in brackets)."""
+    return host if ":" in host.rpartition("]")[2] else f"{host}:5432"
 
 
 class SpoolError(Exception):

@@ -129,6 +129,12 @@ def test_the_database_identity_leaves_out_credentials() -> None:
     assert database_identity("sqlite:////srv/gw.db") == "sqlite:/srv/gw.db"
 
 
+def test_the_database_identity_of_a_primary_and_its_replicas_names_every_host() -> None:
+    url = "postgresql://gw:secret@DB-A:5433,db-b,[::1]/gw?target_session_attrs=read-write"
+    assert database_identity(url) == "postgresql://db-a:5433,db-b:5432,[::1]:5432/gw"
+    assert database_identity("postgres://db") == "postgresql://db:5432/"
+
+
 def test_spool_settings_are_validated_with_every_problem_reported(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(
