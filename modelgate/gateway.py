@@ -111,8 +111,8 @@ class Gateway:
         try:
             await apply_migrations(db)
             host = _open_host_channel(config)
-            if config.redis.url:
-                bus = RedisBus(config.redis.url)
+            if config.redis.enabled:
+                bus = RedisBus(config.redis)
                 try:
                     await bus.ping()
                 except Exception as exc:  # start anyway; /readyz and requests report it

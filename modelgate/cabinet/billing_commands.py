@@ -125,10 +125,10 @@ async def _publish(config: Config, db: Database, channel: str, payload: str) -> 
             warnings.append(
                 Note(True, f"warning: the change is stored, but the PostgreSQL notification failed: {exc}")
             )
-    if config.redis.url:
-        from redis.asyncio import Redis
+    if config.redis.enabled:
+        from modelgate.infra.redis_client import redis_client
 
-        client = Redis.from_url(config.redis.url, socket_connect_timeout=2, socket_timeout=5)
+        client = redis_client(config.redis, health_check_interval=0)
         try:
             await client.publish(channel, payload)
             told.append("Redis")

@@ -218,9 +218,35 @@ def _redis(t: Table) -> RedisConfig:
     values = given(
         url=t.string("url", check=url_prefix("redis://", "rediss://", "unix://")),
         fail_open=t.boolean("fail_open"),
+        sentinels=t.strings("sentinels", check=_sentinel_address),
+        sentinel_master=t.string("sentinel_master", check=non_empty),
     )
+    if bool(values.get("sentinels")) != ("sentinel_master" in values):
+        t.report("sentinel_master", "Redis Sentinel needs both `sentinels` and `sentinel_master`")
+    elif values.get("sentinels") and not str(values.get("url", "redis://")).startswith("redis://"):
+        t.report("url", "with Redis Sentinel the master is reached over plain TCP: a redis:// URL, or none")
     t.finish()
     return RedisConfig(**values)
+
+
+def _sentinel_address(value: str) -> str | None:
+    try:
+        sentinel_address(value)
+    except ValueError:
+        return f"expected a sentinel's host:port such as 10.0.0.7:26379 or [::1]:26379, got {value!r}"
+    return None
+
+
+def sentinel_address(value: str) -> tuple[str, int]:
+    """A sentinel's `host:port` (an IPv6 host in brackets) as (host, port)."""
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(value)
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ValueError(value)
+        host = host[1:-1]
+    return host, int(port)
 
 
 def _cabinet(t: Table) -> CabinetConfig:

@@ -114,6 +114,15 @@ class RedisConfig:
 
     url: str | None = field(default=None, repr=False)  # may embed a password
     fail_open: bool = False
+    # Redis Sentinel: the sentinels' `host:port` addresses and the name of the master they watch. The master
+    # is the one they name, asked again after every lost connection (a failover); `url`, optional then,
+    # gives only the credentials and the database (its host is not used).
+    sentinels: tuple[str, ...] = ()
+    sentinel_master: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url or self.sentinels)
 
 
 @dataclass(frozen=True, slots=True)

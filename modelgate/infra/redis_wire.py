@@ -143,7 +143,8 @@ class _Wire(asyncio.Protocol):
 
 
 class RedisWire:
-    """Pipelined calls on one connection to the Redis at `host:port` (database `db`, optional AUTH)."""
+    """Pipelined calls on one connection to the Redis at `host:port` (database `db`, optional AUTH), or at
+    the address `master` gives each time it connects (the master a Redis Sentinel service names)."""
 
     def __init__(
         self,
@@ -154,8 +155,10 @@ class RedisWire:
         username: str | None = None,
         password: str | None = None,
         timeout: float = 5.0,
+        master: Callable[[], Awaitable[tuple[str, int]]] | None = None,
     ) -> None:
         self._address = (host, port)
+        self._master = master
         self._setup: list[tuple[Any, ...]] = []
         if password:
             self._setup.append(("AUTH", username, password) if username else ("AUTH", password))
@@ -171,7 +174,7 @@ class RedisWire:
         reply = await self._send((b"EVALSHA", script.sha, len(keys), *keys, *args))
         if isinstance(reply, ResponseError):
             if not str(reply).startswith("NOSCRIPT"):
-                raise reply
+                raise self._failed(reply)
             return await self.call(b"EVAL", script.source, len(keys), *keys, *args)
         return reply
 
@@ -179,8 +182,19 @@ class RedisWire:
         """Send one command and wait for its reply (an error reply raises)."""
         reply = await self._send(parts)
         if isinstance(reply, ResponseError):
-            raise reply
+            raise self._failed(reply)
         return reply
+
+    def _failed(self, reply: ResponseError) -> Exception:
+        """The error to raise for an error reply. A master demoted to a replica by a failover answers writes
+        with READONLY: Redis is then unreachable for this call, and the connection is dropped so that the
+        next call connects to the master the sentinels name now."""
+        if not str(reply).startswith("READONLY"):
+            return reply
+        wire, self._wire = self._wire, None  # the next call connects again (the calls still on it fail)
+        if wire is not None and not wire.lost:
+            wire.transport.abort()
+        return RedisConnectionError(f"the Redis server is no longer the master: {reply}")
 
     def _send(self, parts: tuple) -> Awaitable[Any]:
         """Queue one command; its reply (an error reply is returned, not raised) when awaited. A plain
@@ -224,6 +238,8 @@ class RedisWire:
 
     async def _open(self) -> _Wire:
         loop = asyncio.get_running_loop()
+        if self._master is not None:  # redis-py's MasterNotFoundError is a ConnectionError too
+            self._address = await asyncio.wait_for(self._master(), self._timeout)
         try:
             _transport, wire = await asyncio.wait_for(
                 loop.create_connection(_Wire, *self._address), self._timeout
@@ -245,14 +261,25 @@ class RedisWire:
 
 
 def wire_for(client: Any) -> RedisWire | None:
-    """A RedisWire to the same server as a redis-py client on plain TCP; None for TLS or a Unix socket
-    (the counters then use the client for every call)."""
+    """A RedisWire to the same server as a redis-py client on plain TCP, or to the master of the same
+    Sentinel service; None for TLS or a Unix socket (the counters then use the client for every call)."""
     from redis.asyncio.connection import Connection
+    from redis.asyncio.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
     pool = client.connection_pool
+    options = pool.connection_kwargs
+    if isinstance(pool, SentinelConnectionPool) and pool.connection_class is SentinelManagedConnection:
+        return RedisWire(
+            "",
+            0,
+            int(options.get("db", 0) or 0),
+            username=options.get("username"),
+            password=options.get("password"),
+            timeout=float(options.get("socket_timeout") or 5.0),
+            master=pool.get_master_address,
+        )
     if pool.connection_class is not Connection:
         return None
-    options = pool.connection_kwargs
     return RedisWire(
         options.get("host", "localhost"),
         int(options.get("port", 6379)),

@@ -8,7 +8,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as redis_asyncio
+from modelgate.config.schema import RedisConfig
+from modelgate.infra.redis_client import redis_client
 
 log = logging.getLogger("modelgate.redis")
 
@@ -18,10 +19,8 @@ Handler = Callable[[str], Awaitable[None] | None]
 class RedisBus:
     """Publish to and listen on Redis channels; one subscriber connection per process."""
 
-    def __init__(self, url: str) -> None:
-        self.client = redis_asyncio.Redis.from_url(
-            url, socket_connect_timeout=2, socket_timeout=5, health_check_interval=30
-        )
+    def __init__(self, config: RedisConfig) -> None:
+        self.client = redis_client(config)
         self._handlers: dict[str, list[Handler]] = {}
         self._pubsub = None
         self._task: asyncio.Task | None = None
@@ -59,8 +58,8 @@ class RedisBus:
                 message = await pubsub.get_message(timeout=5.0)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("redis bus: receive failed; retrying")
+            except Exception as exc:  # the connection was lost (Redis down, a failover): expected, no trace
+                log.error("redis bus: receive failed (%r); retrying in 1 s", exc)
                 await asyncio.sleep(1)
                 continue
             if message is None:

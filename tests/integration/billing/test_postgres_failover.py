@@ -9,7 +9,6 @@ as a `modelgate serve` process under load from a client thread.
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from tests.integration.billing.test_ledger_spool import (
     _rows_of,
     _wait_until,
 )
+from tests.support.chat_load import ChatLoad
 from tests.support.gateway import GatewayProcess, register_tenant, revoke_key
 from tests.support.pg_pair import PostgresPair, postgres_binaries
 from tests.support.services import service_unavailable
@@ -41,39 +41,6 @@ def pair():
     started.close()
 
 
-class _Load:
-    """Chat requests one after another from a thread, until stopped (or `limit` are sent)."""
-
-    def __init__(self, base_url: str, api_key: str, limit: int = 5_000) -> None:
-        self.served: list[str] = []
-        self.refused: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(base_url, api_key, limit), name="load")
-
-    def _run(self, base_url: str, api_key: str, limit: int) -> None:
-        with httpx.Client(base_url=base_url, timeout=30) as client:
-            for n in range(limit):
-                if self._stop.is_set():
-                    return
-                reply = client.post(
-                    "/v1/chat/completions",
-                    headers={"authorization": f"Bearer {api_key}"},
-                    json={"model": "metered", "messages": [{"role": "user", "content": f"n {n}"}]},
-                )
-                if reply.status_code == 200:
-                    self.served.append(reply.headers["x-request-id"])
-                else:
-                    self.refused.append(reply.status_code)
-
-    def __enter__(self) -> _Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-
 def _chat(base_url: str, api_key: str) -> int:
     reply = httpx.post(
         f"{base_url}/v1/chat/completions",
@@ -91,7 +58,7 @@ def test_a_promoted_replica_takes_over_and_no_row_is_lost_or_charged_twice(
     config = _config(tmp_path, pair.url, flush_interval=0.2)
     with GatewayProcess(config, cwd=tmp_path) as gateway:
         tenant = register_tenant(gateway.base_url)
-        with _Load(gateway.base_url, tenant.api_key) as load:
+        with ChatLoad(gateway.base_url, tenant.api_key) as load:
             assert _wait_until(lambda: len(load.served) >= 20), "no load before the failover"
             pair.stop_primary()
             at_stop = len(load.served)

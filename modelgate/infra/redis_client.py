@@ -1,0 +1,42 @@
+"""The Redis client of a `[redis]` section: one server by its URL, or a Redis Sentinel service's master."""
+
+from __future__ import annotations
+
+import redis.asyncio as redis_asyncio
+from redis.asyncio.connection import parse_url
+from redis.asyncio.sentinel import Sentinel
+
+from modelgate.config.loader import sentinel_address
+from modelgate.config.schema import RedisConfig
+
+_CONNECT_SECONDS = 2.0
+_REPLY_SECONDS = 5.0
+
+
+def redis_client(config: RedisConfig, *, health_check_interval: int = 30) -> redis_asyncio.Redis:
+    """A client of the Redis `config` names: its URL, or the master its sentinels name (each connection
+    made after a failover asks them again; a demoted master's READONLY answer drops the connection)."""
+    if not config.sentinels:
+        assert config.url is not None  # RedisConfig.enabled
+        return redis_asyncio.Redis.from_url(
+            config.url,
+            health_check_interval=health_check_interval,
+            socket_connect_timeout=_CONNECT_SECONDS,
+            socket_timeout=_REPLY_SECONDS,
+        )
+    options = parse_url(config.url) if config.url else {}
+    sentinels = Sentinel(
+        [sentinel_address(address) for address in config.sentinels],
+        socket_connect_timeout=_CONNECT_SECONDS,
+        socket_timeout=_REPLY_SECONDS,
+    )
+    assert config.sentinel_master is not None  # the loader asks for both
+    return sentinels.master_for(
+        config.sentinel_master,
+        health_check_interval=health_check_interval,
+        socket_connect_timeout=_CONNECT_SECONDS,
+        socket_timeout=_REPLY_SECONDS,
+        username=options.get("username"),
+        password=options.get("password"),
+        db=options.get("db", 0),
+    )

@@ -1,0 +1,89 @@
+"""A Redis master that dies and the replica its sentinel promotes (issue #37): the gateway, given the sentinel
+instead of a Redis URL (`[redis] sentinels`, `sentinel_master`), follows the failover — redis-py's client
+and the counters' own connection alike — and goes on serving; no ledger row is lost or written twice, and
+the books balance.
+
+Real servers: a master, its replica and a sentinel started by the test (tests/support/redis_sentinel.py),
+PostgreSQL, the gateway as a `modelgate serve` process under load from a client thread.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from modelgate.infra.redis_wire import RedisWire
+from tests.integration.billing.test_ledger_spool import (
+    OPENING_MICROS,
+    PER_REQUEST_MICROS,
+    _config,
+    _ledger_now,
+    _wait_until,
+)
+from tests.support.chat_load import ChatLoad
+from tests.support.gateway import GatewayProcess, register_tenant
+from tests.support.redis_sentinel import MASTER_NAME, SentinelTrio
+from tests.support.services import service_unavailable
+
+
+@pytest.fixture
+def trio():
+    try:
+        started = SentinelTrio().__enter__()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        service_unavailable("a Redis master, replica and sentinel of the test's own", exc)
+        raise
+    yield started
+    started.close()
+
+
+def test_the_gateway_follows_a_sentinel_failover_and_the_books_balance(
+    tmp_path: Path, fresh_pg_url: str, trio: SentinelTrio
+) -> None:
+    redis = f'[redis]\nsentinels = ["{trio.sentinel}"]\nsentinel_master = "{MASTER_NAME}"\n'
+    config = _config(tmp_path, fresh_pg_url, flush_interval=0.2, billing=redis)
+    with GatewayProcess(config, cwd=tmp_path) as gateway:
+        tenant = register_tenant(gateway.base_url)
+        with ChatLoad(gateway.base_url, tenant.api_key) as load:
+            assert _wait_until(lambda: len(load.served) >= 20), "no load before the failover"
+            trio.kill_master()
+            trio.wait_for_failover()
+            at_failover = len(load.served)
+            assert _wait_until(lambda: len(load.served) >= at_failover + 50), "nothing served after it"
+        log = gateway.output()
+    # While no master was elected, Redis could not be reached: 503 (fail_open = false), nothing else.
+    assert set(load.refused) <= {503}, load.refused
+    rows, balance = _ledger_now(fresh_pg_url, tenant.email)
+    ids = [request_id for request_id, _ in rows]
+    assert len(ids) == len(set(ids)), "a request has two ledger rows"
+    charged = {request_id for request_id, cost in rows if cost}
+    assert charged == set(load.served), "served requests and charged rows differ"
+    assert all(cost in (0, PER_REQUEST_MICROS) for _, cost in rows)
+    assert balance == OPENING_MICROS - PER_REQUEST_MICROS * len(load.served)
+    assert "Traceback" not in log
+
+
+async def test_a_demoted_master_is_a_lost_connection_and_the_next_call_asks_the_sentinels_again(
+    trio: SentinelTrio,
+) -> None:
+    """A master demoted by a failover answers writes with READONLY: the counters' connection treats that as
+    Redis unreachable (so the request is answered as in an outage, not as an error of the script), drops the
+    connection, and connects to the master it is told of next."""
+    addresses = [("127.0.0.1", trio.replica_port), ("127.0.0.1", trio.master_port)]
+    told: list[tuple[str, int]] = []
+
+    async def master() -> tuple[str, int]:
+        told.append(addresses[len(told)])  # first a stale answer: the replica
+        return told[-1]
+
+    wire = RedisWire("", 0, master=master)
+    try:
+        with pytest.raises(RedisConnectionError, match="no longer the master"):
+            await wire.call("SET", "modelgate:test:demoted", "1")
+        assert await wire.call("SET", "modelgate:test:demoted", "1") == b"OK"
+        assert told == addresses
+    finally:
+        wire.close()
