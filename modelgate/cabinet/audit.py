@@ -108,7 +108,7 @@ def _page_size(raw: str | None) -> int:
 
 def route_names(given: str) -> tuple[str, ...]:
     """The stored route names a route filter means: a route name as it is, or a model API path (with or
-    without `/v1`, a method, a query or a trailing slash) as the names of the routes it reaches."""
+    without `/v1`, a method, a host, a query or a trailing slash) as the names of the routes it reaches."""
     text = given.strip()
     method, _, rest = text.partition(" ")
     if rest and method.isalpha() and method.isupper():
@@ -117,6 +117,8 @@ def route_names(given: str) -> tuple[str, ...]:
         method = ""
     if "/" not in text:
         return (text,)
+    if "://" in text:  # a whole URL: its path
+        text = "/" + text.split("://", 1)[1].partition("/")[2]
     path = text.split("?", 1)[0].rstrip("/")
     if not path.startswith("/"):
         path = "/" + path
