@@ -4,6 +4,7 @@ the caller's organization only (an id of another organization stays without a na
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from modelgate.domain.audit_log import AuditEntry
@@ -19,13 +20,19 @@ _NAMED = (
 )
 
 
+# What `new_id` makes; a details value of this shape (`systemId`, `subjectId`, `userId`, …) is an id too.
+_ID = re.compile(r"^[a-z]{1,16}_[0-9a-f]{8,64}$")
+
+
 def referenced_ids(entries: Iterable[AuditEntry]) -> list[str]:
-    """Every id the entries reference (target, key, system, actor, and a rule's subject), each once."""
+    """Every id the entries reference (target, key, system, actor, and ids among the details' values), each
+    once."""
     found: dict[str, None] = {}
     for entry in entries:
-        subject = entry.details.get("subjectId")
-        for value in (entry.target_id, entry.key_id, entry.system_id, entry.actor.id, subject):
-            if isinstance(value, str) and value:
+        named = (entry.target_id, entry.key_id, entry.system_id, entry.actor.id)
+        in_details = (v for v in entry.details.values() if isinstance(v, str) and _ID.match(v))
+        for value in (*named, *in_details):
+            if value:
                 found[value] = None
     return list(found)
 

@@ -43,7 +43,7 @@ def test_a_rule_edited_on_the_page_is_one_change_in_the_audit_log_whose_link_mar
     page = open_route(contexts.signed_in(owner).new_page(), "rules", "Policy rules")
 
     row = page.get_by_role("row").filter(has_text="Chat for everyone")
-    expect(row.get_by_role("cell").first).to_have_text(rule["id"])
+    expect(row.get_by_role("cell").first).to_have_text(f"allow{rule['id']}")
     row.get_by_role("button", name=re.compile(r"^Edit ")).click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_label(labelled("Requests per minute (RPM)")).fill("25")

@@ -129,7 +129,12 @@ async def test_entries_carry_the_names_of_the_key_system_rule_and_member_they_re
         system["id"]: "Payments",
         rule["id"]: "Checkout models",
     }
-    assert created["names"] == {key["id"]: "checkout-key", await cabinet.user_id(owner): owner.email}
+    # The system is named in the details (`systemId`): ids among the details' values get names too.
+    assert created["names"] == {
+        key["id"]: "checkout-key",
+        await cabinet.user_id(owner): owner.email,
+        system["id"]: "Payments",
+    }
 
 
 async def test_an_id_of_another_organization_gets_no_name(cabinet: Cabinet) -> None:

@@ -91,8 +91,9 @@ function changeLines(changes, currency) {
   ]);
 }
 
-/** The details object as "name: value" lines, never as markup; rule ids in them link to their rules. */
-function detailsText(details, currency) {
+/** The details object as "name: value" lines, never as markup; an id has its name beside it (from the
+entry's `names`), and rule ids link to their rules. */
+function detailsText(details, currency, names) {
   const entries = Object.entries(details || {});
   if (entries.length === 0) return null;
   return h(
@@ -101,7 +102,7 @@ function detailsText(details, currency) {
     entries.map(([name, value]) =>
       name === "changes" && value && typeof value === "object" && !Array.isArray(value)
         ? changeLines(value, currency)
-        : [h("dt", {}, detailName(name)), h("dd", {}, withRuleLinks(detailValue(name, value, currency)))],
+        : [h("dt", {}, detailName(name)), h("dd", {}, typeof value === "string" && names && names[value] ? named(value, names) : withRuleLinks(detailValue(name, value, currency)))],
     ),
   );
 }
@@ -126,7 +127,7 @@ function entriesTable(entries, currency) {
   return stackedTable(
     [
       { label: "When", render: (e) => formatDate(e.createdAt) },
-      { label: "Event", class: "wrap", render: (e) => [code(e.event), detailsText(e.details, currency)] },
+      { label: "Event", class: "wrap", render: (e) => [code(e.event), detailsText(e.details, currency, e.names)] },
       { label: "Actor", class: "wrap", render: (e) => actorText(e.actor, e.names) },
       { label: "Concerns", class: "wrap", render: objectsText },
     ],

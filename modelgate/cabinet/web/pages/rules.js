@@ -300,8 +300,9 @@ function limitsText(rule) {
   return h("span", { class: "rule-limits-text" }, budget ? h("span", {}, budget) : null, rates.map((rate) => h("span", {}, rate)));
 }
 
-/** The rule's id, which errors and the audit log name (`pol_…`; they link here with `?rule=`). */
-const idColumn = { label: "Rule id", class: "rule-id", render: (r) => code(r.id) };
+/** The rule's effect, and beneath it its id, which errors and the audit log name (`pol_…`; they link here
+with `?rule=`). */
+const effectColumn = { label: "Effect and id", class: "admin-wrap", render: (r) => [badge(r.effect), h("span", { class: "rule-id" }, code(r.id))] };
 
 /** Give each rule's row an anchor and mark the one the address names; the marked row, if any. */
 function markRows(slot, rules, wanted) {
@@ -322,8 +323,7 @@ function markRows(slot, rules, wanted) {
 
 function accessTable(rules, context, manage, redraw) {
   const columns = [
-    idColumn,
-    { label: "Effect", render: (r) => badge(r.effect) },
+    effectColumn,
     { label: "Applies to", class: "admin-wrap", render: (r) => subjectText(r, context) },
     { label: "Models", class: "wrap", render: modelsCell },
     { label: "Budget and rate limits", class: "admin-wrap", render: limitsText },
@@ -334,8 +334,7 @@ function accessTable(rules, context, manage, redraw) {
 
 function contentTable(rules, context, manage, redraw) {
   const columns = [
-    idColumn,
-    { label: "Effect", render: (r) => badge(r.effect) },
+    effectColumn,
     { label: "Applies to", class: "admin-wrap", render: (r) => subjectText(r, context) },
     { label: "Models", class: "wrap", render: modelsCell },
     { label: "Looks in", render: (r) => WHERE_LABELS[r.content.where] || r.content.where },
