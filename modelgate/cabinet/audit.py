@@ -39,6 +39,7 @@ FIRST_DAY = date(1970, 1, 1)
 LAST_DAY = date(9998, 12, 31)
 # A route as a client writes it (`/v1/chat/completions`, `POST /v1/responses/resp_1`) -> the route names that
 # entries store; a path with an object id matches each method's route (`responses_get`, `responses_delete`).
+_METHODS = frozenset(r.method for r in ROUTES)
 _ROUTE_PATTERNS = tuple(
     (re.compile("^" + re.escape(r.path).replace(re.escape("{id}"), "[^/]+") + "$"), r.method, r.name)
     for r in ROUTES
@@ -111,7 +112,8 @@ def route_names(given: str) -> tuple[str, ...]:
     without `/v1`, a method, a host, a query or a trailing slash) as the names of the routes it reaches."""
     text = given.strip()
     method, _, rest = text.partition(" ")
-    if rest and method.isalpha() and method.isupper():
+    method = method.upper()
+    if rest and method in _METHODS:
         text = rest.strip()
     else:
         method = ""

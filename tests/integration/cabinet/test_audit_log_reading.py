@@ -188,6 +188,7 @@ async def routed(cabinet: Cabinet) -> Account:
         ("/v1/messages", ["req_1"]),
         ("/v1/responses/resp_123", ["req_3", "req_2"]),
         ("DELETE /v1/responses/resp_123", ["req_3"]),
+        ("delete /v1/responses/resp_123", ["req_3"]),
         ("GET /v1/messages", []),
         ("/v1/assistants", []),
     ],
