@@ -146,14 +146,15 @@ function filtersOf(params) {
 async function render(main, params) {
   loading(main);
   let filters = filtersOf(params);
-  // Amounts in the details are in the organization's currency (the overview says which; USD if it cannot).
-  // The CSV of every entry the filters keep (the API writes it page by page; the limit does not apply).
+  // The CSV of every entry the filters keep (the API writes it page by page; the page size does not apply).
   const download = h("a", { class: "button", download: "audit-log.csv" }, "Download CSV");
   const setDownload = () => {
-    const { limit, ...kept } = filters;
-    download.href = apiUrl("/audit-log", { ...kept, format: "csv" });
+    const kept = { ...filters, format: "csv" };
+    delete kept.limit;
+    download.href = apiUrl("/audit-log", kept);
   };
   setDownload();
+  // Amounts in the details are in the organization's currency (the overview says which; USD if it cannot).
   const currency = await api("GET", "/overview").then(
     (overview) => overview.billing.currency,
     () => "USD",
