@@ -251,6 +251,16 @@ def _audited(rule: PolicyRule) -> dict[str, Any]:
     }
 
 
+def _changes(before: PolicyRule, after: PolicyRule) -> dict[str, Any]:
+    """The fields an update changed. Terms are audited as counts: new terms of the same counts are still a
+    change of `content` (the counts before and after, and `termsChanged`)."""
+    changes = changed_fields(_audited(before), _audited(after))
+    if before.content != after.content and "content" not in changes:
+        summary = _audited(after)["content"]
+        changes["content"] = {"before": summary, "after": summary, "termsChanged": True}
+    return changes
+
+
 async def list_policy_rules(request: web.Request) -> web.Response:
     """GET /policy-rules → the organization's rules, oldest first (any role)."""
     principal = await authenticate(request)
@@ -324,7 +334,7 @@ async def update_policy_rule(request: web.Request) -> web.Response:
             actor_of(principal),
             at,
             target_id=rule.id,
-            details={"changes": changed_fields(_audited(rule), _audited(updated))},
+            details={"changes": _changes(rule, updated)},
         )
     await announce_policy_change(services, org_id)
     return json_response(rule_json(updated))

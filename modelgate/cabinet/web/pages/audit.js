@@ -87,7 +87,7 @@ function changeLines(changes, currency) {
   if (fields.length === 0) return [[h("dt", {}, "changes"), h("dd", {}, "none")]];
   return fields.map(([name, change]) => [
     h("dt", {}, detailName(name)),
-    h("dd", {}, withRuleLinks(`${detailValue(name, change && change.before, currency)} → ${detailValue(name, change && change.after, currency)}`)),
+    h("dd", {}, withRuleLinks(`${detailValue(name, change && change.before, currency)} → ${detailValue(name, change && change.after, currency)}${change && change.termsChanged ? " (terms changed)" : ""}`)),
   ]);
 }
 
