@@ -351,7 +351,23 @@ PATHS: dict[str, dict[str, Any]] = {
                 _query_param("ruleId", _AUDIT_FILTER, "Entries whose target is this policy rule"),
                 _query_param("keyId", _AUDIT_FILTER, "Entries about requests of this API key"),
                 _query_param("systemId", _AUDIT_FILTER, "Entries about requests of this system's keys"),
-                _query_param("route", _AUDIT_FILTER, "Entries about requests on this model API route"),
+                _query_param(
+                    "route",
+                    _AUDIT_FILTER,
+                    "Entries about requests on this model API route: its name (`chat_completions`) or its"
+                    " path as a client writes it (`/v1/chat/completions`)",
+                ),
+                _query_param(
+                    "actor", _AUDIT_FILTER, "Entries by this actor: a user's e-mail, or an actor id"
+                ),
+                _query_param("from", {"type": "string", "format": "date"}, "First UTC day (included)"),
+                _query_param("to", {"type": "string", "format": "date"}, "Last UTC day (included)"),
+                _query_param(
+                    "format",
+                    {"type": "string", "enum": ["json", "csv"]},
+                    "csv: every matching entry (up to 100,000, newest first) as a CSV file, names beside"
+                    " ids; cells that start like a formula are prefixed with an apostrophe",
+                ),
             ),
         ),
     },
@@ -468,6 +484,8 @@ _OIDC_DISCOVERY = {
     ]
 }
 
+# With `format=csv` the audit log answers a CSV file.
+PATHS["/audit-log"]["get"]["responses"]["200"]["content"]["text/csv"] = {"schema": {"type": "string"}}
 PATHS["/auth/register"]["post"]["responses"]["403"]["description"] = (
     "Registration is closed, or invite_only and no valid invitation token for this e-mail was given"
 )
@@ -608,6 +626,7 @@ SCHEMAS: dict[str, Any] = {
         systemId=_NULLABLE_STR,
         route=_NULLABLE_STR,
         details={"type": "object"},
+        names={"type": "object", "additionalProperties": _STR},
         createdAt=_TIME,
         actor=_obj(("type",), type=_STR, id=_NULLABLE_STR, email=_NULLABLE_STR),
     ),

@@ -47,7 +47,7 @@ from modelgate.cabinet.policy_rule_input import (
 from modelgate.cabinet.requests import CabinetError, bad_request, json_response, path_id, read_json_object
 from modelgate.cabinet.services import CabinetServices, services_of
 from modelgate.cabinet.users import ADMIN_ROLES
-from modelgate.domain.audit_log import record
+from modelgate.domain.audit_log import changed_fields, record
 from modelgate.domain.policy_rules import (
     CONTENT_EFFECTS,
     ContentSpec,
@@ -237,6 +237,30 @@ def _summary(rule: PolicyRule) -> dict[str, Any]:
     return summary
 
 
+def _audited(rule: PolicyRule) -> dict[str, Any]:
+    """What an update's entry compares: the summary, the limits and the description."""
+    budget = None
+    if rule.budget_micros is not None:
+        budget = {"amountMicros": rule.budget_micros, "period": rule.budget_period}
+    return {
+        **_summary(rule),
+        "budget": budget,
+        "rpm": rule.rpm,
+        "tpm": rule.tpm,
+        "description": rule.description,
+    }
+
+
+def _changes(before: PolicyRule, after: PolicyRule) -> dict[str, Any]:
+    """The fields an update changed. Terms are audited as counts: new terms of the same counts are still a
+    change of `content` (the counts before and after, and `termsChanged`)."""
+    changes = changed_fields(_audited(before), _audited(after))
+    if before.content != after.content and "content" not in changes:
+        summary = _audited(after)["content"]
+        changes["content"] = {"before": summary, "after": summary, "termsChanged": True}
+    return changes
+
+
 async def list_policy_rules(request: web.Request) -> web.Response:
     """GET /policy-rules → the organization's rules, oldest first (any role)."""
     principal = await authenticate(request)
@@ -310,7 +334,7 @@ async def update_policy_rule(request: web.Request) -> web.Response:
             actor_of(principal),
             at,
             target_id=rule.id,
-            details={**_summary(updated), "changed": sorted(fields)},
+            details={"changes": _changes(rule, updated)},
         )
     await announce_policy_change(services, org_id)
     return json_response(rule_json(updated))

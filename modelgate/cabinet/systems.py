@@ -31,7 +31,7 @@ from modelgate.cabinet.systems_repository import delete_system as delete_stored_
 from modelgate.cabinet.systems_repository import update_system as update_stored_system
 from modelgate.cabinet.users import ADMIN_ROLES
 from modelgate.domain.api_keys import count_active_keys_of_system, unlink_system
-from modelgate.domain.audit_log import record
+from modelgate.domain.audit_log import changed_fields, record
 from modelgate.domain.policy_rules import count_rules_naming
 from modelgate.domain.tokens import new_id
 from modelgate.storage import IntegrityViolation
@@ -127,7 +127,12 @@ async def update_system(request: web.Request) -> web.Response:
                 actor_of(principal),
                 now(),
                 target_id=updated.id,
-                details={"name": updated.name},
+                details={
+                    "changes": changed_fields(
+                        {"name": system.name, "description": system.description},
+                        {"name": updated.name, "description": updated.description},
+                    )
+                },
             )
     except IntegrityViolation as exc:
         raise _name_taken(name or "") from exc

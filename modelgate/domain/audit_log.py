@@ -72,17 +72,31 @@ class NewAuditEntry:
 
 @dataclass(frozen=True, slots=True)
 class AuditFilter:
-    """Which entries a reader wants; each field left None does not filter. `event` is an exact name, or
-    a prefix when it ends in "." (`content_policy.` is every content-policy event)."""
+    """Which entries a reader wants; each field left None (or empty) does not filter. `event` is an exact
+    name, or a prefix when it ends in "." (`content_policy.` is every content-policy event); `routes` is any
+    of those route names; `actor` an actor's id or (any case) e-mail; `since` <= created_at < `until`."""
 
     event: str | None = None
     target_id: str | None = None
     key_id: str | None = None
     system_id: str | None = None
-    route: str | None = None
+    routes: tuple[str, ...] = ()
+    actor: str | None = None
+    since: float | None = None
+    until: float | None = None
 
 
 EVERY_ENTRY = AuditFilter()
+
+
+def changed_fields(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The fields whose value an edit changed, each as {"before": …, "after": …}: what an `….updated`
+    entry records, so an edit of one field is one change in the log."""
+    return {
+        name: {"before": before.get(name), "after": after.get(name)}
+        for name in sorted(before.keys() | after.keys())
+        if before.get(name) != after.get(name)
+    }
 
 
 def _values(entry: NewAuditEntry) -> tuple[Any, ...]:
@@ -167,11 +181,24 @@ def _filter_sql(filters: AuditFilter, args: list[Any]) -> str:
         else:
             args.append(filters.event)
             conditions.append(f" AND event = ${len(args)}")
-    for column in ("target_id", "key_id", "system_id", "route"):
+    for column in ("target_id", "key_id", "system_id"):
         value = getattr(filters, column)
         if value is not None:
             args.append(value)
             conditions.append(f" AND {column} = ${len(args)}")
+    if filters.routes:
+        first = len(args) + 1
+        args += filters.routes
+        conditions.append(" AND route IN (" + ", ".join(f"${n}" for n in range(first, len(args) + 1)) + ")")
+    if filters.actor is not None:
+        args.append(filters.actor)
+        conditions.append(f" AND (actor_id = ${len(args)} OR lower(actor_email) = lower(${len(args)}))")
+    if filters.since is not None:
+        args.append(filters.since)
+        conditions.append(f" AND created_at >= ${len(args)}")
+    if filters.until is not None:
+        args.append(filters.until)
+        conditions.append(f" AND created_at < ${len(args)}")
     return "".join(conditions)
 
 

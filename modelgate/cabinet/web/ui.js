@@ -130,6 +130,27 @@ function setFieldError(wrapper, message) {
 }
 
 /** The message of any error, as a user can read it. */
+// A policy rule id as the API writes it (`pol_` and hex): wherever an error names one, it links to the rule.
+const RULE_ID = /\bpol_[0-9a-f]{8,64}\b/g;
+
+/** The rules page's address of a rule: the page scrolls to it and marks it. */
+export function ruleHref(ruleId) {
+  return `#/rules?rule=${encodeURIComponent(ruleId)}`;
+}
+
+/** `text` as nodes, every rule id in it a link to its rule (`ruleHref`); no markup from the text. */
+export function withRuleLinks(text) {
+  const source = String(text);
+  const parts = [];
+  let last = 0;
+  for (const match of source.matchAll(RULE_ID)) {
+    parts.push(source.slice(last, match.index), h("a", { href: ruleHref(match[0]), class: "rule-link" }, match[0]));
+    last = match.index + match[0].length;
+  }
+  parts.push(source.slice(last));
+  return parts.filter((part) => part !== "");
+}
+
 export function errorText(exc) {
   if (exc instanceof ApiError) return exc.message;
   if (exc && exc.message) return exc.message;
@@ -190,7 +211,7 @@ export function form(fields, onSubmit, options = {}) {
       await onSubmit(values, element);
       if (resetOnSuccess) element.reset();
     } catch (exc) {
-      errorBox.textContent = errorText(exc);
+      errorBox.replaceChildren(...withRuleLinks(errorText(exc)));
       errorBox.hidden = false;
     } finally {
       submit.disabled = false;
@@ -265,14 +286,15 @@ export function emptyState(text, ...more) {
 
 /** A notice box: kind is "info", "success", "warning" or "error"; content is text or nodes. */
 export function notice(kind, ...content) {
-  return h("div", { class: ["notice", `notice-${kind}`], role: kind === "error" ? "alert" : null }, ...content);
+  const linked = content.map((part) => (typeof part === "string" ? withRuleLinks(part) : part));
+  return h("div", { class: ["notice", `notice-${kind}`], role: kind === "error" ? "alert" : null }, ...linked);
 }
 
 /** Announce a short message in the page's live region (it stays until the next navigation). */
 export function announce(kind, text) {
   const region = document.getElementById("notices");
   if (!region) return;
-  region.replaceChildren(notice(kind, h("span", { class: "notice-text" }, text), h("button", { type: "button", class: "link-button dismiss", "aria-label": "Dismiss message", onclick: () => region.replaceChildren() }, "×")));
+  region.replaceChildren(notice(kind, h("span", { class: "notice-text" }, withRuleLinks(text)), h("button", { type: "button", class: "link-button dismiss", "aria-label": "Dismiss message", onclick: () => region.replaceChildren() }, "×")));
 }
 
 let pendingFlash = null;

@@ -427,7 +427,7 @@ async def test_every_write_is_audited(cabinet: BillingCabinet) -> None:
         "policy_rule.created",
     ]
     assert {e["targetId"] for e in entries} == {rule_id}
-    assert entries[1]["details"]["changed"] == ["rpm"]
+    assert entries[1]["details"]["changes"] == {"rpm": {"before": None, "after": 5}}
     assert entries[2]["details"]["models"] == ["gpt-4*"]
     assert entries[2]["actor"]["email"] == owner.email
 

@@ -76,6 +76,7 @@ async def test_an_entry_names_the_event_actor_target_and_time(cabinet: Cabinet) 
         "route",
         "details",
         "createdAt",
+        "names",
     }
     assert entry["event"] == "system.created"
     assert entry["actor"] == {"type": "user", "id": await cabinet.user_id(owner), "email": owner.email}

@@ -73,6 +73,7 @@ async def test_entries_written_in_a_batch_read_with_their_key_system_and_route(
         "systemId": "sys_a",
         "route": "chat.completions",
         "details": {"where": "prompt", "label": "email", "requestId": "req_5", "model": "gpt-4o"},
+        "names": {},  # none of the objects it references exists
     }
     assert newest["id"].startswith("aud_")
 

@@ -335,7 +335,8 @@ async def test_rule_changes_are_audited_with_the_effect_and_term_counts_not_the_
         "patterns": 1,
         "detectors": ["email", "iban"],
     }
-    assert (updated["event"], updated["details"]["effect"]) == ("policy_rule.updated", "flag")
+    assert updated["event"] == "policy_rule.updated"
+    assert updated["details"] == {"changes": {"effect": {"before": "block", "after": "flag"}}}
     assert "alpha" not in str(created) and "ACME" not in str(created)
 
 
@@ -483,3 +484,33 @@ async def test_the_stored_content_is_the_records_content_spec(cabinet: Cabinet) 
     assert stored.content == ContentSpec(
         "both", ("project nightingale",), ("ACME-[0-9]{6}",), ("email", "iban")
     )
+
+
+async def test_a_change_of_terms_is_audited_as_counts_before_and_after_never_the_terms(
+    cabinet: Cabinet,
+) -> None:
+    owner = await cabinet.register()
+    rule = await _create(cabinet, owner, content={**CONTENT, "phrases": ["alpha", "beta"]})
+    await _patch(cabinet, owner, rule["id"], content={**CONTENT, "phrases": ["gamma"]})
+
+    [updated] = [e for e in await cabinet.audit_events(owner) if e["event"] == "policy_rule.updated"]
+
+    before = {"where": "both", "phrases": 2, "patterns": 1, "detectors": ["email", "iban"]}
+    assert updated["details"] == {
+        "changes": {"content": {"before": before, "after": {**before, "phrases": 1}}}
+    }
+    assert "gamma" not in str(updated) and "alpha" not in str(updated)
+
+
+async def test_new_terms_of_the_same_counts_are_still_audited_as_a_change(cabinet: Cabinet) -> None:
+    owner = await cabinet.register()
+    rule = await _create(cabinet, owner, content={**CONTENT, "phrases": ["alpha"]})
+    await _patch(cabinet, owner, rule["id"], content={**CONTENT, "phrases": ["delta"]})
+
+    [updated] = [e for e in await cabinet.audit_events(owner) if e["event"] == "policy_rule.updated"]
+
+    same = {"where": "both", "phrases": 1, "patterns": 1, "detectors": ["email", "iban"]}
+    assert updated["details"] == {
+        "changes": {"content": {"before": same, "after": same, "termsChanged": True}}
+    }
+    assert "delta" not in str(updated)

@@ -1,9 +1,10 @@
 // The audit log (owner/admin): who did what to which object, newest first, filtered by event (or a prefix
-// such as "content_policy."), rule, key, system and route, read page by page with the API's cursor.
+// such as "content_policy."), rule, key, system, route, actor and UTC days, read page by page with the API's
+// cursor or downloaded whole as CSV. Names stand beside ids; every rule id links to its rule.
 
-import { api } from "../api.js";
+import { api, apiUrl } from "../api.js";
 import { page, replaceParams } from "../router.js";
-import { errorText, form, formatDate, formatMoney, h, loading, notice, section, stackedTable } from "../ui.js";
+import { errorText, form, formatDate, formatMoney, h, loading, notice, ruleHref, section, stackedTable, withRuleLinks } from "../ui.js";
 import { MANAGER_ROLES, code } from "./admin_kit.js";
 
 const FILTERS = [
@@ -11,7 +12,10 @@ const FILTERS = [
   { name: "ruleId", label: "Rule or target id", hint: "The object an entry concerns (pol_…, key_…, sys_…)" },
   { name: "keyId", label: "API key id", hint: "Requests made with this key" },
   { name: "systemId", label: "System id", hint: "Requests of this system" },
-  { name: "route", label: "Route", hint: "A model API route, e.g. /v1/chat/completions" },
+  { name: "route", label: "Route", hint: "As your client calls it (/v1/chat/completions) or by name (chat_completions)" },
+  { name: "actor", label: "Actor", hint: "A member's e-mail, or the id of a user or key" },
+  { name: "from", label: "From", type: "date", hint: "First day (UTC), included" },
+  { name: "to", label: "To", type: "date", hint: "Last day (UTC), included" },
 ];
 const PAGE_SIZES = ["25", "50", "100", "200"];
 const DEFAULT_PAGE_SIZE = "50";
@@ -36,11 +40,22 @@ const KNOWN_EVENTS = [
   "system.",
 ];
 
-function actorText(actor) {
+/** An id, linked to its rule when it is a rule's. */
+function idCode(id) {
+  return /^pol_/.test(id) ? h("a", { href: ruleHref(id), class: "rule-link" }, code(id)) : code(id);
+}
+
+/** An id with its name (from the entry's `names`) before it, when the object still exists. */
+function named(id, names) {
+  const name = names && names[id];
+  return name ? [h("span", { class: "audit-name" }, name), " ", idCode(id)] : idCode(id);
+}
+
+function actorText(actor, names) {
   if (!actor) return "—";
   if (actor.email) return actor.email;
   const kind = { management_key: "management key", api_key: "API key", user: "user" }[actor.type] || actor.type;
-  return actor.id ? [`${kind} `, code(actor.id)] : kind;
+  return actor.id ? [`${kind} `, named(actor.id, names)] : kind;
 }
 
 /** A details key as words: "ownerEmail" → "owner email"; money keys lose their unit ("amountMicros" → "amount"). */
@@ -66,14 +81,29 @@ function detailValue(name, value, currency) {
   return String(value);
 }
 
-/** The details object as "name: value" lines, never as markup. */
-function detailsText(details, currency) {
+/** What an edit changed ({field: {before, after}}) as "field: before → after" lines. */
+function changeLines(changes, currency) {
+  const fields = Object.entries(changes || {});
+  if (fields.length === 0) return [[h("dt", {}, "changes"), h("dd", {}, "none")]];
+  return fields.map(([name, change]) => [
+    h("dt", {}, detailName(name)),
+    h("dd", {}, withRuleLinks(`${detailValue(name, change && change.before, currency)} → ${detailValue(name, change && change.after, currency)}${change && change.termsChanged ? " (terms changed)" : ""}`)),
+  ]);
+}
+
+/** The details object as "name: value" lines, never as markup; an id has its name beside it (from the
+entry's `names`), and rule ids link to their rules. */
+function detailsText(details, currency, names) {
   const entries = Object.entries(details || {});
   if (entries.length === 0) return null;
   return h(
     "dl",
     { class: "audit-details" },
-    entries.map(([name, value]) => [h("dt", {}, detailName(name)), h("dd", {}, detailValue(name, value, currency))]),
+    entries.map(([name, value]) =>
+      name === "changes" && value && typeof value === "object" && !Array.isArray(value)
+        ? changeLines(value, currency)
+        : [h("dt", {}, detailName(name)), h("dd", {}, typeof value === "string" && names && names[value] ? named(value, names) : withRuleLinks(detailValue(name, value, currency)))],
+    ),
   );
 }
 
@@ -86,15 +116,19 @@ function objectsText(entry) {
     ["route", entry.route],
   ].filter(([, value]) => value);
   if (parts.length === 0) return h("span", { class: "muted" }, "—");
-  return h("span", { class: "audit-objects" }, parts.map(([name, value]) => h("span", {}, `${name} `, code(value))));
+  return h(
+    "span",
+    { class: "audit-objects" },
+    parts.map(([name, value]) => h("span", {}, `${name} `, name === "route" ? code(value) : named(value, entry.names))),
+  );
 }
 
 function entriesTable(entries, currency) {
   return stackedTable(
     [
       { label: "When", render: (e) => formatDate(e.createdAt) },
-      { label: "Event", class: "wrap", render: (e) => [code(e.event), detailsText(e.details, currency)] },
-      { label: "Actor", class: "wrap", render: (e) => actorText(e.actor) },
+      { label: "Event", class: "wrap", render: (e) => [code(e.event), detailsText(e.details, currency, e.names)] },
+      { label: "Actor", class: "wrap", render: (e) => actorText(e.actor, e.names) },
       { label: "Concerns", class: "wrap", render: objectsText },
     ],
     entries,
@@ -112,6 +146,14 @@ function filtersOf(params) {
 async function render(main, params) {
   loading(main);
   let filters = filtersOf(params);
+  // The CSV of every entry the filters keep (the API writes it page by page; the page size does not apply).
+  const download = h("a", { class: "button", download: "audit-log.csv" }, "Download CSV");
+  const setDownload = () => {
+    const kept = { ...filters, format: "csv" };
+    delete kept.limit;
+    download.href = apiUrl("/audit-log", kept);
+  };
+  setDownload();
   // Amounts in the details are in the organization's currency (the overview says which; USD if it cannot).
   const currency = await api("GET", "/overview").then(
     (overview) => overview.billing.currency,
@@ -191,15 +233,21 @@ async function render(main, params) {
         name: f.name,
         value: filters[f.name] || "",
         hint: f.hint,
-        maxlength: MAX_FILTER_LENGTH,
+        type: f.type || "text",
+        maxlength: f.type ? null : MAX_FILTER_LENGTH,
         autocomplete: "off",
         list: f.list || null,
-        validate: (value) => (/[\u0000-\u001f\u007f]/.test(value) ? "Use printable characters only." : ""),
+        validate: (value, values) => {
+          if (/[\u0000-\u001f\u007f]/.test(value)) return "Use printable characters only.";
+          if (f.name === "to" && value && values.from && value < values.from) return "The last day comes before the first.";
+          return "";
+        },
       })),
       { label: "Entries per page", name: "limit", type: "select", value: filters.limit, options: PAGE_SIZES },
     ],
     async (values) => {
       filters = filtersOf(values);
+      setDownload();
       previous = [];
       replaceParams(Object.fromEntries(Object.entries(filters).filter(([name, value]) => !(name === "limit" && value === DEFAULT_PAGE_SIZE))));
       await show(null);
@@ -223,8 +271,9 @@ async function render(main, params) {
   main.replaceChildren(
     section(
       "Filters",
-      h("p", { class: "muted" }, "Entries are newest first. Every filter given must match; the log has no date filter, so page on to go further back."),
+      h("p", { class: "muted" }, "Entries are newest first. Every filter given must match; days are UTC."),
       filterForm,
+      h("p", { class: "audit-export" }, download),
     ),
     section("Entries", results, pager),
   );

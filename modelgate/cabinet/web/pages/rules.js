@@ -4,7 +4,7 @@
 
 import { api } from "../api.js";
 import { page } from "../router.js";
-import { announce, badge, confirmDialog, form, formatMoney, formatNumber, h, loading, section, stackedTable } from "../ui.js";
+import { announce, badge, confirmDialog, form, formatMoney, formatNumber, h, loading, notice, section, stackedTable } from "../ui.js";
 import { actionButton, canManage, code, itemsOf, linesOf, openFormDialog } from "./admin_kit.js";
 
 const ACCESS_EFFECTS = ["allow", "deny"];
@@ -300,9 +300,30 @@ function limitsText(rule) {
   return h("span", { class: "rule-limits-text" }, budget ? h("span", {}, budget) : null, rates.map((rate) => h("span", {}, rate)));
 }
 
+/** The rule's effect, and beneath it its id, which errors and the audit log name (`pol_…`; they link here
+with `?rule=`). */
+const effectColumn = { label: "Effect and id", class: "admin-wrap", render: (r) => [badge(r.effect), h("span", { class: "rule-id" }, code(r.id))] };
+
+/** Give each rule's row an anchor and mark the one the address names; the marked row, if any. */
+function markRows(slot, rules, wanted) {
+  let marked = null;
+  slot.querySelectorAll("tbody tr").forEach((row, index) => {
+    const rule = rules[index];
+    if (!rule) return;
+    row.id = `rule-${rule.id}`;
+    if (rule.id === wanted) {
+      row.classList.add("rule-marked");
+      row.setAttribute("aria-current", "true");
+      row.tabIndex = -1;
+      marked = row;
+    }
+  });
+  return marked;
+}
+
 function accessTable(rules, context, manage, redraw) {
   const columns = [
-    { label: "Effect", render: (r) => badge(r.effect) },
+    effectColumn,
     { label: "Applies to", class: "admin-wrap", render: (r) => subjectText(r, context) },
     { label: "Models", class: "wrap", render: modelsCell },
     { label: "Budget and rate limits", class: "admin-wrap", render: limitsText },
@@ -313,7 +334,7 @@ function accessTable(rules, context, manage, redraw) {
 
 function contentTable(rules, context, manage, redraw) {
   const columns = [
-    { label: "Effect", render: (r) => badge(r.effect) },
+    effectColumn,
     { label: "Applies to", class: "admin-wrap", render: (r) => subjectText(r, context) },
     { label: "Models", class: "wrap", render: modelsCell },
     { label: "Looks in", render: (r) => WHERE_LABELS[r.content.where] || r.content.where },
@@ -340,8 +361,10 @@ function precedence() {
   );
 }
 
-async function render(main) {
+async function render(main, params = {}) {
   loading(main);
+  const wanted = params.rule || null;
+  let marked = null;
   const manage = canManage();
   const accessSlot = h("div", {});
   const contentSlot = h("div", {});
@@ -351,8 +374,11 @@ async function render(main) {
     const [rules, overview] = await Promise.all([api("GET", "/policy-rules"), api("GET", "/overview")]);
     context = { systems: overview.systems || [], apiKeys: overview.apiKeys || [] };
     const all = rules.policyRules;
-    accessSlot.replaceChildren(accessTable(all.filter((r) => !isContent(r.effect)), context, manage, redraw));
-    contentSlot.replaceChildren(contentTable(all.filter((r) => isContent(r.effect)), context, manage, redraw));
+    const access = all.filter((r) => !isContent(r.effect));
+    const contentRules = all.filter((r) => isContent(r.effect));
+    accessSlot.replaceChildren(accessTable(access, context, manage, redraw));
+    contentSlot.replaceChildren(contentTable(contentRules, context, manage, redraw));
+    marked = markRows(accessSlot, access, wanted) || markRows(contentSlot, contentRules, wanted);
   }
 
   await redraw();
@@ -380,8 +406,13 @@ async function render(main) {
   } else {
     parts.push(h("p", { class: "muted" }, "Only owners and admins change rules."));
   }
+  if (wanted && !marked) parts.unshift(notice("warning", `No rule ${wanted} exists in your organization: it may have been deleted (the audit log keeps its history).`));
   parts.push(section("Access rules, budgets and rate limits", accessSlot), section("Content rules", contentSlot), precedence());
   main.replaceChildren(...parts);
+  if (marked) {
+    marked.scrollIntoView({ block: "center" });
+    marked.focus({ preventScroll: true });
+  }
 }
 
 page("/rules", { title: "Policy rules", render });
