@@ -320,6 +320,9 @@ async def billing_overview(ex: Executor, config: Config, org: Organization, at: 
         "usage": {
             "since": isoformat(month_start),
             "requests": usage.requests,
+            "served": usage.requests - usage.refused,
+            "refused": usage.refused,
+            "errors": usage.errors,
             "costMicros": usage.cost_micros,
         },
         "openInvoices": [invoice.to_json() for invoice in await open_invoices(ex, org.id)],
