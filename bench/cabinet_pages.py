@@ -12,8 +12,8 @@ With `--requests-log` it measures instead what issue #38 asks of the request log
 requests page's first page (GET /api/requests, unfiltered and by each indexed filter) and for the overview
 (GET /api/overview, and the overview page's three calls) with 100,000 ledger rows of realistic statuses, on
 SQLite and, given `--postgres URL` (a server where it may create and drop a scratch database), on
-PostgreSQL; one table for both, against a 150 ms budget, then PostgreSQL's EXPLAIN ANALYZE of each request-log
-query, to show which index serves it:
+PostgreSQL; one table for both, against a 150 ms budget, after each backend's plans of the request-log queries
+and of the overview's month sum (EXPLAIN ANALYZE on PostgreSQL, EXPLAIN QUERY PLAN on SQLite):
 
     /work/venv/bin/python bench/cabinet_pages.py --requests-log --postgres postgresql://127.0.0.1:5432/test
 """
@@ -36,6 +36,7 @@ from pathlib import Path
 import httpx
 
 from modelgate.cabinet.request_log_repository import RequestFilter, newest_requests
+from modelgate.cabinet.usage_repository import request_totals
 from modelgate.cabinet.web_assets import INDEX, WebAssets
 from modelgate.storage import open_database
 
@@ -200,17 +201,32 @@ class _Recorder:
         self.sql, self.args = sql, args
         return []
 
+    async def fetchrow(self, sql: str, *args: object) -> None:
+        self.sql, self.args = sql, args
+
 
 async def _explain(storage: str, organization_id: str, filters: dict[str, RequestFilter]) -> None:
+    """Each request-log query's plan, and the overview's month sum's: EXPLAIN ANALYZE on PostgreSQL, EXPLAIN
+    QUERY PLAN on SQLite."""
     db = await open_database(storage)
     try:
+        queries = []
         for name, only in filters.items():
             recorder = _Recorder()
             await newest_requests(recorder, organization_id, 51, None, only)
-            plan = await db.fetch(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {recorder.sql}", *recorder.args)
-            print(f"\n-- requests page, {name}")
-            for row in plan:
-                print("   ", row["QUERY PLAN"])
+            queries.append((f"requests page, {name}", recorder.sql, recorder.args))
+        recorder = _Recorder()
+        await request_totals(recorder, organization_id, time.time() - 30 * 86400, time.time())
+        queries.append(("overview, this month's requests and cost", recorder.sql, recorder.args))
+        print(f"\n== {db.dialect} plans")
+        for name, sql, args in queries:
+            print(f"-- {name}")
+            if db.dialect == "postgres":
+                for row in await db.fetch(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}", *args):
+                    print("   ", row["QUERY PLAN"])
+            else:
+                for row in await db.fetch(f"EXPLAIN QUERY PLAN {sql}", *args):
+                    print("   ", row["detail"])
     finally:
         await db.close()
 
@@ -241,9 +257,7 @@ def _requests_log(loads: int, rows: int, postgres: str | None) -> None:
             with tempfile.TemporaryDirectory() as folder:
                 process, base, storage = _start(Path(folder), storage)
                 try:
-                    results[backend] = _measure_log(
-                        base, storage, loads, rows, explain=server_url is not None
-                    )
+                    results[backend] = _measure_log(base, storage, loads, rows)
                 finally:
                     process.send_signal(signal.SIGTERM)
                     process.wait(timeout=60)
@@ -260,9 +274,7 @@ def _requests_log(loads: int, rows: int, postgres: str | None) -> None:
         print(f"{name:44}{cells}  {verdict}")
 
 
-def _measure_log(
-    base: str, storage: str, loads: int, rows: int, *, explain: bool
-) -> dict[str, tuple[float, float]]:
+def _measure_log(base: str, storage: str, loads: int, rows: int) -> dict[str, tuple[float, float]]:
     with httpx.Client(base_url=base, timeout=60) as client:
         page = {"Origin": base, "Sec-Fetch-Site": "same-origin"}
         signed_in = client.post(
@@ -313,20 +325,19 @@ def _measure_log(
                 times.append((time.perf_counter() - started) * 1000)
             times = times[1:]  # the first load warms caches
             measured[name] = (statistics.median(times), max(times))
-    if explain:
-        asyncio.run(
-            _explain(
-                storage,
-                organization_id,
-                {
-                    "no filter": RequestFilter(),
-                    "keyId": RequestFilter(key_id=key_ids[3]),
-                    "model": RequestFilter(model="claude-sonnet"),
-                    "status=502": RequestFilter(status=502),
-                    "outcome=client_closed (no index of its own)": RequestFilter(outcome="client_closed"),
-                },
-            )
+    asyncio.run(
+        _explain(
+            storage,
+            organization_id,
+            {
+                "no filter": RequestFilter(),
+                "keyId": RequestFilter(key_id=key_ids[3]),
+                "model": RequestFilter(model="claude-sonnet"),
+                "status=502": RequestFilter(status=502),
+                "outcome=client_closed (no index of its own)": RequestFilter(outcome="client_closed"),
+            },
         )
+    )
     return measured
 
 

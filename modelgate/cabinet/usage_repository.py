@@ -14,13 +14,17 @@ from modelgate.storage.database import Database, Executor, Row
 
 SECONDS_PER_DAY = 86400
 _REFUSED = f"status IN ({', '.join(str(s) for s in REFUSED_STATUSES)})"
-_SUMS = (
-    "COUNT(*) AS requests, COALESCE(SUM(input_tokens), 0) AS input_tokens,"
-    " COALESCE(SUM(cached_input_tokens), 0) AS cached_input_tokens,"
-    " COALESCE(SUM(output_tokens), 0) AS output_tokens, COALESCE(SUM(cost_micros), 0) AS cost_micros,"
+# Requests, refused and failed ones, and cost: the columns the index by organization and time holds.
+_COUNTS = (
+    "COUNT(*) AS requests, COALESCE(SUM(cost_micros), 0) AS cost_micros,"
     f" COALESCE(SUM(CASE WHEN {_REFUSED} THEN 1 ELSE 0 END), 0) AS refused,"
     f" COALESCE(SUM(CASE WHEN (status >= 400 OR status = 0) AND NOT {_REFUSED} THEN 1 ELSE 0 END), 0)"
     " AS errors"
+)
+_SUMS = (
+    f"{_COUNTS}, COALESCE(SUM(input_tokens), 0) AS input_tokens,"
+    " COALESCE(SUM(cached_input_tokens), 0) AS cached_input_tokens,"
+    " COALESCE(SUM(output_tokens), 0) AS output_tokens"
 )
 # The column each grouping sums by (`day` is computed, see `_day_number`).
 _GROUP_COLUMNS = {"model": "model", "key": "key_id", "system": "system_id"}
@@ -98,16 +102,24 @@ def _day_number(dialect: str) -> str:
     return f"CAST(created_at / {SECONDS_PER_DAY} AS INTEGER)"
 
 
-async def usage_totals(ex: Executor, organization_id: str, start: float, end: float) -> UsageTotals:
-    """The organization's usage in [start, end) epoch seconds."""
+async def request_totals(ex: Executor, organization_id: str, start: float, end: float) -> UsageTotals:
+    """The organization's requests (served, refused, failed) and cost in [start, end) epoch seconds; tokens
+    are not summed (0), so the sum reads the index by organization and time alone (migration 0020)."""
     row = await ex.fetchrow(
-        f"SELECT {_SUMS} FROM usage_ledger"
+        f"SELECT {_COUNTS} FROM usage_ledger"
         " WHERE organization_id = $1 AND created_at >= $2 AND created_at < $3",
         organization_id,
         start,
         end,
     )
-    return _totals(row) if row else UsageTotals()
+    if row is None:
+        return UsageTotals()
+    return UsageTotals(
+        requests=int(row["requests"]),
+        cost_micros=int(row["cost_micros"]),
+        refused=int(row["refused"]),
+        errors=int(row["errors"]),
+    )
 
 
 async def usage_breakdown(
