@@ -26,7 +26,7 @@ from modelgate.cabinet.invoices_repository import (
 )
 from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import CabinetServices
-from modelgate.cabinet.usage_repository import day_start, usage_totals
+from modelgate.cabinet.usage_repository import day_start, request_totals
 from modelgate.config import Config, PlanConfig
 from modelgate.domain.audit_log import Actor, record
 from modelgate.domain.events import (
@@ -301,7 +301,7 @@ async def billing_overview(ex: Executor, config: Config, org: Organization, at: 
     activated_at = state.activated_at if state else None
     credit_limit = to_micros(plan.credit_limit) if plan else 0
     month_start = _month_start(at)
-    usage = await usage_totals(ex, org.id, month_start, at + 1)
+    usage = await request_totals(ex, org.id, month_start, at + 1)
     return {
         "currency": config.billing.currency,
         "plan": None
@@ -320,6 +320,9 @@ async def billing_overview(ex: Executor, config: Config, org: Organization, at: 
         "usage": {
             "since": isoformat(month_start),
             "requests": usage.requests,
+            "served": usage.requests - usage.refused,
+            "refused": usage.refused,
+            "errors": usage.errors,
             "costMicros": usage.cost_micros,
         },
         "openInvoices": [invoice.to_json() for invoice in await open_invoices(ex, org.id)],

@@ -100,6 +100,8 @@ BILLING_PATHS: dict[str, dict[str, Any]] = {
                     {"type": "string", "enum": [g for g in GROUPINGS if g != "day"]},
                     "A second grouping, other than groupBy: each row gets `breakdown`, its usage split by it",
                 ),
+                _query_param("keyId", _STR, "Only this API key's requests"),
+                _query_param("model", _STR, "Only requests for this model"),
             ),
         )
     },
@@ -227,7 +229,10 @@ _INVOICE = _obj(
     paidAt=_NULLABLE_TIME,
 )
 _USAGE_NUMBERS = {
-    "requests": _INT,
+    "requests": {"type": "integer", "description": "Every ledger row: served and refused requests"},
+    "served": {"type": "integer", "description": "requests - refused"},
+    "refused": {"type": "integer", "description": "Refused by the gateway: 402, 403 or 429"},
+    "errors": {"type": "integer", "description": "Served but failed: another 4xx or 5xx, or never answered"},
     "inputTokens": _INT,
     "cachedInputTokens": _INT,
     "outputTokens": _INT,
@@ -310,7 +315,15 @@ BILLING_SCHEMAS: dict[str, Any] = {
         activatedAt=_NULLABLE_TIME,
         creditLimitMicros=_MICROS,
         canSpend={"type": "boolean", "description": "Activated, or the plan has a credit limit"},
-        usage=_obj(("since", "requests", "costMicros"), since=_TIME, requests=_INT, costMicros=_MICROS),
+        usage=_obj(
+            ("since", "requests", "served", "refused", "errors", "costMicros"),
+            since=_TIME,
+            requests=_INT,
+            served=_INT,
+            refused=_INT,
+            errors=_INT,
+            costMicros=_MICROS,
+        ),
         openInvoices={"type": "array", "items": _ref("Invoice")},
     ),
     "TopUpRequest": _closed(_obj(("amountMicros",), amountMicros={**_MICROS, "minimum": 1})),

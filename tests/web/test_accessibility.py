@@ -31,6 +31,7 @@ SIGNED_IN_PAGES = [
     ("overview", "Overview"),
     ("keys", "API keys"),
     ("usage", "Usage"),
+    ("requests", "Requests"),
     ("members", "Members"),
     ("systems", "Systems"),
     ("rules", "Policy rules"),

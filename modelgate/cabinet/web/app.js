@@ -14,6 +14,7 @@ import "./pages/account.js";
 import "./pages/overview.js";
 import "./pages/keys.js";
 import "./pages/usage.js";
+import "./pages/requests.js";
 import "./pages/members.js";
 import "./pages/systems.js";
 import "./pages/rules.js";

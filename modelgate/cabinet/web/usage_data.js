@@ -27,9 +27,27 @@ export function shortDay(day) {
   return new Intl.DateTimeFormat("en-US", { month: "short", day: "numeric", timeZone: "UTC" }).format(date);
 }
 
-/** GET /api/usage?from&to&groupBy (and `then`: each row split by a second grouping, in `breakdown`). */
-export function usageReport(from, to, groupBy, then) {
-  return api("GET", "/usage", undefined, { query: then ? { from, to, groupBy, then } : { from, to, groupBy } });
+/**
+ * GET /api/usage?from&to&groupBy (and `then`: each row split by a second grouping, in `breakdown`; `only`:
+ * {keyId, model} to sum one key's or one model's requests).
+ */
+export function usageReport(from, to, groupBy, then, only = {}) {
+  return api("GET", "/usage", undefined, { query: { from, to, groupBy, then, keyId: only.keyId, model: only.model } });
+}
+
+function percent(part, whole) {
+  if (!whole) return "0%";
+  const value = (100 * part) / whole;
+  return `${value < 10 && value > 0 ? value.toFixed(1) : Math.round(value)}%`;
+}
+
+/**
+ * Served, refused and failed requests of usage numbers as one line: "1,200 served · 40 refused (3.2%) ·
+ * 6 failed (0.5% of served)". Refused: 402, 403, 429 (never reached a provider); failed: served with an error.
+ */
+export function requestSplit(usage) {
+  const count = (n) => new Intl.NumberFormat("en-US").format(n);
+  return `${count(usage.served)} served · ${count(usage.refused)} refused (${percent(usage.refused, usage.requests)}) · ${count(usage.errors)} failed (${percent(usage.errors, usage.served)} of served)`;
 }
 
 /**

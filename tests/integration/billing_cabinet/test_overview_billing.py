@@ -71,6 +71,9 @@ async def test_the_overview_sums_this_months_usage_of_the_organization_only(cabi
     assert billing["usage"] == {
         "since": month_start.isoformat().replace("+00:00", "Z"),
         "requests": 2,
+        "served": 2,
+        "refused": 0,
+        "errors": 0,
         "costMicros": 42,
     }
 

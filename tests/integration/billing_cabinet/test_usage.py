@@ -13,7 +13,8 @@ def at(day: str, hour: int = 12, minute: int = 0, second: float = 0) -> float:
     return moment.timestamp() + second
 
 
-ZERO = {"requests": 0, "inputTokens": 0, "cachedInputTokens": 0, "outputTokens": 0, "costMicros": 0}
+ZERO = {"requests": 0, "served": 0, "refused": 0, "errors": 0, "inputTokens": 0, "cachedInputTokens": 0,
+        "outputTokens": 0, "costMicros": 0}  # fmt: skip
 
 
 async def test_usage_by_day_lists_every_day_of_the_range_with_its_sums(cabinet: BillingCabinet) -> None:
@@ -37,14 +38,17 @@ async def test_usage_by_day_lists_every_day_of_the_range_with_its_sums(cabinet: 
         "USD",
     )
     assert reply.body["rows"] == [
-        {"day": "2025-03-01", "requests": 2, "inputTokens": 11, "cachedInputTokens": 1, "outputTokens": 5,
-         "costMicros": 10},
+        {"day": "2025-03-01", "requests": 2, "served": 2, "refused": 0, "errors": 0, "inputTokens": 11,
+         "cachedInputTokens": 1, "outputTokens": 5, "costMicros": 10},
         {"day": "2025-03-02", **ZERO},
-        {"day": "2025-03-03", "requests": 1, "inputTokens": 0, "cachedInputTokens": 0, "outputTokens": 100,
-         "costMicros": 90},
+        {"day": "2025-03-03", "requests": 1, "served": 1, "refused": 0, "errors": 0, "inputTokens": 0,
+         "cachedInputTokens": 0, "outputTokens": 100, "costMicros": 90},
     ]  # fmt: skip
     assert reply.body["totals"] == {
         "requests": 3,
+        "served": 3,
+        "refused": 0,
+        "errors": 0,
         "inputTokens": 11,
         "cachedInputTokens": 1,
         "outputTokens": 105,

@@ -6,7 +6,7 @@ import { barChart } from "../chart.js";
 import { href, page } from "../router.js";
 import { session } from "../session.js";
 import { copyButton, emptyState, errorText, formatDate, formatMoney, formatNumber, h, loading, notice, section, show, table } from "../ui.js";
-import { globMatches, limitSeries, monthStart, shortDay, spendByDayAndModel, usageReport, utcToday } from "../usage_data.js";
+import { globMatches, limitSeries, monthStart, requestSplit, shortDay, spendByDayAndModel, usageReport, utcToday } from "../usage_data.js";
 
 const ADMIN = ["owner", "admin"];
 
@@ -84,7 +84,7 @@ function summaryCards(data) {
     credit
       ? stat("Balance", money(billing.balanceMicros), `Credit limit ${money(billing.creditLimitMicros)}; available ${money(billing.balanceMicros + billing.creditLimitMicros)}`)
       : stat("Balance", money(billing.balanceMicros), billing.activated ? `Active since ${formatDate(billing.activatedAt, false)}` : "Not active yet"),
-    stat("Spend this month", money(billing.usage.costMicros), `${formatNumber(billing.usage.requests)} requests since ${formatDate(billing.usage.since, false)}`),
+    stat("Spend this month", money(billing.usage.costMicros), `Since ${formatDate(billing.usage.since, false)}: `, h("a", { href: href("/requests"), class: "usage-split" }, requestSplit(billing.usage))),
     stat("API keys", formatNumber(activeKeys), h("a", { href: href("/keys") }, activeKeys === 1 ? "1 active key" : `${activeKeys} active keys`)),
   );
 }

@@ -1,11 +1,12 @@
-// Usage: a date range and a grouping (day, model, key, system), a bar chart and a table of the same rows,
-// and a CSV file of them made in the browser.
+// Usage: a date range (or a quick range), a grouping (day, model, key, system), optionally one key and one
+// model; a bar chart and a table of the same rows with served, refused and failed requests apart, and a CSV
+// file of them made in the browser.
 
 import { api } from "../api.js";
 import { barChart } from "../chart.js";
-import { navigate, page } from "../router.js";
-import { emptyState, form, formatMoney, formatNumber, h, loading, section, table, show } from "../ui.js";
-import { addDays, shortDay, usageReport, utcToday } from "../usage_data.js";
+import { href, navigate, page } from "../router.js";
+import { emptyState, errorText, form, formatMoney, formatNumber, h, loading, notice, section, table, show } from "../ui.js";
+import { addDays, monthStart, requestSplit, shortDay, usageReport, utcToday } from "../usage_data.js";
 
 const GROUPINGS = [
   { value: "day", label: "Day" },
@@ -16,6 +17,7 @@ const GROUPINGS = [
 const METRICS = [
   { value: "costMicros", label: "Cost" },
   { value: "requests", label: "Requests" },
+  { value: "refused", label: "Refused requests" },
   { value: "inputTokens", label: "Input tokens" },
   { value: "outputTokens", label: "Output tokens" },
 ];
@@ -37,7 +39,7 @@ function csvCell(value) {
 /** The report as CSV text: one line per row, money in currency units. */
 export function usageCsv(report, names) {
   const column = GROUP_COLUMNS[report.groupBy];
-  const header = [report.groupBy, ...(report.groupBy === "key" || report.groupBy === "system" ? ["name"] : []), "requests", "input_tokens", "cached_input_tokens", "output_tokens", `cost_${report.currency.toLowerCase()}`];
+  const header = [report.groupBy, ...(report.groupBy === "key" || report.groupBy === "system" ? ["name"] : []), "requests", "served", "refused", "errors", "input_tokens", "cached_input_tokens", "output_tokens", `cost_${report.currency.toLowerCase()}`];
   const lines = [header];
   for (const row of report.rows) {
     const id = row[column];
@@ -45,6 +47,9 @@ export function usageCsv(report, names) {
       id ?? "",
       ...(report.groupBy === "key" || report.groupBy === "system" ? [names(id)] : []),
       row.requests,
+      row.served,
+      row.refused,
+      row.errors,
       row.inputTokens,
       row.cachedInputTokens,
       row.outputTokens,
@@ -58,18 +63,60 @@ function dayCount(from, to) {
   return Math.round((Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / 86_400_000) + 1;
 }
 
+/** A real calendar day YYYY-MM-DD (not 2025-02-30). */
+function isDay(value) {
+  if (typeof value !== "string" || !/^\d{4}-\d{2}-\d{2}$/.test(value)) return false;
+  const date = new Date(`${value}T00:00:00Z`);
+  return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 10) === value;
+}
+
+/** The page's query from its address; a bad date falls back to the default range, said in `problems`. */
 function readParams(params) {
   const today = utcToday();
-  const valid = (value) => typeof value === "string" && /^\d{4}-\d{2}-\d{2}$/.test(value);
-  const to = valid(params.to) ? params.to : today;
-  const from = valid(params.from) ? params.from : addDays(to, -(DEFAULT_DAYS - 1));
+  const problems = [];
+  for (const name of ["from", "to"]) {
+    if (params[name] && !isDay(params[name])) problems.push(`"${params[name]}" in the address is not a date (${name}); the default range is shown.`);
+  }
+  let to = isDay(params.to) ? params.to : today;
+  let from = isDay(params.from) ? params.from : addDays(to, -(DEFAULT_DAYS - 1));
+  if (from > to || dayCount(from, to) > MAX_DAYS) {
+    problems.push(`The range ${from} to ${to} in the address is not a range of 1 to ${MAX_DAYS} days; the default range is shown.`);
+    to = today;
+    from = addDays(to, -(DEFAULT_DAYS - 1));
+  }
   const groupBy = GROUPINGS.some((g) => g.value === params.groupBy) ? params.groupBy : "day";
   const metric = METRICS.some((m) => m.value === params.metric) ? params.metric : "costMicros";
-  return { from, to, groupBy, metric };
+  const keyId = typeof params.keyId === "string" ? params.keyId : "";
+  const model = typeof params.model === "string" ? params.model.slice(0, 200) : "";
+  return { from, to, groupBy, metric, keyId, model, problems };
+}
+
+/** The quick ranges: [label, from, to] in UTC days. */
+function quickRanges(today) {
+  return [
+    ["Today", today, today],
+    ["7 days", addDays(today, -6), today],
+    ["30 days", addDays(today, -29), today],
+    ["This month", monthStart(today), today],
+  ];
 }
 
 async function render(main, params) {
   const query = readParams(params);
+  loading(main);
+  // The key list fills the key filter; the names of keys and systems label the rows.
+  const overview = await api("GET", "/overview");
+  const keep = (values) => Object.fromEntries(Object.entries(values).filter(([, value]) => value !== "" && value !== null && value !== undefined));
+  const current = { groupBy: query.groupBy, metric: query.metric, keyId: query.keyId, model: query.model };
+  const today = utcToday();
+  const quick = h(
+    "nav",
+    { class: "quick-ranges", "aria-label": "Quick ranges" },
+    h("span", { class: "muted" }, "Quick range:"),
+    quickRanges(today).map(([label, from, to]) =>
+      h("a", { class: "button", href: href("/usage", keep({ ...current, from, to })), "aria-current": query.from === from && query.to === to ? "true" : null }, label),
+    ),
+  );
   const rangeForm = form(
     [
       { label: "From", name: "from", type: "date", required: true, value: query.from },
@@ -85,20 +132,26 @@ async function render(main, params) {
           return null;
         },
       },
+      { label: "API key", name: "keyId", type: "select", value: query.keyId, options: [{ value: "", label: "Any key" }, ...overview.apiKeys.map((key) => ({ value: key.id, label: key.alias }))] },
+      { label: "Model", name: "model", value: query.model, maxlength: 200, autocomplete: "off", hint: "Exactly as requested, e.g. gpt-4o" },
       { label: "Group by", name: "groupBy", type: "select", options: GROUPINGS, value: query.groupBy },
       { label: "Chart shows", name: "metric", type: "select", options: METRICS, value: query.metric },
     ],
-    async (values) => navigate("/usage", values),
+    async (values) => navigate("/usage", keep(values)),
     { submitLabel: "Show", busyLabel: "Loading…", class: "form-inline" },
   );
   const results = h("div", { class: "page" });
-  show(main, section("Range", rangeForm), results);
+  show(main, section("Range", ...query.problems.map((text) => notice("warning", text)), quick, rangeForm), results);
   loading(results);
 
-  const [report, overview] = await Promise.all([
-    usageReport(query.from, query.to, query.groupBy),
-    query.groupBy === "key" || query.groupBy === "system" ? api("GET", "/overview") : Promise.resolve(null),
-  ]);
+  let report;
+  try {
+    report = await usageReport(query.from, query.to, query.groupBy, undefined, { keyId: query.keyId, model: query.model });
+  } catch (exc) {
+    // A filter the API refuses (a key id from an old link): the form stays to correct it.
+    show(results, notice("error", errorText(exc)));
+    return;
+  }
   const money = (micros) => formatMoney(micros, report.currency);
   const column = GROUP_COLUMNS[report.groupBy];
   const names = (id) => {
@@ -116,7 +169,8 @@ async function render(main, params) {
   const label = (row) => (report.groupBy === "day" ? row.day : names(row[column]));
   const metric = METRICS.find((m) => m.value === query.metric);
   const format = query.metric === "costMicros" ? money : formatNumber;
-  const title = `${metric.label} by ${GROUP_WORDS[report.groupBy]}, ${report.from} to ${report.to}`;
+  const filtered = [query.keyId ? `key ${overview.apiKeys.find((k) => k.id === query.keyId)?.alias || query.keyId}` : "", query.model ? `model ${query.model}` : ""].filter(Boolean).join(", ");
+  const title = `${metric.label} by ${GROUP_WORDS[report.groupBy]}, ${report.from} to ${report.to}${filtered ? ` (${filtered})` : ""}`;
 
   const hasUsage = report.totals.requests > 0;
   // One file URL at a time: the previous report's is released when a new one is shown.
@@ -127,13 +181,15 @@ async function render(main, params) {
   const columns = [
     { label: GROUP_HEADINGS[report.groupBy], render: (row) => (report.groupBy === "key" || report.groupBy === "system" ? h("span", { title: row[column] || "" }, label(row)) : label(row)) },
     { label: "Requests", numeric: true, render: (row) => formatNumber(row.requests) },
+    { label: "Refused", numeric: true, render: (row) => formatNumber(row.refused) },
+    { label: "Failed", numeric: true, render: (row) => formatNumber(row.errors) },
     { label: "Input tokens", numeric: true, render: (row) => formatNumber(row.inputTokens) },
     { label: "Cached input", numeric: true, render: (row) => formatNumber(row.cachedInputTokens) },
     { label: "Output tokens", numeric: true, render: (row) => formatNumber(row.outputTokens) },
     { label: "Cost", numeric: true, render: (row) => money(row.costMicros) },
   ];
   const totals = report.totals;
-  const footer = ["Total", formatNumber(totals.requests), formatNumber(totals.inputTokens), formatNumber(totals.cachedInputTokens), formatNumber(totals.outputTokens), money(totals.costMicros)];
+  const footer = ["Total", formatNumber(totals.requests), formatNumber(totals.refused), formatNumber(totals.errors), formatNumber(totals.inputTokens), formatNumber(totals.cachedInputTokens), formatNumber(totals.outputTokens), money(totals.costMicros)];
 
   // By day the report lists every day of the range; the table keeps the days with usage (the chart and the
   // CSV keep them all).
@@ -143,6 +199,7 @@ async function render(main, params) {
     ? `Days are UTC days${skipped ? `; ${skipped} days without usage are left out of the table (the CSV has every day)` : ""}.`
     : `${report.rows.length} rows.`;
   show(results,
+    h("p", { class: "usage-split", id: "usage-split" }, hasUsage ? requestSplit(totals) : "No requests in this range."),
     section(
       "Chart",
       hasUsage
