@@ -4,9 +4,10 @@ A budget meter shows the spend of its period *and* what requests in flight hold 
 each a request's worst case), read from the budget's live counter (in-process, or Redis when configured);
 a budget no request has used since the gateway started is read from the stored spend. A budget is
 "refusing" when the next request could not fit: no room is left, or less room than the last reservation it
-refused (a budget of $0.00005 a day whose requests each reserve more refuses them all while its spend
-stays at $0.00). The plan's limits (RPM, TPM, credit) come with the current minute's use of the
-organization's windows.
+was asked (a budget of $0.00005 a day whose requests each reserve more refuses them all while its spend
+stays at $0.00). What a budget was last asked is known to the process that asked it: with several gateway
+processes, the one answering the cabinet sees the asks of the requests it served. The plan's limits (RPM,
+TPM, credit) come with the current minute's use of the organization's windows.
 """
 
 from __future__ import annotations
@@ -33,15 +34,14 @@ _READ_ONLY_LIMIT = 1 << 62
 
 @dataclass(frozen=True, slots=True)
 class BudgetMeter:
-    """One budget in its current period: its limit, spend, what requests in flight hold, the last refusal."""
+    """One budget in its current period: its limit, spend, what requests in flight hold, the last ask."""
 
     rule: PolicyRule
     period_start: float
     limit: int
     spent: int
     held: int
-    refused_ask: int | None
-    refused_at: float | None
+    last_ask: tuple[int, float, bool] | None  # (amount, time, refused) of the last reservation asked
 
     @property
     def available(self) -> int:
@@ -49,8 +49,8 @@ class BudgetMeter:
 
     @property
     def refusing(self) -> bool:
-        """The next request could not fit: nothing left, or less than the last request it refused asked."""
-        return self.available <= 0 or (self.refused_ask is not None and self.refused_ask > self.available)
+        """The next request could not fit: nothing left, or less than the last request asked."""
+        return self.available <= 0 or (self.last_ask is not None and self.last_ask[0] > self.available)
 
     def to_json(self) -> dict[str, Any]:
         rule = self.rule
@@ -67,9 +67,13 @@ class BudgetMeter:
             "heldMicros": self.held,
             "availableMicros": self.available,
             "refusing": self.refusing,
-            "lastRefusal": None
-            if self.refused_ask is None
-            else {"askedMicros": self.refused_ask, "at": isoformat(self.refused_at)},
+            "lastReservation": None
+            if self.last_ask is None
+            else {
+                "askedMicros": self.last_ask[0],
+                "at": isoformat(self.last_ask[1]),
+                "refused": self.last_ask[2],
+            },
         }
 
 
@@ -84,16 +88,8 @@ async def budget_meter(db: Database, accounts: Accounts | None, rule: PolicyRule
     else:
         balance, held = money
         spent = limit - balance  # the counter started at the limit less the stored spend of the period
-    refused = accounts.refusals.last(counter) if accounts is not None else None
-    return BudgetMeter(
-        rule,
-        start,
-        limit,
-        spent,
-        held,
-        None if refused is None else refused[0],
-        None if refused is None else refused[1],
-    )
+    last_ask = accounts.budget_asks.last(counter) if accounts is not None else None
+    return BudgetMeter(rule, start, limit, spent, held, last_ask)
 
 
 async def minute_use(accounts: Accounts | None, organization_id: str) -> tuple[int, int]:

@@ -35,7 +35,7 @@ METER_SCHEMAS: dict[str, Any] = {
             "heldMicros",
             "availableMicros",
             "refusing",
-            "lastRefusal",
+            "lastReservation",
         ),
         ruleId=_STR,
         subjectType={"type": "string", "enum": ["organization", "system", "key"]},
@@ -51,10 +51,19 @@ METER_SCHEMAS: dict[str, Any] = {
         refusing={
             "type": "boolean",
             "description": "The next request could not fit: nothing is available, or less than the last"
-            " request this budget refused reserved",
+            " reservation asked of this budget",
         },
-        lastRefusal={
-            "oneOf": [_obj(("askedMicros", "at"), askedMicros=_MICROS, at=_TIME), {"type": "null"}],
+        lastReservation={
+            "oneOf": [
+                _obj(
+                    ("askedMicros", "at", "refused"),
+                    askedMicros=_MICROS,
+                    at=_TIME,
+                    refused={"type": "boolean"},
+                ),
+                {"type": "null"},
+            ],
+            "description": "The last reservation this gateway process was asked of the budget",
         },
     ),
     "Meters": _obj(

@@ -159,24 +159,24 @@ def _credit_limits(config: Config) -> dict[str, int]:
     return {plan.code: to_micros(plan.credit_limit) for plan in config.plans}
 
 
-_MAX_REFUSALS = 10_000
+_MAX_ASKS = 10_000
 
 
-class BudgetRefusals:
-    """The last reservation each budget counter refused in this process, with its time: a budget whose room
-    is below it is refusing requests like it, though its spend may not reach the limit (the reservation is a
-    request's worst case, not its cost)."""
+class BudgetAsks:
+    """The last reservation each budget counter was asked in this process (its amount, time, and whether it
+    was refused): a budget whose room is below it cannot take the next request like it, though its spend
+    may be far from the limit (a reservation is a request's worst case, not its cost)."""
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[int, float]] = {}
+        self._last: dict[str, tuple[int, float, bool]] = {}
 
-    def record(self, counter_key: str, amount: int, at: float) -> None:
-        if len(self._last) >= _MAX_REFUSALS and counter_key not in self._last:
+    def record(self, counter_key: str, amount: int, at: float, refused: bool) -> None:
+        if len(self._last) >= _MAX_ASKS and counter_key not in self._last:
             self._last.clear()  # old periods' and edited rules' counters: a meter only reads the current one
-        self._last[counter_key] = (amount, at)
+        self._last[counter_key] = (amount, at, refused)
 
-    def last(self, counter_key: str) -> tuple[int, float] | None:
-        """(amount asked, time) of the last reservation refused on this counter, or None."""
+    def last(self, counter_key: str) -> tuple[int, float, bool] | None:
+        """(amount, time, refused) of the last reservation asked of this counter, or None."""
         return self._last.get(counter_key)
 
 
@@ -201,8 +201,8 @@ class Accounts:
         self._shared = shared  # counters live in Redis
         self._broadcasts: list[Broadcast] = []
         self._follower: asyncio.Task | None = None
-        # The last reservation each budget refused (what the cabinet's meters compare the room left with).
-        self.refusals = BudgetRefusals()
+        # The last reservation asked of each budget (what the cabinet's meters compare the room left with).
+        self.budget_asks = BudgetAsks()
 
     def use_config(self, config: Config) -> None:
         """A reloaded config: its plans (credit limits) apply from the next reservation on."""
