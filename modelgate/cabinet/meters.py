@@ -93,7 +93,8 @@ async def budget_meter(db: Database, accounts: Accounts | None, rule: PolicyRule
 
 
 async def minute_use(accounts: Accounts | None, organization_id: str) -> tuple[int, int]:
-    """(requests, tokens) the organization's windows hold for the last 60 seconds (0 without a gateway)."""
+    """(requests, tokens) the organization's windows hold for the last 60 seconds. 0 without a gateway, and
+    for a limit the plan does not set (the gateway keeps no window for it)."""
     if accounts is None:
         return 0, 0
     asks = [

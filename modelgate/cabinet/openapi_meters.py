@@ -79,8 +79,16 @@ METER_SCHEMAS: dict[str, Any] = {
         ),
         currentMinute=_obj(
             ("requests", "tokens"),
-            requests={**_INT, "description": "Requests of the organization in the last 60 seconds"},
-            tokens={**_INT, "description": "Tokens of the organization in the last 60 seconds"},
+            requests={
+                **_INT,
+                "description": "Requests of the organization in the last 60 seconds (0 when the plan sets"
+                " no RPM: no window is kept)",
+            },
+            tokens={
+                **_INT,
+                "description": "Tokens of the organization in the last 60 seconds (0 when the plan sets no"
+                " TPM)",
+            },
         ),
         budgets={"type": "array", "items": _ref("BudgetMeter")},
     ),

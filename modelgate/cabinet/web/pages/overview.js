@@ -170,14 +170,15 @@ function limitsSection(meters) {
   const plan = meters.plan;
   const minute = meters.currentMinute;
   const money = (micros) => formatMoney(micros, meters.currency);
-  const window = (used, limit, unit) => (limit > 0 ? `${formatNumber(used)} of ${formatNumber(limit)}` : `${formatNumber(used)} (no ${unit} limit)`);
+  // Without a limit the gateway keeps no window, so there is no count to show either.
+  const window = (used, limit) => (limit > 0 ? `${formatNumber(used)} of ${formatNumber(limit)}` : "No limit");
   return section(
     "Plan limits",
     h(
       "div",
       { class: "cards limits" },
-      stat("Requests this minute", window(minute.requests, plan.rpm, "request"), plan.rpm > 0 ? `Plan ${plan.name}: ${formatNumber(plan.rpm)} requests per minute, per key and for the organization` : `Plan ${plan.name} sets no request limit`),
-      stat("Tokens this minute", window(minute.tokens, plan.tpm, "token"), plan.tpm > 0 ? `Plan ${plan.name}: ${formatNumber(plan.tpm)} tokens per minute, per key and for the organization` : `Plan ${plan.name} sets no token limit`),
+      stat("Requests this minute", window(minute.requests, plan.rpm), plan.rpm > 0 ? `Plan ${plan.name}: ${formatNumber(plan.rpm)} requests per minute, per key and for the organization` : `Plan ${plan.name} sets no request limit`),
+      stat("Tokens this minute", window(minute.tokens, plan.tpm), plan.tpm > 0 ? `Plan ${plan.name}: ${formatNumber(plan.tpm)} tokens per minute, per key and for the organization` : `Plan ${plan.name} sets no token limit`),
       stat("Credit limit", plan.creditLimitMicros > 0 ? money(plan.creditLimitMicros) : "None", plan.creditLimitMicros > 0 ? "Spend allowed below a zero balance" : "Requests need a positive balance"),
     ),
     h("p", { class: "muted" }, "A policy rule may set lower RPM and TPM limits for a key, a system or the organization."),
