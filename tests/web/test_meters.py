@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import openai
 import pytest
 
-from tests.web.browser import Contexts, expect, open_route, settle
+from tests.web.browser import Contexts, expect, open_route, screenshot, settle
 from tests.web.web_gateway import MODEL, WebGateway
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ def test_a_key_budget_below_one_reservation_shows_refusing_requests_with_nothing
         "Refusing requests: $0.00005 is left, less than the $0.25 the last request reserved"
     )
     expect(bar).to_have_attribute("aria-valuetext", "0% used, refusing requests")
+    screenshot(page, "overview-refusing-budget")
 
 
 def test_the_overview_shows_the_plans_limits_and_this_minutes_use(

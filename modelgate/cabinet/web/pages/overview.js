@@ -188,7 +188,9 @@ function limitsSection(meters) {
 function dailyChart(spend, currency) {
   const title = "Daily spend by model this month";
   const money = (micros) => formatMoney(micros, currency);
-  if (spend.models.length === 0) return section(title, emptyState("No spend this month yet. Requests through your API keys show up here by day and model."));
+  // Refused requests cost nothing: a month of them only is still "no spend" (an axis of $0.000001 steps says nothing).
+  const total = spend.models.reduce((sum, model) => sum + spend.cost.get(model).reduce((a, b) => a + b, 0), 0);
+  if (spend.models.length === 0 || total === 0) return section(title, emptyState("No spend this month yet. Requests through your API keys show up here by day and model."));
   const series = limitSeries(spend.models.map((model) => ({ name: model, values: spend.cost.get(model) })));
   const chart = barChart({ title, categories: spend.days, series, format: money, categoryLabel: shortDay, legend: true });
   const rows = spend.days.map((day, index) => ({ day, index })).filter(({ day }) => spend.perDay.has(day));
