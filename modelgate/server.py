@@ -117,7 +117,9 @@ def build_app(gateway: Gateway) -> web.Application:
         app.router.add_route("*", path, handle)
     app.router.add_route("*", "/v1", handle)
     app.router.add_route("*", "/v1/{tail:.*}", handle)
-    services = CabinetServices(gateway.config, gateway.db, gateway.keys, gateway.accounts)
+    services = CabinetServices(
+        gateway.config, gateway.db, gateway.keys, gateway.accounts, accounts=gateway.accounts
+    )
     gateway.follow_config(lambda config: setattr(services, "config", config))
     cabinet = build_cabinet_app(services)
     app.add_subapp("/api", cabinet)

@@ -644,10 +644,18 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
     from modelgate.cabinet.openapi_billing import BILLING_PATHS, BILLING_SCHEMAS, OPERATOR_SECURITY_SCHEMES
     from modelgate.cabinet.openapi_domains import DOMAIN_PATHS, DOMAIN_SCHEMAS
     from modelgate.cabinet.openapi_identity import IDENTITY_PATHS, IDENTITY_SCHEMAS
+    from modelgate.cabinet.openapi_meters import METER_PATHS, METER_SCHEMAS
     from modelgate.cabinet.openapi_requests import REQUEST_PATHS, REQUEST_SCHEMAS
 
-    paths = {**PATHS, **BILLING_PATHS, **DOMAIN_PATHS, **IDENTITY_PATHS, **REQUEST_PATHS}
-    schemas = {**SCHEMAS, **BILLING_SCHEMAS, **DOMAIN_SCHEMAS, **IDENTITY_SCHEMAS, **REQUEST_SCHEMAS}
+    paths = {**PATHS, **BILLING_PATHS, **DOMAIN_PATHS, **IDENTITY_PATHS, **REQUEST_PATHS, **METER_PATHS}
+    schemas = {
+        **SCHEMAS,
+        **BILLING_SCHEMAS,
+        **DOMAIN_SCHEMAS,
+        **IDENTITY_SCHEMAS,
+        **REQUEST_SCHEMAS,
+        **METER_SCHEMAS,
+    }
     return {
         "openapi": "3.1.0",
         "info": {"title": "modelgate cabinet API", "version": "1"},

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from modelgate.cabinet.sessions import create_session
 from modelgate.config import Config
+from modelgate.domain.accounts import Accounts
 from modelgate.domain.events import BalanceEvent
 from modelgate.storage.database import Database, Executor
 
@@ -74,6 +75,8 @@ class CabinetServices:
     db: Database
     key_sink: KeyRevocationSink
     billing_sink: BillingSink = field(default_factory=NullBillingSink)
+    # The gateway's live counters, for the meters (`cabinet.meters`); None for a standalone cabinet.
+    accounts: Accounts | None = None
 
     async def create_session(self, tx: Executor, user_id: str, org_id: str) -> str:
         """Open a session with the configured lifetime (for OIDC and other logins); returns its token."""

@@ -9,11 +9,19 @@ Caching: the files keep fixed names (there is no build step to put a hash in the
 each other by those names, so a browser holding some modules of the previous release for an hour could run a
 mix of two releases. Every answer is therefore `Cache-Control: no-cache` with a strong ETag: the browser asks
 each time, and an unchanged file costs a 304 without a body.
+
+Module preload: a browser finds an ES module's imports only once it has the module, so the app's ~20 modules
+would be fetched (or revalidated) in as many rounds as the import tree is deep. When the page is served, the
+`<!-- modulepreload -->` line of `index.html` is replaced by a `<link rel="modulepreload">` for every module
+`app.js` imports, directly or not (read from the modules' `import … from "./x.js"` lines when the app is
+built), so all of them are asked for at once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
@@ -38,6 +46,10 @@ CONTENT_TYPES = {
     ".txt": "text/plain; charset=utf-8",
     ".woff2": "font/woff2",
 }
+APP_MODULE = "app.js"
+PRELOAD_MARKER = b"<!-- modulepreload -->"
+# A static import or re-export of a relative module: `import "./x.js"`, `… from "../y.js"`.
+_RELATIVE_IMPORT = re.compile(rb"""(?:\bimport|\bfrom)\s*["'](\.{1,2}/[^"'\s]+\.js)["']""")
 _READ_METHODS = ("GET", "HEAD")
 _CACHE_CONTROL = "no-cache"
 
@@ -53,6 +65,28 @@ class WebAsset:
 
 def _asset(body: bytes, content_type: str) -> WebAsset:
     return WebAsset(body, content_type, '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
+
+
+def imported_modules(sources: Mapping[str, bytes], entry: str = APP_MODULE) -> list[str]:
+    """Every module `entry` imports, directly or through others (names relative to the web folder), in the
+    order they are first reached; `entry` itself is not listed. An import of a missing file is skipped."""
+    seen: dict[str, None] = {}
+    pending = [entry]
+    while pending:
+        name = pending.pop(0)
+        folder = posixpath.dirname(name)
+        for target in _RELATIVE_IMPORT.findall(sources.get(name, b"")):
+            resolved = posixpath.normpath(posixpath.join(folder, target.decode()))
+            if resolved != entry and resolved not in seen and resolved in sources:
+                seen[resolved] = None
+                pending.append(resolved)
+    return list(seen)
+
+
+def with_module_preloads(index: bytes, modules: list[str]) -> bytes:
+    """`index.html` with its `<!-- modulepreload -->` line replaced by a preload link per module."""
+    links = "\n  ".join(f'<link rel="modulepreload" href="{ASSETS_PREFIX}{name}">' for name in modules)
+    return index.replace(PRELOAD_MARKER, links.encode(), 1)
 
 
 def _files_under(folder: Traversable, prefix: str = "") -> Iterator[tuple[str, Traversable]]:
@@ -78,12 +112,16 @@ class WebAssets:
         folder = folder if folder is not None else files("modelgate.cabinet") / "web"
         if not folder.is_dir():
             return cls({})
-        assets: dict[str, WebAsset] = {}
+        bodies: dict[str, tuple[bytes, str]] = {}
         for name, entry in _files_under(folder):
             content_type = CONTENT_TYPES.get("." + name.rpartition(".")[2].lower())
             if content_type is not None:
-                assets[name] = _asset(entry.read_bytes(), content_type)
-        return cls(assets)
+                bodies[name] = (entry.read_bytes(), content_type)
+        if INDEX in bodies:
+            scripts = {name: body for name, (body, _) in bodies.items() if name.endswith(".js")}
+            index, content_type = bodies[INDEX]
+            bodies[INDEX] = (with_module_preloads(index, imported_modules(scripts)), content_type)
+        return cls({name: _asset(body, content_type) for name, (body, content_type) in bodies.items()})
 
     def get(self, name: str) -> WebAsset | None:
         """The file at `name` (a path relative to `modelgate/cabinet/web/`), or None."""

@@ -50,6 +50,16 @@ def balance_key(organization_id: str) -> str:
     return f"bal:{organization_id}"
 
 
+def org_rpm_window(organization_id: str) -> str:
+    """The organization's request window (the plan's RPM), which every key of it counts in."""
+    return f"rpm:o:{organization_id}"
+
+
+def org_tpm_window(organization_id: str) -> str:
+    """The organization's token window (the plan's TPM)."""
+    return f"tpm:o:{organization_id}"
+
+
 def settled_key(writer: str) -> str:
     """The hash of the settled costs of one ledger writer's requests (`CrashSettlements`)."""
     return f"set:{writer}"
@@ -149,6 +159,27 @@ def _credit_limits(config: Config) -> dict[str, int]:
     return {plan.code: to_micros(plan.credit_limit) for plan in config.plans}
 
 
+_MAX_ASKS = 10_000
+
+
+class BudgetAsks:
+    """The last reservation each budget counter was asked in this process (its amount, time, and whether it
+    was refused): a budget whose room is below it cannot take the next request like it, though its spend
+    may be far from the limit (a reservation is a request's worst case, not its cost)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, float, bool]] = {}
+
+    def record(self, counter_key: str, amount: int, at: float, refused: bool) -> None:
+        if len(self._last) >= _MAX_ASKS and counter_key not in self._last:
+            self._last.clear()  # old periods' and edited rules' counters: a meter only reads the current one
+        self._last[counter_key] = (amount, at, refused)
+
+    def last(self, counter_key: str) -> tuple[int, float, bool] | None:
+        """(amount, time, refused) of the last reservation asked of this counter, or None."""
+        return self._last.get(counter_key)
+
+
 class Accounts:
     """Reservations against balances and budgets; the cabinet's billing sink."""
 
@@ -170,6 +201,8 @@ class Accounts:
         self._shared = shared  # counters live in Redis
         self._broadcasts: list[Broadcast] = []
         self._follower: asyncio.Task | None = None
+        # The last reservation asked of each budget (what the cabinet's meters compare the room left with).
+        self.budget_asks = BudgetAsks()
 
     def use_config(self, config: Config) -> None:
         """A reloaded config: its plans (credit limits) apply from the next reservation on."""

@@ -117,7 +117,8 @@ CHAIN: tuple[ChainStep, ...] = (
     ChainStep(RealtimeCap, lambda s: RealtimeCap(s.config, s.counters)),  # 429 realtime sessions over the cap
     # 402 unpaid invoice, balance or budget (recorded for admission)
     ChainStep(BillingGate, lambda s: BillingGate(s.accounts)),
-    ChainStep(Admission, lambda s: Admission(s.counters)),  # claim, windows and reservations at once
+    # claim, windows and reservations at once (what each budget was asked noted for the cabinet's meters)
+    ChainStep(Admission, lambda s: Admission(s.counters, s.accounts.budget_asks)),
     # usage from answers; a ledger row per request (a background response's once its usage is known);
     # overruns counted, audited, logged
     ChainStep(

@@ -10,7 +10,9 @@ chain order that would have refused: 409 `request_in_progress`, then 429 with th
 
 from __future__ import annotations
 
-from modelgate.domain.accounts import refusal
+import time
+
+from modelgate.domain.accounts import BudgetAsks, refusal
 from modelgate.domain.counters import Admitted, Counters, Refusal, WindowResult
 from modelgate.domain.errors import RateLimited, RequestInProgress
 from modelgate.proxy.pipeline.chain import Plugin
@@ -30,9 +32,17 @@ async def admit(counters: Counters, ctx: RequestContext) -> None:
         _hold(ctx, admission, result)
 
 
-def _hold(ctx: RequestContext, admission: AdmissionState, result: Admitted) -> None:
+def _hold(
+    ctx: RequestContext,
+    admission: AdmissionState,
+    result: Admitted,
+    budget_asks: BudgetAsks | None = None,
+) -> None:
     """Record what the counters' answer holds for the request, or raise its refusal."""
     if result.refusal != Refusal.NONE:
+        if budget_asks is not None and result.refusal == Refusal.MONEY and result.money_index > 0:
+            ask = admission.money[result.money_index]  # a budget's (index 0 is the balance)
+            budget_asks.record(ask.key, ask.amount, time.time(), True)
         raise _refusal(ctx, admission, result)
     admission.taken = True
     if admission.windows:
@@ -45,6 +55,10 @@ def _hold(ctx: RequestContext, admission: AdmissionState, result: Admitted) -> N
             reservations.append((ask.key, ask.amount))
         if admission.budgets:
             admission.charged_budgets.extend([(rule.id, start) for rule, start in admission.budgets])
+            if budget_asks is not None:  # only requests under a budget pay for this
+                at = time.time()
+                for ask in money[1:]:
+                    budget_asks.record(ask.key, ask.amount, at, False)
 
 
 class Admission(Plugin):
@@ -55,15 +69,16 @@ class Admission(Plugin):
     provides = frozenset({"admission"})
     essential = True
 
-    def __init__(self, counters: Counters) -> None:
+    def __init__(self, counters: Counters, budget_asks: BudgetAsks | None = None) -> None:
         self._counters = counters
+        self._budget_asks = budget_asks  # what each budget was asked, for the cabinet's meters
 
     async def on_request(self, ctx: RequestContext) -> None:
         # `admit` written out: every request passes here, and awaiting admit() would add a coroutine.
         admission = ctx.admission
         if admission.asked and not admission.taken:
             result = await self._counters.admit_request(admission.claim, admission.windows, admission.money)
-            _hold(ctx, admission, result)
+            _hold(ctx, admission, result, self._budget_asks)
 
 
 def _refusal(ctx: RequestContext, admission: AdmissionState, result: Admitted) -> Exception:

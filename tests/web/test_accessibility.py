@@ -1,6 +1,7 @@
 """Every page, as an owner of an organization with some history, passes axe-core (no violation of serious or
-critical impact) and is saved as a screenshot (browser.SCREENSHOTS); the signed-out pages too; at a phone's
-width the nav opens from its menu button and leads to the pages, with nothing wider than the screen."""
+critical impact) in light and in dark mode (`prefers-color-scheme`, emulated) and is saved as a screenshot
+(browser.SCREENSHOTS); the signed-out pages too; at a phone's width the nav opens from its menu button and
+leads to the pages, with nothing wider than the screen."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ SIGNED_IN_PAGES = [
     ("sso", "Single sign-on"),
     ("account", "Your account"),
 ]
+COLOR_SCHEMES = ["light", "dark"]
 SIGNED_OUT_PAGES = [
     ("login", "Sign in"),
     ("register", "Register"),
@@ -97,12 +99,15 @@ def owner_pages(browser: Browser, gateway: WebGateway, owner: Account) -> Iterat
     assert not contexts.problems.errors, "errors in the pages:\n" + "\n".join(contexts.problems.errors)
 
 
+@pytest.mark.parametrize("scheme", COLOR_SCHEMES)
 @pytest.mark.parametrize(("route", "title"), SIGNED_IN_PAGES, ids=[route for route, _ in SIGNED_IN_PAGES])
 def test_each_signed_in_page_passes_axe_and_is_photographed(
-    owner_pages: tuple[Page, Page], route: str, title: str
+    owner_pages: tuple[Page, Page], route: str, title: str, scheme: str
 ) -> None:
     shown, checked = owner_pages
-    screenshot(open_route(shown, route, title), route)
+    for page in owner_pages:
+        page.emulate_media(color_scheme=scheme)
+    screenshot(open_route(shown, route, title), route if scheme == "light" else f"{route}-{scheme}")
     # At 1280 px nothing needs sideways scrolling: no table is wider than its box.
     clipped = shown.evaluate(
         "() => [...document.querySelectorAll('#page .table-wrap')]"
@@ -113,12 +118,24 @@ def test_each_signed_in_page_passes_axe_and_is_photographed(
 
     violations = axe_violations(open_route(checked, route, title))
 
-    assert not violations, f"axe-core on #/{route}:\n{describe_violations(violations)}"
+    assert not violations, f"axe-core on #/{route} ({scheme}):\n{describe_violations(violations)}"
 
 
+def test_dark_mode_follows_the_system_setting(owner_pages: tuple[Page, Page]) -> None:
+    shown, _ = owner_pages
+    backgrounds = {}
+    for scheme in COLOR_SCHEMES:
+        shown.emulate_media(color_scheme=scheme)
+        open_route(shown, "overview", "Overview")
+        backgrounds[scheme] = shown.evaluate("getComputedStyle(document.body).backgroundColor")
+
+    assert backgrounds == {"light": "rgb(246, 247, 249)", "dark": "rgb(15, 19, 24)"}
+
+
+@pytest.mark.parametrize("scheme", COLOR_SCHEMES)
 @pytest.mark.parametrize(("route", "title"), SIGNED_OUT_PAGES, ids=[route for route, _ in SIGNED_OUT_PAGES])
 def test_each_signed_out_page_passes_axe_and_is_photographed(
-    contexts: Contexts, gateway: WebGateway, route: str, title: str
+    contexts: Contexts, gateway: WebGateway, route: str, title: str, scheme: str
 ) -> None:
     if route == "accept-invitation":
         route = f"accept-invitation?token={gateway.invite(gateway.register('a11y-out'), 'member')[1]}"
@@ -128,11 +145,13 @@ def test_each_signed_out_page_passes_axe_and_is_photographed(
         account = gateway.register("a11y-reset")
         gateway.api("POST", "/auth/password-reset", body={"email": account.email})
         route = f"reset-password?token={gateway.link_token(account.email, 'reset')}"
-    screenshot(open_route(contexts.page(), route, title), route.split("?")[0])
+    name = route.split("?")[0]
+    shown = contexts.page(color_scheme=scheme)
+    screenshot(open_route(shown, route, title), name if scheme == "light" else f"{name}-{scheme}")
 
-    violations = axe_violations(open_route(contexts.page(bypass_csp=True), route, title))
+    violations = axe_violations(open_route(contexts.page(bypass_csp=True, color_scheme=scheme), route, title))
 
-    assert not violations, f"axe-core on #/{route}:\n{describe_violations(violations)}"
+    assert not violations, f"axe-core on #/{route} ({scheme}):\n{describe_violations(violations)}"
 
 
 def test_at_phone_width_the_nav_opens_from_the_menu_and_nothing_overflows(
@@ -161,15 +180,17 @@ def test_at_phone_width_the_nav_opens_from_the_menu_and_nothing_overflows(
     assert re.search(r"#/keys$", page.url)
 
 
+@pytest.mark.parametrize("scheme", COLOR_SCHEMES)
 @pytest.mark.parametrize(
     ("route", "title", "button"),
     [("keys", "API keys", "Revoke support-bot-prod"), ("members", "Members", "Change role")],
     ids=["revoke-dialog", "role-dialog"],
 )
 def test_the_dialogs_pass_axe_and_close_with_escape(
-    owner_pages: tuple[Page, Page], route: str, title: str, button: str
+    owner_pages: tuple[Page, Page], route: str, title: str, button: str, scheme: str
 ) -> None:
     _, checked = owner_pages
+    checked.emulate_media(color_scheme=scheme)
     open_route(checked, route, title)
     opener = checked.locator("#page").get_by_role("button", name=button).first
     opener.click()
@@ -267,10 +288,12 @@ def test_the_budget_bar_is_a_visible_labelled_progress_bar_counting_the_rules_mo
     expect(bar).to_be_visible()
     box = bar.bounding_box()
     assert box is not None and box["height"] >= 16, f"the budget bar is too thin: {box}"
-    # The rule is on the model chat only, and all the traffic went to chat: the spend shown is exact.
+    # The rule is on the model chat only; the gateway charges its budget exactly the rule's requests.
     meter = shown.locator(".meter").filter(has=bar)
     expect(meter).to_contain_text("$0.75 of $5.00 this month")
+    expect(meter).to_contain_text("$0.00 held by requests in flight")
     expect(meter).to_contain_text("15% used")
+    expect(meter).not_to_contain_text("refusing")
     expect(meter).to_contain_text("on the model chat only")
     expect(meter).not_to_contain_text("every model")
 

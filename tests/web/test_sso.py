@@ -123,3 +123,15 @@ def test_a_domain_claimed_by_another_organization_is_refused_on_the_page(
     expect(page.get_by_role("region", name="Sign-in domains", exact=True)).not_to_contain_text(
         "held-web.example"
     )
+
+
+def test_the_sso_page_names_the_public_url_the_operator_must_set(
+    contexts: Contexts, gateway: WebGateway
+) -> None:
+    owner = gateway.register("sso-public-url")
+    page = open_route(contexts.signed_in(owner).new_page(), "sso", "Single sign-on")
+    hint = page.locator("#page .sso-public-url")
+
+    expect(hint).to_contain_text("server.public_url")
+    expect(hint).to_contain_text(f"followed by {CALLBACK_PATH}")
+    expect(hint).to_contain_text("Your gateway operator must set server.public_url")

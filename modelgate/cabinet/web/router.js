@@ -133,11 +133,21 @@ export async function render() {
       // A fresh container per render: a slow page that finishes after the user moved on writes nowhere visible.
       await entry.render(container, params);
     } catch (exc) {
-      if (count === renderCount) container.replaceChildren(notice("error", exc && exc.message ? exc.message : String(exc)));
+      if (count === renderCount) container.replaceChildren(failure(exc));
     }
   }
   if (count === renderCount) showPendingFlash();
   if (!entry || !allowed(entry)) focusTitle();
+}
+
+/** A page that could not load: what went wrong, and a Retry button that renders it again. */
+function failure(exc) {
+  const message = exc && exc.message ? exc.message : String(exc);
+  return notice(
+    "error",
+    h("p", { class: "notice-text" }, `This page could not be loaded: ${message}`),
+    h("button", { type: "button", class: "button retry-button", onclick: () => render() }, "Retry"),
+  );
 }
 
 /**

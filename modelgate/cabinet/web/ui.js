@@ -379,11 +379,14 @@ export function copyButton(text, label = "Copy") {
 export function formatMoney(micros, currency = "USD") {
   if (micros === null || micros === undefined || micros === "") return "—";
   const amount = Number(micros) / 1_000_000;
+  // Cents for every amount of a cent or more; below a cent two significant digits ($0.00005, $0.0012), so a
+  // tiny amount never reads as $0.00 and a normal one never carries six decimals.
   const small = amount !== 0 && Math.abs(amount) < 0.01;
+  const digits = small ? { maximumSignificantDigits: 2 } : { minimumFractionDigits: 2, maximumFractionDigits: 2 };
   try {
-    return new Intl.NumberFormat("en-US", { style: "currency", currency: currency || "USD", minimumFractionDigits: 2, maximumFractionDigits: small ? 6 : 2 }).format(amount);
+    return new Intl.NumberFormat("en-US", { style: "currency", currency: currency || "USD", ...digits }).format(amount);
   } catch {
-    return `${amount.toFixed(small ? 6 : 2)} ${currency}`;
+    return `${small ? Number(amount.toPrecision(2)) : amount.toFixed(2)} ${currency}`;
   }
 }
 

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from modelgate.domain.accounts import PLAN_CHANNEL, balance_key
+from modelgate.domain.accounts import PLAN_CHANNEL, balance_key, org_rpm_window, org_tpm_window
 from modelgate.domain.api_keys import key_by_secret_hash
 from modelgate.domain.errors import STORAGE_RETRY_AFTER, STORAGE_UNAVAILABLE, ServiceUnavailable
 from modelgate.domain.tokens import hash_token
@@ -57,8 +57,8 @@ class KeyRecord:
         derived = {
             "rpm_window": f"rpm:k:{self.id}",
             "tpm_window": f"tpm:k:{self.id}",
-            "org_rpm_window": f"rpm:o:{self.organization_id}",
-            "org_tpm_window": f"tpm:o:{self.organization_id}",
+            "org_rpm_window": org_rpm_window(self.organization_id),
+            "org_tpm_window": org_tpm_window(self.organization_id),
             "balance_counter": balance_key(self.organization_id),
         }
         for name, value in derived.items():

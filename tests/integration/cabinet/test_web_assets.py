@@ -55,9 +55,10 @@ def assert_secured(headers: httpx.Headers | dict[str, str]) -> None:
 
 def test_the_root_is_the_apps_page_never_cached_without_asking(gateway: ThreadedGateway) -> None:
     reply = httpx.get(f"{gateway.base_url}/")
+    before, marker, after = (WEB / "index.html").read_bytes().partition(b"<!-- modulepreload -->")
 
     assert reply.status_code == 200
-    assert reply.content == (WEB / "index.html").read_bytes()
+    assert marker and reply.content.startswith(before) and reply.content.endswith(after)
     assert reply.headers["content-type"] == "text/html; charset=utf-8"
     assert reply.headers["cache-control"] == "no-cache"
     assert re.fullmatch(r'"[0-9a-f]{32}"', reply.headers["etag"])
@@ -71,6 +72,19 @@ def test_the_page_loads_the_app_module_and_the_stylesheet_it_names(gateway: Thre
     assert "/assets/app.js" in referenced and "/assets/styles.css" in referenced
     for path in referenced:
         assert httpx.get(f"{gateway.base_url}{path}").status_code == 200, path
+
+
+def test_the_page_preloads_every_module_of_the_app_so_a_reload_asks_for_them_at_once(
+    gateway: ThreadedGateway,
+) -> None:
+    page = httpx.get(f"{gateway.base_url}/").text
+    preloaded = re.findall(r'<link rel="modulepreload" href="/assets/([^"]+)">', page)
+    modules = sorted(name for name in SHIPPED if name.endswith(".js") and name != "app.js")
+
+    # Every module of the folder is reached from app.js (a module nothing imports would be dead code), once.
+    assert sorted(preloaded) == modules
+    assert len(set(preloaded)) == len(preloaded)
+    assert "<!-- modulepreload -->" not in page
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -99,12 +113,12 @@ def test_an_unchanged_file_is_revalidated_with_a_304(gateway: ThreadedGateway) -
 
 
 def test_head_answers_the_headers_without_the_body(gateway: ThreadedGateway) -> None:
-    for path, file in (("/", "index.html"), ("/assets/styles.css", "styles.css")):
+    for path in ("/", "/assets/styles.css"):
         reply = httpx.head(f"{gateway.base_url}{path}")
 
         assert reply.status_code == 200
         assert reply.content == b""
-        assert int(reply.headers["content-length"]) == len((WEB / file).read_bytes())
+        assert int(reply.headers["content-length"]) == len(httpx.get(f"{gateway.base_url}{path}").content)
         assert_secured(reply.headers)
 
 

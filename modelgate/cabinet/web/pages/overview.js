@@ -1,12 +1,13 @@
-// The overview: plan, balance or credit, the invoice state with what to do next, this month's spend against
-// the budgets of the policy rules, and a chart of this month's daily spend by model.
+// The overview: plan, balance or credit, the invoice state with what to do next, the plan's limits with this
+// minute's use, the budgets of the policy rules (spent, held by requests in flight, refusing: GET /api/meters),
+// and a chart of this month's daily spend by model.
 
 import { api } from "../api.js";
 import { barChart } from "../chart.js";
 import { href, page } from "../router.js";
 import { session } from "../session.js";
 import { copyButton, emptyState, errorText, formatDate, formatMoney, formatNumber, h, loading, notice, section, show, table } from "../ui.js";
-import { globMatches, limitSeries, monthStart, requestSplit, shortDay, spendByDayAndModel, usageReport, utcToday } from "../usage_data.js";
+import { limitSeries, monthStart, requestSplit, shortDay, spendByDayAndModel, utcToday } from "../usage_data.js";
 
 const ADMIN = ["owner", "admin"];
 
@@ -99,104 +100,97 @@ function subjectName(rule, data) {
   return `System ${system ? system.name : rule.subjectId}`;
 }
 
-function ruleCounts(rule, model) {
-  return rule.models.includes("*") || rule.models.some((glob) => globMatches(glob, model ?? ""));
+/** What the amount of a budget counts, in words (the gateway charges a budget exactly its rule's models). */
+function budgetScope(budget, data) {
+  const subject = subjectName(budget, data);
+  const who = budget.subjectType === "organization" ? "the organization" : subject.replace(/^(Key|System) /, (word) => word.toLowerCase());
+  if (budget.models.includes("*")) return `Counts the spend of ${who} on every model.`;
+  return `Counts the spend of ${who} on ${budget.models.length === 1 ? "the model" : "the models"} ${budget.models.join(", ")} only.`;
 }
 
-/**
- * The spend a budget rule has used in its period, from the usage reports: {micros, exact}. Rows are split
- * by model (organization reports are by model; key and system reports carry a per-model `breakdown`), so
- * only the rule's models count. `exact` is false when the report cannot tell the models apart (no
- * breakdown, or spend of an unknown model): the amount is then the subject's spend on every model, an
- * upper bound of the rule's.
- */
-function budgetSpend(rule, groups) {
-  const period = rule.budget.period === "day" ? "day" : "month";
-  const everyModel = rule.models.includes("*");
-  const report = groups[`${rule.subjectType}:${period}`];
-  const sum = (rows) => rows.reduce((total, row) => total + row.costMicros, 0);
-  let rows;
-  if (rule.subjectType === "organization") rows = report.rows;
-  else {
-    const column = rule.subjectType === "key" ? "keyId" : "systemId";
-    const row = report.rows.find((item) => item[column] === rule.subjectId);
-    if (!row) return { micros: 0, exact: true };
-    if (everyModel) return { micros: row.costMicros, exact: true };
-    if (!Array.isArray(row.breakdown)) return { micros: row.costMicros, exact: false };
-    rows = row.breakdown;
+/** Why a budget refuses requests, and until when; null while the next request fits. */
+function refusalText(budget, money) {
+  if (!budget.refusing) return null;
+  const until = `until the ${budget.period === "day" ? "day (UTC)" : "month"} ends or the budget is raised`;
+  if (budget.availableMicros <= 0) {
+    return budget.heldMicros > 0
+      ? `Refusing requests: requests in flight hold the rest of the budget. Requests that cost money get 402 until they finish, or ${until}.`
+      : `Refusing requests: the budget is used up. Requests that cost money get 402 ${until}.`;
   }
-  if (everyModel) return { micros: sum(rows), exact: true };
-  const unknown = rows.filter((row) => row.model === null || row.model === undefined);
-  const counted = rows.filter((row) => row.model !== null && row.model !== undefined && ruleCounts(rule, row.model));
-  return unknown.some((row) => row.costMicros > 0) ? { micros: sum(counted) + sum(unknown), exact: false } : { micros: sum(counted), exact: true };
+  const last = budget.lastReservation;
+  return `Refusing requests: ${money(budget.availableMicros)} is left, less than the ${money(last.askedMicros)} the last request reserved (a request reserves its worst-case cost). Requests like it get 402 ${until}; a smaller max_tokens may fit.`;
 }
 
-/** What the amount of a budget counts, in words. */
-function budgetScope(rule, data, used) {
-  const subject = subjectName(rule, data);
-  const who = rule.subjectType === "organization" ? "the organization" : subject.replace(/^(Key|System) /, (word) => word.toLowerCase());
-  if (rule.models.includes("*")) return `Counts the spend of ${who} on every model.`;
-  const models = rule.models.join(", ");
-  if (used.exact) return `Counts the spend of ${who} on ${rule.models.length === 1 ? "the model" : "the models"} ${models} only.`;
-  return `Upper bound: the usage report cannot tell every request's model apart, so this includes spend of ${who} on models other than ${models}.`;
-}
-
-async function budgetsSection(rules, data) {
-  const budgets = rules.filter((rule) => rule.budget && rule.effect === "allow");
+/** The budgets as the gateway's live counters see them: spend, what requests in flight hold, refusing. */
+function budgetsSection(meters, data) {
+  const budgets = meters.budgets;
   const title = "Spend against budgets";
   if (budgets.length === 0) {
     return section(title, emptyState("No budgets are set. A policy rule with a budget caps the spend of the organization, a system or a key.", isAdmin() ? h("p", {}, h("a", { href: href("/rules") }, "Set a budget in policy rules")) : null));
   }
-  const today = utcToday();
-  const from = monthStart(today);
-  // One usage report per grouping and period the budgets need (an organization's budget sums its models).
-  const needed = new Set(budgets.map((rule) => `${rule.subjectType}:${rule.budget.period === "day" ? "day" : "month"}`));
-  const groups = {};
-  await Promise.all(
-    [...needed].map(async (name) => {
-      const [subject, period] = name.split(":");
-      groups[name] = subject === "organization" ? await usageReport(period === "day" ? today : from, today, "model") : await usageReport(period === "day" ? today : from, today, subject, "model");
-    }),
-  );
-  const money = (micros) => formatMoney(micros, data.billing.currency);
+  const money = (micros) => formatMoney(micros, meters.currency);
   return section(
     title,
     h(
       "ul",
       { class: "budget-list" },
-      budgets.map((rule) => {
-        const used = budgetSpend(rule, groups);
-        const limit = rule.budget.amountMicros;
-        const usedMicros = used.micros;
-        const ratio = limit > 0 ? usedMicros / limit : usedMicros > 0 ? 1 : 0;
-        const state = ratio >= 1 ? "over" : ratio >= 0.8 ? "near" : "ok";
-        const label = `${subjectName(rule, data)} · ${rule.models.join(", ")}`;
-        const labelId = `budget-${rule.id}`;
-        const figuresId = `budget-figures-${rule.id}`;
-        const period = rule.budget.period === "day" ? "day (UTC)" : "month";
+      budgets.map((budget) => {
+        const limit = budget.limitMicros;
+        const used = budget.spentMicros + budget.heldMicros;
+        const ratio = limit > 0 ? used / limit : used > 0 ? 1 : 0;
+        const refusal = refusalText(budget, money);
+        const state = refusal || ratio >= 1 ? "over" : ratio >= 0.8 ? "near" : "ok";
+        const label = `${subjectName(budget, data)} · ${budget.models.join(", ")}`;
+        const labelId = `budget-${budget.ruleId}`;
+        const figuresId = `budget-figures-${budget.ruleId}`;
+        const period = budget.period === "day" ? "day (UTC)" : "month";
+        const percent = `${Math.round(ratio * 100)}% used`;
         return h(
           "li",
           { class: ["meter", `meter-${state}`] },
-          h("span", { id: labelId }, h("strong", {}, label), rule.description ? ` — ${rule.description}` : ""),
-          h("progress", { max: 100, value: Math.round(Math.min(1, ratio) * 100), "aria-labelledby": labelId, "aria-describedby": figuresId, "aria-valuetext": `${Math.round(ratio * 100)}% of the budget used` }),
+          h("span", { id: labelId }, h("strong", {}, label), budget.description ? ` — ${budget.description}` : ""),
+          h("progress", { max: 100, value: Math.round(Math.min(1, ratio) * 100), "aria-labelledby": labelId, "aria-describedby": figuresId, "aria-valuetext": refusal ? `${percent}, refusing requests` : percent }),
           h(
             "span",
             { class: "meter-figures", id: figuresId },
-            h("span", {}, `${used.exact ? "" : "At most "}${money(usedMicros)} of ${money(limit)} this ${period}`),
-            h("span", { class: "meter-percent" }, `${Math.round(ratio * 100)}% used`),
+            h("span", {}, `${money(budget.spentMicros)} of ${money(limit)} this ${period}`),
+            h("span", { class: "meter-held" }, `${money(budget.heldMicros)} held by requests in flight`),
+            h("span", { class: "meter-percent" }, refusal ? `${percent} · refusing requests` : percent),
           ),
-          h("span", { class: "muted meter-scope" }, budgetScope(rule, data, used)),
-          state === "over" ? h("strong", { class: "meter-warning" }, `Budget used up: requests that cost money are refused (402) until the ${rule.budget.period === "day" ? "day" : "month"} ends or the budget is raised.`) : null,
+          h("span", { class: "muted meter-scope" }, budgetScope(budget, data)),
+          refusal ? h("strong", { class: "meter-warning" }, refusal) : null,
         );
       }),
     ),
   );
 }
 
+/** The plan's limits and what the organization used of them in the last minute. */
+function limitsSection(meters) {
+  const plan = meters.plan;
+  const minute = meters.currentMinute;
+  const money = (micros) => formatMoney(micros, meters.currency);
+  // Without a limit the gateway keeps no window, so there is no count to show either.
+  const window = (used, limit) => (limit > 0 ? `${formatNumber(used)} of ${formatNumber(limit)}` : "No limit");
+  return section(
+    "Plan limits",
+    h(
+      "div",
+      { class: "cards limits" },
+      stat("Requests this minute", window(minute.requests, plan.rpm), plan.rpm > 0 ? `Plan ${plan.name}: ${formatNumber(plan.rpm)} requests per minute, per key and for the organization` : `Plan ${plan.name} sets no request limit`),
+      stat("Tokens this minute", window(minute.tokens, plan.tpm), plan.tpm > 0 ? `Plan ${plan.name}: ${formatNumber(plan.tpm)} tokens per minute, per key and for the organization` : `Plan ${plan.name} sets no token limit`),
+      stat("Credit limit", plan.creditLimitMicros > 0 ? money(plan.creditLimitMicros) : "None", plan.creditLimitMicros > 0 ? "Spend allowed below a zero balance" : "Requests need a positive balance"),
+    ),
+    h("p", { class: "muted" }, "A policy rule may set lower RPM and TPM limits for a key, a system or the organization."),
+  );
+}
+
 function dailyChart(spend, currency) {
   const title = "Daily spend by model this month";
   const money = (micros) => formatMoney(micros, currency);
-  if (spend.models.length === 0) return section(title, emptyState("No spend this month yet. Requests through your API keys show up here by day and model."));
+  // Refused requests cost nothing: a month of them only is still "no spend" (an axis of $0.000001 steps says nothing).
+  const total = spend.models.reduce((sum, model) => sum + spend.cost.get(model).reduce((a, b) => a + b, 0), 0);
+  if (spend.models.length === 0 || total === 0) return section(title, emptyState("No spend this month yet. Requests through your API keys show up here by day and model."));
   const series = limitSeries(spend.models.map((model) => ({ name: model, values: spend.cost.get(model) })));
   const chart = barChart({ title, categories: spend.days, series, format: money, categoryLabel: shortDay, legend: true });
   const rows = spend.days.map((day, index) => ({ day, index })).filter(({ day }) => spend.perDay.has(day));
@@ -242,11 +236,10 @@ async function fillDailyChart(slot, currency) {
 
 async function render(main) {
   loading(main);
-  const [data, rules] = await Promise.all([api("GET", "/overview"), api("GET", "/policy-rules").then((answer) => answer.policyRules || [])]);
+  const [data, meters] = await Promise.all([api("GET", "/overview"), api("GET", "/meters")]);
   const activeKeys = data.apiKeys.filter((key) => key.status === "active").length;
-  const budgets = await budgetsSection(rules, data);
   const chartSlot = section("Daily spend by model this month", h("p", { class: "loading", role: "status" }, "Loading the chart…"));
-  show(main, billingNotice(data.billing, activeKeys, data.organization), summaryCards(data), budgets, chartSlot, openInvoices(data.billing));
+  show(main, billingNotice(data.billing, activeKeys, data.organization), summaryCards(data), limitsSection(meters), budgetsSection(meters, data), chartSlot, openInvoices(data.billing));
   await fillDailyChart(chartSlot, data.billing.currency);
 }
 

@@ -104,7 +104,7 @@ function discoveryPanel(result) {
     ["Userinfo endpoint", result.userinfoEndpoint],
     ["Signing algorithms", (result.idTokenSigningAlgs || []).join(", ")],
     ["Signing keys", String(result.signingKeys)],
-    ["Redirect URI", result.redirectUri || `${location.origin}${CALLBACK_PATH}`],
+    ["Redirect URI", result.redirectUri || "none: the gateway operator must set server.public_url"],
   ];
   return h(
     "section",
@@ -227,6 +227,19 @@ async function render(main) {
       "Members sign in with an OpenID Connect provider (Keycloak, Entra ID, Google, Okta…). Register this redirect URI at the provider: ",
       code(`${location.origin}${CALLBACK_PATH}`),
       ". A provider is used for sign-in once its endpoints are discovered; delete it to stop sign-ins through it.",
+    ),
+    h(
+      "p",
+      { class: "muted sso-public-url" },
+      "The redirect URI is the gateway's ",
+      code("server.public_url"),
+      " followed by ",
+      code(CALLBACK_PATH),
+      ". Your gateway operator must set ",
+      code("server.public_url"),
+      " in the gateway's config to the address members open the cabinet at (here: ",
+      code(location.origin),
+      "); until it is set, single sign-on is refused and discovery shows no redirect URI.",
     ),
     section("Identity providers", listSlot),
     resultSlot,
