@@ -12,6 +12,7 @@ from modelgate.cabinet.billing import ADJUSTMENT_KINDS, MAX_REASON_LENGTH
 from modelgate.cabinet.openapi import (
     _ADMIN,
     _AUTH_ERRORS,
+    _NULLABLE_STR,
     _STR,
     _TIME,
     _obj,
@@ -225,6 +226,11 @@ _INVOICE = _obj(
     status={"type": "string", "enum": ["open", "paid", "void"]},
     createdAt=_TIME,
     paidAt=_NULLABLE_TIME,
+    payment={
+        **_obj(("link", "instructions"), link=_NULLABLE_STR, instructions=_NULLABLE_STR),
+        "description": "On an open invoice that owes money (cabinet answers): how to pay it, from the"
+        " operator's `[billing] payment_link` and `payment_instructions` (null when not configured)",
+    },
 )
 _USAGE_NUMBERS = {
     "requests": _INT,

@@ -218,6 +218,10 @@ class BillingConfig:
     background_poll_max_seconds: float = 60.0
     background_follow_seconds: float = 86400.0
     background_lease_seconds: float = 30.0
+    # How an open invoice is paid, shown on it in the cabinet: a link made from this template (placeholders
+    # in config.payment.PAYMENT_PLACEHOLDERS) and/or a text; neither: "as agreed with the operator".
+    payment_link: str = ""
+    payment_instructions: str = ""
 
 
 @dataclass(frozen=True, slots=True)
