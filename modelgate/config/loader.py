@@ -313,6 +313,8 @@ def _billing(t: Table) -> BillingConfig:
         background_lease_seconds=t.number("background_lease_seconds", check=above(0)),
         payment_link=t.string("payment_link", check=payment_link_template),
         payment_instructions=t.string("payment_instructions", check=payment_text_template),
+        alert_check_seconds=t.number("alert_check_seconds", check=above(0)),
+        alert_retry_first_delay_seconds=t.number("alert_retry_first_delay_seconds", check=above(0)),
     )
     t.finish()
     return BillingConfig(**values)

@@ -222,6 +222,9 @@ class BillingConfig:
     # in config.payment.PAYMENT_PLACEHOLDERS) and/or a text; neither: "as agreed with the operator".
     payment_link: str = ""
     payment_instructions: str = ""
+    # Spend alerts: how often the cabinet checks thresholds and delivers webhooks, and the first retry delay.
+    alert_check_seconds: float = 30.0
+    alert_retry_first_delay_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
