@@ -48,6 +48,7 @@ def gateway_toml(base_url: str, storage_url: str, upstream: FakeUpstream) -> str
     server = f'public_url = "{base_url}"\noperator_token = "{OPERATOR_TOKEN}"\n'
     server += f'\n[cabinet]\ncabinet_url = "{base_url}/"\n'
     billing = f"payment_link = {PAYMENT_LINK!r}\npayment_instructions = {PAYMENT_INSTRUCTIONS!r}\n"
+    billing += "alert_check_seconds = 0.2\nalert_retry_first_delay_seconds = 0.2\n"  # alerts come quickly
     plans = f'[[plans]]\ncode = "{TEAM_PLAN}"\nname = "Team"\nmonthly_fee = {TEAM_FEE_USD}\n'
     return ops_toml(
         storage_url, upstream, server=server, per_request_usd=PER_REQUEST_USD, billing=billing, plans=plans
