@@ -16,7 +16,9 @@ import pytest
 from aiohttp import web
 
 from modelgate.cabinet.alert_watcher import check_alerts, deliver_due
-from modelgate.config import Config
+from modelgate.cabinet.mail import Mail
+from modelgate.config import Config, EmailConfig
+from modelgate.domain.policy_decisions import period_start
 from tests.integration.billing_cabinet.billing_client import (
     BillingCabinet,
     BillingCabinetFactory,
@@ -163,3 +165,49 @@ async def test_alerts_are_for_owners_of_their_organization_and_refuse_bad_input(
     assert (await cabinet.call("DELETE", f"/alerts/{first['id']}", token=owner.token)).status == 204
     mine = await cabinet.call("GET", "/alerts", token=owner.token)
     assert [a["id"] for a in mine.body["alerts"]] == [second["id"]] and mine.body["hasSigningSecret"]
+
+
+async def _budget_spend(cabinet: BillingCabinet, rule_id: str, spent: int) -> None:
+    """What the ledger's flush writes for a rule's budget this day."""
+    await cabinet.db.execute(
+        "INSERT INTO policy_budget_spend (rule_id, period_start, spent_micros) VALUES ($1, $2, $3)"
+        " ON CONFLICT (rule_id, period_start) DO UPDATE SET spent_micros = $3",
+        rule_id,
+        period_start("day", time.time()),
+        spent,
+    )
+
+
+async def test_budget_alerts_fire_at_their_share_and_mail_the_owners_when_email_is_configured(
+    start_billing_cabinet: BillingCabinetFactory, receiver: Receiver
+) -> None:
+    config = replace(
+        alert_config(3600.0), email=EmailConfig(host="127.0.0.1", from_address="gw@example.test")
+    )
+    cabinet = await start_billing_cabinet(config)
+    owner = await cabinet.register()
+    rule = await cabinet.create_rule(owner, budget={"amountMicros": 1_000_000, "period": "day"})
+    assert rule.status == 201, rule.body
+    alerts = {}
+    for percent in (50, 80, 100):
+        reply = await cabinet.call(
+            "POST",
+            "/alerts",
+            token=owner.token,
+            json={"kind": "budget", "ruleId": rule.body["id"], "percent": percent, "url": receiver.url},
+        )
+        assert reply.status == 201, reply.body
+        alerts[percent] = reply.body["id"]
+    mail = Mail(config, cabinet.db)
+
+    await _budget_spend(cabinet, rule.body["id"], 800_000)
+    first = await check_alerts(cabinet.db, config, mail, time.time())
+    await _budget_spend(cabinet, rule.body["id"], 1_000_000)
+    second = await check_alerts(cabinet.db, config, mail, time.time())
+    log = await cabinet.call("GET", "/alerts/deliveries", token=owner.token)
+    mails = await cabinet.db.fetch("SELECT to_address, subject FROM mail_outbox WHERE kind = 'alert'")
+
+    assert (first, second) == (2, 1)  # 50 % and 80 % at 0.80, then 100 % once the budget is spent
+    assert sorted(d["alertId"] for d in log.body["deliveries"]) == sorted(alerts.values())
+    assert [m["to_address"] for m in mails] == [owner.email] * 3
+    assert any("100% of the budget" in m["subject"] for m in mails)
