@@ -14,6 +14,7 @@ from aiohttp.typedefs import Handler
 from modelgate.cabinet import (
     account,
     addresses,
+    alerts,
     api_keys,
     audit,
     invitations,
@@ -32,6 +33,7 @@ from modelgate.cabinet import (
     systems,
     usage,
 )
+from modelgate.cabinet.alert_watcher import AlertWatcher
 from modelgate.cabinet.invitation_delivery import InvitationDelivery
 from modelgate.cabinet.mail import MAIL, Mail
 from modelgate.cabinet.oidc import callback as oidc_callback
@@ -97,6 +99,10 @@ ROUTES = (
     web.patch("/policy-rules/{id}", policy_rules.update_policy_rule),
     web.delete("/policy-rules/{id}", policy_rules.delete_policy_rule),
     web.get("/invoices", invoices.list_invoices, allow_head=False),
+    web.get("/alerts", alerts.list_alerts, allow_head=False),
+    web.post("/alerts", alerts.create_alert),
+    web.get("/alerts/deliveries", alerts.list_deliveries, allow_head=False),
+    web.delete("/alerts/{id}", alerts.delete_alert),
     web.get("/usage", usage.usage_report, allow_head=False),
     web.get("/requests", request_log.list_requests, allow_head=False),
     web.get("/requests.csv", request_log.export_requests, allow_head=False),
@@ -162,12 +168,16 @@ def build_cabinet_app(services: CabinetServices) -> web.Application:
     mail = Mail(services.config, services.db)
     app[MAIL] = mail
 
+    watcher = AlertWatcher(services.config, services.db, mail)
+
     async def start_mail(_app: web.Application) -> None:
         if mail.sender is not None:
             mail.sender.start()
+        watcher.start()
 
     async def finish_deliveries(_app: web.Application) -> None:
         await delivery.close()
+        await watcher.stop()
         if mail.sender is not None:
             await mail.sender.stop()
 

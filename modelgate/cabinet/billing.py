@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.invoice_payment import invoice_with_payment
 from modelgate.cabinet.invoices_repository import (
     TOP_UP_INVOICE,
     Invoice,
@@ -28,6 +29,7 @@ from modelgate.cabinet.requests import CabinetError
 from modelgate.cabinet.services import CabinetServices
 from modelgate.cabinet.usage_repository import day_start, request_totals
 from modelgate.config import Config, PlanConfig
+from modelgate.domain.allowance import grant_allowance
 from modelgate.domain.audit_log import Actor, record
 from modelgate.domain.events import (
     CREDIT,
@@ -100,6 +102,39 @@ async def mark_invoice_paid(
         details={"amountMicros": invoice.amount_micros, "kind": invoice.kind, "via": via},
     )
     return invoice, event
+
+
+async def settle_free_invoice(
+    tx: Executor, config: Config, invoice: Invoice, actor: Actor, at: float
+) -> list[BalanceEvent]:
+    """What paying a 0.00 invoice means, done as it is opened: the organization is activated (and granted
+    its plan's allowance) as if the operator had marked it paid; audit `invoice.paid` via `registration`.
+
+    Returns the balance events to announce after commit; none for an invoice that owes money.
+    """
+    if invoice.amount_micros > 0 or invoice.status != "paid":
+        return []
+    paid = await apply_balance_event(
+        tx,
+        invoice.organization_id,
+        INVOICE_PAID,
+        0,
+        at,
+        activates=True,
+        actor="registration",
+        reference_id=invoice.id,
+    )
+    await record(
+        tx,
+        invoice.organization_id,
+        "invoice.paid",
+        actor,
+        at,
+        target_id=invoice.id,
+        details={"amountMicros": 0, "kind": invoice.kind, "via": "registration"},
+    )
+    allowance = await grant_allowance(tx, config, invoice.organization_id, at)
+    return [event for event in (paid, allowance) if event is not None]
 
 
 def check_top_up_amount(amount_micros: Any) -> int:
@@ -325,5 +360,7 @@ async def billing_overview(ex: Executor, config: Config, org: Organization, at: 
             "errors": usage.errors,
             "costMicros": usage.cost_micros,
         },
-        "openInvoices": [invoice.to_json() for invoice in await open_invoices(ex, org.id)],
+        "openInvoices": [
+            invoice_with_payment(config.billing, invoice) for invoice in await open_invoices(ex, org.id)
+        ],
     }

@@ -67,10 +67,11 @@ async def insert_invoice(tx: Executor, invoice: Invoice) -> Invoice:
 
 
 async def open_plan_invoice(tx: Executor, organization_id: str, plan: PlanConfig, at: float) -> Invoice:
-    """Open an invoice for one period of the plan's monthly fee."""
-    invoice = Invoice(
-        new_id("inv"), organization_id, plan.code, to_micros(plan.monthly_fee), "open", at, None
-    )
+    """Open an invoice for one period of the plan's monthly fee; a 0.00 one is paid as it is opened (the
+    caller applies what paying it means: `cabinet.billing.settle_free_invoice`)."""
+    amount = to_micros(plan.monthly_fee)
+    status, paid_at = ("open", None) if amount > 0 else ("paid", at)
+    invoice = Invoice(new_id("inv"), organization_id, plan.code, amount, status, at, paid_at)
     return await insert_invoice(tx, invoice)
 
 
@@ -99,10 +100,10 @@ async def invoices_of(ex: Executor, organization_id: str) -> list[Invoice]:
 
 
 async def open_invoices(ex: Executor, organization_id: str) -> list[Invoice]:
-    """The organization's unpaid invoices, oldest first."""
+    """The organization's unpaid invoices that owe money, oldest first."""
     rows = await ex.fetch(
         f"SELECT {_COLUMNS} FROM invoices WHERE organization_id = $1 AND status = 'open'"
-        " ORDER BY created_at, id",
+        " AND amount_micros > 0 ORDER BY created_at, id",
         organization_id,
     )
     return [Invoice(**row) for row in rows]

@@ -62,6 +62,13 @@ class Mail:
         )
         return f"{base}/#/{PAGES[kind]}?token={quote(token, safe='')}"
 
+    def link_to(self, page: str) -> str:
+        """A cabinet page's address (`/#/<page>`), for a message that links to it."""
+        base = self._config.server.public_url or (
+            f"http://{self._config.server.host}:{self._config.server.port}"
+        )
+        return f"{base}/#/{page}"
+
     async def queue(self, tx: Executor, letter: Letter, token: str, at: float, expires_at: float) -> None:
         """Write the message with its link into the outbox, in the caller's transaction."""
         link = self.link(letter.kind, token)

@@ -12,6 +12,7 @@ from modelgate.cabinet.billing import ADJUSTMENT_KINDS, MAX_REASON_LENGTH
 from modelgate.cabinet.openapi import (
     _ADMIN,
     _AUTH_ERRORS,
+    _NULLABLE_STR,
     _STR,
     _TIME,
     _obj,
@@ -85,6 +86,33 @@ BILLING_PATHS: dict[str, dict[str, Any]] = {
         "delete": _op("Delete a policy rule", (200, "PolicyRule"), roles=_ADMIN, errors=_RULE_ERRORS),
     },
     "/invoices": {"get": _op("The organization's invoices, newest first", (200, "InvoiceList"))},
+    "/alerts": {
+        "get": _op("The organization's spend alerts", (200, "AlertList"), roles="owner", errors=(401, 403)),
+        "post": _op(
+            "Create a spend alert; the first one also answers the webhook signing secret, shown once",
+            (201, "Alert"),
+            body="AlertCreateRequest",
+            roles="owner",
+            errors=_AUTH_ERRORS,
+        ),
+    },
+    "/alerts/deliveries": {
+        "get": _op(
+            "The latest 100 webhook deliveries of the organization's alerts, newest first",
+            (200, "AlertDeliveryList"),
+            roles="owner",
+            errors=(401, 403),
+        ),
+    },
+    "/alerts/{id}": {
+        "parameters": [_path_param("id")],
+        "delete": _op(
+            "Delete a spend alert (its deliveries stay logged)",
+            (204, None),
+            roles="owner",
+            errors=(401, 403, 404),
+        ),
+    },
     "/usage": {
         "get": _op(
             "Usage of the model API from the ledger, by UTC day, model, key or system",
@@ -227,6 +255,11 @@ _INVOICE = _obj(
     status={"type": "string", "enum": ["open", "paid", "void"]},
     createdAt=_TIME,
     paidAt=_NULLABLE_TIME,
+    payment={
+        **_obj(("link", "instructions"), link=_NULLABLE_STR, instructions=_NULLABLE_STR),
+        "description": "On an open invoice that owes money (cabinet answers): how to pay it, from the"
+        " operator's `[billing] payment_link` and `payment_instructions` (null when not configured)",
+    },
 )
 _USAGE_NUMBERS = {
     "requests": {"type": "integer", "description": "Every ledger row: served and refused requests"},
@@ -265,6 +298,54 @@ BILLING_SCHEMAS: dict[str, Any] = {
     ),
     "PolicyRuleList": _obj(("policyRules",), policyRules={"type": "array", "items": _ref("PolicyRule")}),
     "Invoice": _INVOICE,
+    "Alert": _obj(
+        ("id", "kind", "url", "createdAt"),
+        id=_STR,
+        kind={"type": "string", "enum": ["budget", "daily"]},
+        ruleId={**_NULLABLE_STR, "description": "budget: the policy rule whose budget is watched"},
+        percent={"type": ["integer", "null"], "enum": [50, 80, 100, None]},
+        subjectType={"type": ["string", "null"], "enum": ["organization", "system", "key", None]},
+        subjectId=_NULLABLE_STR,
+        amountMicros={"type": ["integer", "null"], "description": "daily: the amount a UTC day"},
+        url={**_STR, "description": "The webhook, http:// or https://"},
+        createdAt=_TIME,
+        signingSecret={
+            **_STR,
+            "description": "Only in the answer that created the organization's first alert: the secret of"
+            ' the `modelgate-signature` header (t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">)',
+        },
+    ),
+    "AlertCreateRequest": _closed(
+        _obj(
+            ("kind", "url"),
+            kind={"type": "string", "enum": ["budget", "daily"]},
+            url=_STR,
+            ruleId=_STR,
+            percent={"type": "integer", "enum": [50, 80, 100]},
+            subjectType={"type": "string", "enum": ["organization", "system", "key"]},
+            subjectId=_STR,
+            amountMicros={**_MICROS, "minimum": 1},
+        )
+    ),
+    "AlertList": _obj(
+        ("alerts", "hasSigningSecret"),
+        alerts={"type": "array", "items": _ref("Alert")},
+        hasSigningSecret={"type": "boolean"},
+    ),
+    "AlertDelivery": _obj(
+        ("id", "alertId", "url", "status", "attempts", "createdAt"),
+        id=_STR,
+        alertId=_STR,
+        url=_STR,
+        status={"type": "string", "enum": ["pending", "delivered", "failed"]},
+        attempts={"type": "integer"},
+        lastStatus={"type": ["integer", "null"]},
+        lastError=_NULLABLE_STR,
+        nextAttemptAt=_NULLABLE_TIME,
+        createdAt=_TIME,
+        deliveredAt=_NULLABLE_TIME,
+    ),
+    "AlertDeliveryList": _obj(("deliveries",), deliveries={"type": "array", "items": _ref("AlertDelivery")}),
     "InvoiceList": _obj(("invoices",), invoices={"type": "array", "items": _ref("Invoice")}),
     "UsageTotals": _obj(tuple(_USAGE_NUMBERS), **_USAGE_NUMBERS),
     "UsageReport": _obj(

@@ -1,4 +1,5 @@
-"""Registration: a new organization, its owner, the first invoice of its plan and a session, at once.
+"""Registration: a new organization, its owner, the first invoice of its plan and a session, at once (a
+plan without a fee opens a 0.00 invoice that is paid at once, so the organization starts active).
 
 `[cabinet] registration` decides who may register: anyone (`open`), holders of an operator's registration
 invitation (`invite_only`), or nobody (`closed`; member invitations of existing organizations still work).
@@ -16,6 +17,7 @@ from modelgate.cabinet.addresses import (
     send_verification,
     too_many_links,
 )
+from modelgate.cabinet.billing import settle_free_invoice
 from modelgate.cabinet.clock import now
 from modelgate.cabinet.email_links import EmailLink, send_link
 from modelgate.cabinet.invitations_repository import end_pending_invitations
@@ -160,12 +162,16 @@ async def _create_organization(
     )
     await end_pending_invitations(tx, email, at)
     invoice = await open_plan_invoice(tx, org.id, plan, at)
+    actor = Actor("user", owner.id, owner.email)
+    # A new organization has no API key yet, so no gateway holds its balance: the stored events are all
+    # a gateway needs (it reads them when the first key is used, or follows them within a second).
+    await settle_free_invoice(tx, services.config, invoice, actor, at)
     token = await services.create_session(tx, owner.id, org.id)
     await record(
         tx,
         org.id,
         "auth.registered",
-        Actor("user", owner.id, owner.email),
+        actor,
         at,
         target_id=org.id,
         details={

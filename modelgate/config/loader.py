@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from .catalogue import CatalogueEntry, CatalogueError, find_in_catalogue, read_catalogue
 from .dialects import default_base_url, read_options
+from .payment import payment_link_template, payment_text_template
 from .price_sheet import read_prices
 from .reader import (
     ABSENT,
@@ -336,6 +337,10 @@ def _billing(t: Table) -> BillingConfig:
         background_poll_max_seconds=t.number("background_poll_max_seconds", check=above(0)),
         background_follow_seconds=t.number("background_follow_seconds", check=above(0)),
         background_lease_seconds=t.number("background_lease_seconds", check=above(0)),
+        payment_link=t.string("payment_link", check=payment_link_template),
+        payment_instructions=t.string("payment_instructions", check=payment_text_template),
+        alert_check_seconds=t.number("alert_check_seconds", check=above(0)),
+        alert_retry_first_delay_seconds=t.number("alert_retry_first_delay_seconds", check=above(0)),
     )
     t.finish()
     return BillingConfig(**values)

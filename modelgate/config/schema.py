@@ -227,6 +227,13 @@ class BillingConfig:
     background_poll_max_seconds: float = 60.0
     background_follow_seconds: float = 86400.0
     background_lease_seconds: float = 30.0
+    # How an open invoice is paid, shown on it in the cabinet: a link made from this template (placeholders
+    # in config.payment.PAYMENT_PLACEHOLDERS) and/or a text; neither: "as agreed with the operator".
+    payment_link: str = ""
+    payment_instructions: str = ""
+    # Spend alerts: how often the cabinet checks thresholds and delivers webhooks, and the first retry delay.
+    alert_check_seconds: float = 30.0
+    alert_retry_first_delay_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,6 +193,7 @@ def _workers_config(tmp_path: Path) -> Path:
         f'[server]\noperator_token = "{OPERATOR_TOKEN}"\n'
         + path.read_text()
         + '\n[[plans]]\ncode = "credit"\ncredit_limit = 100.0\nrpm = 0\ntpm = 0\n'
+        + '\n[[plans]]\ncode = "pro"\nmonthly_fee = 49.0\nrpm = 0\ntpm = 0\n'
     )
     return path
 
@@ -289,10 +290,10 @@ def test_a_plan_change_applies_on_every_worker_on_sqlite_at_once(
 ) -> None:
     config = _workers_config(tmp_path)
     with _two_workers(config) as gateway:
-        # Unpaid, on a plan without credit: refused until the plan gives it credit.
-        tenant = register_tenant(gateway.base_url, fund_usd=None)
+        # Unpaid (a plan with a fee), without credit: refused until the plan gives it credit.
+        tenant = register_tenant(gateway.base_url, plan="pro", fund_usd=None)
         assert _round(gateway, tenant.api_key) == {402}  # both workers have cached the key with its plan
         set_plan(gateway, config, _organization_id(tmp_path, tenant), "credit")
         assert _round(gateway, tenant.api_key) == {200}
-        set_plan(gateway, config, _organization_id(tmp_path, tenant), "free")
+        set_plan(gateway, config, _organization_id(tmp_path, tenant), "pro")
         assert _round(gateway, tenant.api_key) == {402}

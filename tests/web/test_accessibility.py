@@ -37,6 +37,7 @@ SIGNED_IN_PAGES = [
     ("systems", "Systems"),
     ("rules", "Policy rules"),
     ("invoices", "Invoices"),
+    ("alerts", "Alerts"),
     ("audit", "Audit log"),
     ("sso", "Single sign-on"),
     ("account", "Your account"),

@@ -1,6 +1,7 @@
-"""The owner's first day in the browser: register, see the unpaid invoice, get paid up by the operator's
-CLI, create a key and copy its secret, call the model with the official `openai` SDK, find the request in
-the usage chart and table, revoke the key, and see the next request refused."""
+"""The owner's first day in the browser: register on the free plan (its 0.00 invoice paid at once), see the
+empty balance, get topped up by the operator's CLI, create a key and copy its secret, call the model with
+the official `openai` SDK, find the request in the usage chart and table, revoke the key, and see the next
+request refused."""
 
 from __future__ import annotations
 
@@ -30,26 +31,27 @@ def test_register_pay_create_a_key_call_the_model_see_the_usage_and_revoke(
     page.get_by_role("button", name="Create organization").click()
     settle(page, "Overview")
 
-    # The unpaid invoice is announced, with what to do about it and the organization id the operator
-    # needs (`modelgate billing top-up ORG_ID 5`), which its button copies.
+    # The free plan's 0.00 invoice was paid as it was opened: nothing is unpaid. The empty balance is
+    # announced, with the organization id the operator needs (`modelgate billing top-up ORG_ID 5`), which
+    # its button copies.
     session = page.request.get("/api/auth/session").json()
     organization_id = session["organization"]["id"]
-    unpaid = page.locator(".notice").filter(has_text=re.compile("invoice", re.IGNORECASE))
-    expect(unpaid.first).to_be_visible()
-    expect(unpaid.first).to_contain_text(re.compile("unpaid|open|not paid", re.IGNORECASE))
-    expect(unpaid.first.locator("code", has_text=organization_id)).to_be_visible()
-    screenshot(page, "overview-unpaid")
-    unpaid.first.get_by_role("button", name="Copy organization id").click()
+    expect(page.locator("#page")).not_to_contain_text(re.compile("unpaid|Pay it", re.IGNORECASE))
+    empty = page.locator(".notice").filter(has_text="Your balance is empty")
+    expect(empty).to_be_visible()
+    expect(empty.locator("code", has_text=organization_id)).to_be_visible()
+    screenshot(page, "overview-empty-balance")
+    empty.get_by_role("button", name="Copy organization id").click()
     assert page.evaluate("navigator.clipboard.readText()") == organization_id
+    [invoice] = page.request.get("/api/invoices").json()["invoices"]
+    assert (invoice["amountMicros"], invoice["status"]) == (0, "paid")
 
-    # The operator pays the invoice and tops the balance up with the CLI.
-    invoices = page.request.get("/api/invoices").json()["invoices"]
-    [invoice_id] = [row["id"] for row in invoices if row["status"] == "open"]
-    assert f"invoice {invoice_id}" in gateway.billing("mark-paid", invoice_id)
+    # The operator tops the balance up with the CLI.
     assert "credited 20.00 USD" in gateway.top_up(organization_id, 20)
     page.reload()
     settle(page, "Overview")
-    expect(page.locator(".notice").filter(has_text=re.compile("unpaid", re.IGNORECASE))).to_have_count(0)
+    notices = page.locator(".notice")
+    expect(notices.filter(has_text=re.compile("unpaid|empty", re.IGNORECASE))).to_have_count(0)
     expect(page.locator("#page")).to_contain_text("$20.00")
 
     # Create a key; its secret is shown once, with a copy button and a warning.

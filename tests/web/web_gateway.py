@@ -28,6 +28,11 @@ MODEL = "chat"
 PER_REQUEST_USD = 0.25
 LINK_PAGES = {"invitation": "accept-invitation", "verify": "verify-email", "reset": "reset-password"}
 OPERATOR_TOKEN = "web-tests-operator-token-0123456789"
+# A plan with a fee, and how its invoices are paid: the operator's payment link and instructions.
+TEAM_PLAN = "team"
+TEAM_FEE_USD = 12.5
+PAYMENT_LINK = "https://pay.example/checkout/{invoice_id}?amount={amount}&currency={currency}"
+PAYMENT_INSTRUCTIONS = "Or transfer {amount} {currency} to IBAN DE00 1234 with the reference {invoice_id}."
 _numbers = count(1)
 
 
@@ -37,11 +42,17 @@ def unique_email(prefix: str) -> str:
 
 
 def gateway_toml(base_url: str, storage_url: str, upstream: FakeUpstream) -> str:
-    """The ops suite's gateway (model `chat` on the fake upstream, priced per request; the free plan) with
-    SSO switched on (the public URL, and the cabinet URL the sign-in returns to) and the operator API."""
+    """The ops suite's gateway (model `chat` on the fake upstream, priced per request; the free plan, and the
+    team plan with a fee paid by the payment link) with SSO switched on (the public URL, and the cabinet URL
+    the sign-in returns to) and the operator API."""
     server = f'public_url = "{base_url}"\noperator_token = "{OPERATOR_TOKEN}"\n'
     server += f'\n[cabinet]\ncabinet_url = "{base_url}/"\n'
-    return ops_toml(storage_url, upstream, server=server, per_request_usd=PER_REQUEST_USD)
+    billing = f"payment_link = {PAYMENT_LINK!r}\npayment_instructions = {PAYMENT_INSTRUCTIONS!r}\n"
+    billing += "alert_check_seconds = 0.2\nalert_retry_first_delay_seconds = 0.2\n"  # alerts come quickly
+    plans = f'[[plans]]\ncode = "{TEAM_PLAN}"\nname = "Team"\nmonthly_fee = {TEAM_FEE_USD}\n'
+    return ops_toml(
+        storage_url, upstream, server=server, per_request_usd=PER_REQUEST_USD, billing=billing, plans=plans
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +144,12 @@ class WebGateway:
         headers = account.bearer if account else {}
         return httpx.request(method, f"{self.base_url}/api{path}", headers=headers, timeout=30).status_code
 
-    def register(self, prefix: str = "owner", legal_name: str = "Acme Web Ltd") -> Account:
-        """Register an organization and its owner through the API."""
+    def register(
+        self, prefix: str = "owner", legal_name: str = "Acme Web Ltd", plan: str = "free"
+    ) -> Account:
+        """Register an organization and its owner through the API (on the free plan unless told)."""
         email = unique_email(prefix)
-        body = {"legalName": legal_name, "email": email, "password": PASSWORD, "planCode": "free"}
+        body = {"legalName": legal_name, "email": email, "password": PASSWORD, "planCode": plan}
         token = self.api("POST", "/auth/register", body=body)["token"]
         session = self.api("GET", "/auth/session", Account(email, token, ""))
         return Account(email, token, session["organization"]["id"])

@@ -19,6 +19,7 @@ import "./pages/members.js";
 import "./pages/systems.js";
 import "./pages/rules.js";
 import "./pages/invoices.js";
+import "./pages/alerts.js";
 import "./pages/audit.js";
 import "./pages/sso.js";
 

@@ -68,6 +68,12 @@ rpm = {rpm}
 tpm = {tpm}
 
 [[plans]]
+code = "pro"  # a fee: its first invoice is open (unpaid) until the operator marks it paid
+monthly_fee = 49.0
+rpm = {rpm}
+tpm = {tpm}
+
+[[plans]]
 code = "enterprise"
 credit_limit = {credit_limit}
 self_service = true  # tests register on it themselves; by default a credit plan is assigned by the operator

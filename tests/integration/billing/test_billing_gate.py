@@ -35,7 +35,7 @@ async def _org_state(storage_url: str, email: str) -> dict:
 
 def test_an_unpaid_first_invoice_blocks_model_requests_in_envelope_a(start_gateway) -> None:
     gateway = start_gateway(per_request_usd=0.01)
-    tenant = register_tenant(gateway.base_url, fund_usd=None)
+    tenant = register_tenant(gateway.base_url, plan="pro", fund_usd=None)
     with pytest.raises(openai.APIStatusError) as caught:
         _client(gateway, tenant).chat.completions.create(**CHAT)
     assert caught.value.status_code == 402
@@ -49,7 +49,7 @@ def test_an_unpaid_first_invoice_blocks_model_requests_in_envelope_a(start_gatew
 
 def test_an_unpaid_first_invoice_blocks_messages_in_envelope_b(single_backend_gateway) -> None:
     gateway = single_backend_gateway(per_request_usd=0.01)
-    tenant = register_tenant(gateway.base_url, fund_usd=None)
+    tenant = register_tenant(gateway.base_url, plan="pro", fund_usd=None)
     response = httpx.post(
         f"{gateway.base_url}/v1/messages",
         headers={"x-api-key": tenant.api_key},

@@ -128,7 +128,7 @@ def _first_invoice(gateway, tenant: Tenant) -> dict:
 
 def test_marking_the_invoice_paid_unblocks_the_organization_at_once(start_gateway) -> None:
     gateway = start_gateway()
-    tenant = register_tenant(gateway.base_url, fund_usd=None)
+    tenant = register_tenant(gateway.base_url, plan="pro", fund_usd=None)
     assert _chat(gateway, tenant).status_code == 402
     invoice = _first_invoice(gateway, tenant)
     paid = _cabinet(
@@ -165,7 +165,7 @@ def test_the_billing_cli_unblocks_a_running_gateway_through_postgres(tmp_path, p
 
     config_path = tmp_path / "cli.toml"
     with ThreadedGateway(write_config(config_path, billing_toml(pg_server_url, None))) as gateway:
-        tenant = register_tenant(gateway.base_url, fund_usd=None)
+        tenant = register_tenant(gateway.base_url, plan="pro", fund_usd=None)
         assert _chat(gateway, tenant).status_code == 402
         invoice = _first_invoice(gateway, tenant)
         done = subprocess.run(

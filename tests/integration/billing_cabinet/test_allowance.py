@@ -24,10 +24,10 @@ ALLOWANCE_MICROS = 2_500_000
 DAY = 86_400.0
 
 
-def allowance_config() -> Config:
-    """The default plans, the free one with a monthly allowance of 2.50."""
+def allowance_config(plan: str = "free") -> Config:
+    """The default plans, `plan` (the free one unless told) with a monthly allowance of 2.50."""
     config = billing_config()
-    plans = tuple(replace(p, monthly_allowance=2.5) if p.code == "free" else p for p in config.plans)
+    plans = tuple(replace(p, monthly_allowance=2.5) if p.code == plan else p for p in config.plans)
     return replace(config, plans=plans)
 
 
@@ -43,7 +43,7 @@ async def _allowance_events(cabinet: BillingCabinet, org_id: str) -> list[str]:
     return [row["id"] for row in rows]
 
 
-async def test_paying_a_free_plans_zero_invoice_activates_and_grants_the_allowance(
+async def test_registering_on_a_free_plan_pays_its_zero_invoice_and_grants_the_allowance(
     start_billing_cabinet: BillingCabinetFactory,
 ) -> None:
     cabinet = await start_billing_cabinet(allowance_config())
@@ -51,36 +51,37 @@ async def test_paying_a_free_plans_zero_invoice_activates_and_grants_the_allowan
     org_id = await cabinet.organization_id(owner)
     [invoice] = (await cabinet.call("GET", "/invoices", token=owner.token)).body["invoices"]
 
-    paid = await cabinet.operator("POST", f"/invoices/{invoice['id']}/mark-paid")
+    again = await cabinet.operator("POST", f"/invoices/{invoice['id']}/mark-paid")
     topped = await cabinet.operator("POST", f"/organizations/{org_id}/top-up", json={"amountMicros": 1})
 
-    assert invoice["amountMicros"] == 0
-    assert paid.status == 200, paid.body
-    assert paid.body["balanceMicros"] == ALLOWANCE_MICROS
+    # The 0.00 invoice was paid as it was opened: nothing to pay, the organization is active at once.
+    assert (invoice["amountMicros"], invoice["status"]) == (0, "paid")
+    assert invoice["paidAt"] == invoice["createdAt"]
+    assert "payment" not in invoice
+    assert (again.status, again.body) == (409, {"error": "invoice already paid"})
     assert topped.body["balanceMicros"] == ALLOWANCE_MICROS + 1  # the month's allowance is granted once
     assert await _allowance_events(cabinet, org_id) == [allowance_event_id(org_id, time.time())]
-    # The model API heard the activation (0.00), then the allowance, then the top-up.
-    assert cabinet.billing.credited == [(org_id, 0), (org_id, ALLOWANCE_MICROS), (org_id, 1)]
     overview = (await cabinet.call("GET", "/overview", token=owner.token)).body["billing"]
     assert (overview["activated"], overview["canSpend"], overview["balanceMicros"]) == (
         True,
         True,
         ALLOWANCE_MICROS + 1,
     )
+    assert overview["openInvoices"] == []
 
 
 async def test_a_plan_without_an_allowance_and_an_unpaid_organization_get_none(
     start_billing_cabinet: BillingCabinetFactory,
 ) -> None:
-    cabinet = await start_billing_cabinet(allowance_config())
-    pro = await cabinet.register(plan="pro")
-    unpaid = await cabinet.register(plan="free")
-    await cabinet.operator("POST", f"/invoices/{await cabinet.open_invoice_id(pro)}/mark-paid")
+    config = allowance_config("pro")  # free has none; pro has one, but its invoice is not paid
+    cabinet = await start_billing_cabinet(config)
+    free = await cabinet.register(plan="free")
+    unpaid = await cabinet.register(plan="pro")
 
-    granted = await grant_due_allowances(cabinet.db, allowance_config(), next_month(time.time()), _ignore)
+    granted = await grant_due_allowances(cabinet.db, config, next_month(time.time()), _ignore)
 
     assert granted == 0
-    assert await _allowance_events(cabinet, await cabinet.organization_id(pro)) == []
+    assert await _allowance_events(cabinet, await cabinet.organization_id(free)) == []
     assert await _allowance_events(cabinet, await cabinet.organization_id(unpaid)) == []
 
 
@@ -95,8 +96,6 @@ async def test_each_later_month_is_granted_once_however_many_processes_grant(
     cabinet = await start_billing_cabinet(config)
     owners = [await cabinet.register(plan="free") for _ in range(3)]
     org_ids = [await cabinet.organization_id(owner) for owner in owners]
-    for owner in owners:
-        await cabinet.operator("POST", f"/invoices/{await cabinet.open_invoice_id(owner)}/mark-paid")
     later = next_month(time.time())
     # Three "gateway processes": each with its own connection (pool) to the same database.
     others = [await open_database(storage_url) for _ in range(2)]
@@ -126,18 +125,27 @@ async def test_each_later_month_is_granted_once_however_many_processes_grant(
         assert await cabinet.balance(org_id) == 2 * ALLOWANCE_MICROS
 
 
+def _with_pro_allowance(config: str) -> str:
+    """The CLI's config file, its plan "pro" given the allowance of 2.50."""
+    path = Path(config)
+    path.write_text(
+        path.read_text().replace("monthly_fee = 49.0\n", "monthly_fee = 49.0\nmonthly_allowance = 2.5\n")
+    )
+    return config
+
+
 async def test_marking_paid_from_the_cli_grants_the_allowance_too(
     start_billing_cabinet: BillingCabinetFactory, storage_url: str, tmp_path: Path
 ) -> None:
-    cabinet = await start_billing_cabinet(allowance_config())
-    owner = await cabinet.register(plan="free")
+    cabinet = await start_billing_cabinet(allowance_config("pro"))
+    owner = await cabinet.register(plan="pro")
     org_id = await cabinet.organization_id(owner)
-    config = write_config(tmp_path, storage_url, '[[plans]]\ncode = "free"\nmonthly_allowance = 2.5\n')
+    config = _with_pro_allowance(write_config(tmp_path, storage_url))
 
     code, out, err = await run_billing("mark-paid", await cabinet.open_invoice_id(owner), "--config", config)
 
     assert code == 0, err
-    assert "credited 0.00 USD; balance 2.50 USD" in out
+    assert "credited 49.00 USD; balance 51.50 USD" in out
     assert await _allowance_events(cabinet, org_id) == [allowance_event_id(org_id, time.time())]
 
 

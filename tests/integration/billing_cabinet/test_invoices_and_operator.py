@@ -30,6 +30,8 @@ async def test_registration_opens_one_plan_invoice_listed_for_every_role(cabinet
         "amountMicros": PRO_FEE_MICROS,
         "status": "open",
         "paidAt": None,
+        # Nothing configured: the cabinet says to pay as agreed with the operator.
+        "payment": {"link": None, "instructions": None},
     }
 
 

@@ -49,11 +49,13 @@ async def test_a_plan_with_a_credit_limit_can_spend_before_any_payment(cabinet: 
 
     billing = await _billing(cabinet, owner.token)
 
+    # Its 0.00 invoice was paid as it was opened: nothing is owed, and the credit is there to spend.
     assert (billing["activated"], billing["creditLimitMicros"], billing["canSpend"]) == (
-        False,
+        True,
         1_000_000_000,
         True,
     )
+    assert billing["openInvoices"] == []
 
 
 async def test_the_overview_sums_this_months_usage_of_the_organization_only(cabinet: BillingCabinet) -> None:

@@ -101,8 +101,12 @@ async def test_invite_only_registration_needs_a_valid_invitation_of_the_operator
         ENTERPRISE_CREDIT_MICROS,
         True,
     )
-    [entry] = await cabinet.audit_events(Account(accepted.body["token"], accepted.body["email"]))
-    assert entry["event"] == "auth.registered" and entry["details"]["invitationId"].startswith("reginv_")
+    entries = await cabinet.audit_events(Account(accepted.body["token"], accepted.body["email"]))
+    [entry] = [entry for entry in entries if entry["event"] == "auth.registered"]
+    assert entry["details"]["invitationId"].startswith("reginv_")
+    # The plan has no fee: its 0.00 invoice was paid as it was opened.
+    paid = [entry["details"]["via"] for entry in entries if entry["event"] == "invoice.paid"]
+    assert paid == ["registration"]
 
 
 async def test_an_invitation_expires_after_the_configured_time(

@@ -27,9 +27,12 @@ def ops_toml(
     logging: str = "",
     models: str = "",
     per_request_usd: float = 0.0,
+    billing: str = "",
+    plans: str = "",
 ) -> str:
     """A gateway with a mock model `echo` (and a `chat` model on `upstream` when given), both priced
-    `per_request_usd`; plans free and tight (1 request a minute). `models` appends [[models]] tables."""
+    `per_request_usd`; plans free and tight (1 request a minute). `models` appends [[models]] tables,
+    `billing` keys to [billing], `plans` [[plans]] tables."""
     redis = f'[redis]\nurl = "{redis_url}"\n' if redis_url else ""
     fake = (
         f"""
@@ -62,6 +65,7 @@ url = "{storage_url}"
 {redis}
 [billing]
 ledger_flush_interval_seconds = 0.2
+{billing}
 
 [logging]
 {logging}
@@ -89,6 +93,7 @@ tpm = 0
 code = "tight"
 rpm = 1
 tpm = 0
+{plans}
 """
 
 

@@ -54,11 +54,12 @@ def _answered(base_url: str, count: int) -> bool:
 def test_refused_and_failed_requests_leave_no_cycle_holding_their_context(
     tmp_path: Path, sqlite_url: str, upstream: FakeUpstream, collector_off: None
 ) -> None:
-    config = write_config(tmp_path / "c.toml", ops_toml(sqlite_url, upstream))
+    fee = '[[plans]]\ncode = "pro"\nmonthly_fee = 49.0\n'  # unpaid until its invoice is marked paid
+    config = write_config(tmp_path / "c.toml", ops_toml(sqlite_url, upstream, plans=fee))
     with ThreadedGateway(config) as gateway:
         funded = register_tenant(gateway.base_url)
         tight = register_tenant(gateway.base_url, plan="tight")
-        unpaid = register_tenant(gateway.base_url, fund_usd=None)
+        unpaid = register_tenant(gateway.base_url, plan="pro", fund_usd=None)
         assert _contexts_in_cycles() == 0  # what registering left behind is not a request's
 
         statuses = [

@@ -116,6 +116,10 @@ code = "free"
 rpm = 0
 tpm = 0
 realtime_concurrency = {cap}
+
+[[plans]]
+code = "pro"  # a fee: unpaid until the operator marks its invoice paid
+monthly_fee = 49.0
 """
 
 

@@ -91,6 +91,6 @@ def test_minting_needs_a_model_key(stack: RealtimeStack) -> None:
 
 
 def test_an_unpaid_organization_cannot_mint(stack: RealtimeStack) -> None:
-    unpaid = stack.tenant(fund_usd=None)
+    unpaid = stack.tenant(plan="pro", fund_usd=None)
     reply = _post(stack, {"model": "realtime-test"}, key=unpaid.api_key)
     assert_envelope_a(reply, 402, "insufficient_quota", code="insufficient_balance")

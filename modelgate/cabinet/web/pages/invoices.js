@@ -11,8 +11,19 @@ function purpose(invoice) {
   return [h("strong", {}, invoice.kind), h("br"), `Opened ${formatDate(invoice.createdAt, false)}`];
 }
 
+/** How to pay an open invoice: the operator's link and instructions, or to ask the operator. */
+export function paymentHow(invoice, money) {
+  const payment = invoice.payment || {};
+  const parts = [];
+  if (payment.link) parts.push(h("p", {}, h("a", { href: payment.link, rel: "noopener noreferrer", target: "_blank" }, `Pay ${money(invoice.amountMicros)} online`), " (opens the payment page)"));
+  if (payment.instructions) parts.push(h("p", { class: "payment-instructions" }, payment.instructions));
+  if (parts.length === 0) parts.push(h("p", {}, `Pay ${money(invoice.amountMicros)} as agreed with your gateway operator, who then marks it paid.`));
+  return parts;
+}
+
 function nextStep(invoice, money) {
-  if (invoice.status === "open") return `Pay ${money(invoice.amountMicros)} quoting ${invoice.id}; the operator marks it paid.`;
+  if (invoice.status === "open" && invoice.amountMicros <= 0) return "Nothing to pay.";
+  if (invoice.status === "open") return paymentHow(invoice, money);
   if (invoice.status === "paid" && invoice.kind === "top_up") return "Nothing: the amount is in your balance.";
   if (invoice.status === "paid") return `Nothing: paid ${formatDate(invoice.paidAt, false)}.`;
   if (invoice.status === "void") return "Nothing: cancelled.";
@@ -25,7 +36,7 @@ async function render(main) {
   const billing = overview.billing;
   const money = (micros) => formatMoney(micros, billing.currency);
   const invoices = answer.invoices || [];
-  const open = invoices.filter((invoice) => invoice.status === "open");
+  const open = invoices.filter((invoice) => invoice.status === "open" && invoice.amountMicros > 0);
   let summary;
   if (open.length === 0) {
     summary = notice("success", invoices.length ? "All invoices are paid." : "No invoices yet.");
@@ -38,7 +49,7 @@ async function render(main) {
         "div",
         { class: "notice-body" },
         h("strong", {}, first ? "Your first invoice is unpaid: pay it to start using the API." : `${open.length === 1 ? "One invoice is" : `${open.length} invoices are`} unpaid: ${money(owed)} in total.`),
-        h("p", {}, "Pay as agreed with your gateway operator and quote the invoice number. The operator marks the invoice paid; it then shows here as paid and the amount is credited to your balance."),
+        h("p", {}, "Each unpaid invoice below says how to pay it. Once the operator marks it paid it shows here as paid and the amount is credited to your balance."),
       ),
     );
   }
@@ -51,7 +62,7 @@ async function render(main) {
           { label: "Invoice", class: "invoice-id", render: (row) => h("code", {}, row.id) },
           { label: "For", class: "wrap", render: purpose },
           { label: "Amount", numeric: true, render: (row) => money(row.amountMicros) },
-          { label: "Status", render: (row) => badge(row.status) },
+          { label: "Status", render: (row) => badge(row.status === "open" && row.amountMicros <= 0 ? "nothing due" : row.status) },
           { label: "What to do", class: "wrap", render: (row) => nextStep(row, money) },
         ],
         invoices,

@@ -7,6 +7,7 @@ import { barChart } from "../chart.js";
 import { href, page } from "../router.js";
 import { session } from "../session.js";
 import { copyButton, emptyState, errorText, formatDate, formatMoney, formatNumber, h, loading, notice, section, show, table } from "../ui.js";
+import { paymentHow } from "./invoices.js";
 import { limitSeries, monthStart, requestSplit, shortDay, spendByDayAndModel, utcToday } from "../usage_data.js";
 
 const ADMIN = ["owner", "admin"];
@@ -46,7 +47,8 @@ function billingNotice(billing, activeKeys, organization) {
           "div",
           { class: "notice-body" },
           h("strong", {}, "Your first invoice is unpaid: pay it to start using the API."),
-          h("p", {}, `Invoice ${first.id} over ${money(first.amountMicros)} (plan ${first.planCode}) was opened ${formatDate(first.createdAt)}. Pay it as agreed with your gateway operator; model requests work as soon as it is marked paid (or your balance is topped up).`),
+          h("p", {}, `Invoice ${first.id} over ${money(first.amountMicros)} (plan ${first.planCode}) was opened ${formatDate(first.createdAt)}. Model requests work as soon as it is marked paid (or your balance is topped up).`),
+          ...paymentHow(first, money),
           orgId,
           h("p", {}, h("a", { href: href("/invoices") }, "See your invoices")),
         ),
@@ -57,12 +59,13 @@ function billingNotice(billing, activeKeys, organization) {
   if (open.length > 0) {
     return notice(
       "warning",
-      h("div", { class: "notice-body" }, h("strong", {}, `${open.length === 1 ? "An invoice is" : `${open.length} invoices are`} unpaid (${money(owed)}).`), h("p", {}, "Pay it as agreed with your gateway operator to keep your plan in good standing."), orgId, h("p", {}, h("a", { href: href("/invoices") }, "See your invoices"))),
+      h("div", { class: "notice-body" }, h("strong", {}, `${open.length === 1 ? "An invoice is" : `${open.length} invoices are`} unpaid (${money(owed)}).`), h("p", {}, "Pay it to keep your plan in good standing."), ...(open.length === 1 ? paymentHow(open[0], money) : []), orgId, h("p", {}, h("a", { href: href("/invoices") }, "See your invoices"))),
     );
   }
   const available = billing.balanceMicros + billing.creditLimitMicros;
   if (available <= 0) {
-    return notice("error", h("div", { class: "notice-body" }, h("strong", {}, "Your balance is used up."), h("p", {}, "Model requests are refused (402) until your gateway operator tops it up."), orgId));
+    const spent = billing.usage && billing.usage.costMicros > 0;
+    return notice("error", h("div", { class: "notice-body" }, h("strong", {}, spent ? "Your balance is used up." : "Your balance is empty."), h("p", {}, "Model requests are refused (402) until your gateway operator tops it up."), orgId));
   }
   const next = activeKeys > 0
     ? h("p", {}, "Your applications use the API with your organization's keys. ", h("a", { href: href("/usage") }, "See usage"))
