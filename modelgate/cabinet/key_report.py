@@ -73,16 +73,20 @@ async def key_activity_page(
 ) -> tuple[int, list[KeyActivity]]:
     """The number of the organization's keys matching `query` (alias, owner, id, status) and one sorted page
     of them with their last use and spend."""
-    where = "k.organization_id = $1"
-    args: list[object] = [organization_id, month_start, day_start]
-    if query:
-        args.append(_like(query))
-        n = len(args)
-        where += (
-            f" AND (LOWER(k.alias) LIKE ${n} ESCAPE '\\' OR LOWER(k.owner_email) LIKE ${n} ESCAPE '\\'"
-            f" OR LOWER(k.id) LIKE ${n} ESCAPE '\\' OR k.status LIKE ${n} ESCAPE '\\')"
+
+    def where(n: int) -> str:
+        """The keys of the organization ($1) matching the query text (${n}), when there is one."""
+        if not query:
+            return "k.organization_id = $1"
+        return (
+            f"k.organization_id = $1 AND (LOWER(k.alias) LIKE ${n} ESCAPE '\\'"
+            f" OR LOWER(k.owner_email) LIKE ${n} ESCAPE '\\' OR LOWER(k.id) LIKE ${n} ESCAPE '\\'"
+            f" OR k.status LIKE ${n} ESCAPE '\\')"
         )
-    total = await ex.fetchval(f"SELECT COUNT(*) FROM api_keys k WHERE {where}", organization_id, *args[3:])
+
+    text = [_like(query)] if query else []
+    total = await ex.fetchval(f"SELECT COUNT(*) FROM api_keys k WHERE {where(2)}", organization_id, *text)
+    args: list[object] = [organization_id, month_start, day_start, *text]
     direction = "DESC" if descending else "ASC"
     args.extend([limit, offset])
     spend = (
@@ -95,7 +99,7 @@ async def key_activity_page(
         " (SELECT MAX(l.created_at) FROM usage_ledger l WHERE l.key_id = k.id"
         " AND l.organization_id = k.organization_id) AS last_used_at,"
         f" {spend.format(start='$3')} AS spend_today_micros, {spend.format(start='$2')} AS spend_month_micros"
-        f" FROM api_keys k WHERE {where}) r"
+        f" FROM api_keys k WHERE {where(4)}) r"
         f" ORDER BY {SORTS[sort]} {direction}, r.id {direction} LIMIT ${len(args) - 1} OFFSET ${len(args)}",
         *args,
     )
