@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 SIGNED_IN_PAGES = [
     ("overview", "Overview"),
     ("keys", "API keys"),
+    ("models", "Models"),
     ("usage", "Usage"),
     ("members", "Members"),
     ("systems", "Systems"),

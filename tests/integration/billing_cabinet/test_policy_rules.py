@@ -24,7 +24,9 @@ async def test_a_rule_is_created_read_listed_updated_and_deleted(cabinet: Billin
     )
     path = f"/policy-rules/{created.body['id']}"
     fetched = await cabinet.call("GET", path, token=owner.token)
-    updated = await cabinet.call("PATCH", path, token=owner.token, json={"models": ["mock-chat"], "tpm": 5000})
+    updated = await cabinet.call(
+        "PATCH", path, token=owner.token, json={"models": ["mock-chat"], "tpm": 5000}
+    )
     listed = await cabinet.call("GET", "/policy-rules", token=owner.token)
     deleted = await cabinet.call("DELETE", path, token=owner.token)
     gone = await cabinet.call("GET", path, token=owner.token)

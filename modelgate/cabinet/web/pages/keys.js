@@ -146,14 +146,11 @@ async function render(main, params) {
 
   function drawList(report) {
     const columns = [
-      { label: "Alias", class: "key-alias wrap", render: (key) => [h("strong", {}, key.alias), h("br"), h("code", { class: "muted small" }, key.id)] },
-      { label: "Status", render: (key) => badge(key.status) },
-      { label: "Owner and system", class: "wrap", render: (key) => [key.ownerEmail, key.systemId ? [h("br"), h("span", { class: "muted" }, `System ${systemName(systems, key.systemId)}`)] : null] },
-      { label: "Created", render: (key) => formatDate(key.createdAt) },
-      { label: "Last used", render: (key) => (key.lastUsedAt ? formatDate(key.lastUsedAt) : h("span", { class: "muted" }, "never")) },
-      { label: "Spend today", numeric: true, render: (key) => money(key.spendTodayMicros) },
-      { label: "Spend this month", numeric: true, render: (key) => money(key.spendMonthMicros) },
-      { label: "Limits", class: "wrap", render: (key) => limitsCell(key, report.plan, money) },
+      { label: "Key", class: "key-alias", render: (key) => [h("strong", {}, key.alias), " ", badge(key.status), h("br"), h("code", { class: "muted small" }, key.id)] },
+      { label: "Owner", class: "key-owner", render: (key) => [key.ownerEmail, key.systemId ? [h("br"), h("span", { class: "muted" }, `System ${systemName(systems, key.systemId)}`)] : null] },
+      { label: "Created, used", class: "key-dates", render: (key) => [`Created ${formatDate(key.createdAt)}`, h("br"), key.lastUsedAt ? `Used ${formatDate(key.lastUsedAt)}` : h("span", { class: "muted" }, "Never used")] },
+      { label: "Spend", numeric: true, render: (key) => [`Today ${money(key.spendTodayMicros)}`, h("br"), `This month ${money(key.spendMonthMicros)}`] },
+      { label: "Limits", class: "key-limits-cell", render: (key) => limitsCell(key, report.plan, money) },
     ];
     if (admin) {
       columns.push({
