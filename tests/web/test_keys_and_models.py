@@ -108,7 +108,8 @@ def test_the_keys_page_of_500_keys_is_paged_and_sorted_and_a_long_alias_keeps_re
     )
     expect(revoke).to_be_in_viewport(ratio=1)
     wide = page.evaluate(
-        "() => [...document.querySelectorAll('#page .table-wrap')].some((w) => w.scrollWidth > w.clientWidth + 1)"
+        "() => [...document.querySelectorAll('#page .table-wrap')]"
+        ".some((w) => w.scrollWidth > w.clientWidth + 1)"
     )
     assert not wide
 

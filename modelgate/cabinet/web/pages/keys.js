@@ -146,10 +146,12 @@ async function render(main, params) {
 
   function drawList(report) {
     const columns = [
-      { label: "Key", class: "key-alias", render: (key) => [h("strong", {}, key.alias), " ", badge(key.status), h("br"), h("code", { class: "muted small" }, key.id)] },
-      { label: "Owner", class: "key-owner", render: (key) => [key.ownerEmail, key.systemId ? [h("br"), h("span", { class: "muted" }, `System ${systemName(systems, key.systemId)}`)] : null] },
+      { label: "Alias", class: "key-alias", render: (key) => [h("strong", {}, key.alias), h("br"), h("code", { class: "muted small" }, key.id)] },
+      { label: "Status", render: (key) => badge(key.status) },
+      { label: "System", class: "key-system", render: (key) => systemName(systems, key.systemId) || h("span", { class: "muted" }, "—") },
+      { label: "Owner", class: "key-owner", key: "ownerEmail" },
       { label: "Created, used", class: "key-dates", render: (key) => [`Created ${formatDate(key.createdAt)}`, h("br"), key.lastUsedAt ? `Used ${formatDate(key.lastUsedAt)}` : h("span", { class: "muted" }, "Never used")] },
-      { label: "Spend", numeric: true, render: (key) => [`Today ${money(key.spendTodayMicros)}`, h("br"), `This month ${money(key.spendMonthMicros)}`] },
+      { label: "Spend", numeric: true, render: (key) => [`Today ${money(key.spendTodayMicros)}`, h("br"), `Month ${money(key.spendMonthMicros)}`] },
       { label: "Limits", class: "key-limits-cell", render: (key) => limitsCell(key, report.plan, money) },
     ];
     if (admin) {
