@@ -40,7 +40,7 @@ function pricesCell(model, currency) {
     "ul",
     { class: "plain-list" },
     shown.map(([name, label]) => h("li", {}, `${label}: ${perMillion(rates[name], currency)} / 1M tokens`)),
-    extras.map(([name, value]) => h("li", {}, `${name.replace(/Micros$/, "").replace(/^per/, "Per ")}: ${perMillion(value / 1_000_000, currency)}`)),
+    extras.map(([name, value]) => h("li", {}, `Per ${name.replace(/^per|Micros$/g, "").replace(/([A-Z])/g, " $1").trim().toLowerCase()}: ${perMillion(value / 1_000_000, currency)}`)),
     model.prices.longContext.map((tier) => h("li", {}, `Above ${formatNumber(tier.aboveInputTokens)} prompt tokens: input ${perMillion(tier.perMillionTokens.input, currency)}, output ${perMillion(tier.perMillionTokens.output, currency)} / 1M`)),
   );
 }
