@@ -270,10 +270,11 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/organization/api-keys": {
         "post": _op(
-            "Issue an API key for the model API; the secret is returned only here",
+            "Issue an API key for the model API; the secret is returned only here. budget, rpm, tpm and"
+            " models write the key's own allow rule; members may create keys when membersCreateKeys is on",
             (201, "ApiKeyCreated"),
             body="ApiKeyRequest",
-            roles=_ADMIN,
+            roles="owner/admin, or a member when the organization allows",
             errors=_AUTH_ERRORS,
         ),
     },
@@ -586,7 +587,20 @@ SCHEMAS: dict[str, Any] = {
             "description": "false: no password yet (set one with POST /auth/password, or use SSO)",
         },
     ),
-    "ApiKeyRequest": _obj(("alias",), alias=_STR, ownerEmail=_STR, systemId=_STR),
+    "ApiKeyRequest": _obj(
+        ("alias",),
+        alias=_STR,
+        ownerEmail={"type": "string", "description": "A member of the organization; the caller by default"},
+        systemId=_STR,
+        budget={"type": ["object", "null"], "description": "The key's own budget: {amountMicros, period}"},
+        rpm={"type": ["integer", "null"]},
+        tpm={"type": ["integer", "null"]},
+        models={
+            "type": ["array", "null"],
+            "items": _STR,
+            "description": "Patterns of the models the key may use",
+        },
+    ),
     "ApiKey": _API_KEY,
     "ApiKeyCreated": _with_secret(_ref("ApiKey")),
     "ManagementKeyRequest": _obj(("name",), name=_STR),
@@ -644,10 +658,19 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
     from modelgate.cabinet.openapi_billing import BILLING_PATHS, BILLING_SCHEMAS, OPERATOR_SECURITY_SCHEMES
     from modelgate.cabinet.openapi_domains import DOMAIN_PATHS, DOMAIN_SCHEMAS
     from modelgate.cabinet.openapi_identity import IDENTITY_PATHS, IDENTITY_SCHEMAS
+    from modelgate.cabinet.openapi_keys import KEYS_PATHS, KEYS_SCHEMAS
     from modelgate.cabinet.openapi_meters import METER_PATHS, METER_SCHEMAS
     from modelgate.cabinet.openapi_requests import REQUEST_PATHS, REQUEST_SCHEMAS
 
-    paths = {**PATHS, **BILLING_PATHS, **DOMAIN_PATHS, **IDENTITY_PATHS, **REQUEST_PATHS, **METER_PATHS}
+    paths = {
+        **PATHS,
+        **BILLING_PATHS,
+        **DOMAIN_PATHS,
+        **IDENTITY_PATHS,
+        **REQUEST_PATHS,
+        **METER_PATHS,
+        **KEYS_PATHS,
+    }
     schemas = {
         **SCHEMAS,
         **BILLING_SCHEMAS,
@@ -655,6 +678,7 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
         **IDENTITY_SCHEMAS,
         **REQUEST_SCHEMAS,
         **METER_SCHEMAS,
+        **KEYS_SCHEMAS,
     }
     return {
         "openapi": "3.1.0",

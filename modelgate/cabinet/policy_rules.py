@@ -36,6 +36,7 @@ from aiohttp import web
 from modelgate.cabinet.audit import actor_of
 from modelgate.cabinet.auth import Principal, authenticate
 from modelgate.cabinet.clock import isoformat, now
+from modelgate.cabinet.model_catalogue import check_patterns_match
 from modelgate.cabinet.organizations import require_organization
 from modelgate.cabinet.policy_rule_input import (
     DEFAULT_CONTENT_MODELS,
@@ -166,12 +167,24 @@ async def create_policy_rule(request: web.Request) -> web.Response:
     services = services_of(request)
     principal = await authenticate(request, roles=ADMIN_ROLES)
     fields = await _rule_fields(request)
+    async with services.db.transaction() as tx:
+        rule = await insert_checked_rule(tx, services, principal, fields)
+    await announce_policy_change(services, principal.organization_id)
+    return json_response(rule_json(rule), status=201)
+
+
+async def insert_checked_rule(
+    tx: Executor, services: CabinetServices, principal: Principal, fields: dict[str, Any]
+) -> PolicyRule:
+    """Check parsed create fields against each other, the catalogue and the organization, then store and audit
+    the rule in `tx` (the caller announces the change after commit). Keys created with limits use it too."""
     for required in REQUIRED_FIELDS:
         if required not in fields:
             raise bad_request(f"{required} is required")
     subject_type, effect = fields["subjectType"], fields["effect"]
     if "models" in fields:
         models = fields["models"]
+        check_patterns_match(services.config, models)
     elif effect in CONTENT_EFFECTS:
         models = DEFAULT_CONTENT_MODELS
     else:
@@ -181,42 +194,40 @@ async def create_policy_rule(request: web.Request) -> web.Response:
     check_consistent(effect, budget, rpm, tpm, content)
     at = now()
     org_id = principal.organization_id
-    async with services.db.transaction() as tx:
-        # Locking the organization serialises the count check against concurrent creates.
-        await require_organization(tx, org_id, lock=True)
-        if await count_rules(tx, org_id) >= MAX_RULES_PER_ORGANIZATION:
-            raise CabinetError(409, f"an organization may have at most {MAX_RULES_PER_ORGANIZATION} rules")
-        if content is not None:
-            _check_content_size(await content_size_of(tx, org_id), content)
-        subject_id = await _resolve_subject(tx, principal, subject_type, fields.get("subjectId"))
-        rule = PolicyRule(
-            id=new_id("pol"),
-            organization_id=org_id,
-            subject_type=subject_type,
-            subject_id=subject_id,
-            effect=effect,
-            models=models,
-            budget_micros=budget[0] if budget else None,
-            budget_period=budget[1] if budget else None,
-            rpm=rpm,
-            tpm=tpm,
-            description=fields.get("description", ""),
-            created_at=at,
-            updated_at=at,
-            content=content,
-        )
-        await insert_rule(tx, rule)
-        await record(
-            tx,
-            org_id,
-            "policy_rule.created",
-            actor_of(principal),
-            at,
-            target_id=rule.id,
-            details=_summary(rule),
-        )
-    await announce_policy_change(services, org_id)
-    return json_response(rule_json(rule), status=201)
+    # Locking the organization serialises the count check against concurrent creates.
+    await require_organization(tx, org_id, lock=True)
+    if await count_rules(tx, org_id) >= MAX_RULES_PER_ORGANIZATION:
+        raise CabinetError(409, f"an organization may have at most {MAX_RULES_PER_ORGANIZATION} rules")
+    if content is not None:
+        _check_content_size(await content_size_of(tx, org_id), content)
+    subject_id = await _resolve_subject(tx, principal, subject_type, fields.get("subjectId"))
+    rule = PolicyRule(
+        id=new_id("pol"),
+        organization_id=org_id,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        effect=effect,
+        models=models,
+        budget_micros=budget[0] if budget else None,
+        budget_period=budget[1] if budget else None,
+        rpm=rpm,
+        tpm=tpm,
+        description=fields.get("description", ""),
+        created_at=at,
+        updated_at=at,
+        content=content,
+    )
+    await insert_rule(tx, rule)
+    await record(
+        tx,
+        org_id,
+        "policy_rule.created",
+        actor_of(principal),
+        at,
+        target_id=rule.id,
+        details=_summary(rule),
+    )
+    return rule
 
 
 def _summary(rule: PolicyRule) -> dict[str, Any]:
@@ -286,6 +297,8 @@ async def update_policy_rule(request: web.Request) -> web.Response:
     fields = await _rule_fields(request)
     if not fields:
         raise bad_request(f"give at least one of: {', '.join(sorted(FIELDS))}")
+    if "models" in fields:
+        check_patterns_match(services.config, fields["models"])
     at = now()
     org_id = principal.organization_id
     async with services.db.transaction() as tx:

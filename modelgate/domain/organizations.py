@@ -157,3 +157,16 @@ async def activated_without_event(
         *plan_codes,
     )
     return [row["id"] for row in rows]
+
+
+async def members_create_keys(ex: Executor, organization_id: str) -> bool:
+    """Whether members (not only owners and admins) may create their own API keys (off by default)."""
+    value = await ex.fetchval("SELECT members_create_keys FROM organizations WHERE id = $1", organization_id)
+    return bool(value)
+
+
+async def set_members_create_keys(tx: Executor, organization_id: str, allowed: bool) -> None:
+    """Let members create their own API keys, or stop them."""
+    await tx.execute(
+        "UPDATE organizations SET members_create_keys = $2 WHERE id = $1", organization_id, allowed
+    )

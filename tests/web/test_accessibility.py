@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 SIGNED_IN_PAGES = [
     ("overview", "Overview"),
     ("keys", "API keys"),
+    ("models", "Models"),
     ("usage", "Usage"),
     ("requests", "Requests"),
     ("members", "Members"),

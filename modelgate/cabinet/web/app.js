@@ -13,6 +13,7 @@ import "./pages/verify_email.js";
 import "./pages/account.js";
 import "./pages/overview.js";
 import "./pages/keys.js";
+import "./pages/models.js";
 import "./pages/usage.js";
 import "./pages/requests.js";
 import "./pages/members.js";

@@ -6,7 +6,7 @@ import { h, notice, showPendingFlash } from "./ui.js";
 
 const pages = new Map();
 // The nav lists pages in this order; pages not named here follow in the order they registered.
-const NAV_ORDER = ["/overview", "/keys", "/usage", "/requests", "/members", "/systems", "/rules", "/invoices", "/alerts", "/audit", "/sso", "/account"];
+const NAV_ORDER = ["/overview", "/keys", "/models", "/usage", "/requests", "/members", "/systems", "/rules", "/invoices", "/alerts", "/audit", "/sso", "/account"];
 const SIGNED_OUT_NAV = ["/login", "/register"];
 const navListeners = new Set();
 let renderCount = 0;

@@ -69,7 +69,8 @@ export function svg(tag, attrs, ...children) {
 function optionList(options, value) {
   return (options || []).map((option) => {
     const item = typeof option === "object" ? option : { value: option, label: option };
-    return h("option", { value: item.value, selected: String(item.value) === String(value ?? "") }, item.label ?? item.value);
+    const selected = Array.isArray(value) ? value.map(String).includes(String(item.value)) : String(item.value) === String(value ?? "");
+    return h("option", { value: item.value, selected }, item.label ?? item.value);
   });
 }
 

@@ -88,9 +88,9 @@ async def test_a_content_rule_may_name_its_models_and_a_key_subject(cabinet: Cab
     owner = await cabinet.register()
     key = (await cabinet.create_key(owner)).body
 
-    rule = await _create(cabinet, owner, subjectType="key", subjectId=key["id"], models=["gpt-*"])
+    rule = await _create(cabinet, owner, subjectType="key", subjectId=key["id"], models=["mock-*"])
 
-    assert (rule["subjectType"], rule["subjectId"], rule["models"]) == ("key", key["id"], ["gpt-*"])
+    assert (rule["subjectType"], rule["subjectId"], rule["models"]) == ("key", key["id"], ["mock-*"])
 
 
 @pytest.mark.parametrize("effect", ["block", "redact", "flag"])
@@ -120,7 +120,7 @@ async def test_the_term_lists_are_optional_and_deduplicated_in_order(cabinet: Ca
 async def test_an_access_rule_has_content_null(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
 
-    reply = await _post(cabinet, owner, {**ACCESS_RULE, "effect": "deny", "models": ["gpt-*"]})
+    reply = await _post(cabinet, owner, {**ACCESS_RULE, "effect": "deny", "models": ["mock-*"]})
 
     assert (reply.status, reply.body["content"]) == (201, None)
 
@@ -378,7 +378,7 @@ async def test_a_content_rule_is_read_back_after_a_restart(
     cabinet: Cabinet, storage_url: str, aiohttp_client
 ) -> None:
     owner = await cabinet.register()
-    rule = await _create(cabinet, owner, effect="redact", models=["gpt-*", "claude-*"])
+    rule = await _create(cabinet, owner, effect="redact", models=["mock-*", "mock-e*"])
 
     reopened = await open_database(storage_url)
     try:
@@ -408,7 +408,7 @@ async def test_migration_9_keeps_the_access_rules_of_a_version_8_database(storag
                 " budget_micros, budget_period, rpm, tpm, description, created_at, updated_at)"
                 " VALUES ($1, 'org_1', $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $11)",
                 [
-                    ("pol_a", "organization", "org_1", "allow", '["gpt-*"]', 500, "day", 10, "a", 1.0, 2.0),
+                    ("pol_a", "organization", "org_1", "allow", '["mock-*"]', 500, "day", 10, "a", 1.0, 2.0),
                     ("pol_d", "key", "key_1", "deny", '["*"]', None, None, None, "", 3.0, 4.0),
                 ],
             )
@@ -421,7 +421,7 @@ async def test_migration_9_keeps_the_access_rules_of_a_version_8_database(storag
     assert [
         (r.id, r.effect, r.models, r.budget_micros, r.budget_period, r.rpm, r.content) for r in rules
     ] == [
-        ("pol_a", "allow", ("gpt-*",), 500, "day", 10, None),
+        ("pol_a", "allow", ("mock-*",), 500, "day", 10, None),
         ("pol_d", "deny", ("*",), None, None, None, None),
     ]
     assert [(r.subject_type, r.subject_id, r.description, r.created_at, r.updated_at) for r in rules] == [

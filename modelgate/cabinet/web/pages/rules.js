@@ -6,6 +6,7 @@ import { api } from "../api.js";
 import { page } from "../router.js";
 import { announce, badge, confirmDialog, form, formatMoney, formatNumber, h, loading, notice, section, stackedTable } from "../ui.js";
 import { actionButton, canManage, code, itemsOf, linesOf, openFormDialog } from "./admin_kit.js";
+import { loadCatalogue, modelFields, modelsOf } from "./model_picker.js";
 
 const ACCESS_EFFECTS = ["allow", "deny"];
 const CONTENT_EFFECTS = ["block", "redact", "flag"];
@@ -49,8 +50,8 @@ function subjectOptions(subjectType, context, current) {
 }
 
 function validateModels(value, values) {
-  const models = itemsOf(value);
-  if (!isContent(values.effect) && models.length === 0) return "Name at least one model (use * for every model).";
+  const models = modelsOf(values);
+  if (!isContent(values.effect) && models.length === 0) return "Pick at least one model (or Every model).";
   if (models.length > MAX_MODELS) return `At most ${MAX_MODELS} model patterns.`;
   const long = models.find((m) => m.length > MAX_MODEL_LENGTH);
   return long ? `Each model pattern has at most ${MAX_MODEL_LENGTH} characters.` : "";
@@ -96,15 +97,10 @@ function ruleFields(context, rule = null) {
       options: subjectOptions(subjectType, context, rule && rule.subjectId),
       validate: (value, values) => (values.subjectType !== "organization" && !value ? `Choose the ${values.subjectType === "key" ? "API key" : "system"} (create one first if the list is empty).` : ""),
     },
-    {
-      label: "Models",
-      name: "models",
-      value: rule ? rule.models.join(", ") : "",
-      placeholder: "gpt-4o, claude-*",
-      autocomplete: "off",
-      hint: "Model names or patterns, separated by commas: * matches any run of characters, ? one character, [abc] one of them; case-sensitive. Content rules apply to every model when left empty.",
+    ...modelFields(context.catalogue, rule ? rule.models : [], {
+      hint: "Pick the models from the catalogue (Ctrl or ⌘ + click for several). Content rules apply to every model when none is picked.",
       validate: validateModels,
-    },
+    }),
     {
       label: "Budget (USD)",
       name: "budgetAmount",
@@ -195,7 +191,7 @@ function ruleBody(values) {
     effect,
     subjectType: values.subjectType,
     subjectId: values.subjectType === "organization" ? null : values.subjectId,
-    models: itemsOf(values.models),
+    models: modelsOf(values),
     description: values.description,
     budget: null,
     rpm: null,
@@ -368,11 +364,11 @@ async function render(main, params = {}) {
   const manage = canManage();
   const accessSlot = h("div", {});
   const contentSlot = h("div", {});
-  let context = { systems: [], apiKeys: [] };
+  let context = { systems: [], apiKeys: [], catalogue: { models: [] } };
 
   async function redraw() {
-    const [rules, overview] = await Promise.all([api("GET", "/policy-rules"), api("GET", "/overview")]);
-    context = { systems: overview.systems || [], apiKeys: overview.apiKeys || [] };
+    const [rules, overview, catalogue] = await Promise.all([api("GET", "/policy-rules"), api("GET", "/overview"), loadCatalogue()]);
+    context = { systems: overview.systems || [], apiKeys: overview.apiKeys || [], catalogue };
     const all = rules.policyRules;
     const access = all.filter((r) => !isContent(r.effect));
     const contentRules = all.filter((r) => isContent(r.effect));
