@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
@@ -16,6 +14,7 @@ from modelgate.cabinet.audit_csv import CSV_PAGE_SIZE, MAX_CSV_ENTRIES, csv_head
 from modelgate.cabinet.audit_names import names_of, referenced_ids
 from modelgate.cabinet.auth import Principal, authenticate
 from modelgate.cabinet.clock import isoformat
+from modelgate.cabinet.query_days import decode_cursor, encode_cursor, query_day
 from modelgate.cabinet.requests import bad_request, json_response
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.users import ADMIN_ROLES
@@ -34,9 +33,6 @@ FILTER_PARAMETERS = {
 }
 TEXT_PARAMETERS = (*FILTER_PARAMETERS, "route")
 MAX_FILTER_LENGTH = 200
-_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
-FIRST_DAY = date(1970, 1, 1)
-LAST_DAY = date(9998, 12, 31)
 # A route as a client writes it (`/v1/chat/completions`, `POST /v1/responses/resp_1`) -> the route names that
 # entries store; a path with an object id matches each method's route (`responses_get`, `responses_delete`).
 _METHODS = frozenset(r.method for r in ROUTES)
@@ -44,8 +40,6 @@ _ROUTE_PATTERNS = tuple(
     (re.compile("^" + re.escape(r.path).replace(re.escape("{id}"), "[^/]+") + "$"), r.method, r.name)
     for r in ROUTES
 )
-# What `new_id` makes: the id half of a cursor is nothing else.
-_ENTRY_ID = re.compile(r"^[a-z]{1,16}_[0-9a-f]{8,64}$")
 
 
 def actor_of(principal: Principal) -> Actor:
@@ -78,25 +72,6 @@ def _named_entry_json(entry: AuditEntry, names: Mapping[str, str]) -> dict[str, 
         **entry_json(entry),
         "names": {i: names[i] for i in dict.fromkeys(referenced_ids([entry])) if i in names},
     }
-
-
-def encode_cursor(entry: AuditEntry) -> str:
-    """An opaque position after `entry` in newest-first order; repr keeps the float exact."""
-    return base64.urlsafe_b64encode(f"{entry.created_at!r}|{entry.id}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    """The (created_at, id) a cursor points after; 400 when it was not made by `encode_cursor`."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        at, _, entry_id = raw.partition("|")
-        position = float(at)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise bad_request("cursor is not valid") from exc
-    # A cursor is the client's text, decoded: a NUL in it would reach the query (a 500 on PostgreSQL).
-    if not _ENTRY_ID.match(entry_id) or position != position:  # NaN never orders
-        raise bad_request("cursor is not valid")
-    return position, entry_id
 
 
 def _page_size(raw: str | None) -> int:
@@ -133,21 +108,6 @@ def route_names(given: str) -> tuple[str, ...]:
     return names or (given,)
 
 
-def _day(query: Mapping[str, str], name: str) -> date | None:
-    raw = query.get(name)
-    if not raw:
-        return None
-    try:
-        if not _DATE.match(raw):
-            raise ValueError(raw)
-        day = date.fromisoformat(raw)
-    except ValueError as exc:
-        raise bad_request(f"{name} must be a date YYYY-MM-DD") from exc
-    if not FIRST_DAY <= day <= LAST_DAY:
-        raise bad_request(f"{name} must be between {FIRST_DAY} and {LAST_DAY}")
-    return day
-
-
 def _start_of(day: date) -> float:
     return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
 
@@ -165,7 +125,7 @@ def _filters(query: Mapping[str, str]) -> AuditFilter:
     route = query.get("route")
     if route and route.strip():
         given["routes"] = route_names(route)
-    first, last = _day(query, "from"), _day(query, "to")
+    first, last = query_day(query, "from"), query_day(query, "to")
     if first is not None and last is not None and first > last:
         raise bad_request("from must not be after to")
     if first is not None:
@@ -198,7 +158,7 @@ async def audit_log_handler(request: web.Request) -> web.StreamResponse:
     db = services_of(request).db
     found = await newest_entries(db, principal.organization_id, limit + 1, after, filters)
     entries = found[:limit]
-    next_cursor = encode_cursor(entries[-1]) if len(found) > limit else None
+    next_cursor = encode_cursor(entries[-1].created_at, entries[-1].id) if len(found) > limit else None
     names = await names_of(db, principal.organization_id, referenced_ids(entries))
     return json_response(
         {"entries": [_named_entry_json(e, names) for e in entries], "nextCursor": next_cursor}

@@ -7,8 +7,6 @@ while new requests arrive); any role may read them, always of its own organizati
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, date, datetime, timedelta
@@ -18,6 +16,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.query_days import DAY, FIRST_DAY, LAST_DAY, ROW_ID, decode_cursor, encode_cursor
 from modelgate.cabinet.request_log_repository import (
     RequestFilter,
     RequestRecord,
@@ -40,13 +39,9 @@ QUERY_PARAMETERS = (*EXPORT_PARAMETERS, "limit", "cursor")
 # such word, these are the ones the gateway writes today.
 OUTCOMES = ("completed", "refused", "blocked", "client_closed", "upstream_error", "shutdown", "crashed")
 _OUTCOME = re.compile(r"^[a-z_]{1,32}$")
-_ID = re.compile(r"^[a-z]{1,16}_[0-9a-f]{8,64}$")
-_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _TIMESTAMP = re.compile(
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?(Z|[+-][0-9]{2}:[0-9]{2})$"
 )
-FIRST_DAY = date(1970, 1, 1)
-LAST_DAY = date(9998, 12, 31)
 CSV_COLUMNS = (
     "time", "id", "request_id", "key_id", "key_alias", "system_id", "system_name", "model", "provider", "row",
     "status", "outcome", "input_tokens", "cached_input_tokens", "output_tokens", "cost", "latency_ms",
@@ -94,20 +89,10 @@ def _detail_json(record: RequestRecord) -> dict[str, Any]:
     }
 
 
-def encode_cursor(record: RequestRecord) -> str:
-    """An opaque position after `record` in newest-first order; repr keeps the float exact."""
-    return base64.urlsafe_b64encode(f"{record.created_at!r}|{record.id}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    """The (created_at, id) a cursor points after; 400 when it was not made by `encode_cursor`."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        at, _, row_id = raw.partition("|")
-        position = float(at)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise bad_request("cursor is not valid") from exc
-    if not _ID.match(row_id) or position != position or position in (float("inf"), float("-inf")):
+def _after(cursor: str) -> tuple[float, str]:
+    """The position a request-log cursor points after (never an infinite time)."""
+    position, row_id = decode_cursor(cursor)
+    if position in (float("inf"), float("-inf")):
         raise bad_request("cursor is not valid")
     return position, row_id
 
@@ -116,7 +101,7 @@ def _moment(name: str, raw: str, end: bool) -> float:
     """`from`/`to` as epoch seconds: a UTC day (`to` then includes the whole day) or an ISO 8601 time with
     its offset (`to` then excludes that moment)."""
     try:
-        if _DATE.match(raw):
+        if DAY.match(raw):
             day = date.fromisoformat(raw)
             if not FIRST_DAY <= day <= LAST_DAY:
                 raise ValueError(raw)
@@ -148,7 +133,7 @@ def _id(query: Mapping[str, str], name: str) -> str | None:
     value = query.get(name)
     if not value:
         return None
-    if not _ID.match(value):
+    if not ROW_ID.match(value):
         raise bad_request(f"{name} is not an id")
     return value
 
@@ -193,7 +178,7 @@ async def list_requests(request: web.Request) -> web.Response:
     filters = request_filter(request.query)
     limit = _page_size(request.query.get("limit"))
     cursor = request.query.get("cursor")
-    after = decode_cursor(cursor) if cursor else None
+    after = _after(cursor) if cursor else None
     services = services_of(request)
     # One row more than the page tells whether a next page exists.
     found = await newest_requests(services.db, principal.organization_id, limit + 1, after, filters)
@@ -202,7 +187,7 @@ async def list_requests(request: web.Request) -> web.Response:
         {
             "currency": services.config.billing.currency,
             "requests": [request_json(r) for r in rows],
-            "nextCursor": encode_cursor(rows[-1]) if len(found) > limit else None,
+            "nextCursor": encode_cursor(rows[-1].created_at, rows[-1].id) if len(found) > limit else None,
         }
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from modelgate.cabinet.auth import authenticate
+from modelgate.cabinet.query_days import query_day
 from modelgate.cabinet.requests import bad_request, json_response
 from modelgate.cabinet.services import services_of
 from modelgate.cabinet.usage_repository import UsageFilter, UsageTotals, usage_breakdown, usage_by
@@ -24,28 +25,9 @@ QUERY_PARAMETERS = ("from", "to", "groupBy", "then", "keyId", "model")
 MAX_MODEL_LENGTH = 200
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
-# The ledger starts after the epoch; the upper bound keeps date arithmetic clear of `date.max`.
-FIRST_DAY = date(1970, 1, 1)
-LAST_DAY = date(9998, 12, 31)
-_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _ID = re.compile(r"^[a-z]{1,16}_[0-9a-f]{8,64}$")
 # The name of each grouping's column in the API's rows.
 _GROUP_NAMES = {"model": "model", "key": "keyId", "system": "systemId"}
-
-
-def _query_date(request: web.Request, name: str) -> date | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        if not _DATE.match(raw):
-            raise ValueError(raw)
-        day = date.fromisoformat(raw)
-    except ValueError as exc:
-        raise bad_request(f"{name} must be a date YYYY-MM-DD") from exc
-    if not FIRST_DAY <= day <= LAST_DAY:
-        raise bad_request(f"{name} must be between {FIRST_DAY} and {LAST_DAY}")
-    return day
 
 
 def report_then(request: web.Request, group_by: str) -> str | None:
@@ -67,8 +49,8 @@ def report_range(request: web.Request, today: date) -> tuple[date, date, str]:
     group_by = request.query.get("groupBy") or "day"
     if group_by not in GROUPINGS:
         raise bad_request(f"groupBy must be one of: {', '.join(GROUPINGS)}")
-    last = _query_date(request, "to") or today
-    first = _query_date(request, "from") or last - timedelta(days=DEFAULT_DAYS - 1)
+    last = query_day(request.query, "to") or today
+    first = query_day(request.query, "from") or last - timedelta(days=DEFAULT_DAYS - 1)
     if first > last:
         raise bad_request("from must not be after to")
     if (last - first).days + 1 > MAX_DAYS:
