@@ -566,3 +566,21 @@ def test_late_usage_settings_are_checked_at_load(write):
         "billing.background_poll_seconds",
         "billing.background_lease_seconds",
     ]
+
+
+def test_redis_sentinel_settings_are_read_and_checked(write) -> None:
+    sentinel = '[redis]\nsentinels = ["10.0.0.7:26379", "[::1]:26380"]\nsentinel_master = "gw"\n'
+    redis = load_config(write(VALID + sentinel + 'url = "redis://:pw@/2"\n'), env=ENV).redis
+    assert (redis.enabled, redis.sentinels, redis.sentinel_master) == (
+        True,
+        ("10.0.0.7:26379", "[::1]:26380"),
+        "gw",
+    )
+    for bad, key in (
+        ('sentinels = ["10.0.0.7:26379"]\n', "sentinel_master"),  # a master name is needed
+        ('sentinel_master = "gw"\n', "sentinel_master"),  # and sentinels to ask
+        ('sentinels = ["10.0.0.7"]\nsentinel_master = "gw"\n', "sentinels[0]"),  # no port
+        ('sentinels = ["10.0.0.7:26379"]\nsentinel_master = "gw"\nurl = "rediss://h"\n', "url"),  # TCP only
+    ):
+        found = problems(write(VALID + "[redis]\n" + bad))
+        assert any(f"redis.{key}" in problem for problem in found), found
