@@ -2,6 +2,11 @@
 move.
 
     python bench/instructions.py [--requests 2000] [--connections 32] [--production] [--only floor,embedded]
+    python bench/instructions.py --long-streams 40 --requests 200 --connections 16
+
+`--long-streams N` counts the long-stream case instead: the upstream paces every stream like an LLM's (N
+content events 50 ms apart, each its own socket read), and the figure that matters is instructions per
+relayed event (chunk), beside per stream.
 
 The floor (the bare aiohttp passthrough) and the gateway each run under `valgrind --tool=callgrind`; the
 fake upstream and the load client run normally. After a warm-up the counters are zeroed, exactly
@@ -50,6 +55,7 @@ class Count:
     case: str
     per_request: float
     errors: int
+    per_chunk: float = 0.0  # the long-stream case: per SSE event relayed
 
 
 def _valgrind(out: Path) -> list[str]:
@@ -89,15 +95,20 @@ def _measure(
     child: Child, out_dir: Path, port: int, key: str, args: argparse.Namespace, target: str
 ) -> list[Count]:
     counts = []
-    for case, body in (("chat", chat_body()), ("stream", chat_body(stream=True))):
+    cases = (("chat", chat_body()), ("stream", chat_body(stream=True)))
+    if args.long_streams:
+        cases = (("long", chat_body(stream=True)),)
+    warmup = min(WARMUP_REQUESTS, args.requests)
+    for case, body in cases:
         request = raw_request("127.0.0.1", port, body, key)
-        asyncio.run(count_requests(port, request, args.connections, WARMUP_REQUESTS))
+        asyncio.run(count_requests(port, request, args.connections, warmup))
         _control(child.pid, "--zero")
         _instructions(out_dir, child.pid)
         done, errors = asyncio.run(count_requests(port, request, args.connections, args.requests))
         _control(child.pid, "--dump")
         total = _instructions(out_dir, child.pid, args.keep, f"callgrind.{target}.{case}")
-        counts.append(Count(target, case, total / done, errors))
+        events = done * (args.long_streams + 4)  # role, content, finish, usage, [DONE]
+        counts.append(Count(target, case, total / done, errors, total / events if args.long_streams else 0.0))
     return counts
 
 
@@ -110,9 +121,11 @@ def run(args: argparse.Namespace) -> list[Count]:
         log_dir = Path(temp)
         storage_url = stack.enter_context(production_database()) if args.production else None
         upstream_port = free_port()
+        pacing = ("--ttfb-ms", "0", "--chunk-delay-ms", "50", "--chunks", str(args.long_streams))
+        pacing = pacing if args.long_streams else ()
         upstream = start(
             "upstream",
-            [python, str(BENCH / "upstream.py"), "--port", str(upstream_port)],
+            [python, str(BENCH / "upstream.py"), "--port", str(upstream_port), *pacing],
             cpus={1},
             log_dir=log_dir,
         )
@@ -172,13 +185,14 @@ def render(results: list[Count], args: argparse.Namespace) -> str:
     floor = {c.case: c.per_request for c in results if c.target == "floor"}
     lines = [
         f"instructions per request (callgrind, {args.requests} requests at {args.connections} connections "
-        f"after {WARMUP_REQUESTS} warm-up; every thread of the process)",
-        f"{'target':<11} {'case':<7} {'instr/req':>12} {'x floor':>8} {'errors':>6}",
+        f"after {min(WARMUP_REQUESTS, args.requests)} warm-up; every thread of the process)",
+        f"{'target':<11} {'case':<7} {'instr/req':>12} {'x floor':>8} {'errors':>6} {'instr/chunk':>11}",
     ]
     for count in results:
         ratio = f"{count.per_request / floor[count.case]:.2f}" if count.case in floor else "-"
         lines.append(
             f"{count.target:<11} {count.case:<7} {count.per_request:>12,.0f} {ratio:>8} {count.errors:>6}"
+            + (f" {count.per_chunk:>11,.0f}" if count.per_chunk else "")
         )
     return "\n".join(lines)
 
@@ -194,6 +208,13 @@ def main() -> int:
         default="",
         metavar="A,B",
         help="gateway plugins to switch off (plugins.disabled)",
+    )
+    parser.add_argument(
+        "--long-streams",
+        type=int,
+        default=0,
+        metavar="N",
+        help="count long streams instead: N content events 50 ms apart per stream (see above)",
     )
     parser.add_argument(
         "--keep", type=Path, metavar="DIR", help="keep the counted dumps in DIR, for callgrind_annotate"

@@ -156,6 +156,14 @@ def run_long_streams(args: argparse.Namespace) -> int:
     return 0
 
 
+def _errors(stats: StreamStats) -> str:
+    """The error count, with its kinds when there are any: `57 (lost 50, 503 7)`."""
+    if not stats.errors:
+        return "0"
+    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(stats.kinds.items()))
+    return f"{stats.errors} ({kinds})"
+
+
 def render_long_streams(
     runs: list[StreamRun], args: argparse.Namespace, proxy_cpus: set[int], load_cpus: set[int]
 ) -> str:
@@ -187,7 +195,7 @@ def render_long_streams(
         per_stream = f"{(run.rss_open_mb - run.rss_idle_mb) * 1024 / run.streams:.1f}" if proxied else "—"
         lines.append(
             f"| {run.round} | {run.target} | {run.streams} | {stats.per_second:.0f} | {ratio} "
-            f"| {ttfb[0]:.1f} / {ttfb[1]:.1f} | {added} | {gap:.1f} | {added_gap} | {stats.errors} | {cpu} "
+            f"| {ttfb[0]:.1f} / {ttfb[1]:.1f} | {added} | {gap:.1f} | {added_gap} | {_errors(stats)} | {cpu} "
             f"| {per_stream} |"
         )
     return "\n".join(lines)

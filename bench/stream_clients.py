@@ -30,6 +30,7 @@ class StreamStats:
 
     streams: int = 0
     errors: int = 0  # non-2xx answers, connections lost mid-answer, refused connects
+    kinds: dict[str, int] = field(default_factory=dict)  # the errors by kind: "503", "lost", "refused"
     pieces: int = 0  # reads of answer bytes after the first (a slow proxy may deliver several events in one)
     events: int = 0  # SSE events delivered (`data: ` lines), however they were grouped
     ttfb: dict[int, int] = field(default_factory=dict)
@@ -39,12 +40,18 @@ class StreamStats:
     def merge(self, other: StreamStats) -> None:
         self.streams += other.streams
         self.errors += other.errors
+        for kind, count in other.kinds.items():
+            self.kinds[kind] = self.kinds.get(kind, 0) + count
         self.pieces += other.pieces
         self.events += other.events
         for mine, theirs in ((self.ttfb, other.ttfb), (self.gaps, other.gaps)):
             for bucket, count in theirs.items():
                 mine[bucket] = mine.get(bucket, 0) + count
         self.seconds = max(self.seconds, other.seconds)
+
+    def failed(self, kind: str) -> None:
+        self.errors += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
     @property
     def per_second(self) -> float:
@@ -118,7 +125,7 @@ class _TimedStream(asyncio.Protocol):
                 self._left = int(head[length + 15 :].split(b"\r\n", 1)[0]) if length >= 0 else 0
                 self._error_answer = True
                 if counted:
-                    stats.errors += 1
+                    stats.failed(head[9:12].decode("latin-1"))
             elif counted:
                 bucket = int((now - self._sent_at) * _BUCKET)
                 stats.ttfb[bucket] = stats.ttfb.get(bucket, 0) + 1
@@ -145,7 +152,7 @@ class _TimedStream(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         window = self._window
         if window.running and window.start <= time.monotonic() < window.end:
-            window.stats.errors += 1
+            window.stats.failed("lost")
         if not self._lost.done():
             self._lost.set_result(None)
 
@@ -159,7 +166,7 @@ async def _keep_open(port: int, request: bytes, window: _Window) -> None:
             await loop.create_connection(lambda f=lost: _TimedStream(request, window, f), _HOST, port)
         except OSError:
             if window.start <= time.monotonic() < window.end:
-                window.stats.errors += 1
+                window.stats.failed("refused")
             await asyncio.sleep(0.1)  # the target refused: retry shortly, as a client would
             continue
         await lost

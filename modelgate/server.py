@@ -46,6 +46,12 @@ log = logging.getLogger("modelgate.server")
 # of the CPU, and a full collection of the whole heap about once a second).
 YOUNG_GENERATION_THRESHOLD = 10_000
 
+# Connections the system may hold accepted for us before we take them: the kernel caps this at its own
+# net.core.somaxconn (4,096 by default). A burst of thousands of connects (clients coming back after a restart
+# behind a load balancer) outruns a small backlog, and the surplus connects are dropped and retried by their
+# clients a second or more later.
+LISTEN_BACKLOG = 65_535
+
 GATEWAY = web.AppKey("gateway", Gateway)
 MODEL_API = web.AppKey("model_api", ModelApiDispatcher)
 # Bodies are bounded per route by the body_limits plugin; this only lifts aiohttp's own 1 MiB default.
@@ -217,7 +223,7 @@ async def serve(
         freeze_startup_heap()  # before the first connection, which would wait for its full collection
     try:
         for listener in listeners:
-            await web.SockSite(runner, listener, backlog=1024).start()
+            await web.SockSite(runner, listener, backlog=LISTEN_BACKLOG).start()
         where = address_text(host, bound_port(listeners))  # the port the system chose for --port 0
         log.info("modelgate listening on http://%s (pid %d)", where, os.getpid())
         if open_files is not None:

@@ -811,3 +811,109 @@ async def test_an_answer_read_to_its_end_is_freed_without_the_garbage_collector(
                 gc.enable()
 
     assert left == []
+
+
+# Piping (the stream relay's path: pieces handed over from the connection's callback)
+
+
+def _chunked_head() -> bytes:
+    return b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def _piping(reply: UpstreamAnswer, sink: Any) -> asyncio.Future[None]:
+    """`reply.pipe(sink)` running: its task has taken its first step (the sink is in place) on return."""
+    piping = asyncio.ensure_future(reply.pipe(sink))
+    await asyncio.sleep(0)  # one turn of the loop: the task's first step runs (not a timing wait)
+    return piping
+
+
+@bounded
+async def test_a_piped_answer_hands_each_piece_over_and_leaves_its_last_to_the_reader() -> None:
+    took: list[bytes] = []
+    piped, taken = asyncio.Event(), asyncio.Event()
+
+    def sink(piece: bytes) -> bool:
+        took.append(piece)
+        taken.set()
+        return True
+
+    async def piece_by_piece(conn: ServerConnection, request: ReceivedRequest) -> None:
+        conn.send(_chunked_head() + chunk(b"first"))
+        await piped.wait()
+        for piece in (b"second", b"third"):
+            conn.send(chunk(piece))
+            await taken.wait()  # the next once this one was handed over: separate reads
+            taken.clear()
+        conn.send(chunk(b"last") + chunk(b""))
+
+    async with LoopbackServer(piece_by_piece) as server:
+        with contextlib.closing(_pool(server)) as pool:
+            reply = await HttpClient(pool, read_timeout=PATIENT).request(_get(), None, PATIENT)
+            pieces = aiter(reply.iter_any())
+            first = await anext(pieces)
+            piping = await _piping(reply, sink)
+            piped.set()
+            await piping  # returns when the answer ends
+            rest = [piece async for piece in pieces]
+            reply.release()
+            kept_alive = pool.idle
+
+    assert (first, took, rest) == (b"first", [b"second", b"third"], [b"last"])
+    assert kept_alive == 1  # read to its end: its connection is back in the pool
+
+
+@bounded
+async def test_a_sink_that_refuses_stops_the_piping_and_the_reader_reads_on() -> None:
+    took: list[bytes] = []
+    piped, refused = asyncio.Event(), asyncio.Event()
+
+    def refusing_sink(piece: bytes) -> bool:
+        took.append(piece)
+        refused.set()
+        return False  # as the relay's does when the client is behind
+
+    async def pieces_on_demand(conn: ServerConnection, request: ReceivedRequest) -> None:
+        conn.send(_chunked_head() + chunk(b"first"))
+        await piped.wait()
+        conn.send(chunk(b"second"))
+        await refused.wait()
+        conn.send(chunk(b"after") + chunk(b""))
+
+    async with LoopbackServer(pieces_on_demand) as server:
+        with contextlib.closing(_pool(server)) as pool:
+            reply = await HttpClient(pool, read_timeout=PATIENT).request(_get(), None, PATIENT)
+            pieces = aiter(reply.iter_any())
+            await anext(pieces)
+            piping = await _piping(reply, refusing_sink)
+            piped.set()
+            await piping
+            rest = b"".join([piece async for piece in pieces])
+
+    assert took == [b"second"]
+    assert rest == b"after"
+
+
+@bounded
+async def test_a_piped_answer_times_out_a_read_timeout_after_its_last_piece_not_its_first() -> None:
+    took: list[bytes] = []
+
+    def sink(piece: bytes) -> bool:
+        took.append(piece)
+        return True
+
+    async def steady_then_silent(conn: ServerConnection, request: ReceivedRequest) -> None:
+        conn.send(_chunked_head() + chunk(b"first"))
+        for index in range(6):  # 6 x SHORT / 2: longer in all than the read timeout (SHORT)
+            await asyncio.sleep(SHORT / 2)  # the provider's pace, not a synchronisation
+            conn.send(chunk(b"piece %d" % index))
+
+    async with LoopbackServer(steady_then_silent) as server:
+        with contextlib.closing(_pool(server)) as pool:
+            reply = await HttpClient(pool, read_timeout=SHORT).request(_get(), None, PATIENT)
+            pieces = aiter(reply.iter_any())
+            await anext(pieces)
+            await reply.pipe(sink)
+            with pytest.raises(UpstreamTimeout):
+                await anext(pieces)
+
+    assert took == [b"piece %d" % index for index in range(6)]

@@ -334,10 +334,20 @@ class FrontConnection(asyncio.Protocol):
 
     async def send(self, data: bytes) -> None:
         """Write `data`, waiting while the client is behind; ConnectionResetError once it is gone."""
+        if not self.put(data):
+            await self.drained()
+
+    def put(self, data: bytes) -> bool:
+        """Write `data` without waiting: False when the client is behind (`drained` waits for it);
+        ConnectionResetError once it is gone."""
         transport = self.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("Cannot write to closing transport")
         self._write(data)
+        return self._drain is None
+
+    async def drained(self) -> None:
+        """Until the client has taken what was written (at once when it keeps up)."""
         if self._drain is not None:
             await asyncio.shield(self._drain)
 

@@ -222,6 +222,20 @@ class FrontStream:
             raise RuntimeError("write() before prepare()")
         await connection.send(self._framed(data))
 
+    def push(self, data: bytes) -> bool:
+        """Write `data` without waiting (a relayed piece, from the provider connection's callback): False when
+        the client is behind, and `drained` waits for it; ConnectionResetError once the client is gone."""
+        connection = self._connection
+        if connection is None:
+            raise RuntimeError("push() before prepare()")
+        return connection.put(self._framed(data))
+
+    async def drained(self) -> None:
+        """Until the client has taken what was written."""
+        connection = self._connection
+        if connection is not None:
+            await connection.drained()
+
     async def write_eof(self, data: bytes = b"") -> None:
         if self.finished:
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 import aiohttp
@@ -21,7 +21,7 @@ from modelgate.proxy.http.front_request import FrontRequest, FrontStream
 from modelgate.proxy.pipeline.chain import PluginChain, StreamCut
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.failover import log_failed_attempt
-from modelgate.proxy.upstream.http_client import UpstreamBrokeOff
+from modelgate.proxy.upstream.http_client import UpstreamBrokeOff, pipe_of
 from modelgate.proxy.upstream.providers import UpstreamResponse
 
 log = logging.getLogger("modelgate.forward")
@@ -129,6 +129,9 @@ class StreamRelay:
         chunk_hooks = self._chunk_hooks
         at_eof = upstream.content.at_eof
         next_chunk = rest.__anext__  # awaited directly, not through a generator that chains the opening in
+        # The pooled client's answer relayed to the gateway's own front is piped: the pieces between the
+        # first and the last go out from the provider connection's callback, without a task switch each.
+        pusher = _Pusher.of(ctx, chunk_hooks, response, rest)
         last = b""
         head_sent = False
         while True:
@@ -148,6 +151,8 @@ class StreamRelay:
             elif not head_sent:  # the first bytes are not a whole line or event yet: the head goes now
                 await response.write(b"")
                 head_sent = True
+            if pusher is not None and not last:
+                await pusher.run()
             try:
                 chunk = await next_chunk()
             except StopAsyncIteration:
@@ -174,6 +179,69 @@ class StreamRelay:
         except ConnectionError:
             return False
         return True
+
+
+class _Pusher:
+    """The relay's end of a piped answer (UpstreamAnswer.pipe): each piece through the chain's steps and onto
+    the client's connection, called from the provider connection's callback. It stops the piping (returns
+    False) when the client is behind or a step raised; the relay's task then waits for the client, or raises
+    what the step raised, where the unpiped loop would have."""
+
+    __slots__ = ("_ctx", "_error", "_hooks", "_pipe", "_stream")
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        hooks: tuple[Callable[[RequestContext, bytes], bytes], ...],
+        stream: FrontStream,
+        pipe: Callable[[Callable[[bytes], bool]], Awaitable[None]],
+    ) -> None:
+        self._ctx = ctx
+        self._hooks = hooks
+        self._stream = stream
+        self._pipe = pipe
+        self._error: Exception | None = None
+
+    @classmethod
+    def of(
+        cls,
+        ctx: RequestContext,
+        hooks: tuple[Callable[[RequestContext, bytes], bytes], ...],
+        response: ClientStream,
+        rest: AsyncIterator[bytes],
+    ) -> _Pusher | None:
+        """A pusher for the pooled client's answer relayed to the gateway's own front; None otherwise."""
+        if not isinstance(response, FrontStream):
+            return None
+        pipe = pipe_of(rest)
+        return None if pipe is None else cls(ctx, hooks, response, pipe)
+
+    async def run(self) -> None:
+        """Pipe until the answer ends or the piping stops; then raise what stopped it, or wait for the
+        client to catch up."""
+        await self._pipe(self)
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        await self._stream.drained()
+
+    def __call__(self, chunk: bytes) -> bool:
+        ctx = self._ctx
+        try:
+            for hook in self._hooks:
+                if not chunk:
+                    return True  # held back by a step
+                chunk = hook(ctx, chunk)
+            if not chunk:
+                return True
+            if ctx.first_byte_at is None:
+                ctx.first_byte_at = time.perf_counter()
+            keeps_up = self._stream.push(chunk)
+            ctx.bytes_sent += len(chunk)
+            return keeps_up
+        except Exception as exc:  # StreamCut, the client gone, a step's bug: the relay's task handles it
+            self._error = exc
+            return False
 
 
 def _stream_response(

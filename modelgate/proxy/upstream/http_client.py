@@ -21,7 +21,7 @@ import ssl
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, cast
 
 import httptools
@@ -107,6 +107,8 @@ class _Connection(asyncio.Protocol):
         answer.received = True
         try:
             self.parser.feed_data(data)
+            if answer._sink is not None:
+                answer.push()
         except httptools.HttpParserUpgrade:
             answer.fail(UpstreamBrokeOff("the provider switched protocols"))
             self.abort()
@@ -177,7 +179,9 @@ class UpstreamAnswer:
         "_keep_alive",
         "_loop",
         "_paused",
+        "_pushed_at",
         "_read_timeout",
+        "_sink",
         "_waiter",
         "credential",
         "headers",
@@ -206,6 +210,8 @@ class UpstreamAnswer:
         self._keep_alive = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future | None = None
+        self._sink: Callable[[bytes], bool] | None = None  # while piped (`pipe`)
+        self._pushed_at = 0.0
 
     @property
     def content(self) -> UpstreamAnswer:
@@ -245,7 +251,7 @@ class UpstreamAnswer:
         ):
             self._paused = True
             conn.transport.pause_reading()
-        if self._waiter is not None:  # a stream's pieces after the first of a pass find it gone
+        if self._waiter is not None and self._sink is None:  # a later piece of a pass finds it gone
             self._wake()
 
     def message_complete(self) -> None:
@@ -307,6 +313,11 @@ class UpstreamAnswer:
         """Called by the Deadlines when `waiter` waited `seconds` in vain."""
         # Not when the wait was met in the same turn of the loop, before the waiting task could run.
         if waiter is self._waiter and not waiter.done():
+            if self._sink is not None:  # piped: the wait is for the next piece after the last one pushed
+                due = self._pushed_at + seconds
+                if due > self._loop.time():
+                    self._deadlines.watch_until(waiter, self, due, seconds, what)
+                    return
             self.fail(UpstreamTimeout(f"no {what} within {seconds:g}s"))
             self._drop()
 
@@ -360,6 +371,40 @@ class UpstreamAnswer:
             if self._done:
                 raise StopAsyncIteration
             await self._wait(self._read_timeout, "data")
+
+    async def pipe(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand each piece to `sink` as it arrives, from the connection's callback (what arrived in one read
+        as one piece), until the answer ends, fails, or `sink` returns False; the caller is woken only then,
+        not once a piece, and reads what is left (the last piece, an error) as usual. The read timeout
+        counts from the last piece pushed."""
+        if self._chunks or self._done or self._error is not None:
+            return  # something to read already
+        self._sink = sink
+        self._pushed_at = self._loop.time()
+        try:
+            await self._wait(self._read_timeout, "data")
+        finally:
+            self._sink = None
+
+    def push(self) -> None:
+        """While piped, after the parser's pass over what arrived: the pieces to the sink, unless the answer
+        ended or failed in this pass, whose last piece the piping caller reads itself."""
+        if self._done or self._error is not None:
+            self._wake()
+            return
+        chunks = self._chunks
+        if not chunks:
+            return
+        chunk = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        if self._paused:
+            self._resume()
+        self._pushed_at = self._loop.time()
+        sink = self._sink
+        if sink is not None and not sink(chunk):  # the sink stops: its caller takes over
+            self._sink = None
+            self._wake()
 
     def at_eof(self) -> bool:
         """Whether the whole body is in and has been read (aiohttp's StreamReader.at_eof)."""
@@ -422,6 +467,11 @@ class _Pieces:
         return answer.next_piece()
 
 
+def pipe_of(pieces: AsyncIterator[bytes]) -> Callable[[Callable[[bytes], bool]], Awaitable[None]] | None:
+    """The `pipe` of the answer whose pieces (`iter_any`) these are; None for any other body."""
+    return pieces._answer.pipe if isinstance(pieces, _Pieces) else None
+
+
 class Deadlines:
     """The timeouts of every wait on one pool, checked by one periodic timer.
 
@@ -449,6 +499,12 @@ class Deadlines:
                 self._timer.cancel()
             self._tick = tick
             self._timer = loop.call_later(tick, self._check, loop)
+
+    def watch_until(
+        self, waiter: asyncio.Future, answer: UpstreamAnswer, deadline: float, seconds: float, what: str
+    ) -> None:
+        """Watch `waiter` again, to `deadline` (from `time_out`, inside a tick: the timer runs on)."""
+        self._waits[waiter] = (deadline, answer, seconds, what)
 
     def forget(self, waiter: asyncio.Future) -> None:
         self._waits.pop(waiter, None)

@@ -160,3 +160,22 @@ def test_stream_from_a_silent_upstream_ends_instead_of_hanging(gateway_with, ten
         body = response.read()  # the read timeout ends the relay
     assert orjson.loads(sse_data(body)[-1])["error"]["code"] == "upstream_unavailable"
     assert alpha.wait_cancelled(1)
+
+
+def test_a_steady_stream_longer_in_all_than_the_read_timeout_is_relayed_whole(
+    gateway_with, tenant_on, alpha
+) -> None:
+    """The read timeout is a wait between pieces, not a bound on the stream: pieces 0.2 s apart under a 0.5 s
+    timeout, 2 s in all, all arrive (the relay pipes pieces from the connection's callback, and each one
+    pushed moves the deadline on)."""
+    http = tenant_on(gateway_with(timeout=0.5))
+    alpha.add_fault(CHAT, Fault(chunk_delay=0.2))
+    body = {**STREAM_BODY, "messages": [{"role": "user", "content": "one two three four five six"}]}
+    with http.stream("POST", CHAT, json=body) as response:
+        assert response.status_code == 200
+        events = sse_data(response.read())
+    assert events[-1] == b"[DONE]"
+    chunks = [orjson.loads(event) for event in events[:-1]]
+    assert not [chunk for chunk in chunks if "error" in chunk]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert text == "echo: one two three four five six"
