@@ -8,7 +8,8 @@ aiohttp passthrough, its connection cap lifted) and the gateway with its default
 Per target and concurrency: streams/s (and its ratio to direct), time to first byte p50/p99 and what the
 proxy added to it (against direct in the same round), the gap between pieces p99 and what was added, errors,
 the proxy's CPU per 1,000 chunks (SSE events) relayed and its memory per open stream ((RSS with every
-stream open - RSS idle) / streams). Every round starts its own processes, on the short cases' core layout.
+stream open - RSS idle) / streams), and for the gateway the worst event-loop lag its metric showed in the
+window (read every second). Every round starts its own processes, on the short cases' core layout.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import resource
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,7 @@ class StreamRun:
     cpu_seconds: float  # the proxy's, over the measured window (0 for direct)
     rss_idle_mb: float
     rss_open_mb: float
+    loop_lag_ms: float = -1.0  # the gateway's worst event-loop lag in the window (its metric); -1: none
 
 
 def raise_open_files_limit(needed: int) -> int:
@@ -69,7 +72,7 @@ def _pids(services: Services, target: str) -> Callable[[], list[int]]:
 
 def _measure(
     services: Services, target: str, port: int, streams: int, args: argparse.Namespace, load_cpus: set[int]
-) -> tuple[StreamStats, float, float, float]:
+) -> tuple[StreamStats, float, float, float, float]:
     pids_of = _pids(services, target)
     idle = sum(rss_mb(pid) for pid in pids_of())
     sampled: dict[str, float] = {}
@@ -77,6 +80,10 @@ def _measure(
     def window(start: float, end: float) -> None:
         time.sleep(max(0.0, start - time.monotonic()))  # the benchmark's own clock: sample at the window
         sampled["cpu0"] = cpu_seconds(pids_of())
+        if target == "gateway":  # its lag metric is the worst of the last 2 s: read it every second
+            while time.monotonic() < end - 1.5:
+                time.sleep(1.0)
+                sampled["lag"] = max(sampled.get("lag", 0.0), _loop_lag(port))
         time.sleep(max(0.0, end - 0.5 - time.monotonic()))
         sampled["rss"] = sum(rss_mb(pid) for pid in pids_of())  # every stream open
         time.sleep(max(0.0, end - time.monotonic()))
@@ -94,7 +101,20 @@ def _measure(
         cpus=load_cpus,
         on_window=window,
     )
-    return stats, sampled["cpu1"] - sampled["cpu0"], idle, sampled["rss"]
+    return stats, sampled["cpu1"] - sampled["cpu0"], idle, sampled["rss"], sampled.get("lag", -0.001) * 1000
+
+
+def _loop_lag(port: int) -> float:
+    """The gateway's `modelgate_event_loop_lag_seconds` (0 when it cannot be read)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith("modelgate_event_loop_lag_seconds "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def _one_round(
@@ -110,8 +130,8 @@ def _one_round(
     runs = []
     for target in targets:
         print(f"round {round_}: {target} @ {streams} streams ...", file=sys.stderr, flush=True)
-        stats, cpu, idle, rss = _measure(services, target, ports[target], streams, args, load_cpus)
-        runs.append(StreamRun(target, streams, round_, stats, cpu, idle, rss))
+        stats, cpu, idle, rss, lag = _measure(services, target, ports[target], streams, args, load_cpus)
+        runs.append(StreamRun(target, streams, round_, stats, cpu, idle, rss, lag))
     return runs
 
 
@@ -176,8 +196,9 @@ def render_long_streams(
         f"proxy cores {sorted(proxy_cpus)}, upstream + clients {sorted(load_cpus)}",
         "",
         "| round | target | streams | streams/s | x direct | TTFB p50 / p99 ms | added p50 / p99 ms "
-        "| gap p99 ms | added gap p99 ms | errors | CPU ms / 1,000 chunks | KB / open stream |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| gap p99 ms | added gap p99 ms | errors | CPU ms / 1,000 chunks | KB / open stream "
+        "| loop lag max ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         stats, ref = run.stats, direct.get((run.round, run.streams))
@@ -196,6 +217,6 @@ def render_long_streams(
         lines.append(
             f"| {run.round} | {run.target} | {run.streams} | {stats.per_second:.0f} | {ratio} "
             f"| {ttfb[0]:.1f} / {ttfb[1]:.1f} | {added} | {gap:.1f} | {added_gap} | {_errors(stats)} | {cpu} "
-            f"| {per_stream} |"
+            f"| {per_stream} | {f'{run.loop_lag_ms:.0f}' if run.loop_lag_ms >= 0 else '—'} |"
         )
     return "\n".join(lines)
