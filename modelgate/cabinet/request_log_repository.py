@@ -14,11 +14,9 @@ from typing import Any
 
 import orjson
 
+from modelgate.domain.usage_days import REFUSED_STATUSES
 from modelgate.storage.database import Executor, Row
 
-# The statuses the gateway refuses a request with before it reaches a provider (balance or budget, policy,
-# rate limits): what usage reports count apart from served requests.
-REFUSED_STATUSES = (402, 403, 429)
 _COLUMNS = (
     "id, key_id, system_id, model, row_key, request_id, status, outcome, input_tokens, cached_input_tokens,"
     " output_tokens, units, cost_micros, created_at, content_action, usage_estimated,"

@@ -27,6 +27,7 @@ from typing import Protocol
 
 import orjson
 
+from modelgate.domain.usage_days import UsageDays
 from modelgate.infra.spool import Spool, SpoolError, SpoolFile
 from modelgate.storage.database import Database, Executor
 
@@ -412,7 +413,11 @@ class LedgerWriter:
                     return 0
             spend: dict[str, int] = defaultdict(int)
             budgets: dict[tuple[str, float], int] = defaultdict(int)
+            days = UsageDays()
             for row in chunk:
+                days.add(
+                    row[1], row[12], row[4], row[2], row[3], row[7], (row[8], row[9], row[10]), row[_COST]
+                )
                 if cost := row[_COST]:
                     spend[row[_ORGANIZATION]] += cost
                     for budget in row[_BUDGETS]:
@@ -427,6 +432,7 @@ class LedgerWriter:
                 await tx.execute(_BALANCE, amount, organization_id)
             for (rule_id, period_start), amount in budgets.items():
                 await tx.execute(_BUDGET, rule_id, period_start, amount)
+            await days.write(tx)  # the cabinet's daily sums, in the rows' own transaction
         return len(chunk)
 
     def _new_segment(self) -> _Segment:
