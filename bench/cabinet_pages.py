@@ -2,8 +2,9 @@
 
 Starts `modelgate serve` (a subprocess, embedded defaults, a fresh data folder), registers an organization
 from the gateway's page (cookie session), writes 10,000 usage rows for it (through the ledger's flush) spread
-over 60 days, 6 models, 8 keys and 3 systems, then loads each page 20 times the way the app does: every request one page makes, one
-after another over one keep-alive connection (a browser runs them in parallel, so this overstates a load).
+over 60 days, 6 models, 8 keys and 3 systems, then loads each page 20 times the way the app does: every
+request one page makes, one after another over one keep-alive connection (a browser runs them in parallel,
+so this overstates a load).
 Prints the median and the slowest load per page and whether the median is under 300 ms.
 
     /work/venv/bin/python bench/cabinet_pages.py [--loads 20] [--rows 10000]

@@ -2,8 +2,9 @@
 filtered and paged by keyset on (created_at, id). The handlers are in `modelgate/cabinet/request_log.py`; the
 model API writes the rows (`modelgate/domain/ledger.py`).
 
-Every query starts at an index that leads with the organization (migration 0020): by key, by model, by status
-or, without those filters, by time; the page then walks the index backwards from the cursor.
+Every query starts at an index that leads with the organization and ends in the page order (migrations 0020
+and 0025): by key, by model, by status, by outcome, by system or, without those filters, by time; the page
+then walks the index backwards from the cursor.
 """
 
 from __future__ import annotations
