@@ -88,7 +88,7 @@ def test_an_owner_creates_an_alert_and_its_webhook_arrives_signed(
     page.reload()
     settle(page, "Alerts")
     expect(page.locator("#page")).to_contain_text("delivered")
-    screenshot(page, "alerts")
+    screenshot(page, "alerts-delivered")
 
     # A bad URL is refused with the API's message, and a member has no alerts page.
     page.get_by_label(labelled("Webhook URL")).fill("ftp://127.0.0.1/hook")
