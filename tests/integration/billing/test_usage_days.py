@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import date
 from pathlib import Path
+from typing import cast
 
+from modelgate.cabinet.usage_repository import usage_breakdown
 from modelgate.domain.charges import charge_row
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.usage import Usage
@@ -151,3 +154,45 @@ async def test_the_migration_sums_the_rows_written_before_it(storage_url: str) -
         }
     finally:
         await db.close()
+
+
+class _Planner:
+    """Stands for the database in one report call: answers no rows, keeps the plan of the query sent."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.dialect = db.dialect
+        self.plan = ""
+
+    async def fetch(self, sql: str, *args: object) -> list:
+        explain = "EXPLAIN (COSTS OFF)" if self.dialect == "postgres" else "EXPLAIN QUERY PLAN"
+        rows = await self.db.fetch(f"{explain} {sql}", *args)
+        self.plan = "\n".join(str(row.get("QUERY PLAN", row.get("detail"))) for row in rows)
+        return []
+
+
+async def test_a_months_report_reads_its_organizations_days_by_the_primary_key(db: Database) -> None:
+    sums = [
+        (f"org_{n:03}", 20_000 + day, f"model-{m}", "key_a", "", 1, 0, 0, 1, 0, 1, 1)
+        for n in range(50)
+        for day in range(30)
+        for m in range(10)
+    ]
+    async with db.transaction() as tx:
+        await tx.executemany(
+            "INSERT INTO usage_days (organization_id, day, model, key_id, system_id, requests, refused,"
+            " errors, input_tokens, cached_input_tokens, output_tokens, cost_micros)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            sums,
+        )
+    await db.execute("ANALYZE usage_days" if db.dialect == "postgres" else "ANALYZE")
+    planner = _Planner(db)
+
+    await usage_breakdown(
+        cast(Database, planner), "org_007", date(2024, 10, 4), date(2024, 11, 2), "day", "model"
+    )
+
+    assert (
+        "usage_days_pkey" if db.dialect == "postgres" else "sqlite_autoindex_usage_days_1"
+    ) in planner.plan
+    assert "Seq Scan" not in planner.plan, planner.plan
