@@ -1,19 +1,22 @@
 """How fast the web cabinet's pages load on the embedded defaults (SQLite) with 10,000 ledger rows.
 
 Starts `modelgate serve` (a subprocess, embedded defaults, a fresh data folder), registers an organization
-from the gateway's page (cookie session), writes 10,000 usage rows for it spread over 60 days, 6 models,
-8 keys and 3 systems, then loads each page 20 times the way the app does: every request one page makes, one
-after another over one keep-alive connection (a browser runs them in parallel, so this overstates a load).
+from the gateway's page (cookie session), writes 10,000 usage rows for it (through the ledger's flush) spread
+over 60 days, 6 models, 8 keys and 3 systems, then loads each page 20 times the way the app does: every
+request one page makes, one after another over one keep-alive connection (a browser runs them in parallel,
+so this overstates a load).
 Prints the median and the slowest load per page and whether the median is under 300 ms.
 
     /work/venv/bin/python bench/cabinet_pages.py [--loads 20] [--rows 10000]
 
-With `--requests-log` it measures instead what issue #38 asks of the request log: the server's time for the
-requests page's first page (GET /api/requests, unfiltered and by each indexed filter) and for the overview
-(GET /api/overview, and the overview page's three calls) with 100,000 ledger rows of realistic statuses, on
-SQLite and, given `--postgres URL` (a server where it may create and drop a scratch database), on
-PostgreSQL; one table for both, against a 150 ms budget, after each backend's plans of the request-log queries
-and of the overview's month sum (EXPLAIN ANALYZE on PostgreSQL, EXPLAIN QUERY PLAN on SQLite):
+With `--requests-log` it measures instead what issue #38 asks of the request log and the overview: the
+server's time for each call the overview page makes (GET /api/overview, /api/meters, and the month's usage by
+day and model that the chart reads) and for all three, for usage reports and for the requests page's first
+page (unfiltered and by each filter) with 100,000 ledger rows of realistic statuses, written through the
+ledger's own flush (which also keeps the daily sums the usage reports read); on SQLite and, given `--postgres
+URL` (a server where it may create and drop a scratch database), on PostgreSQL; one table for both, against a
+150 ms budget, after each backend's plans of the request-log queries and of the overview page's reads
+(EXPLAIN ANALYZE on PostgreSQL, EXPLAIN QUERY PLAN on SQLite):
 
     /work/venv/bin/python bench/cabinet_pages.py --requests-log --postgres postgresql://127.0.0.1:5432/test
 """
@@ -32,13 +35,17 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import httpx
 
 from modelgate.cabinet.request_log_repository import RequestFilter, newest_requests
-from modelgate.cabinet.usage_repository import request_totals
+from modelgate.cabinet.usage_repository import request_totals, usage_breakdown, usage_by
 from modelgate.cabinet.web_assets import INDEX, WebAssets
-from modelgate.storage import open_database
+from modelgate.domain.charges import charge_row
+from modelgate.domain.ledger import LedgerWriter
+from modelgate.domain.usage import Usage
+from modelgate.storage import Database, open_database
 
 BUDGET_MS = 300.0
 LOG_BUDGET_MS = 150.0
@@ -86,38 +93,41 @@ def _start(folder: Path, storage: str | None = None) -> tuple[subprocess.Popen, 
     raise SystemExit("the gateway did not start")
 
 
-async def _fill_ledger(storage: str, organization_id: str, key_ids: list[str], rows: int) -> None:
+async def _write_rows(storage: str, rows: list[tuple]) -> float:
+    """Write ledger rows (built by `charge_row`) the way the model API does, through the ledger's batched
+    flush (which also adds them to the daily sums); returns the rows written per second."""
     db = await open_database(storage)
+    try:
+        writer = LedgerWriter(db, interval=3600.0, batch_size=1000, max_queue=len(rows) + 1)
+        for row in rows:
+            writer.add_row(row, False)
+        started = time.perf_counter()
+        await writer.flush()
+        rate = len(rows) / (time.perf_counter() - started)
+        if db.dialect == "postgres":
+            # What autovacuum does after such a load (PostgreSQL 13 on vacuums insert-only tables too): the
+            # visibility map it sets is what lets a query read a covering index alone.
+            await db.execute("VACUUM (ANALYZE) usage_ledger")
+            await db.execute("VACUUM (ANALYZE) usage_days")
+        return rate
+    finally:
+        await db.close()
+
+
+async def _fill_ledger(storage: str, organization_id: str, key_ids: list[str], rows: int) -> None:
     rng = random.Random(18)
     now = time.time()
     systems = ["sys_" + os.urandom(12).hex() for _ in range(3)]
-    batch = [
-        (
-            "use_" + os.urandom(12).hex(),
-            organization_id,
-            rng.choice(key_ids),
-            rng.choice([*systems, None]),
-            rng.choice(MODELS),
-            "req_" + os.urandom(8).hex(),
-            200,
-            rng.randint(10, 4000),
-            rng.randint(0, 500),
-            rng.randint(10, 2000),
-            rng.randint(10, 20000),
-            now - rng.uniform(0, 60 * 86400),
-        )
-        for _ in range(rows)
-    ]
-    try:
-        async with db.transaction() as tx:
-            await tx.executemany(
-                "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, request_id, status,"
-                " input_tokens, cached_input_tokens, output_tokens, cost_micros, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-                batch,
-            )
-    finally:
-        await db.close()
+    batch = []
+    for n in range(rows):
+        at = now - rng.uniform(0, 60 * 86400)
+        usage = Usage(input_tokens=rng.randint(10, 4000), cached_input_tokens=rng.randint(0, 500),
+                      output_tokens=rng.randint(10, 2000))  # fmt: skip
+        row_id = f"led_{int(at * 1000):011x}{'0' * 16}{n:08x}"
+        who = (row_id, organization_id, rng.choice(key_ids), rng.choice([*systems, None]), rng.choice(MODELS),
+               None, "req_" + os.urandom(8).hex())  # fmt: skip
+        batch.append(charge_row(*who, 200, "completed", usage, rng.randint(10, 20000), at, ()))
+    await _write_rows(storage, batch)
 
 
 def _pages(days: int) -> dict[str, list[str]]:
@@ -144,12 +154,13 @@ def _pages(days: int) -> dict[str, list[str]]:
     }
 
 
-async def _fill_log(storage: str, organization_id: str, key_ids: list[str], rows: int) -> None:
-    """`rows` ledger rows over 60 days with ids as the ledger makes them, and the ENDINGS' statuses."""
-    db = await open_database(storage)
+async def _fill_log(
+    storage: str, organization_id: str, key_ids: list[str], systems: list[str], rows: int
+) -> float:
+    """`rows` ledger rows over 60 days with ids as the ledger makes them, and the ENDINGS' statuses, written
+    through the ledger's flush; returns its rows per second."""
     rng = random.Random(38)
     now = time.time()
-    systems = ["sys_" + os.urandom(12).hex() for _ in range(3)]
     writer = os.urandom(8).hex()
     endings = [ending for ending in ENDINGS for _ in range(ending[0])]
     batch = []
@@ -157,39 +168,14 @@ async def _fill_log(storage: str, organization_id: str, key_ids: list[str], rows
         at = now - rng.uniform(0, 60 * 86400)
         _, status, outcome = rng.choice(endings)
         served = status == 200
-        batch.append(
-            (
-                f"led_{int((at - rng.uniform(0.2, 3) * served) * 1000):011x}{writer}{n:08x}",
-                organization_id,
-                rng.choice(key_ids),
-                rng.choice([*systems, None]),
-                rng.choice(MODELS),
-                "openai/gpt-4o@api.openai.com" if served else None,
-                "req_" + os.urandom(8).hex(),
-                status,
-                outcome,
-                rng.randint(10, 4000) * served,
-                rng.randint(0, 500) * served,
-                rng.randint(10, 2000) * served,
-                rng.randint(10, 20000) * served,
-                at,
-            )
-        )
-    try:
-        async with db.transaction() as tx:
-            await tx.executemany(
-                "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key,"
-                " request_id, status, outcome, input_tokens, cached_input_tokens, output_tokens, cost_micros,"
-                " created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-                batch,
-            )
-        if db.dialect == "postgres":
-            # What autovacuum does after such a load (PostgreSQL 13 on vacuums insert-only tables too): the
-            # visibility map it sets is what lets the overview's sum read its covering index alone.
-            await db.execute("VACUUM (ANALYZE) usage_ledger")
-    finally:
-        await db.close()
+        usage = Usage(input_tokens=rng.randint(10, 4000), cached_input_tokens=rng.randint(0, 500),
+                      output_tokens=rng.randint(10, 2000)) if served else None  # fmt: skip
+        who = (f"led_{int((at - rng.uniform(0.2, 3) * served) * 1000):011x}{writer}{n:08x}", organization_id,
+               rng.choice(key_ids), rng.choice([*systems, None]), rng.choice(MODELS),
+               "openai/gpt-4o@api.openai.com" if served else None, "req_" + os.urandom(8).hex())  # fmt: skip
+        cost = rng.randint(10, 20000) * served
+        batch.append(charge_row(*who, status, outcome, usage, cost, at, ()))
+    return await _write_rows(storage, batch)
 
 
 class _Recorder:
@@ -208,8 +194,8 @@ class _Recorder:
 
 
 async def _explain(storage: str, organization_id: str, filters: dict[str, RequestFilter]) -> None:
-    """Each request-log query's plan, and the overview's month sum's: EXPLAIN ANALYZE on PostgreSQL, EXPLAIN
-    QUERY PLAN on SQLite."""
+    """Each request-log query's plan, and those of the overview page's ledger reads: EXPLAIN ANALYZE on
+    PostgreSQL, EXPLAIN QUERY PLAN on SQLite."""
     db = await open_database(storage)
     try:
         queries = []
@@ -217,9 +203,17 @@ async def _explain(storage: str, organization_id: str, filters: dict[str, Reques
             recorder = _Recorder()
             await newest_requests(recorder, organization_id, 51, None, only)
             queries.append((f"requests page, {name}", recorder.sql, recorder.args))
+        today = datetime.now(UTC).date()
+        month = today.replace(day=1)
         recorder = _Recorder()
-        await request_totals(recorder, organization_id, time.time() - 30 * 86400, time.time())
-        queries.append(("overview, this month's requests and cost", recorder.sql, recorder.args))
+        await request_totals(recorder, organization_id, month, today)
+        queries.append(("GET /api/overview: this month's requests and cost", recorder.sql, recorder.args))
+        recorder = _Recorder()
+        await usage_by(cast(Database, recorder), organization_id, month, today, "day")
+        queries.append(("GET /api/usage, this month by day", recorder.sql, recorder.args))
+        recorder = _Recorder()
+        await usage_breakdown(cast(Database, recorder), organization_id, month, today, "day", "model")
+        queries.append(("GET /api/usage, this month by day: then=model", recorder.sql, recorder.args))
         print(f"\n== {db.dialect} plans")
         for name, sql, args in queries:
             print(f"-- {name}")
@@ -292,22 +286,29 @@ def _measure_log(base: str, storage: str, loads: int, rows: int) -> dict[str, tu
             for n in range(8)
         ]
         organization_id = client.get("/api/auth/session").json()["organization"]["id"]
-        asyncio.run(_fill_log(storage, organization_id, key_ids, rows))
+        systems = ["sys_" + os.urandom(12).hex() for _ in range(3)]
+        rate = asyncio.run(_fill_log(storage, organization_id, key_ids, systems, rows))
+        print(f"{rows} ledger rows written by the ledger's flush (batches of 1,000): {rate:,.0f} rows/s")
         today = datetime.now(UTC).date()
         span = f"from={(today - timedelta(days=29)).isoformat()}&to={today.isoformat()}"
+        month = f"from={today.replace(day=1).isoformat()}&to={today.isoformat()}"
+        # The overview page's calls (modelgate/cabinet/web/pages/overview.js), one by one and together.
+        overview_page = ["/api/overview", "/api/meters", f"/api/usage?{month}&groupBy=day&then=model"]
         checks = {
             "GET /api/overview": ["/api/overview"],
-            "overview page (overview + 2 usage reports)": [
-                "/api/overview",
-                f"/api/usage?{span}&groupBy=day&then=model",
-                f"/api/usage?{span}&groupBy=model",
-            ],
+            "GET /api/meters": ["/api/meters"],
+            "GET /api/usage (month by day, then model)": [overview_page[2]],
+            "overview page (its 3 calls)": overview_page,
+            "GET /api/usage (30 days by model)": [f"/api/usage?{span}&groupBy=model"],
+            "GET /api/usage (30 days by key)": [f"/api/usage?{span}&groupBy=key"],
             "GET /api/requests (first page, 50)": ["/api/requests"],
             "requests page (overview + first page)": ["/api/overview", "/api/requests"],
             "GET /api/requests?keyId=": [f"/api/requests?keyId={key_ids[3]}"],
+            "GET /api/requests?systemId=": [f"/api/requests?systemId={systems[1]}"],
             "GET /api/requests?model=": ["/api/requests?model=claude-sonnet"],
             "GET /api/requests?status=502": ["/api/requests?status=502"],
             "GET /api/requests?outcome=client_closed": ["/api/requests?outcome=client_closed"],
+            "GET /api/requests?outcome=crashed (none)": ["/api/requests?outcome=crashed"],
             "GET /api/requests, 7 days, status=429": [
                 f"/api/requests?from={(today - timedelta(days=6)).isoformat()}&status=429"
             ],
@@ -336,7 +337,9 @@ def _measure_log(base: str, storage: str, loads: int, rows: int) -> dict[str, tu
                 "keyId": RequestFilter(key_id=key_ids[3]),
                 "model": RequestFilter(model="claude-sonnet"),
                 "status=502": RequestFilter(status=502),
-                "outcome=client_closed (no index of its own)": RequestFilter(outcome="client_closed"),
+                "systemId": RequestFilter(system_id=systems[1]),
+                "outcome=client_closed": RequestFilter(outcome="client_closed"),
+                "outcome=crashed (none)": RequestFilter(outcome="crashed"),
             },
         )
     )

@@ -1,5 +1,6 @@
-"""Spend alerts of an organization (owners only): `GET/POST /alerts`, `DELETE /alerts/{id}` and the webhook
-delivery log `GET /alerts/deliveries`. Stored by `modelgate/cabinet/alerts_repository.py`, fired and
+"""Spend alerts of an organization (owners only): `GET/POST /alerts`, `DELETE /alerts/{id}`, the webhook
+delivery log `GET /alerts/deliveries` and the rotation of the webhook signing secret
+`POST /alerts/signing-secret/rotate`. Stored by `modelgate/cabinet/alerts_repository.py`, fired and
 delivered by `modelgate/cabinet/alert_watcher.py`."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from modelgate.cabinet.alerts_repository import (
     create_signing_secret,
     deliveries_of,
     insert_alert,
+    rotate_signing_secret,
     signing_secret,
 )
 from modelgate.cabinet.alerts_repository import delete_alert as delete_stored_alert
@@ -154,6 +156,17 @@ async def delete_alert(request: web.Request) -> web.Response:
             tx, principal.organization_id, "alert.deleted", actor_of(principal), now(), target_id=alert_id
         )
     return web.Response(status=204)
+
+
+async def rotate_secret(request: web.Request) -> web.Response:
+    """POST /alerts/signing-secret/rotate → {signingSecret}: a new webhook signing secret, shown this once;
+    the old one signs no delivery from now on, retries of earlier ones included (owners; audited)."""
+    principal = await authenticate(request, roles=OWNER)
+    at = now()
+    async with services_of(request).db.transaction() as tx:
+        secret = await rotate_signing_secret(tx, principal.organization_id, at)
+        await record(tx, principal.organization_id, "alert.signing_secret_rotated", actor_of(principal), at)
+    return json_response({"signingSecret": secret})
 
 
 async def list_deliveries(request: web.Request) -> web.Response:

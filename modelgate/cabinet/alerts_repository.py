@@ -139,15 +139,29 @@ async def signing_secret(ex: Executor, organization_id: str) -> str | None:
 async def create_signing_secret(tx: Executor, organization_id: str, at: float) -> str | None:
     """A new secret for an organization that has none (returned once, to be shown once); None when it has
     one already."""
+    secret, changed = await _store_secret(tx, organization_id, at, "NOTHING")
+    return secret if changed else None
+
+
+async def rotate_signing_secret(tx: Executor, organization_id: str, at: float) -> str:
+    """A new secret for the organization, replacing its old one (which signs nothing from now on: each
+    delivery attempt reads the secret it signs with); returned once, to be shown once."""
+    secret, _ = await _store_secret(
+        tx, organization_id, at, "UPDATE SET secret = excluded.secret, created_at = excluded.created_at"
+    )
+    return secret
+
+
+async def _store_secret(tx: Executor, organization_id: str, at: float, on_conflict: str) -> tuple[str, int]:
     secret = "whsec_" + secrets.token_urlsafe(32)
     changed = await tx.execute(
         "INSERT INTO alert_signing_secrets (organization_id, secret, created_at) VALUES ($1, $2, $3)"
-        " ON CONFLICT (organization_id) DO NOTHING",
+        f" ON CONFLICT (organization_id) DO {on_conflict}",
         organization_id,
         secret,
         at,
     )
-    return secret if changed else None
+    return secret, changed
 
 
 async def record_firing(tx: Executor, alert_id: str, period_start: float, at: float) -> bool:

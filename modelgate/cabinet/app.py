@@ -109,6 +109,7 @@ ROUTES = (
     web.get("/alerts", alerts.list_alerts, allow_head=False),
     web.post("/alerts", alerts.create_alert),
     web.get("/alerts/deliveries", alerts.list_deliveries, allow_head=False),
+    web.post("/alerts/signing-secret/rotate", alerts.rotate_secret),
     web.delete("/alerts/{id}", alerts.delete_alert),
     web.get("/usage", usage.usage_report, allow_head=False),
     web.get("/requests", request_log.list_requests, allow_head=False),

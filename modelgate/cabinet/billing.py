@@ -323,11 +323,6 @@ async def announce_balance_event(services: CabinetServices, event: BalanceEvent 
         log.exception("billing sink failed on balance_changed for %s", event.organization_id)
 
 
-def _month_start(at: float) -> float:
-    today = datetime.fromtimestamp(at, UTC).date()
-    return day_start(today.replace(day=1))
-
-
 async def billing_overview(ex: Executor, config: Config, org: Organization, at: float) -> dict[str, Any]:
     """The `billing` member of GET /api/overview: plan, balance, whether it may spend, this month's usage
     and the open invoices."""
@@ -335,8 +330,9 @@ async def billing_overview(ex: Executor, config: Config, org: Organization, at: 
     state = await billing_state(ex, org.id)
     activated_at = state.activated_at if state else None
     credit_limit = to_micros(plan.credit_limit) if plan else 0
-    month_start = _month_start(at)
-    usage = await request_totals(ex, org.id, month_start, at + 1)
+    today = datetime.fromtimestamp(at, UTC).date()
+    month_start = today.replace(day=1)
+    usage = await request_totals(ex, org.id, month_start, today)
     return {
         "currency": config.billing.currency,
         "plan": None
@@ -353,7 +349,7 @@ async def billing_overview(ex: Executor, config: Config, org: Organization, at: 
         "creditLimitMicros": credit_limit,
         "canSpend": activated_at is not None or credit_limit > 0,
         "usage": {
-            "since": isoformat(month_start),
+            "since": isoformat(day_start(month_start)),
             "requests": usage.requests,
             "served": usage.requests - usage.refused,
             "refused": usage.refused,

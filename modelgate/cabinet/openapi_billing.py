@@ -104,6 +104,14 @@ BILLING_PATHS: dict[str, dict[str, Any]] = {
             errors=(401, 403),
         ),
     },
+    "/alerts/signing-secret/rotate": {
+        "post": _op(
+            "A new webhook signing secret, answered once; the old one signs nothing more",
+            (200, "AlertSigningSecret"),
+            roles="owner",
+            errors=(401, 403),
+        ),
+    },
     "/alerts/{id}": {
         "parameters": [_path_param("id")],
         "delete": _op(
@@ -326,6 +334,10 @@ BILLING_SCHEMAS: dict[str, Any] = {
             subjectId=_STR,
             amountMicros={**_MICROS, "minimum": 1},
         )
+    ),
+    "AlertSigningSecret": _obj(
+        ("signingSecret",),
+        signingSecret={**_STR, "description": "The new `whsec_` secret of the `modelgate-signature` header"},
     ),
     "AlertList": _obj(
         ("alerts", "hasSigningSecret"),

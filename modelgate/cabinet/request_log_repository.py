@@ -2,8 +2,9 @@
 filtered and paged by keyset on (created_at, id). The handlers are in `modelgate/cabinet/request_log.py`; the
 model API writes the rows (`modelgate/domain/ledger.py`).
 
-Every query starts at an index that leads with the organization (migration 0020): by key, by model, by status
-or, without those filters, by time; the page then walks the index backwards from the cursor.
+Every query starts at an index that leads with the organization and ends in the page order (migrations 0020
+and 0025): by key, by model, by status, by outcome, by system or, without those filters, by time; the page
+then walks the index backwards from the cursor.
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ from typing import Any
 
 import orjson
 
+from modelgate.domain.usage_days import REFUSED_STATUSES
 from modelgate.storage.database import Executor, Row
 
-# The statuses the gateway refuses a request with before it reaches a provider (balance or budget, policy,
-# rate limits): what usage reports count apart from served requests.
-REFUSED_STATUSES = (402, 403, 429)
 _COLUMNS = (
     "id, key_id, system_id, model, row_key, request_id, status, outcome, input_tokens, cached_input_tokens,"
     " output_tokens, units, cost_micros, created_at, content_action, usage_estimated,"

@@ -1,7 +1,9 @@
 """The usage ledger as the cabinet reads it: sums of an organization's rows (`UsageTotals`) over a time range,
-whole or grouped by UTC day, model, key or system. The cabinet's sums of `usage_ledger` (the model API
-writes it: `modelgate/domain/ledger.py`; its rows one by one are read by
-`modelgate/cabinet/request_log_repository.py`); the report handler is in `modelgate/cabinet/usage.py`.
+whole or grouped by UTC day, model, key or system. Every report covers whole UTC days and reads the ledger's
+daily sums (`usage_days`, added by the ledger's flush in the rows' own transaction:
+`modelgate/domain/usage_days.py`), a few rows per day and model instead of every request. The model API writes
+the ledger (`modelgate/domain/ledger.py`); its rows one by one are read by
+`modelgate/cabinet/request_log_repository.py`; the report handler is in `modelgate/cabinet/usage.py`.
 """
 
 from __future__ import annotations
@@ -9,25 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from modelgate.cabinet.request_log_repository import REFUSED_STATUSES
+from modelgate.domain.usage_days import NO_ID
 from modelgate.storage.database import Database, Executor, Row
 
-SECONDS_PER_DAY = 86400
-_REFUSED = f"status IN ({', '.join(str(s) for s in REFUSED_STATUSES)})"
-# Requests, refused and failed ones, and cost: the columns the index by organization and time holds.
-_COUNTS = (
-    "COUNT(*) AS requests, COALESCE(SUM(cost_micros), 0) AS cost_micros,"
-    f" COALESCE(SUM(CASE WHEN {_REFUSED} THEN 1 ELSE 0 END), 0) AS refused,"
-    f" COALESCE(SUM(CASE WHEN (status >= 400 OR status = 0) AND NOT {_REFUSED} THEN 1 ELSE 0 END), 0)"
-    " AS errors"
+# The sums of usage_days' rows.
+_DAY_SUMS = (
+    "SUM(requests) AS requests, SUM(cost_micros) AS cost_micros, SUM(refused) AS refused,"
+    " SUM(errors) AS errors, SUM(input_tokens) AS input_tokens,"
+    " SUM(cached_input_tokens) AS cached_input_tokens, SUM(output_tokens) AS output_tokens"
 )
-_SUMS = (
-    f"{_COUNTS}, COALESCE(SUM(input_tokens), 0) AS input_tokens,"
-    " COALESCE(SUM(cached_input_tokens), 0) AS cached_input_tokens,"
-    " COALESCE(SUM(output_tokens), 0) AS output_tokens"
-)
-# The column each grouping sums by (`day` is computed, see `_day_number`).
-_GROUP_COLUMNS = {"model": "model", "key": "key_id", "system": "system_id"}
+# The column of usage_days each grouping sums by.
+_GROUP_COLUMNS = {"day": "day", "model": "model", "key": "key_id", "system": "system_id"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,32 +88,19 @@ def day_start(day: date) -> float:
     return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
 
 
-def _day_number(dialect: str) -> str:
-    # The UTC day of created_at as whole days since the epoch. SQLite truncates a positive REAL with CAST;
-    # PostgreSQL's CAST rounds, so it needs FLOOR (which not every SQLite build has).
-    if dialect == "postgres":
-        return f"CAST(FLOOR(created_at / {SECONDS_PER_DAY}) AS BIGINT)"
-    return f"CAST(created_at / {SECONDS_PER_DAY} AS INTEGER)"
-
-
-async def request_totals(ex: Executor, organization_id: str, start: float, end: float) -> UsageTotals:
-    """The organization's requests (served, refused, failed) and cost in [start, end) epoch seconds; tokens
-    are not summed (0), so the sum reads the index by organization and time alone (migration 0020)."""
+async def request_totals(ex: Executor, organization_id: str, first: date, last: date) -> UsageTotals:
+    """The organization's requests (served, refused, failed), tokens and cost over the UTC days first..last
+    (inclusive), from the daily sums: the overview's month is at most 31 days of a few rows each."""
+    epoch = date(1970, 1, 1)
     row = await ex.fetchrow(
-        f"SELECT {_COUNTS} FROM usage_ledger"
-        " WHERE organization_id = $1 AND created_at >= $2 AND created_at < $3",
+        f"SELECT {_DAY_SUMS} FROM usage_days WHERE organization_id = $1 AND day >= $2 AND day <= $3",
         organization_id,
-        start,
-        end,
+        (first - epoch).days,
+        (last - epoch).days,
     )
-    if row is None:
+    if row is None or row["requests"] is None:  # SUM of no rows is NULL
         return UsageTotals()
-    return UsageTotals(
-        requests=int(row["requests"]),
-        cost_micros=int(row["cost_micros"]),
-        refused=int(row["refused"]),
-        errors=int(row["errors"]),
-    )
+    return _totals(row)
 
 
 async def usage_breakdown(
@@ -154,24 +135,29 @@ async def _grouped(
     group_by: str,
     then: str | None = None,
     only: UsageFilter | None = None,
-) -> list:
+) -> list[Row]:
     """The sums of the organization's ledger over first..last by `bucket` (the day number or the grouping's
-    column) and, with `then`, by `part` too, of the rows `only` lets through: one query, summed in the
-    database."""
-    column = _day_number(db.dialect) if group_by == "day" else _GROUP_COLUMNS[group_by]
-    part = f", {_GROUP_COLUMNS[then]} AS part" if then else ""
-    args: list[object] = [organization_id, day_start(first), day_start(last + timedelta(days=1))]
+    column) and, with `then`, by `part` too, of the rows `only` lets through: one query of the daily sums
+    (usage_days' primary key leads with the organization and the day), a key or system of None as None."""
+    epoch = date(1970, 1, 1)
+    args: list[object] = [organization_id, (first - epoch).days, (last - epoch).days]
     where = ""
     for name, value in (("key_id", only and only.key_id), ("model", only and only.model)):
         if value:
             args.append(value)
             where += f" AND {name} = ${len(args)}"
-    return await db.fetch(
-        f"SELECT {column} AS bucket{part}, {_SUMS} FROM usage_ledger"
-        f" WHERE organization_id = $1 AND created_at >= $2 AND created_at < $3{where}"
+    part = f", {_GROUP_COLUMNS[then]} AS part" if then else ""
+    rows = await db.fetch(
+        f"SELECT {_GROUP_COLUMNS[group_by]} AS bucket{part}, {_DAY_SUMS} FROM usage_days"
+        f" WHERE organization_id = $1 AND day >= $2 AND day <= $3{where}"
         f" GROUP BY {'1, 2' if then else '1'}",
         *args,
     )
+    for row in rows:
+        for name in ("bucket", "part"):
+            if row.get(name) == NO_ID:
+                row[name] = None
+    return rows
 
 
 def _costliest_first(item: tuple[str | None, UsageTotals]) -> tuple:

@@ -27,6 +27,7 @@ from typing import Protocol
 
 import orjson
 
+from modelgate.domain.usage_days import UsageDays
 from modelgate.infra.spool import Spool, SpoolError, SpoolFile
 from modelgate.storage.database import Database, Executor
 
@@ -62,6 +63,8 @@ class SettledCharges(Protocol):
 LedgerRow = tuple
 _COLUMNS = 15
 _ORGANIZATION, _COST, _BUDGETS = 1, 11, 15
+# What the daily sums group and count a row by (`UsageDays.add`); _TOKENS: input, cached input, output.
+_KEY, _SYSTEM, _MODEL, _STATUS, _TOKENS, _CREATED_AT = 2, 3, 4, 7, slice(8, 11), 12
 # Optional, after the budgets (spool lines written before they existed end earlier): the content action, then
 # whether the usage was estimated (written only when true, the content action then written even if empty),
 # then the micro-units charged over the reservation and whether the usage was implausible (written only when
@@ -427,6 +430,7 @@ class LedgerWriter:
                 await tx.execute(_BALANCE, amount, organization_id)
             for (rule_id, period_start), amount in budgets.items():
                 await tx.execute(_BUDGET, rule_id, period_start, amount)
+            await _day_sums(chunk).write(tx)  # the cabinet's daily sums, in the rows' own transaction
         return len(chunk)
 
     def _new_segment(self) -> _Segment:
@@ -546,6 +550,15 @@ class LedgerWriter:
             await self._spool.close()
             # Its descriptors are closed (and their numbers free for reuse): a late row stays in memory.
             self._current = _Segment(None)
+
+
+def _day_sums(chunk: list[LedgerRow]) -> UsageDays:
+    """The sums of a chunk's rows per organization, UTC day, model, key and system."""
+    days = UsageDays()
+    for row in chunk:
+        group = (row[_ORGANIZATION], row[_CREATED_AT], row[_MODEL], row[_KEY], row[_SYSTEM])
+        days.add(*group, row[_STATUS], row[_TOKENS], row[_COST])
+    return days
 
 
 def _parameters(row: LedgerRow) -> tuple:

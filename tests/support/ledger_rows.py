@@ -3,11 +3,28 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from modelgate.domain.charges import charge_row
 from modelgate.domain.ledger import CRASHED, LedgerWriter
 from modelgate.domain.usage import Usage
+from modelgate.storage import Database
+
+
+async def new_organization(db: Database, name: str, balance: int) -> str:
+    """An organization of `balance` micro-units, straight in the table (for tests of the writer); its id."""
+    org_id = f"org_{name.lower().replace(' ', '_')}_{os.urandom(4).hex()}"
+    await db.execute(
+        "INSERT INTO organizations (id, legal_name, plan_code, balance_micros, created_at)"
+        " VALUES ($1, $2, $3, $4, $5)",
+        org_id,
+        name,
+        "free",
+        balance,
+        time.time(),
+    )
+    return org_id
 
 
 def add_row(

@@ -88,10 +88,50 @@ def test_an_owner_creates_an_alert_and_its_webhook_arrives_signed(
     page.reload()
     settle(page, "Alerts")
     expect(page.locator("#page")).to_contain_text("delivered")
-    screenshot(page, "alerts")
+    screenshot(page, "alerts-delivered")
 
     # A bad URL is refused with the API's message, and a member has no alerts page.
     page.get_by_label(labelled("Webhook URL")).fill("ftp://127.0.0.1/hook")
     page.get_by_label(labelled("Amount a day (USD)")).fill("1")
     page.get_by_role("button", name="Create alert").click()
     expect(page.locator("#page")).to_contain_text(re.compile("http:// or https://|valid URL", re.IGNORECASE))
+
+
+def test_the_form_shows_only_the_fields_of_the_kind_chosen_and_an_owner_rotates_the_secret(
+    contexts: Contexts, gateway: WebGateway
+) -> None:
+    owner = gateway.funded("alerts-form")
+    page = contexts.signed_in(owner).new_page()
+    open_route(page, "alerts", "Alerts")
+    form = page.get_by_role("form", name="Create an alert")
+
+    def shown() -> list[str]:
+        names = ["Applies to", "System or key id", "Amount a day (USD)", "Policy rule", "Share of the budget"]
+        return [name for name in names if form.get_by_label(labelled(name)).is_visible()]
+
+    assert shown() == ["Applies to", "Amount a day (USD)"]  # an amount a day for the organization
+    form.get_by_label(labelled("Applies to")).select_option("key")
+    assert shown() == ["Applies to", "System or key id", "Amount a day (USD)"]
+    form.get_by_label(labelled("Alert when")).select_option("budget")
+    assert shown() == ["Policy rule", "Share of the budget"]
+    # A budget alert without a rule is stopped in the form at that field; the hidden amount is not checked.
+    form.get_by_label(labelled("Webhook URL")).fill("http://127.0.0.1:9/hook")
+    form.get_by_role("button", name="Create alert").click()
+    expect(form.get_by_label(labelled("Policy rule"))).to_be_focused()
+    assert gateway.api("GET", "/alerts", owner)["alerts"] == []
+
+    # Rotation: the old secret (from the first alert) is replaced by a new one, shown once.
+    form.get_by_label(labelled("Alert when")).select_option("daily")
+    assert shown() == ["Applies to", "System or key id", "Amount a day (USD)"]
+    form.get_by_label(labelled("Applies to")).select_option("organization")
+    form.get_by_label(labelled("Amount a day (USD)")).fill("5")
+    form.get_by_role("button", name="Create alert").click()
+    first = page.locator("#alert-signing-secret").inner_text()
+    page.get_by_role("button", name="I have stored the secret").click()
+    page.get_by_role("button", name="Rotate signing secret").click()
+    page.get_by_role("dialog").get_by_role("button", name="Rotate").click()
+    expect(page.get_by_role("heading", name="New webhook signing secret")).to_be_visible()
+    rotated = page.locator("#alert-signing-secret").inner_text()
+    assert rotated.startswith("whsec_") and rotated != first
+    entries = gateway.api("GET", "/audit-log?event=alert.signing_secret_rotated", owner)["entries"]
+    assert len(entries) == 1

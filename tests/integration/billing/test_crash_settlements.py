@@ -26,7 +26,7 @@ from modelgate.domain.policy_rules import PolicyRule
 from modelgate.domain.redis_counters import RedisCounters
 from modelgate.infra.spool import Spool, database_identity
 from modelgate.storage.database import Database
-from tests.support.ledger_rows import add_row, admit_row
+from tests.support.ledger_rows import add_row, admit_row, new_organization
 
 OPENING = 10_000
 RESERVED = 1_000
@@ -73,17 +73,7 @@ class Process:
 
 
 async def _organization(db: Database) -> str:
-    org_id = f"org_crash_{os.urandom(4).hex()}"
-    await db.execute(
-        "INSERT INTO organizations (id, legal_name, plan_code, balance_micros, created_at)"
-        " VALUES ($1, $2, $3, $4, $5)",
-        org_id,
-        "Crash Test",
-        "free",
-        OPENING,
-        time.time(),
-    )
-    return org_id
+    return await new_organization(db, "Crash Test", OPENING)
 
 
 async def _admitted(process: Process, org_id: str, budgets: tuple[tuple[str, float], ...] = ()) -> str:

@@ -21,7 +21,7 @@ from modelgate.infra.spool import Spool, database_identity
 from modelgate.storage import Database, open_database
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.support.gateway import GatewayProcess, register_tenant
-from tests.support.ledger_rows import add_row
+from tests.support.ledger_rows import add_row, new_organization
 
 PER_REQUEST_MICROS = 1200
 OPENING_MICROS = 1000 * 1_000_000  # register_tenant funds 1000 USD
@@ -242,17 +242,7 @@ def test_a_sigterm_during_a_postgres_outage_keeps_the_rows_for_the_next_start(
 
 
 async def _organization(db: Database, balance: int) -> str:
-    org_id = f"org_spool_{os.urandom(4).hex()}"
-    await db.execute(
-        "INSERT INTO organizations (id, legal_name, plan_code, balance_micros, created_at)"
-        " VALUES ($1, $2, $3, $4, $5)",
-        org_id,
-        "Spool Test",
-        "free",
-        balance,
-        time.time(),
-    )
-    return org_id
+    return await new_organization(db, "Spool Test", balance)
 
 
 def _add(writer: LedgerWriter, org_id: str, n: int, cost: int = 100, **marks: str | bool) -> None:

@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 from modelgate.config import Config, load_config
 from modelgate.domain.events import BalanceEvent
 from modelgate.domain.tokens import new_id
+from modelgate.domain.usage_days import UsageDays
 from modelgate.storage import Database
 from tests.integration.cabinet.cabinet_client import (
     PASSWORD,
@@ -147,26 +148,31 @@ async def insert_usage(
     output_tokens: int = 0,
     cost_micros: int = 0,
 ) -> None:
-    """One ledger row, as the model API's metering writes it."""
-    await db.execute(
-        "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id,"
-        " status, input_tokens, cached_input_tokens, output_tokens, units, cost_micros, created_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-        new_id("use"),
-        organization_id,
-        key_id,
-        system_id,
-        model,
-        "mock:test",
-        f"req-{next(_numbers)}",
-        200,
-        input_tokens,
-        cached_input_tokens,
-        output_tokens,
-        0.0,
-        cost_micros,
-        at,
-    )
+    """One ledger row, and its share of the daily sums, as the ledger's flush writes them."""
+    async with db.transaction() as tx:
+        await tx.execute(
+            "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id,"
+            " status, input_tokens, cached_input_tokens, output_tokens, units, cost_micros, created_at)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            new_id("use"),
+            organization_id,
+            key_id,
+            system_id,
+            model,
+            "mock:test",
+            f"req-{next(_numbers)}",
+            200,
+            input_tokens,
+            cached_input_tokens,
+            output_tokens,
+            0.0,
+            cost_micros,
+            at,
+        )
+        days = UsageDays()
+        tokens = (input_tokens, cached_input_tokens, output_tokens)
+        days.add(organization_id, at, model, key_id, system_id, 200, tokens, cost_micros)
+        await days.write(tx)
 
 
 BillingCabinetFactory = Callable[..., Awaitable[BillingCabinet]]

@@ -211,3 +211,38 @@ async def test_budget_alerts_fire_at_their_share_and_mail_the_owners_when_email_
     assert sorted(d["alertId"] for d in log.body["deliveries"]) == sorted(alerts.values())
     assert [m["to_address"] for m in mails] == [owner.email] * 3
     assert any("100% of the budget" in m["subject"] for m in mails)
+
+
+async def test_only_an_owner_rotates_the_signing_secret_and_the_old_one_signs_no_later_attempt(
+    start_billing_cabinet: BillingCabinetFactory, receiver: Receiver
+) -> None:
+    config = alert_config(3600.0)  # the test drives the rounds itself
+    cabinet = await start_billing_cabinet(config)
+    owner = await cabinet.register()
+    admin, member = await cabinet.add_member(owner, "admin"), await cabinet.add_member(owner, "member")
+    rotate = "/alerts/signing-secret/rotate"
+    refused = [
+        await cabinet.call("POST", rotate, token=admin.token),
+        await cabinet.call("POST", rotate, token=member.token),
+        await cabinet.call("POST", rotate),
+    ]
+    assert [reply.status for reply in refused] == [403, 403, 401]
+    old = (await _daily_alert(cabinet, owner.token, receiver.url, amount=1))["signingSecret"]
+    await insert_usage(cabinet.db, await cabinet.organization_id(owner), time.time(), cost_micros=5)
+    assert await check_alerts(cabinet.db, config, None, time.time()) == 1
+    async with aiohttp.ClientSession() as session:
+        assert await deliver_due(cabinet.db, session, 1e-6) == 0  # the receiver answers 500 first
+
+        rotated = await cabinet.call("POST", rotate, token=owner.token)
+        assert await deliver_due(cabinet.db, session, 1e-6) == 1  # the retry, after the rotation
+
+    new = rotated.body["signingSecret"]
+    assert rotated.status == 200 and new.startswith("whsec_") and new != old
+    (first_headers, first_body), (second_headers, second_body) = receiver.received
+    assert verify(old, first_headers, first_body)
+    assert verify(new, second_headers, second_body) and not verify(old, second_headers, second_body)
+    listed = await cabinet.call("GET", "/alerts", token=owner.token)
+    assert listed.body["hasSigningSecret"] and "signingSecret" not in str(listed.body)
+    log = await cabinet.call("GET", "/audit-log?event=alert.signing_secret_rotated", token=owner.token)
+    [entry] = log.body["entries"]
+    assert entry["actor"]["email"] == owner.email and new not in str(entry) and old not in str(entry)

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
+from modelgate.domain.usage_days import UsageDays
 from modelgate.storage import Database
 from tests.integration.billing_cabinet.billing_client import BillingCabinet
 
@@ -49,30 +50,35 @@ async def add_row(
     returns the id."""
     started = admitted_at if admitted_at is not None else created_at
     row_id = f"led_{int(started * 1000):011x}{os.urandom(8).hex()}{next(_numbers):08x}"
-    await db.execute(
-        "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id,"
-        " status, input_tokens, cached_input_tokens, output_tokens, units, cost_micros, created_at, outcome,"
-        " content_action, usage_estimated, usage_detail)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
-        row_id,
-        organization_id,
-        key_id,
-        system_id,
-        model,
-        row_key,
-        f"req-{next(_numbers)}",
-        status,
-        input_tokens,
-        cached_input_tokens,
-        output_tokens,
-        0.0,
-        cost_micros,
-        created_at,
-        outcome,
-        content_action,
-        estimated,
-        usage_detail,
-    )
+    async with db.transaction() as tx:  # as the ledger's flush writes a row: with its share of the daily sums
+        await tx.execute(
+            "INSERT INTO usage_ledger (id, organization_id, key_id, system_id, model, row_key, request_id,"
+            " status, input_tokens, cached_input_tokens, output_tokens, units, cost_micros, created_at,"
+            " outcome, content_action, usage_estimated, usage_detail)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+            row_id,
+            organization_id,
+            key_id,
+            system_id,
+            model,
+            row_key,
+            f"req-{next(_numbers)}",
+            status,
+            input_tokens,
+            cached_input_tokens,
+            output_tokens,
+            0.0,
+            cost_micros,
+            created_at,
+            outcome,
+            content_action,
+            estimated,
+            usage_detail,
+        )
+        days = UsageDays()
+        tokens = (input_tokens, cached_input_tokens, output_tokens)
+        days.add(organization_id, created_at, model, key_id, system_id, status, tokens, cost_micros)
+        await days.write(tx)
     return row_id
 
 

@@ -234,6 +234,26 @@ async def test_a_member_creates_keys_for_themselves_without_limits_and_cannot_ch
     assert (await _report(cabinet, owner))["total"] == 0
 
 
+async def test_a_member_never_revokes_a_key_even_their_own_and_an_owner_or_admin_does(
+    cabinet: Cabinet,
+) -> None:
+    # The service description limits revoke to owners and admins (its endpoint and authentication tables).
+    owner = await cabinet.register()
+    admin, member = await cabinet.add_member(owner, "admin"), await cabinet.add_member(owner)
+    await cabinet.call("PATCH", "/organization/settings", token=owner.token, json={"membersCreateKeys": True})
+    first, second = (await cabinet.create_key(member)).body, (await cabinet.create_key(member)).body
+
+    own = await cabinet.revoke_key(member, first["id"])
+    by_admin = await cabinet.revoke_key(admin, first["id"])
+    by_owner = await cabinet.revoke_key(owner, second["id"])
+
+    assert (own.status, own.body) == (403, {"error": "this action requires the owner or admin role"})
+    assert (by_admin.status, by_admin.body["status"]) == (200, "revoked")
+    assert (by_owner.status, by_owner.body["status"]) == (200, "revoked")
+    revoked = [e for e in await cabinet.audit_events(owner) if e["event"] == "api_key.revoked"]
+    assert sorted(e["targetId"] for e in revoked) == sorted([first["id"], second["id"]])
+
+
 async def test_the_setting_refuses_what_it_does_not_know(cabinet: Cabinet) -> None:
     owner = await cabinet.register()
 

@@ -1,6 +1,7 @@
 // Spend alerts (owners): a threshold — a share of a policy rule's budget, or an amount a day for the
 // organization, a system or a key — that calls a webhook (and mails the owners when the gateway sends mail)
-// once per period when spend crosses it; with the log of the webhook deliveries.
+// once per period when spend crosses it; with the log of the webhook deliveries and the rotation of the
+// webhook signing secret. The form shows only the fields of the kind of alert chosen.
 
 import { api } from "../api.js";
 import { page } from "../router.js";
@@ -11,6 +12,8 @@ const KINDS = [
   { value: "daily", label: "An amount a day (UTC)" },
   { value: "budget", label: "A share of a policy rule's budget" },
 ];
+// The form's fields of each kind of alert (the others are hidden and disabled, so never checked or sent).
+const KIND_FIELDS = { daily: ["subjectType", "subjectId", "amount"], budget: ["ruleId", "percent"] };
 const SUBJECTS = [
   { value: "organization", label: "The whole organization" },
   { value: "system", label: "One system" },
@@ -23,13 +26,13 @@ function what(alert, currency) {
   return `${formatMoney(alert.amountMicros, currency)} a day for ${subject}`;
 }
 
-function secretPanel(secret, onDone) {
+function secretPanel(secret, onDone, rotated = false) {
   const done = h("button", { type: "button", class: "button" }, "I have stored the secret");
   const panel = h(
     "section",
     { class: "card secret-panel", "aria-labelledby": "alert-secret-title", tabindex: "-1" },
-    h("h2", { id: "alert-secret-title" }, "Webhook signing secret"),
-    h("p", {}, h("strong", {}, "Copy it now: it will not be shown again."), " Each webhook carries the header modelgate-signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\" with this secret>. Check it before trusting a call."),
+    h("h2", { id: "alert-secret-title" }, rotated ? "New webhook signing secret" : "Webhook signing secret"),
+    h("p", {}, h("strong", {}, "Copy it now: it will not be shown again."), rotated ? " The old secret signs no webhook from now on." : "", " Each webhook carries the header modelgate-signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\" with this secret>. Check it before trusting a call."),
     h("code", { class: "secret-value", id: "alert-signing-secret" }, secret),
     h("div", { class: "form-actions" }, copyButton(secret, "Copy secret"), done),
   );
@@ -90,15 +93,15 @@ async function render(main) {
     [
       { label: "Alert when", name: "kind", type: "select", required: true, value: "daily", options: KINDS },
       { label: "Webhook URL", name: "url", type: "url", required: true, autocomplete: "off", hint: "http:// or https://; it receives a signed JSON POST." },
-      { label: "Applies to", name: "subjectType", type: "select", value: "organization", options: SUBJECTS, hint: "For an amount a day." },
-      { label: "System or key id", name: "subjectId", autocomplete: "off", hint: "For one system or key: its id (sys_… or key_…, on the Systems and API keys pages)." },
-      { label: `Amount a day (${currency})`, name: "amount", type: "number", min: "0.000001", step: "any", hint: "For an amount a day." },
+      { label: "Applies to", name: "subjectType", type: "select", value: "organization", options: SUBJECTS },
+      { label: "System or key id", name: "subjectId", required: true, autocomplete: "off", hint: "Its id: sys_… or key_…, on the Systems and API keys pages." },
+      { label: `Amount a day (${currency})`, name: "amount", type: "number", required: true, min: "0.000001", step: "any" },
       {
         label: "Policy rule",
         name: "ruleId",
         type: "select",
+        required: true,
         options: [{ value: "", label: budgeted.length ? "Choose a rule with a budget" : "No rule has a budget" }, ...budgeted.map((rule) => ({ value: rule.id, label: `${rule.id} (${formatMoney(rule.budget.amountMicros, currency)} a ${rule.budget.period})` }))],
-        hint: "For a share of a budget.",
       },
       { label: "Share of the budget", name: "percent", type: "select", value: "80", options: ["50", "80", "100"].map((p) => ({ value: p, label: `${p} %` })) },
     ],
@@ -114,11 +117,42 @@ async function render(main) {
       }
       const created = await api("POST", "/alerts", body);
       element.reset();
+      showKindFields();
       if (created.signingSecret) secretSlot.replaceChildren(secretPanel(created.signingSecret, () => secretSlot.replaceChildren()));
       await redraw();
       announce("success", "The alert was created.");
     },
     { submitLabel: "Create alert", busyLabel: "Creating…", label: "Create an alert" },
+  );
+
+  const byName = Object.fromEntries(createForm.fields.filter((wrapper) => wrapper.fieldName).map((wrapper) => [wrapper.fieldName, wrapper]));
+  function showKindFields() {
+    const kind = byName.kind.control.value;
+    const organizationWide = byName.subjectType.control.value === "organization";
+    for (const [fieldsKind, names] of Object.entries(KIND_FIELDS)) {
+      for (const name of names) {
+        const shown = fieldsKind === kind && !(name === "subjectId" && organizationWide);
+        byName[name].hidden = !shown;
+        byName[name].control.disabled = !shown;
+      }
+    }
+  }
+  byName.kind.control.addEventListener("change", showKindFields);
+  byName.subjectType.control.addEventListener("change", showKindFields);
+  showKindFields();
+
+  async function rotate() {
+    const ok = await confirmDialog("Make a new webhook signing secret? The current one stops signing at once: webhooks (retries included) carry the new signature from now on, so update your receiver.", { title: "Rotate signing secret", confirmLabel: "Rotate" });
+    if (!ok) return;
+    const answer = await api("POST", "/alerts/signing-secret/rotate");
+    secretSlot.replaceChildren(secretPanel(answer.signingSecret, () => secretSlot.replaceChildren(), true));
+    secretSlot.querySelector(".secret-panel").focus();
+    announce("success", "A new signing secret was made.");
+  }
+  const rotation = section(
+    "Webhook signing secret",
+    h("p", {}, "Every webhook is signed with your organization's secret (header modelgate-signature). Rotate it when it may have leaked: the new one is shown once, and the old one signs nothing more."),
+    h("div", { class: "form-actions" }, actionButton("Rotate signing secret", rotate)),
   );
 
   await redraw();
@@ -128,6 +162,7 @@ async function render(main) {
     section("Create an alert", createForm),
     section("Alerts", listSlot),
     section("Webhook deliveries", logSlot),
+    rotation,
   );
 }
 

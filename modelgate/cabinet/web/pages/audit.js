@@ -25,6 +25,7 @@ const KNOWN_EVENTS = [
   "api_key.",
   "api_key.created",
   "api_key.revoked",
+  "alert.",
   "auth.",
   "auth.sso_login",
   "auth.sso_failed",
