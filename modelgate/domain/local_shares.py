@@ -179,6 +179,11 @@ class LocalShares:
     # -- observability ---------------------------------------------------------------------------------
 
     @property
+    def known(self) -> int:
+        """Money counters with a known headroom (an outage gives this process a share of each)."""
+        return len(self._known)
+
+    @property
     def held(self) -> int:
         """Reservations taken here still to settle."""
         return sum(self._held.values())

@@ -173,8 +173,13 @@ class RedisCounters:
         """Claim, count and reserve in one round trip, all or nothing (see `redis_scripts.ADMIT_REQUEST`)."""
         shares = self.shares
         if shares is not None:
-            if shares.active and time.monotonic() < self._local_until and (windows or money):
-                return await self._degraded(None, windows, money)
+            if shares.active and (windows or money):
+                if time.monotonic() < self._local_until:
+                    return await self._degraded(None, windows, money)
+                try:  # the outage's settlements go first: Redis holds this process's spend before it admits
+                    await self.retry_settlements()
+                except RedisError as exc:
+                    return await self._degraded(exc, windows, money)
             shares.note(money)
         keys = [self._held]
         args: list[int | str] = [self.process, WINDOW_SECONDS, CLAIM_SECONDS if claim else 0, len(windows)]
@@ -381,16 +386,21 @@ class RedisCounters:
         self._keeper = asyncio.get_running_loop().create_task(self._keep(heartbeat_seconds), name="counters")
 
     async def _keep(self, every: float) -> None:
+        shares = self.shares
         while True:
             try:
                 await self.heartbeat(ttl_seconds=every * 4)
                 await self.retry_settlements()
+                if shares is not None and shares.active:  # back: this process's outage spend is in Redis
+                    self._redis_back(shares)
                 await self.reclaim_dead()
-                if self.shares is not None:
+                if shares is not None:
                     await self.read_shares()
             except RedisError as exc:
                 log.debug("redis: keeping counters failed: %r", exc)
-            await asyncio.sleep(every)
+            # During an outage Redis is tried often: the sooner this process's spend is back in Redis, the
+            # less the others admit there without it (docs/deploy.md, "Redis outages").
+            await asyncio.sleep(_LOCAL_SECONDS if shares is not None and shares.active else every)
 
     async def heartbeat(self, ttl_seconds: float) -> None:
         pipe = self._redis.pipeline(transaction=False)

@@ -320,6 +320,17 @@ class GatewayMetrics:
             registry=registry,
         ).set_function(shares.used_ratio)
         Gauge(
+            "modelgate_redis_outage_known_counters",
+            "Money counters whose headroom this process last read from Redis: an outage gives it a share of "
+            "each (a counter it does not know refuses with 503).",
+            registry=registry,
+        ).set_function(lambda: shares.known)
+        Gauge(
+            "modelgate_redis_outage_processes",
+            "Live gateway processes at the last reading: each share is this part of a counter's headroom.",
+            registry=registry,
+        ).set_function(lambda: shares.processes)
+        Gauge(
             "modelgate_redis_outage_share_micros",
             "This process's shares of every money counter's headroom during a Redis outage (micro-units).",
             registry=registry,

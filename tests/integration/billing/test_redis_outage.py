@@ -1,0 +1,175 @@
+"""Redis stopped under load with `[redis] outage = "degraded"` (issue #37): two gateway processes go on
+serving, each against its share of the tenant's last known headroom; a tenant at its share is refused with
+402; when Redis is back the settlements made meanwhile reach it once each, and Redis's balance, the stored
+balance and the ledger agree.
+
+Real servers: a `redis-server` of the test's own on a free port (stopped with SIGTERM and started again on
+that port with its append-only file: tests/support/redis_server.py), PostgreSQL, two `modelgate serve`
+processes (tests/support/gateway_fleet.py), load from client threads (tests/support/chat_load.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from modelgate.storage import open_database
+from tests.integration.billing import test_ledger_spool as spool
+from tests.support.chat_load import ChatLoad
+from tests.support.gateway import register_tenant
+from tests.support.gateway_fleet import GatewayFleet
+from tests.support.redis_server import RedisServer
+from tests.support.services import service_unavailable
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    try:
+        server.start()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        server.close()
+        service_unavailable("a redis-server of the test's own", exc)
+        raise
+    yield server
+    server.close()
+
+
+@contextlib.contextmanager
+def _fleet(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[GatewayFleet]:
+    section = f'[redis]\nurl = "{redis.url}"\noutage = "degraded"\n'
+    fleet = GatewayFleet(spool._config(tmp_path, pg_url, flush_interval=0.2, billing=section), tmp_path, 2)
+    fleet.start_all()
+    try:
+        yield fleet
+    finally:
+        problems = fleet.stop_all()
+        assert not problems, problems
+        for name, log in fleet.logs().items():
+            assert "Traceback" not in log, name
+
+
+def _metrics(base_url: str) -> dict[str, float]:
+    samples = {}
+    with contextlib.suppress(httpx.TransportError):
+        for line in httpx.get(f"{base_url}/metrics", timeout=5).text.splitlines():
+            name, _, value = line.partition(" ")
+            if name.startswith("modelgate_redis_outage_"):
+                samples[name.removeprefix("modelgate_redis_outage_")] = float(value)
+    return samples
+
+
+def _all(fleet: GatewayFleet, condition) -> bool:
+    return all(condition(_metrics(fleet.base_url(index))) for index in range(len(fleet)))
+
+
+def _ready_for_an_outage(fleet: GatewayFleet) -> bool:
+    """Every process has read the tenant's headroom and counted both processes."""
+    return _all(fleet, lambda m: m.get("known_counters", 0) >= 1 and m.get("processes") == 2)
+
+
+def _chat(base_url: str, api_key: str) -> httpx.Response:
+    return httpx.post(
+        f"{base_url}/v1/chat/completions",
+        headers={"authorization": f"Bearer {api_key}"},
+        json={"model": "metered", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
+
+
+async def _redis_balance(redis: RedisServer, pg_url: str, email: str) -> tuple[int, int]:
+    db = await open_database(pg_url)
+    try:
+        org = await db.fetchval("SELECT organization_id FROM users WHERE email = $1", email)
+    finally:
+        await db.close()
+    with redis.client() as client:
+        balance, reserved = client.hmget(f"mg:bal:{org}", "b", "r")
+    assert isinstance(balance, bytes), "the tenant has no balance counter in Redis"
+    return int(balance), int(reserved if isinstance(reserved, bytes) else 0)
+
+
+def _assert_books_balance(
+    pg_url: str, redis: RedisServer, email: str, served: list[str], opening: int
+) -> int:
+    """No row lost or doubled; stored balance = opening - ledger; Redis's = stored (nothing settled twice,
+    nothing still reserved). Returns the stored balance."""
+    rows, balance = spool._ledger_now(pg_url, email)
+    ids = [request_id for request_id, _ in rows]
+    assert len(ids) == len(set(ids)), "a request has two ledger rows"
+    assert {request_id for request_id, cost in rows if cost} == set(served), "served and charged differ"
+    assert all(cost in (0, spool.PER_REQUEST_MICROS) for _, cost in rows)
+    assert balance == opening - spool.PER_REQUEST_MICROS * len(served)
+    assert asyncio.run(_redis_balance(redis, pg_url, email)) == (balance, 0)
+    return balance
+
+
+def test_two_gateways_serve_through_a_redis_outage_within_their_shares_and_reconcile(
+    tmp_path: Path, fresh_pg_url: str, redis_server: RedisServer
+) -> None:
+    with _fleet(tmp_path, fresh_pg_url, redis_server) as fleet:
+        tenant = register_tenant(fleet.base_url(0))
+        urls = [fleet.base_url(0), fleet.base_url(1)]
+        with ChatLoad(urls[0], tenant.api_key) as first, ChatLoad(urls[1], tenant.api_key) as second:
+            loads = (first, second)
+            assert spool._wait_until(lambda: _ready_for_an_outage(fleet)), (
+                "no headroom read before the outage"
+            )
+            redis_server.stop()
+            at_stop = [len(load.served) for load in loads]
+            assert spool._wait_until(lambda: _all(fleet, lambda m: m.get("degraded") == 1)), (
+                "no degraded mode"
+            )
+            assert spool._wait_until(
+                lambda: all(len(load.served) >= at + 30 for load, at in zip(loads, at_stop, strict=True))
+            ), "nothing served during the outage"
+            during = [_metrics(url) for url in urls]
+            redis_server.start()
+            assert spool._wait_until(lambda: _all(fleet, lambda m: m.get("degraded") == 0)), (
+                "never reconciled"
+            )
+            at_return = [len(load.served) for load in loads]
+            assert spool._wait_until(
+                lambda: all(len(load.served) >= at + 20 for load, at in zip(loads, at_return, strict=True))
+            ), "nothing served after the outage"
+    for sample in during:  # each process spent within its share: half the headroom it read
+        assert 0 < sample["used_micros"] <= sample["share_micros"] <= spool.OPENING_MICROS // 2, during
+        assert sample["share_used_ratio"] <= 1
+    assert first.refused == [] and second.refused == [], (first.refused, second.refused)
+    served = first.served + second.served
+    _assert_books_balance(fresh_pg_url, redis_server, tenant.email, served, spool.OPENING_MICROS)
+
+
+def test_a_tenant_at_its_share_is_refused_with_402_during_the_outage_and_after_reconciling(
+    tmp_path: Path, fresh_pg_url: str, redis_server: RedisServer
+) -> None:
+    opening = 20 * spool.PER_REQUEST_MICROS
+    with _fleet(tmp_path, fresh_pg_url, redis_server) as fleet:
+        tenant = register_tenant(fleet.base_url(0), fund_usd=opening / 1_000_000)
+        urls = [fleet.base_url(0), fleet.base_url(1)]
+        served = []
+        for url in urls * 2:  # 4 requests: 16 left, 8 a process
+            reply = _chat(url, tenant.api_key)
+            assert reply.status_code == 200, reply.text
+            served.append(reply.headers["x-request-id"])
+        assert spool._wait_until(lambda: _ready_for_an_outage(fleet)), "no headroom read before the outage"
+        redis_server.stop()
+        for url in urls:
+            answers = [_chat(url, tenant.api_key) for _ in range(9)]
+            assert [reply.status_code for reply in answers] == [200] * 8 + [402], [a.text for a in answers]
+            served += [reply.headers["x-request-id"] for reply in answers[:8]]
+            error = answers[-1].json()["error"]
+            assert (error["type"], error["code"]) == ("insufficient_quota", "insufficient_balance")
+            assert _metrics(url)["share_used_ratio"] == 1.0
+        redis_server.start()
+        assert spool._wait_until(lambda: _all(fleet, lambda m: m.get("degraded") == 0)), "never reconciled"
+        for url in urls:  # Redis holds the outage's spend now: the balance is 0
+            refused = _chat(url, tenant.api_key)
+            assert refused.status_code == 402, refused.text
+    assert _assert_books_balance(fresh_pg_url, redis_server, tenant.email, served, opening) == 0
