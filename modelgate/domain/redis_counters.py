@@ -55,6 +55,7 @@ _window_result = tuple.__new__  # a WindowResult built in C (the named tuple's o
 # In degraded mode, after Redis failed to answer, requests go straight to the local shares this long before
 # Redis is tried again (an unreachable host costs a connect timeout per try).
 _LOCAL_SECONDS = 1.0
+_KEPT_KEYS = 2000  # the most keys a kept batch grows to by taking in the batches that follow it
 
 
 class RedisCounters:
@@ -326,7 +327,15 @@ class RedisCounters:
             kept = self._kept
             try:
                 if kept:  # an earlier batch waits to be sent again: this one goes after it
-                    kept.append((keys, args))
+                    last_keys, last_args = kept[-1]
+                    if len(kept) > 1 and len(last_keys) + len(keys) <= _KEPT_KEYS:
+                        # Only the first kept batch may have been sent (and applied, its answer lost): a later
+                        # one never was, so this one joins it under its number (an outage's thousands of
+                        # batches go back in a few calls).
+                        last_keys[-1:-1] = keys[:-1]  # before the applied-batches key
+                        last_args += args[2:]
+                    else:
+                        kept.append((keys, args))
                     await self._send_kept()
                 else:
                     await self._complete(keys=keys, args=args)
