@@ -336,6 +336,9 @@ class RedisCounters:
                         last_args += args[2:]
                     else:
                         kept.append((keys, args))
+                    shares = self.shares
+                    if shares is not None and shares.active and time.monotonic() < self._local_until:
+                        return  # Redis is down: tried again in a moment (`_keep`, `admit_request`)
                     await self._send_kept()
                 else:
                     await self._complete(keys=keys, args=args)
@@ -428,18 +431,23 @@ class RedisCounters:
         before its liveness key expires)."""
         if process == self.process:
             return
-        await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
-        await self._redis.srem(self._processes, process)
+        await self._release_held(process)
         await self._redis.hdel(self._applied, process)
 
+    async def _release_held(self, process: str) -> None:
+        await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
+        await self._redis.srem(self._processes, process)
+
     async def reclaim_dead(self) -> int:
-        """Release the reservations of processes whose liveness key expired; returns how many were dead."""
+        """Release the reservations of processes whose liveness key expired; returns how many were dead.
+        Their batch numbers stay: a process only cut off from Redis (or through an outage longer than its
+        key) still sends its kept batches, and one Redis applied but never answered must not apply twice."""
         dead = 0
         for member in await self._redis.smembers(self._processes):
             process = member.decode() if isinstance(member, bytes) else member
             if process == self.process or await self._redis.exists(f"{self._prefix}live:{process}"):
                 continue
-            await self.reclaim(process)
+            await self._release_held(process)
             dead += 1
         if dead:
             log.warning("redis: released the reservations of %d gateway process(es) that stopped", dead)

@@ -137,6 +137,8 @@ def test_two_gateways_serve_through_a_redis_outage_within_their_shares_and_recon
                 )
             ), "nothing served during the outage"
             during = [_metrics(url) for url in urls]
+            ready = httpx.get(f"{urls[0]}/readyz", timeout=10)  # serving: load balancers keep it
+            assert ready.status_code == 200 and ready.json()["checks"]["redis"].startswith("degraded: ")
             redis_server.start()
             assert spool._wait_until(lambda: _all(fleet, lambda m: m.get("degraded") == 0)), (
                 "never reconciled"
