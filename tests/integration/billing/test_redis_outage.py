@@ -45,9 +45,11 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @contextlib.contextmanager
-def _fleet(tmp_path: Path, pg_url: str, redis: RedisServer) -> Iterator[GatewayFleet]:
+def _fleet(tmp_path: Path, storage_url: str, redis: RedisServer) -> Iterator[GatewayFleet]:
     section = f'[redis]\nurl = "{redis.url}"\noutage = "degraded"\n'
-    fleet = GatewayFleet(spool._config(tmp_path, pg_url, flush_interval=0.2, billing=section), tmp_path, 2)
+    fleet = GatewayFleet(
+        spool._config(tmp_path, storage_url, flush_interval=0.2, billing=section), tmp_path, 2
+    )
     fleet.start_all()
     try:
         yield fleet
@@ -86,8 +88,8 @@ def _chat(base_url: str, api_key: str) -> httpx.Response:
     )
 
 
-async def _redis_balance(redis: RedisServer, pg_url: str, email: str) -> tuple[int, int]:
-    db = await open_database(pg_url)
+async def _redis_balance(redis: RedisServer, storage_url: str, email: str) -> tuple[int, int]:
+    db = await open_database(storage_url)
     try:
         org = await db.fetchval("SELECT organization_id FROM users WHERE email = $1", email)
     finally:
@@ -99,17 +101,17 @@ async def _redis_balance(redis: RedisServer, pg_url: str, email: str) -> tuple[i
 
 
 def _assert_books_balance(
-    pg_url: str, redis: RedisServer, email: str, served: list[str], opening: int
+    storage_url: str, redis: RedisServer, email: str, served: list[str], opening: int
 ) -> int:
     """No row lost or doubled; stored balance = opening - ledger; Redis's = stored (nothing settled twice,
     nothing still reserved). Returns the stored balance."""
-    rows, balance = spool._ledger_now(pg_url, email)
+    rows, balance = spool._ledger_now(storage_url, email)
     ids = [request_id for request_id, _ in rows]
     assert len(ids) == len(set(ids)), "a request has two ledger rows"
     assert {request_id for request_id, cost in rows if cost} == set(served), "served and charged differ"
     assert all(cost in (0, spool.PER_REQUEST_MICROS) for _, cost in rows)
     assert balance == opening - spool.PER_REQUEST_MICROS * len(served)
-    assert asyncio.run(_redis_balance(redis, pg_url, email)) == (balance, 0)
+    assert asyncio.run(_redis_balance(redis, storage_url, email)) == (balance, 0)
     return balance
 
 
@@ -155,11 +157,18 @@ def test_two_gateways_serve_through_a_redis_outage_within_their_shares_and_recon
     _assert_books_balance(fresh_pg_url, redis_server, tenant.email, served, spool.OPENING_MICROS)
 
 
+@pytest.fixture(params=["postgres", "sqlite"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":  # the embedded database, shared by both processes (and its host channel)
+        return f"sqlite:///{tmp_path / 'outage.db'}"
+    return request.getfixturevalue("fresh_pg_url")
+
+
 def test_a_tenant_at_its_share_is_refused_with_402_during_the_outage_and_after_reconciling(
-    tmp_path: Path, fresh_pg_url: str, redis_server: RedisServer
+    tmp_path: Path, storage_url: str, redis_server: RedisServer
 ) -> None:
     opening = 20 * spool.PER_REQUEST_MICROS
-    with _fleet(tmp_path, fresh_pg_url, redis_server) as fleet:
+    with _fleet(tmp_path, storage_url, redis_server) as fleet:
         tenant = register_tenant(fleet.base_url(0), fund_usd=opening / 1_000_000)
         urls = [fleet.base_url(0), fleet.base_url(1)]
         served = []
@@ -181,4 +190,4 @@ def test_a_tenant_at_its_share_is_refused_with_402_during_the_outage_and_after_r
         for url in urls:  # Redis holds the outage's spend now: the balance is 0
             refused = _chat(url, tenant.api_key)
             assert refused.status_code == 402, refused.text
-    assert _assert_books_balance(fresh_pg_url, redis_server, tenant.email, served, opening) == 0
+    assert _assert_books_balance(storage_url, redis_server, tenant.email, served, opening) == 0
