@@ -45,8 +45,8 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @contextlib.contextmanager
-def _fleet(tmp_path: Path, storage_url: str, redis: RedisServer) -> Iterator[GatewayFleet]:
-    section = f'[redis]\nurl = "{redis.url}"\noutage = "degraded"\n'
+def _fleet(tmp_path: Path, storage_url: str, redis: RedisServer, more: str = "") -> Iterator[GatewayFleet]:
+    section = f'[redis]\nurl = "{redis.url}"\noutage = "degraded"\n{more}'
     fleet = GatewayFleet(
         spool._config(tmp_path, storage_url, flush_interval=0.2, billing=section), tmp_path, 2
     )
@@ -191,3 +191,22 @@ def test_a_tenant_at_its_share_is_refused_with_402_during_the_outage_and_after_r
             refused = _chat(url, tenant.api_key)
             assert refused.status_code == 402, refused.text
     assert _assert_books_balance(storage_url, redis_server, tenant.email, served, opening) == 0
+
+
+def test_a_key_at_its_share_of_the_rate_limit_is_refused_with_429_during_the_outage(
+    tmp_path: Path, fresh_pg_url: str, redis_server: RedisServer
+) -> None:
+    limited = '[[plans]]\ncode = "limited"\nrpm = 12\ntpm = 0\n'  # 6 a minute for each of two processes
+    with _fleet(tmp_path, fresh_pg_url, redis_server, limited) as fleet:
+        tenant = register_tenant(fleet.base_url(0), plan="limited")
+        urls = [fleet.base_url(0), fleet.base_url(1)]
+        for url in urls:
+            assert _chat(url, tenant.api_key).status_code == 200
+        assert spool._wait_until(lambda: _ready_for_an_outage(fleet)), "no headroom read before the outage"
+        redis_server.stop()
+        for url in urls:
+            answers = [_chat(url, tenant.api_key) for _ in range(7)]
+            assert [reply.status_code for reply in answers] == [200] * 6 + [429], [a.text for a in answers]
+            error = answers[-1].json()["error"]
+            assert (error["type"], error["code"]) == ("rate_limit_error", "rate_limit_exceeded")
+            assert int(answers[-1].headers["retry-after"]) >= 1
