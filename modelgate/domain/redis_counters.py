@@ -75,6 +75,9 @@ class RedisCounters:
         self._fail_open = self.outage == "open"
         self.shares = LocalShares() if self.outage == "degraded" else None
         self._local_until = 0.0  # degraded: Redis is not tried before this (time.monotonic())
+        self._local_claims: set[str] = (
+            set()
+        )  # request ids admitted on the shares: no claim of theirs in Redis
         self._last_alarm = 0.0
         self.process = secrets.token_hex(8)  # this process's share of reservations is kept under this id
         self._held = f"{prefix}held:{self.process}"
@@ -141,9 +144,14 @@ class RedisCounters:
             ) from exc
 
     async def _degraded(
-        self, exc: Exception | None, windows: Sequence[WindowAsk], money: Sequence[MoneyAsk]
+        self,
+        exc: Exception | None,
+        windows: Sequence[WindowAsk],
+        money: Sequence[MoneyAsk],
+        claim: str | None = None,
     ) -> Admitted:
-        """Admit against this process's shares while Redis is unreachable (503 for a counter without one)."""
+        """Admit against this process's shares while Redis is unreachable (503 for a counter without one).
+        The request id claim holds in this process only (`plugins.request_id`)."""
         shares = self.shares
         assert shares is not None
         if exc is not None:
@@ -160,10 +168,13 @@ class RedisCounters:
         if admitted is None:
             self._unavailable(exc)  # a counter never read here: no known headroom
             raise AssertionError("unreachable: outage = degraded refuses")  # pragma: no cover
+        if claim and admitted.refusal == Refusal.NONE:
+            self._local_claims.add(claim)
         return admitted
 
     def _redis_back(self, shares: LocalShares) -> None:
         shares.end()
+        self._local_until = 0.0
         log.warning("redis: reachable again; its counters admit requests (the kept settlements follow)")
 
     # -- the request path: one script ----------------------------------------------------------------
@@ -176,11 +187,11 @@ class RedisCounters:
         if shares is not None:
             if shares.active and (windows or money):
                 if time.monotonic() < self._local_until:
-                    return await self._degraded(None, windows, money)
+                    return await self._degraded(None, windows, money, claim)
                 try:  # the outage's settlements go first: Redis holds this process's spend before it admits
                     await self.retry_settlements()
                 except RedisError as exc:
-                    return await self._degraded(exc, windows, money)
+                    return await self._degraded(exc, windows, money, claim)
             shares.note(money)
         keys = [self._held]
         args: list[int | str] = [self.process, WINDOW_SECONDS, CLAIM_SECONDS if claim else 0, len(windows)]
@@ -204,7 +215,7 @@ class RedisCounters:
                 answer = await self._admit_request(keys=keys, args=args)
         except RedisError as exc:
             if shares is not None and (windows or money):
-                return await self._degraded(exc, windows, money)
+                return await self._degraded(exc, windows, money, claim)
             if windows or money:
                 self._unavailable(exc)  # 503, or admitted without limits (fail_open)
             else:
@@ -216,7 +227,11 @@ class RedisCounters:
         return _admitted(answer)
 
     def release_claim(self, claim: str) -> None:
-        """Release a request id claim taken by `admit_request` (with the next batch)."""
+        """Release a request id claim taken by `admit_request` (with the next batch); one admitted on the
+        shares has none in Redis (and another process's request of that id may hold it there)."""
+        if self._local_claims and claim in self._local_claims:
+            self._local_claims.discard(claim)
+            return
         self._enqueue("d", self._prefix + claim, "", "")
 
     async def _build(self, key: str, init: MoneyInit) -> None:
@@ -401,18 +416,24 @@ class RedisCounters:
         shares = self.shares
         while True:
             try:
-                await self.heartbeat(ttl_seconds=every * 4)
-                await self.retry_settlements()
-                if shares is not None and shares.active:  # back: this process's outage spend is in Redis
-                    self._redis_back(shares)
-                await self.reclaim_dead()
-                if shares is not None:
-                    await self.read_shares()
+                await self.keep_once(ttl_seconds=every * 4)
             except RedisError as exc:
                 log.debug("redis: keeping counters failed: %r", exc)
             # During an outage Redis is tried often: the sooner this process's spend is back in Redis, the
             # less the others admit there without it (docs/deploy.md, "Redis outages").
             await asyncio.sleep(_LOCAL_SECONDS if shares is not None and shares.active else every)
+
+    async def keep_once(self, ttl_seconds: float) -> None:
+        """One round of the keeper: liveness, kept settlements, the end of an outage, dead processes' holds,
+        and the reading the shares of the next outage come from (raises while Redis is unreachable)."""
+        await self.heartbeat(ttl_seconds)
+        await self.retry_settlements()
+        shares = self.shares
+        if shares is not None and shares.active:  # back, and this process's outage spend is in Redis
+            self._redis_back(shares)
+        await self.reclaim_dead()
+        if shares is not None:
+            await self.read_shares()
 
     async def heartbeat(self, ttl_seconds: float) -> None:
         pipe = self._redis.pipeline(transaction=False)
