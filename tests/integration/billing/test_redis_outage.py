@@ -23,7 +23,7 @@ import pytest
 from modelgate.storage import open_database
 from tests.integration.billing import test_ledger_spool as spool
 from tests.support.chat_load import ChatLoad
-from tests.support.gateway import register_tenant
+from tests.support.gateway import Tenant, register_tenant
 from tests.support.gateway_fleet import GatewayFleet
 from tests.support.redis_server import RedisServer
 from tests.support.services import service_unavailable
@@ -74,9 +74,9 @@ def _all(fleet: GatewayFleet, condition) -> bool:
     return all(condition(_metrics(fleet.base_url(index))) for index in range(len(fleet)))
 
 
-def _ready_for_an_outage(fleet: GatewayFleet) -> bool:
-    """Every process has read the tenant's headroom and counted both processes."""
-    return _all(fleet, lambda m: m.get("known_counters", 0) >= 1 and m.get("processes") == 2)
+def _ready_for_an_outage(fleet: GatewayFleet, counters: int = 1) -> bool:
+    """Every process has read the tenant's headroom (its balance, and budgets) and counted both processes."""
+    return _all(fleet, lambda m: m.get("known_counters", 0) >= counters and m.get("processes") == 2)
 
 
 def _chat(base_url: str, api_key: str) -> httpx.Response:
@@ -157,26 +157,61 @@ def test_two_gateways_serve_through_a_redis_outage_within_their_shares_and_recon
     _assert_books_balance(fresh_pg_url, redis_server, tenant.email, served, spool.OPENING_MICROS)
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
-def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":  # the embedded database, shared by both processes (and its host channel)
-        return f"sqlite:///{tmp_path / 'outage.db'}"
-    return request.getfixturevalue("fresh_pg_url")
+# (storage, the limit the tenant reaches): the balance on both backends, an organization budget once.
+CASES = [("sqlite", "balance"), ("postgres", "balance"), ("postgres", "budget")]
+
+
+@pytest.fixture(params=CASES, ids=["-".join(case) for case in CASES])
+def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    storage, limit = request.param
+    if storage == "sqlite":  # the embedded database, shared by both processes (and its host channel)
+        return f"sqlite:///{tmp_path / 'outage.db'}", limit
+    return request.getfixturevalue("fresh_pg_url"), limit
+
+
+def _add_budget(base_url: str, tenant: Tenant, amount: int) -> str:
+    reply = httpx.post(
+        f"{base_url}/api/policy-rules",
+        json={
+            "subjectType": "organization",
+            "effect": "allow",
+            "models": ["*"],
+            "budget": {"amountMicros": amount, "period": "day"},
+        },
+        headers={"authorization": f"Bearer {tenant.session_token}"},
+        timeout=30,
+    )
+    assert reply.status_code == 201, reply.text
+    return reply.json()["id"]
+
+
+def _redis_budget(redis: RedisServer, rule_id: str) -> tuple[int, int]:
+    with redis.client() as client:
+        (key,) = list(client.scan_iter(match=f"mg:bud:{rule_id}:*"))
+        balance, reserved = client.hmget(key, "b", "r")
+    assert isinstance(balance, bytes)
+    return int(balance), int(reserved if isinstance(reserved, bytes) else 0)
 
 
 def test_a_tenant_at_its_share_is_refused_with_402_during_the_outage_and_after_reconciling(
-    tmp_path: Path, storage_url: str, redis_server: RedisServer
+    tmp_path: Path, case: tuple[str, str], redis_server: RedisServer
 ) -> None:
-    opening = 20 * spool.PER_REQUEST_MICROS
+    storage_url, limit = case
+    room = 20 * spool.PER_REQUEST_MICROS
+    opening = room if limit == "balance" else spool.OPENING_MICROS
     with _fleet(tmp_path, storage_url, redis_server) as fleet:
         tenant = register_tenant(fleet.base_url(0), fund_usd=opening / 1_000_000)
+        rule_id = _add_budget(fleet.base_url(0), tenant, room) if limit == "budget" else ""
         urls = [fleet.base_url(0), fleet.base_url(1)]
         served = []
         for url in urls * 2:  # 4 requests: 16 left, 8 a process
             reply = _chat(url, tenant.api_key)
             assert reply.status_code == 200, reply.text
             served.append(reply.headers["x-request-id"])
-        assert spool._wait_until(lambda: _ready_for_an_outage(fleet)), "no headroom read before the outage"
+        counters = 2 if rule_id else 1
+        assert spool._wait_until(lambda: _ready_for_an_outage(fleet, counters)), (
+            "no reading before the outage"
+        )
         redis_server.stop()
         for url in urls:
             answers = [_chat(url, tenant.api_key) for _ in range(9)]
@@ -187,10 +222,13 @@ def test_a_tenant_at_its_share_is_refused_with_402_during_the_outage_and_after_r
             assert _metrics(url)["share_used_ratio"] == 1.0
         redis_server.start()
         assert spool._wait_until(lambda: _all(fleet, lambda m: m.get("degraded") == 0)), "never reconciled"
-        for url in urls:  # Redis holds the outage's spend now: the balance is 0
+        for url in urls:  # Redis holds the outage's spend now: no room is left
             refused = _chat(url, tenant.api_key)
             assert refused.status_code == 402, refused.text
-    assert _assert_books_balance(storage_url, redis_server, tenant.email, served, opening) == 0
+    balance = _assert_books_balance(storage_url, redis_server, tenant.email, served, opening)
+    assert balance == opening - room
+    if rule_id:  # the budget's counter holds its whole spend, once, and nothing reserved
+        assert _redis_budget(redis_server, rule_id) == (0, 0)
 
 
 def test_a_key_at_its_share_of_the_rate_limit_is_refused_with_429_during_the_outage(
