@@ -23,7 +23,7 @@ import pytest
 from modelgate.storage import open_database
 from tests.integration.billing import test_ledger_spool as spool
 from tests.support.chat_load import ChatLoad
-from tests.support.gateway import Tenant, register_tenant
+from tests.support.gateway import add_budget, register_tenant
 from tests.support.gateway_fleet import GatewayFleet
 from tests.support.redis_server import RedisServer
 from tests.support.services import service_unavailable
@@ -169,22 +169,6 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
     return request.getfixturevalue("fresh_pg_url"), limit
 
 
-def _add_budget(base_url: str, tenant: Tenant, amount: int) -> str:
-    reply = httpx.post(
-        f"{base_url}/api/policy-rules",
-        json={
-            "subjectType": "organization",
-            "effect": "allow",
-            "models": ["*"],
-            "budget": {"amountMicros": amount, "period": "day"},
-        },
-        headers={"authorization": f"Bearer {tenant.session_token}"},
-        timeout=30,
-    )
-    assert reply.status_code == 201, reply.text
-    return reply.json()["id"]
-
-
 def _redis_budget(redis: RedisServer, rule_id: str) -> tuple[int, int]:
     with redis.client() as client:
         (key,) = list(client.scan_iter(match=f"mg:bud:{rule_id}:*"))
@@ -201,7 +185,7 @@ def test_a_tenant_at_its_share_is_refused_with_402_during_the_outage_and_after_r
     opening = room if limit == "balance" else spool.OPENING_MICROS
     with _fleet(tmp_path, storage_url, redis_server) as fleet:
         tenant = register_tenant(fleet.base_url(0), fund_usd=opening / 1_000_000)
-        rule_id = _add_budget(fleet.base_url(0), tenant, room) if limit == "budget" else ""
+        rule_id = add_budget(fleet.base_url(0), tenant, room) if limit == "budget" else ""
         urls = [fleet.base_url(0), fleet.base_url(1)]
         served = []
         for url in urls * 2:  # 4 requests: 16 left, 8 a process
