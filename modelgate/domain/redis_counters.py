@@ -75,9 +75,12 @@ class RedisCounters:
         self._fail_open = self.outage == "open"
         self.shares = LocalShares() if self.outage == "degraded" else None
         self._local_until = 0.0  # degraded: Redis is not tried before this (time.monotonic())
-        self._local_claims: set[str] = (
-            set()
-        )  # request ids admitted on the shares: no claim of theirs in Redis
+        # Request ids admitted on the shares: no claim of theirs is in Redis.
+        self._local_claims: set[str] = set()
+        # After an outage no process is judged dead before this (time.monotonic()): their liveness keys ran
+        # out while Redis was down, and they renew them only as they find it back.
+        self._judge_after = 0.0
+        self._liveness_seconds = 20.0  # a liveness key's time to live (`start`)
         self._last_alarm = 0.0
         self.process = secrets.token_hex(8)  # this process's share of reservations is kept under this id
         self._held = f"{prefix}held:{self.process}"
@@ -175,6 +178,7 @@ class RedisCounters:
     def _redis_back(self, shares: LocalShares) -> None:
         shares.end()
         self._local_until = 0.0
+        self._judge_after = time.monotonic() + self._liveness_seconds
         log.warning("redis: reachable again; its counters admit requests (the kept settlements follow)")
 
     # -- the request path: one script ----------------------------------------------------------------
@@ -410,13 +414,14 @@ class RedisCounters:
 
     async def start(self, heartbeat_seconds: float = 5.0) -> None:
         """Announce this process and keep it alive; release reservations of dead ones; retry settlements."""
+        self._liveness_seconds = heartbeat_seconds * 4
         self._keeper = asyncio.get_running_loop().create_task(self._keep(heartbeat_seconds), name="counters")
 
     async def _keep(self, every: float) -> None:
         shares = self.shares
         while True:
             try:
-                await self.keep_once(ttl_seconds=every * 4)
+                await self.keep_once(ttl_seconds=self._liveness_seconds)
             except RedisError as exc:
                 log.debug("redis: keeping counters failed: %r", exc)
             # During an outage Redis is tried often: the sooner this process's spend is back in Redis, the
@@ -431,7 +436,8 @@ class RedisCounters:
         shares = self.shares
         if shares is not None and shares.active:  # back, and this process's outage spend is in Redis
             self._redis_back(shares)
-        await self.reclaim_dead()
+        if time.monotonic() >= self._judge_after:
+            await self.reclaim_dead()
         if shares is not None:
             await self.read_shares()
 

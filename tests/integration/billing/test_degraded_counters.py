@@ -79,6 +79,31 @@ async def test_what_the_shares_admitted_reaches_redis_as_charges_once_and_claims
     await other_client.aclose()
 
 
+async def test_after_an_outage_no_process_is_taken_for_dead_before_it_could_renew_its_key(
+    redis_server: RedisServer, counters: RedisCounters
+) -> None:
+    """Every liveness key ran out during the outage: the first process back must not release the others'
+    reservations (their requests would run with no worst case held in Redis)."""
+    other_client = Redis.from_url(redis_server.url)
+    other = RedisCounters(other_client, PREFIX)
+    await other.heartbeat(ttl_seconds=0.05)  # gone by the time Redis is back
+    assert (await other.admit_request(None, [], [_ask(100)])).refusal == Refusal.NONE
+    await counters.heartbeat(ttl_seconds=60)
+    assert (await counters.admit_request(None, [], [_ask(10)])).refusal == Refusal.NONE
+    await counters.settle("bal:o1", 10, 10)
+    await counters.flush()
+    await counters.read_shares()
+    redis_server.stop()
+    assert (await counters.admit_request(None, [], [_ask(10)])).refusal == Refusal.NONE  # on its share
+    redis_server.start()
+    with redis_server.client() as direct:
+        assert direct.exists(f"{PREFIX}live:{other.process}") == 0
+        await _keeper_finds_redis_back(counters)
+        assert direct.hget(f"{PREFIX}bal:o1", "r") == b"100"  # the other's reservation is still held
+    await other.close()
+    await other_client.aclose()
+
+
 async def _keeper_finds_redis_back(counters: RedisCounters) -> None:
     """The keeper's rounds (every second during an outage), until one gets through: the first may meet a
     pooled connection Redis closed when it stopped."""
