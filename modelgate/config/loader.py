@@ -65,6 +65,7 @@ from .schema import (
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("defaults.toml")
 EMBEDDED_SOURCE = "<embedded defaults>"
+OUTAGE_MODES = ("refuse", "degraded", "open")  # `[redis] outage`
 
 
 T = TypeVar("T")
@@ -219,9 +220,12 @@ def _redis(t: Table) -> RedisConfig:
     values = given(
         url=t.string("url", check=url_prefix("redis://", "rediss://", "unix://")),
         fail_open=t.boolean("fail_open"),
+        outage=t.choice("outage", OUTAGE_MODES, "Redis outage mode"),
         sentinels=t.strings("sentinels", check=_sentinel_address),
         sentinel_master=t.string("sentinel_master", check=non_empty),
     )
+    if values.get("fail_open") and values.get("outage", "open") != "open":
+        t.report("outage", '`fail_open = true` means outage = "open": set one of them, not both')
     if bool(values.get("sentinels")) != ("sentinel_master" in values):
         t.report("sentinel_master", "Redis Sentinel needs both `sentinels` and `sentinel_master`")
     elif values.get("sentinels") and not str(values.get("url", "redis://")).startswith("redis://"):

@@ -114,6 +114,10 @@ class RedisConfig:
 
     url: str | None = field(default=None, repr=False)  # may embed a password
     fail_open: bool = False
+    # While Redis cannot be reached: "refuse" model requests (503), serve them "open" (no limit, no balance
+    # bound), or "degraded": each process admits against its own share of every organization's last known
+    # headroom and limits (domain.local_shares). None: "open" when fail_open, else "refuse".
+    outage: str | None = None
     # Redis Sentinel: the sentinels' `host:port` addresses and the name of the master they watch. The master
     # is the one they name, asked again after every lost connection (a failover); `url`, optional then,
     # gives only the credentials and the database (its host is not used).
@@ -123,6 +127,11 @@ class RedisConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.url or self.sentinels)
+
+    @property
+    def outage_mode(self) -> str:
+        """What a Redis outage does: `outage`, or what `fail_open` has always meant."""
+        return self.outage or ("open" if self.fail_open else "refuse")
 
 
 @dataclass(frozen=True, slots=True)

@@ -309,15 +309,15 @@ class Accounts:
             await asyncio.sleep(_FOLLOW_SECONDS)
             try:
                 events = await balance_events_since(self._db, since - _FOLLOW_OVERLAP_SECONDS)
+                for event, created_at in events:  # an event not applied (Redis down) is read again
+                    await self._apply(event)
+                    since = max(since, created_at)
             except Exception as exc:
                 if not failing:
-                    log.warning("reading balance events failed (%r); retrying every second", exc)
+                    log.warning("following balance events failed (%r); retrying every second", exc)
                 failing = True
                 continue
             failing = False
-            for event, created_at in events:
-                since = max(since, created_at)
-                await self._apply(event)
 
     async def stop(self) -> None:
         if self._follower is not None:

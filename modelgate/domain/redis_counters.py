@@ -11,6 +11,10 @@ until it is written, so no other process can spend it meanwhile.
 Each process keeps its own share of every reservation (`p:<process>` in the counter, the counters it
 reserved on in `held:<process>`); the reservations of a process that died (its `live:<process>` key
 expired) are released by the others. Settlements Redis did not take are kept and retried until it does.
+
+While Redis cannot be reached, `[redis] outage` decides: refuse (503), admit without limits ("open", what
+`fail_open = true` means), or admit against this process's share of each counter's last known headroom and
+of each limit ("degraded", `domain.local_shares`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from modelgate.domain.counters import (
     WindowResult,
 )
 from modelgate.domain.errors import ServiceUnavailable
+from modelgate.domain.local_shares import LocalShares
 from modelgate.infra import redis_scripts as scripts
 from modelgate.infra.redis_wire import Memo, Script, wire_for
 
@@ -47,19 +52,35 @@ CLAIM_SECONDS = 600
 _MAX_BUILDS = 3  # admission retries after building missing money counters (a bound, not a budget)
 _NAMES_KEPT = 4096  # counter names kept with their prefix (`_names`, `_windows`)
 _window_result = tuple.__new__  # a WindowResult built in C (the named tuple's own __new__ is Python)
+# In degraded mode, after Redis failed to answer, requests go straight to the local shares this long before
+# Redis is tried again (an unreachable host costs a connect timeout per try).
+_LOCAL_SECONDS = 1.0
+_KEPT_KEYS = 2000  # the most keys a kept batch grows to by taking in the batches that follow it
 
 
 class RedisCounters:
     """Counters in Redis: every gateway process sees and changes the same numbers atomically.
 
-    If Redis cannot be reached, `fail_open` decides: admit requests without limits or reservations (logged
-    loudly, at most once per 10 s), or refuse them with 503 until Redis is back.
+    If Redis cannot be reached, `outage` decides (logged loudly, at most once per 10 s): "refuse" requests
+    with 503 until Redis is back, admit them without limits or reservations ("open"; `fail_open = True`
+    alone means it), or admit them against this process's shares ("degraded", `self.shares`).
     """
 
-    def __init__(self, client, prefix: str = "mg:", *, fail_open: bool = False) -> None:
+    def __init__(
+        self, client, prefix: str = "mg:", *, fail_open: bool = False, outage: str | None = None
+    ) -> None:
         self._redis = client
         self._prefix = prefix
-        self._fail_open = fail_open
+        self.outage = outage or ("open" if fail_open else "refuse")
+        self._fail_open = self.outage == "open"
+        self.shares = LocalShares() if self.outage == "degraded" else None
+        self._local_until = 0.0  # degraded: Redis is not tried before this (time.monotonic())
+        # Request ids admitted on the shares: no claim of theirs is in Redis.
+        self._local_claims: set[str] = set()
+        # After an outage no process is judged dead before this (time.monotonic()): their liveness keys ran
+        # out while Redis was down, and they renew them only as they find it back.
+        self._judge_after = 0.0
+        self._liveness_seconds = 20.0  # a liveness key's time to live (`start`)
         self._last_alarm = 0.0
         self.process = secrets.token_hex(8)  # this process's share of reservations is kept under this id
         self._held = f"{prefix}held:{self.process}"
@@ -108,20 +129,57 @@ class RedisCounters:
 
         return run
 
-    def _unavailable(self, exc: Exception) -> None:
+    def _unavailable(self, exc: Exception | None) -> None:
         now = time.monotonic()
         if now - self._last_alarm > 10:
             self._last_alarm = now
-            log.error(
-                "REDIS UNAVAILABLE (%r): shared limits and balances are %s",
-                exc,
-                "NOT ENFORCED (fail_open = true)" if self._fail_open else "refusing requests (503)",
-            )
+            if self.outage == "open":
+                state = "NOT ENFORCED (outage = open)"
+            elif self.outage == "degraded":
+                state = "enforced on this process's shares (outage = degraded); 503 for what has none"
+            else:
+                state = "refusing requests (503)"
+            log.error("REDIS UNAVAILABLE (%r): shared limits and balances are %s", exc, state)
         if not self._fail_open:
             raise ServiceUnavailable(
                 "The model service is temporarily unavailable: shared limits cannot be "
                 "checked. Retry shortly."
             ) from exc
+
+    async def _degraded(
+        self,
+        exc: Exception | None,
+        windows: Sequence[WindowAsk],
+        money: Sequence[MoneyAsk],
+        claim: str | None = None,
+    ) -> Admitted:
+        """Admit against this process's shares while Redis is unreachable (503 for a counter without one).
+        The request id claim holds in this process only (`plugins.request_id`)."""
+        shares = self.shares
+        assert shares is not None
+        if exc is not None:
+            self._local_until = time.monotonic() + _LOCAL_SECONDS
+            if shares.begin():
+                log.error(
+                    "REDIS UNAVAILABLE (%r): admitting against this process's shares of the headroom and"
+                    " limits read at %s, split among %d live process(es) (outage = degraded)",
+                    exc,
+                    time.strftime("%H:%M:%S", time.gmtime(shares.read_at)) if shares.read_at else "never",
+                    shares.processes,
+                )
+        admitted = await shares.admit(windows, money)
+        if admitted is None:
+            self._unavailable(exc)  # a counter never read here: no known headroom
+            raise AssertionError("unreachable: outage = degraded refuses")  # pragma: no cover
+        if claim and admitted.refusal == Refusal.NONE:
+            self._local_claims.add(claim)
+        return admitted
+
+    def _redis_back(self, shares: LocalShares) -> None:
+        shares.end()
+        self._local_until = 0.0
+        self._judge_after = time.monotonic() + self._liveness_seconds
+        log.warning("redis: reachable again; its counters admit requests (the kept settlements follow)")
 
     # -- the request path: one script ----------------------------------------------------------------
 
@@ -129,6 +187,16 @@ class RedisCounters:
         self, claim: str | None, windows: Sequence[WindowAsk], money: Sequence[MoneyAsk]
     ) -> Admitted:
         """Claim, count and reserve in one round trip, all or nothing (see `redis_scripts.ADMIT_REQUEST`)."""
+        shares = self.shares
+        if shares is not None:
+            if shares.active and (windows or money):
+                if time.monotonic() < self._local_until:
+                    return await self._degraded(None, windows, money, claim)
+                try:  # the outage's settlements go first: Redis holds this process's spend before it admits
+                    await self.retry_settlements()
+                except RedisError as exc:
+                    return await self._degraded(exc, windows, money, claim)
+            shares.note(money)
         keys = [self._held]
         args: list[int | str] = [self.process, WINDOW_SECONDS, CLAIM_SECONDS if claim else 0, len(windows)]
         if claim:
@@ -150,16 +218,24 @@ class RedisCounters:
                     await self._build(money[int(index) - 1].key, money[int(index) - 1].init)
                 answer = await self._admit_request(keys=keys, args=args)
         except RedisError as exc:
+            if shares is not None and (windows or money):
+                return await self._degraded(exc, windows, money, claim)
             if windows or money:
                 self._unavailable(exc)  # 503, or admitted without limits (fail_open)
             else:
                 log.error("request id claim in Redis failed (%r); enforcing it in this process only", exc)
             now = int(time.time())
             return Admitted(Refusal.NONE, [WindowResult(True, 0, 0, now) for _ in windows])
+        if shares is not None and shares.active:
+            self._redis_back(shares)
         return _admitted(answer)
 
     def release_claim(self, claim: str) -> None:
-        """Release a request id claim taken by `admit_request` (with the next batch)."""
+        """Release a request id claim taken by `admit_request` (with the next batch); one admitted on the
+        shares has none in Redis (and another process's request of that id may hold it there)."""
+        if self._local_claims and claim in self._local_claims:
+            self._local_claims.discard(claim)
+            return
         self._enqueue("d", self._prefix + claim, "", "")
 
     async def _build(self, key: str, init: MoneyInit) -> None:
@@ -172,7 +248,12 @@ class RedisCounters:
     # -- after the request: queued, one script call per batch -----------------------------------------
 
     async def settle(self, key: str, reserved: int, actual: int) -> None:
-        """Release `reserved` and charge `actual`, with the next batch (the reservation is held till then)."""
+        """Release `reserved` and charge `actual`, with the next batch (the reservation is held till then).
+        A reservation taken from this process's share during an outage is released here: Redis is charged
+        the cost only."""
+        shares = self.shares
+        if shares is not None and shares.settle(key, reserved, actual):
+            reserved = 0
         self._enqueue("s", self._names[key], reserved, -actual)
 
     def mark_settled(self, key: str, row_id: str, cost: int) -> None:
@@ -203,7 +284,12 @@ class RedisCounters:
             await self._redis.delete(*(self._prefix + key for key in keys))
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
-        """Correct a window's bucket by `delta` (a TPM reservation against the real usage), batched."""
+        """Correct a window's bucket by `delta` (a TPM reservation against the real usage), batched. A
+        negative second is a bucket of this process's own window during an outage (`LocalShares.admit`)."""
+        if second < 0:
+            if self.shares is not None:
+                await self.shares.adjust(key, -second, delta)
+            return
         self._enqueue("w", self._windows[key], second, delta)
 
     async def written(self) -> None:
@@ -260,7 +346,18 @@ class RedisCounters:
             kept = self._kept
             try:
                 if kept:  # an earlier batch waits to be sent again: this one goes after it
-                    kept.append((keys, args))
+                    last_keys, last_args = kept[-1]
+                    if len(kept) > 1 and len(last_keys) + len(keys) <= _KEPT_KEYS:
+                        # Only the first kept batch may have been sent (and applied, its answer lost): a later
+                        # one never was, so this one joins it under its number (an outage's thousands of
+                        # batches go back in a few calls).
+                        last_keys[-1:-1] = keys[:-1]  # before the applied-batches key
+                        last_args += args[2:]
+                    else:
+                        kept.append((keys, args))
+                    shares = self.shares
+                    if shares is not None and shares.active and time.monotonic() < self._local_until:
+                        return  # Redis is down: tried again in a moment (`_keep`, `admit_request`)
                     await self._send_kept()
                 else:
                     await self._complete(keys=keys, args=args)
@@ -292,10 +389,17 @@ class RedisCounters:
         self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
     ) -> int:
         try:
-            return await self._reserve_checked(key, amount, require_activation, credit_limit, init)
+            result = await self._reserve_checked(key, amount, require_activation, credit_limit, init)
         except RedisError as exc:
+            if self.shares is not None:
+                ask = MoneyAsk(key, amount, require_activation, credit_limit, init)
+                admitted = await self._degraded(exc, [], [ask])
+                return Reserve.OK if admitted.refusal == Refusal.NONE else admitted.money_outcome
             self._unavailable(exc)
             return Reserve.OK
+        if self.shares is not None and self.shares.active:
+            self._redis_back(self.shares)
+        return result
 
     async def _reserve_checked(
         self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
@@ -310,17 +414,32 @@ class RedisCounters:
 
     async def start(self, heartbeat_seconds: float = 5.0) -> None:
         """Announce this process and keep it alive; release reservations of dead ones; retry settlements."""
+        self._liveness_seconds = heartbeat_seconds * 4
         self._keeper = asyncio.get_running_loop().create_task(self._keep(heartbeat_seconds), name="counters")
 
     async def _keep(self, every: float) -> None:
+        shares = self.shares
         while True:
             try:
-                await self.heartbeat(ttl_seconds=every * 4)
-                await self.retry_settlements()
-                await self.reclaim_dead()
+                await self.keep_once(ttl_seconds=self._liveness_seconds)
             except RedisError as exc:
                 log.debug("redis: keeping counters failed: %r", exc)
-            await asyncio.sleep(every)
+            # During an outage Redis is tried often: the sooner this process's spend is back in Redis, the
+            # less the others admit there without it (docs/deploy.md, "Redis outages").
+            await asyncio.sleep(_LOCAL_SECONDS if shares is not None and shares.active else every)
+
+    async def keep_once(self, ttl_seconds: float) -> None:
+        """One round of the keeper: liveness, kept settlements, the end of an outage, dead processes' holds,
+        and the reading the shares of the next outage come from (raises while Redis is unreachable)."""
+        await self.heartbeat(ttl_seconds)
+        await self.retry_settlements()
+        shares = self.shares
+        if shares is not None and shares.active:  # back, and this process's outage spend is in Redis
+            self._redis_back(shares)
+        if time.monotonic() >= self._judge_after:
+            await self.reclaim_dead()
+        if shares is not None:
+            await self.read_shares()
 
     async def heartbeat(self, ttl_seconds: float) -> None:
         pipe = self._redis.pipeline(transaction=False)
@@ -339,22 +458,54 @@ class RedisCounters:
         before its liveness key expires)."""
         if process == self.process:
             return
-        await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
-        await self._redis.srem(self._processes, process)
+        await self._release_held(process)
         await self._redis.hdel(self._applied, process)
 
+    async def _release_held(self, process: str) -> None:
+        await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
+        await self._redis.srem(self._processes, process)
+
     async def reclaim_dead(self) -> int:
-        """Release the reservations of processes whose liveness key expired; returns how many were dead."""
+        """Release the reservations of processes whose liveness key expired; returns how many were dead.
+        Their batch numbers stay: a process only cut off from Redis (or through an outage longer than its
+        key) still sends its kept batches, and one Redis applied but never answered must not apply twice."""
         dead = 0
         for member in await self._redis.smembers(self._processes):
             process = member.decode() if isinstance(member, bytes) else member
             if process == self.process or await self._redis.exists(f"{self._prefix}live:{process}"):
                 continue
-            await self.reclaim(process)
+            await self._release_held(process)
             dead += 1
         if dead:
             log.warning("redis: released the reservations of %d gateway process(es) that stopped", dead)
         return dead
+
+    async def read_shares(self) -> None:
+        """Read the headroom of the money counters this process asked lately, and how many gateway processes
+        are live: what its shares are cut from if Redis becomes unreachable (degraded mode)."""
+        shares = self.shares
+        if shares is None:
+            return
+        members = [
+            member.decode() if isinstance(member, bytes) else member
+            for member in await self._redis.smembers(self._processes)
+        ]
+        keys = shares.watched()
+        pipe = self._redis.pipeline(transaction=False)
+        for process in members:
+            pipe.exists(f"{self._prefix}live:{process}")
+        for key in keys:
+            pipe.hmget(self._prefix + key, "b", "r", "a")
+        answers = await pipe.execute()
+        live = sum(
+            1 for process, alive in zip(members, answers, strict=False) if alive or process == self.process
+        )
+        readings: dict[str, tuple[int, int, bool] | None] = {}
+        for key, (balance, reserved, activated) in zip(keys, answers[len(members) :], strict=True):
+            readings[key] = (
+                None if balance is None else (int(balance), int(reserved or 0), activated in (b"1", "1"))
+            )
+        shares.remember(readings, live + (self.process not in members))
 
     async def apply_event(self, key: str, seq: int, amount: int, activates: bool) -> bool:
         """Fold a committed balance event into the shared counter once (any process may announce it)."""
@@ -377,6 +528,8 @@ class RedisCounters:
         try:
             flat = await self._admit(keys=[self._windows[key] for key, _, _ in asks], args=args)
         except RedisError as exc:
+            if self.shares is not None:
+                return (await self._degraded(exc, asks, [])).windows
             self._unavailable(exc)
             now = int(time.time())
             return [WindowResult(True, 0, 0, now) for _ in asks]

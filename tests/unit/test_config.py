@@ -584,3 +584,16 @@ def test_redis_sentinel_settings_are_read_and_checked(write) -> None:
     ):
         found = problems(write(VALID + "[redis]\n" + bad))
         assert any(f"redis.{key}" in problem for problem in found), found
+
+
+def test_the_redis_outage_mode_is_read_and_fail_open_keeps_its_meaning(write) -> None:
+    def mode(lines: str) -> str:
+        return load_config(write(VALID + '[redis]\nurl = "redis://h"\n' + lines), env=ENV).redis.outage_mode
+
+    assert (mode(""), mode("fail_open = true\n"), mode("fail_open = false\n")) == ("refuse", "open", "refuse")
+    assert mode('outage = "degraded"\n') == "degraded"
+    assert mode('outage = "open"\nfail_open = true\n') == "open"
+    for bad in ('outage = "degrade"\n', 'outage = "degraded"\nfail_open = true\n', "outage = 1\n"):
+        found = problems(write(VALID + "[redis]\n" + bad))
+        assert any("redis.outage" in problem for problem in found), found
+    assert "did you mean 'degraded'" in " ".join(problems(write(VALID + '[redis]\noutage = "degrade"\n')))
