@@ -584,3 +584,23 @@ def test_redis_sentinel_settings_are_read_and_checked(write) -> None:
     ):
         found = problems(write(VALID + "[redis]\n" + bad))
         assert any(f"redis.{key}" in problem for problem in found), found
+
+
+def test_redis_cluster_settings_are_read_and_bad_combinations_refused_naming_the_key(write) -> None:
+    cluster = '[redis]\ncluster_nodes = ["10.0.0.7:7000", "[::1]:7001"]\n'
+    redis = load_config(write(VALID + cluster + 'url = "redis://:pw@"\n'), env=ENV).redis
+    assert (redis.enabled, redis.cluster_nodes, redis.sentinels) == (
+        True,
+        ("10.0.0.7:7000", "[::1]:7001"),
+        (),
+    )
+    sentinel = 'sentinels = ["10.0.0.7:26379"]\nsentinel_master = "gw"\n'
+    for bad, key in (
+        ('cluster_nodes = ["10.0.0.7"]\n', "cluster_nodes[0]"),  # no port
+        ('cluster_nodes = ["10.0.0.7:7000"]\n' + sentinel, "cluster_nodes"),  # a cluster or a Sentinel
+        ('cluster_nodes = ["10.0.0.7:7000"]\nsentinel_master = "gw"\n', "cluster_nodes"),  # half a Sentinel
+        ('cluster_nodes = ["10.0.0.7:7000"]\nurl = "rediss://h"\n', "url"),  # plain TCP only
+        ('cluster_nodes = ["10.0.0.7:7000"]\nurl = "redis://h/2"\n', "url"),  # database 0 only
+    ):
+        found = problems(write(VALID + "[redis]\n" + bad))
+        assert any(f"redis.{key}" in problem for problem in found), (bad, found)

@@ -115,7 +115,7 @@ def test_a_chat_request_costs_one_redis_call_on_the_way_in_and_one_batched_after
             assert _chat(gateway.base_url, tenant.api_key, warm_up).status_code == 200
             # The warm-up's settlement batch follows its answer: counted, it would be a third call.
             deadline = time.monotonic() + _DEADLINE_SECONDS
-            while not _settled(client, organization_id, f"mg:rid:{organization_id}:{warm_up}"):
+            while not _settled(client, organization_id, f"mg:rid:{{{organization_id}}}:{warm_up}"):
                 assert time.monotonic() < deadline, "the warm-up request was never settled"
                 time.sleep(0.01)  # the polling period of a bounded wait
             monitor = _Monitor()
@@ -124,7 +124,7 @@ def test_a_chat_request_costs_one_redis_call_on_the_way_in_and_one_batched_after
                 answer = _chat(gateway.base_url, tenant.api_key, request_id)
                 assert answer.status_code == 200, answer.text
                 assert answer.headers["x-ratelimit-remaining-requests"] == "998"
-                claim = f"mg:rid:{organization_id}:{request_id}"
+                claim = f"mg:rid:{{{organization_id}}}:{request_id}"
                 deadline = time.monotonic() + _DEADLINE_SECONDS
                 while not _settled(client, organization_id, claim):
                     assert time.monotonic() < deadline, "the request was never settled"
