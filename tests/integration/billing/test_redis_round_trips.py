@@ -94,7 +94,7 @@ def _chat(base_url: str, api_key: str, request_id: str) -> httpx.Response:
 
 
 def _settled(client: redis.Redis, organization_id: str, claim: str) -> bool:
-    reserved = client.hget(f"mg:bal:{organization_id}", "r")
+    reserved = client.hget(f"mg:bal:{{{organization_id}}}", "r")
     return reserved is not None and int(reserved) == 0 and not client.exists(claim)
 
 
