@@ -322,8 +322,12 @@ class Accounts:
                 continue
             failing = False
             for event, created_at in events:
+                try:
+                    await self._apply(event)
+                except Exception as exc:  # Redis unreachable (a failover): this event on first next time
+                    log.warning("applying a balance event failed (%r); retrying in a second", exc)
+                    break
                 since = max(since, created_at)
-                await self._apply(event)
 
     async def stop(self) -> None:
         if self._follower is not None:
