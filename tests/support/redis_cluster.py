@@ -105,6 +105,9 @@ class RedisClusterNodes(LocalServers):
                 continue
         raise RuntimeError("no node of the cluster answers")
 
+    def live_ports(self) -> list[int]:
+        return list(self._processes)
+
     def kill(self, port: int) -> None:
         process = self._processes.pop(port)
         process.kill()

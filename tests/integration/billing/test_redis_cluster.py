@@ -10,15 +10,19 @@ two `modelgate serve` processes under load from client threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from redis.asyncio.cluster import ClusterPubSub
 
+from modelgate.config.schema import RedisConfig
 from modelgate.domain.accounts import balance_key
 from modelgate.infra.redis_cluster import ClusterWire
 from modelgate.infra.redis_wire import Script
+from modelgate.proxy.state.shared_state import RedisBus
 from tests.integration.billing.test_ledger_spool import (
     OPENING_MICROS,
     PER_REQUEST_MICROS,
@@ -127,3 +131,35 @@ def _organization(storage_url: str, email: str) -> str:
             await db.close()
 
     return asyncio.run(read())
+
+
+async def test_the_bus_subscribes_again_on_another_node_when_its_node_dies(
+    cluster: RedisClusterNodes,
+) -> None:
+    """Key revocations, credits and policy changes travel on the bus: a message published on any node reaches
+    every node, so once the node it listened on is gone the bus listens on another one."""
+    bus = RedisBus(RedisConfig(cluster_nodes=tuple(cluster.nodes[:1])))
+    heard: list[str] = []
+    bus.on("modelgate_test", heard.append)
+    await bus.start()
+    try:
+        assert await _heard(cluster, heard, "before"), "the bus heard nothing"
+        pubsub = bus._pubsub  # the connection it listens on now
+        assert isinstance(pubsub, ClusterPubSub) and pubsub.node is not None
+        cluster.kill(int(pubsub.node.port))
+        assert await _heard(cluster, heard, "after"), "the bus heard nothing once its node died"
+    finally:
+        await bus.close()
+
+
+async def _heard(cluster: RedisClusterNodes, heard: list[str], text: str, within: float = 30.0) -> bool:
+    """Publish `text` on a live node until the bus hears it (a subscription is not seen from outside)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while text not in heard:
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        with contextlib.suppress(redis.RedisError):
+            with redis.Redis(port=cluster.live_ports()[0], socket_timeout=1) as client:
+                client.publish("modelgate_test", text)
+        await asyncio.sleep(0.1)  # the next try, bounded by the deadline
+    return True
