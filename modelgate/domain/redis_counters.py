@@ -115,13 +115,17 @@ class RedisCounters:
         self._keeper: asyncio.Task | None = None
         self._reclaim = client.register_script(scripts.RECLAIM)
         self._reserve = client.register_script(scripts.RESERVE)
-        self._init = client.register_script(scripts.INIT)
         self._apply = client.register_script(scripts.APPLY)
         self._admit = client.register_script(scripts.ADMIT)
-        # The two scripts of every request go over one lean pipelined connection (redis-py otherwise).
+        # The two scripts of every request go over one lean pipelined connection (redis-py otherwise),
+        # and so do those of a request's first time in a process or period (building a counter, naming a held
+        # set), which come by the hundred at a start under load: redis-py's cluster client failed with
+        # AttributeError on connections it was still opening when 64 came at once.
         self._wire = wire_for(client)
         self._admit_request = self._hot(scripts.ADMIT_REQUEST)
         self._complete_one = self._hot(scripts.COMPLETE)
+        self._name_holding = self._hot(scripts.HOLDING)
+        self._init = self._hot(scripts.INIT)
         self._acquire = client.register_script(scripts.ACQUIRE)
         self._release = client.register_script(scripts.RELEASE)
 
@@ -145,7 +149,7 @@ class RedisCounters:
         its first use (once per tag and process: a process that dies is reclaimed by these names)."""
         tag = hash_tag(key_name)
         if tag not in self._held_in:
-            await self._redis.sadd(self._holds, tag)
+            await self._name_holding(keys=[self._holds], args=[tag])
             self._held_in.add(tag)
         return self._held_of[tag]
 
