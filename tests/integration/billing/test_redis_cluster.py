@@ -20,6 +20,9 @@ from redis.asyncio.cluster import ClusterPubSub
 
 from modelgate.config.schema import RedisConfig
 from modelgate.domain.accounts import balance_key
+from modelgate.domain.counters import MoneyAsk, MoneyState, Refusal
+from modelgate.domain.redis_counters import RedisCounters
+from modelgate.infra.redis_client import cluster_client
 from modelgate.infra.redis_cluster import ClusterWire
 from modelgate.infra.redis_wire import Script
 from modelgate.proxy.state.shared_state import RedisBus
@@ -163,3 +166,36 @@ async def _heard(cluster: RedisClusterNodes, heard: list[str], text: str, within
                 client.publish("modelgate_test", text)
         await asyncio.sleep(0.1)  # the next try, bounded by the deadline
     return True
+
+
+async def test_a_dead_process_is_reclaimed_on_every_shard_and_a_batch_sent_again_applies_once(
+    cluster: RedisClusterNodes,
+) -> None:
+    config = RedisConfig(cluster_nodes=tuple(cluster.nodes[:1]))
+    dead, live = RedisCounters(cluster_client(config)), RedisCounters(cluster_client(config))
+    organizations = [f"org_reclaim{n}" for n in range(12)]
+    counters = [balance_key(organization) for organization in organizations]
+    assert len({cluster.master_of("mg:" + counter) for counter in counters}) == 3  # on every master
+
+    async def opening() -> MoneyState:
+        return MoneyState(10_000, True)
+
+    try:
+        for counter in counters:
+            admitted = await dead.admit_request(None, [], [MoneyAsk(counter, 700, False, 0, opening)])
+            assert admitted.refusal == Refusal.NONE
+        assert [await live.money(counter) for counter in counters] == [(10_000, 700)] * 12
+        await live.reclaim(dead.process)  # it died holding them: released in every organization's slot
+        assert [await live.money(counter) for counter in counters] == [(10_000, 0)] * 12
+        # A settlement batch whose answer was lost is sent again whole: each slot applies its part once.
+        names = ["mg:" + counter for counter in counters]
+        batch: list[int | str] = [live.process, 1]
+        for _ in names:
+            batch += ("s", 0, -100)
+        for _ in range(2):
+            await live._complete([*names, "mg:applied"], batch)
+        assert [await live.money(counter) for counter in counters] == [(9_900, 0)] * 12
+    finally:
+        await live.close()
+        if dead._wire is not None:
+            dead._wire.close()
