@@ -105,6 +105,11 @@ class RedisClusterNodes(LocalServers):
                 continue
         raise RuntimeError("no node of the cluster answers")
 
+    def master_ports(self) -> list[int]:
+        """The ports of the masters that serve slots now."""
+        with redis.Redis(port=self.live_ports()[0], socket_timeout=1) as client:
+            return sorted({int(master[1]) for _, _, master, *_ in client.execute_command("CLUSTER", "SLOTS")})
+
     def live_ports(self) -> list[int]:
         return list(self._processes)
 

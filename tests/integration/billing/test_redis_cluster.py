@@ -199,3 +199,28 @@ async def test_a_dead_process_is_reclaimed_on_every_shard_and_a_batch_sent_again
         await live.close()
         if dead._wire is not None:
             dead._wire.close()
+
+
+async def test_a_slot_being_moved_is_followed_with_asking_on_the_node_it_moves_to(
+    cluster: RedisClusterNodes,
+) -> None:
+    """While a slot migrates, its old master answers ASK for a key it no longer holds: the call goes once to
+    the new master after ASKING (which never ran the script: it is sent the source, after ASKING again)."""
+    key = "mg:test:{org_moving}"
+    source = cluster.master_of(key)
+    target = next(port for port in cluster.master_ports() if port != source)
+    wire = ClusterWire([("127.0.0.1", source)])
+    with redis.Redis(port=source) as old, redis.Redis(port=target) as new:
+        slot = old.cluster("KEYSLOT", key)
+        await wire.script(_INCR, ["mg:test:{org_staying}"], [])  # the map is read
+        new.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", old.execute_command("CLUSTER", "MYID"))
+        old.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", new.execute_command("CLUSTER", "MYID"))
+        try:
+            assert await wire.script(_INCR, [key], []) == 1
+            assert wire.node_of(key) == ("127.0.0.1", source)  # ASK moves one call, not the map
+            asking = new.pipeline(transaction=False)  # one connection: ASKING, then the read
+            assert asking.execute_command("ASKING").get(key).execute()[1] == b"1"
+        finally:
+            wire.close()
+            for node in (old, new):
+                node.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
