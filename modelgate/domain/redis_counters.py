@@ -232,8 +232,8 @@ class RedisCounters:
         counters just settled): queued right after its settlements, so it is written in their batch,
         atomically with them."""
         name = self._names[key]
-        if self._settled_tag:
-            name = f"{name}:{self._settled_tag}"
+        if self._settled_tag:  # the request's own settlements came just before (`queue_settlement`)
+            name, self._settled_tag = f"{name}:{self._settled_tag}", ""
         self._records[row_id] = name
         self._queued_keys.append(name)
         self._queued_args += ("m", row_id, cost)
@@ -245,7 +245,7 @@ class RedisCounters:
     async def _record_hashes(self, key: str) -> list[str]:
         """The hashes of the settlement records `key` names: itself and its parts per hash tag."""
         name = self._prefix + key
-        parts = [part.decode() async for part in self._redis.scan_iter(match=name + ":{*")]
+        parts = [part.decode() async for part in self._redis.scan_iter(match=name + ":{*", count=1000)]
         return [name, *parts]
 
     async def settled(self, key: str, row_ids: Sequence[str]) -> dict[str, int]:
