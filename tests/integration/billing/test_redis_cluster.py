@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,7 +98,9 @@ def test_a_master_killed_under_two_gateways_fails_over_and_the_books_balance(
         try:
             assert _wait_until(lambda: all(len(load.served) >= 20 for load in loads)), "no load before"
             cluster.kill(hit_master)
+            killed_at = time.monotonic()
             cluster.wait_for_failover("mg:" + balance_key(_organization(fresh_pg_url, hit.email)), hit_master)
+            print(f"[cluster] replica promoted {time.monotonic() - killed_at:.1f} s after the kill")
             at_failover = [len(load.served) for load in loads]
             assert _wait_until(
                 lambda: all(len(load.served) >= n + 50 for load, n in zip(loads, at_failover, strict=True))
@@ -113,6 +116,8 @@ def test_a_master_killed_under_two_gateways_fails_over_and_the_books_balance(
     # organization on another master was served throughout.
     assert set(loads[0].refused) | set(loads[1].refused) <= {503}, (loads[0].refused, loads[1].refused)
     assert loads[2].refused == []
+    counts = [(len(load.served), len(load.refused)) for load in loads]
+    print(f"[cluster] (served, refused) by load: {counts}")
     for tenant, served in ((hit, loads[0].served + loads[1].served), (spared, loads[2].served)):
         rows, balance = _ledger_now(fresh_pg_url, tenant.email)
         ids = [request_id for request_id, _ in rows]
