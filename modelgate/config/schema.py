@@ -123,10 +123,13 @@ class RedisConfig:
     # gives only the credentials and the database (its host is not used).
     sentinels: tuple[str, ...] = ()
     sentinel_master: str | None = None
+    # Redis Cluster: `host:port` of some of its nodes (the rest are found from them). Counters are sharded by
+    # organization; `url`, optional then, gives only the credentials (a cluster has database 0 only).
+    cluster_nodes: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:
-        return bool(self.url or self.sentinels)
+        return bool(self.url or self.sentinels or self.cluster_nodes)
 
     @property
     def outage_mode(self) -> str:

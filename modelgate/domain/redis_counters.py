@@ -9,8 +9,14 @@ tick or while the previous batch was in flight. A queued settlement keeps its re
 until it is written, so no other process can spend it meanwhile.
 
 Each process keeps its own share of every reservation (`p:<process>` in the counter, the counters it
-reserved on in `held:<process>`); the reservations of a process that died (its `live:<process>` key
-expired) are released by the others. Settlements Redis did not take are kept and retried until it does.
+reserved on in `held:<process>:{org}`, one set per organization's hash tag, the tags in `holds:<process>`);
+the reservations of a process that died (its `live:<process>` key expired) are released by the others.
+Settlements Redis did not take are kept and retried until it does.
+
+On a Redis Cluster every key of one script call carries one organization's hash tag (`accounts.org_tag`),
+so it touches one slot: a batch is then written as one script call per hash tag, each with the batch's
+number in that slot's `applied:{org}` (a batch sent again is applied once in every slot). Settlement
+records live beside the counters they settle (`set:<writer>:{org}`), written in the same call.
 
 While Redis cannot be reached, `[redis] outage` decides: refuse (503), admit without limits ("open", what
 `fail_open = true` means), or admit against this process's share of each counter's last known headroom and
@@ -27,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from modelgate.domain.counters import (
@@ -46,6 +53,21 @@ from modelgate.infra import redis_scripts as scripts
 from modelgate.infra.redis_wire import Memo, Script, wire_for
 
 log = logging.getLogger("modelgate.counters")
+
+
+def hash_tag(name: str) -> str:
+    """The Redis Cluster hash tag of a key name (`{…}`, as Redis reads it), or "" when it has none."""
+    start = name.find("{")
+    if start < 0:
+        return ""
+    end = name.find("}", start + 1)
+    return name[start : end + 1] if end > start + 1 else ""
+
+
+def _slot_group(name: str) -> str:
+    """The hash tag that puts a key of a batch with the others of its slot: its own, else its whole name."""
+    return hash_tag(name) or "{" + name + "}"
+
 
 # How long a request id claim lives if its release never comes (the process died).
 CLAIM_SECONDS = 600
@@ -84,6 +106,12 @@ class RedisCounters:
         self._last_alarm = 0.0
         self.process = secrets.token_hex(8)  # this process's share of reservations is kept under this id
         self._held = f"{prefix}held:{self.process}"
+        self._holds = f"{prefix}holds:{self.process}"  # the hash tags of this process's held sets
+        self._held_in: set[str] = set()  # the hash tags `_holds` is known to name
+        self._held_of = Memo(self._held_name, _NAMES_KEPT)
+        self._cluster = isinstance(client, RedisCluster)
+        self._settled_tag = ""  # the hash tag of the last settlement queued (its record goes beside it)
+        self._records: dict[str, str] = {}  # row id -> the hash its settlement record is in
         # Rate windows keep running totals (`redis_scripts._WINDOWS`) under their own names, apart from the
         # total-less hashes of earlier releases, which a process of this one must not count from.
         # Names in Redis (prefix + key), by key: a request's keys come back request after request.
@@ -96,6 +124,7 @@ class RedisCounters:
         self._kept: deque[tuple[list[str], list[int | str]]] = deque()
         self._batches = 0  # the number of the last batch made (redis_scripts.COMPLETE)
         self._applied = prefix + "applied"
+        self._applied_in: set[str] = set()  # the slots' `applied` hashes this process wrote (a cluster)
         self._sending = asyncio.Lock()
         # What follows requests, queued for the next batch: its keys and, per key, (operation, argument,
         # argument), the shape `redis_scripts.COMPLETE` takes them in.
@@ -107,13 +136,17 @@ class RedisCounters:
         self._keeper: asyncio.Task | None = None
         self._reclaim = client.register_script(scripts.RECLAIM)
         self._reserve = client.register_script(scripts.RESERVE)
-        self._init = client.register_script(scripts.INIT)
         self._apply = client.register_script(scripts.APPLY)
         self._admit = client.register_script(scripts.ADMIT)
-        # The two scripts of every request go over one lean pipelined connection (redis-py otherwise).
+        # The two scripts of every request go over one lean pipelined connection (redis-py otherwise),
+        # and so do those of a request's first time in a process or period (building a counter, naming a held
+        # set), which come by the hundred at a start under load: redis-py's cluster client failed with
+        # AttributeError on connections it was still opening when 64 came at once.
         self._wire = wire_for(client)
         self._admit_request = self._hot(scripts.ADMIT_REQUEST)
-        self._complete = self._hot(scripts.COMPLETE)
+        self._complete_one = self._hot(scripts.COMPLETE)
+        self._name_holding = self._hot(scripts.HOLDING)
+        self._init = self._hot(scripts.INIT)
         self._acquire = client.register_script(scripts.ACQUIRE)
         self._release = client.register_script(scripts.RELEASE)
 
@@ -128,6 +161,18 @@ class RedisCounters:
             return wire.script(script, keys, args)
 
         return run
+
+    def _held_name(self, tag: str) -> str:
+        return f"{self._held}:{tag}" if tag else self._held
+
+    async def _holding(self, key_name: str) -> str:
+        """The held set of this process for the hash tag of `key_name`, named in `holds:<process>` before
+        its first use (once per tag and process: a process that dies is reclaimed by these names)."""
+        tag = hash_tag(key_name)
+        if tag not in self._held_in:
+            await self._name_holding(keys=[self._holds], args=[tag])
+            self._held_in.add(tag)
+        return self._held_of[tag]
 
     def _unavailable(self, exc: Exception | None) -> None:
         now = time.monotonic()
@@ -197,7 +242,7 @@ class RedisCounters:
                 except RedisError as exc:
                     return await self._degraded(exc, windows, money, claim)
             shares.note(money)
-        keys = [self._held]
+        keys = [""]  # the held set of the keys' hash tag, below
         args: list[int | str] = [self.process, WINDOW_SECONDS, CLAIM_SECONDS if claim else 0, len(windows)]
         if claim:
             keys.append(self._prefix + claim)  # unique: not kept in `_names`
@@ -210,6 +255,11 @@ class RedisCounters:
             keys.append(names[ask.key])
             args += (ask.amount, "1" if ask.require_activation else "0", ask.credit_limit)
         try:
+            if len(keys) > 1:
+                tag = hash_tag(keys[1])
+                keys[0] = self._held_of[tag] if tag in self._held_in else await self._holding(keys[1])
+            else:
+                keys[0] = self._held
             answer = await self._admit_request(keys=keys, args=args)
             for _ in range(_MAX_BUILDS):
                 if answer[0] != -4:
@@ -254,25 +304,42 @@ class RedisCounters:
         shares = self.shares
         if shares is not None and shares.settle(key, reserved, actual):
             reserved = 0
-        self._enqueue("s", self._names[key], reserved, -actual)
+        name = self._names[key]
+        self._settled_tag = hash_tag(name)
+        self._enqueue("s", name, reserved, -actual)
 
     def mark_settled(self, key: str, row_id: str, cost: int) -> None:
-        """Record a request's settled cost under its row id in the hash `key`: queued right after its
-        settlements, so it is written in their batch, atomically with them."""
-        self._queued_keys.append(self._names[key])
+        """Record a request's settled cost under its row id in the hash `key` (`key:{org}`, beside the
+        counters just settled): queued right after its settlements, so it is written in their batch,
+        atomically with them."""
+        name = self._names[key]
+        if self._settled_tag:  # the request's own settlements came just before (`queue_settlement`)
+            name, self._settled_tag = f"{name}:{self._settled_tag}", ""
+        self._records[row_id] = name
+        self._queued_keys.append(name)
         self._queued_args += ("m", row_id, cost)
 
     def forget_settled(self, key: str, row_id: str) -> None:
         """A settlement record whose row is spooled: dropped with the next batch (never one of its own)."""
-        self._forgotten.append((key, row_id))
+        self._forgotten.append((self._records.pop(row_id, None) or self._names[key], row_id))
+
+    async def _record_hashes(self, key: str) -> list[str]:
+        """The hashes of the settlement records `key` names: itself and its parts per hash tag."""
+        name = self._prefix + key
+        parts = [part.decode() async for part in self._redis.scan_iter(match=name + ":{*", count=1000)]
+        return [name, *parts]
 
     async def settled(self, key: str, row_ids: Sequence[str]) -> dict[str, int]:
-        """The settled costs recorded in the hash `key` for these row ids (those it holds)."""
+        """The settled costs recorded in the hash `key` (and its parts per hash tag) for these row ids."""
         if not row_ids:
             return {}
-        values = await self._redis.hmget(self._prefix + key, list(row_ids))
-        found = zip(row_ids, values, strict=True)
-        return {row_id: int(value) for row_id, value in found if value is not None}
+        found: dict[str, int] = {}
+        for name in await self._record_hashes(key):
+            values = await self._redis.hmget(name, list(row_ids))
+            for row_id, value in zip(row_ids, values, strict=True):
+                if value is not None:
+                    found[row_id] = int(value)
+        return found
 
     async def matching(self, pattern: str) -> list[str]:
         """The counters whose keys match the glob `pattern` (a SCAN: for rare work, never a request's)."""
@@ -280,8 +347,10 @@ class RedisCounters:
         return [key.decode()[len(prefix) :] async for key in self._redis.scan_iter(match=prefix + pattern)]
 
     async def delete(self, keys: Sequence[str]) -> None:
-        if keys:
-            await self._redis.delete(*(self._prefix + key for key in keys))
+        """Delete these keys, settlement records with their parts per hash tag (one slot at a time)."""
+        for key in keys:
+            for name in await self._record_hashes(key):
+                await self._redis.delete(name)
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
         """Correct a window's bucket by `delta` (a TPM reservation against the real usage), batched. A
@@ -336,9 +405,8 @@ class RedisCounters:
         self._batches += 1
         args: list[int | str] = [self.process, self._batches, *queued]
         if self._forgotten:
-            names = self._names
-            for key, row_id in self._forgotten:
-                keys.append(names[key])
+            for name, row_id in self._forgotten:
+                keys.append(name)
                 args += ("f", row_id, 0)
             self._forgotten = []
         keys.append(self._applied)
@@ -367,6 +435,33 @@ class RedisCounters:
                         "redis: writing counters failed (%r); kept and written again once it is back", exc
                     )
                     kept.append((keys, args))
+
+    async def _complete(self, keys: list[str], args: list[int | str]) -> None:
+        """Write one batch: one script call, or on a cluster one per slot (by hash tag), each guarded by
+        the batch's number in its slot's `applied` hash; raises if any failed (the batch is then sent
+        again whole, and the slots that applied it skip it)."""
+        if not self._cluster:
+            await self._complete_one(keys=keys, args=args)
+            return
+        head = args[:2]
+        groups: dict[str, tuple[list[str], list[int | str]]] = {}
+        for index, name in enumerate(keys[:-1]):
+            group = groups.get(tag := _slot_group(name))
+            if group is None:
+                group = groups[tag] = ([], [*head])
+            group[0].append(name)
+            group[1].extend(args[2 + 3 * index : 5 + 3 * index])
+        calls = []
+        for tag, (names, values) in groups.items():
+            applied = f"{self._applied}:{tag}"
+            self._applied_in.add(applied)
+            names.append(applied)
+            calls.append(self._complete_one(keys=names, args=values))
+        failures = [
+            r for r in await asyncio.gather(*calls, return_exceptions=True) if isinstance(r, BaseException)
+        ]
+        if failures:
+            raise failures[0]
 
     async def _send_kept(self) -> None:
         """Send the kept batches again, oldest first, until one fails (it and the later ones stay kept)."""
@@ -404,7 +499,7 @@ class RedisCounters:
     async def _reserve_checked(
         self, key: str, amount: int, require_activation: bool, credit_limit: int, init: MoneyInit
     ) -> int:
-        keys = [self._prefix + key, self._held]
+        keys = [self._prefix + key, await self._holding(self._prefix + key)]
         args = [amount, "1" if require_activation else "0", credit_limit, self.process]
         result = await self._reserve(keys=keys, args=args)
         if result == -2:
@@ -458,12 +553,23 @@ class RedisCounters:
         before its liveness key expires)."""
         if process == self.process:
             return
-        await self._release_held(process)
+        tags = await self._release_held(process)
+        if self._cluster:
+            for tag in tags:
+                if tag:
+                    await self._redis.hdel(f"{self._applied}:{tag}", process)
         await self._redis.hdel(self._applied, process)
+        await self._redis.delete(f"{self._prefix}holds:{process}")
 
-    async def _release_held(self, process: str) -> None:
-        await self._reclaim(keys=[f"{self._prefix}held:{process}"], args=[process])
+    async def _release_held(self, process: str) -> list[str]:
+        """Release what `process` holds in every hash tag `holds:<process>` names (its batch numbers stay);
+        returns those tags."""
+        held, holds = f"{self._prefix}held:{process}", f"{self._prefix}holds:{process}"
+        tags = sorted({member.decode() for member in await self._redis.smembers(holds)} | {""})
+        for tag in tags:
+            await self._reclaim(keys=[f"{held}:{tag}" if tag else held], args=[process])
         await self._redis.srem(self._processes, process)
+        return tags
 
     async def reclaim_dead(self) -> int:
         """Release the reservations of processes whose liveness key expired; returns how many were dead.
@@ -560,11 +666,13 @@ class RedisCounters:
             await self.flush()
             await self.retry_settlements()
             # A clean stop holds nothing: its share is released now rather than when its key expires.
-            await self._reclaim(keys=[self._held], args=[self.process])
-            await self._redis.delete(self._live)
+            for tag in sorted(self._held_in | {""}):
+                await self._reclaim(keys=[self._held_of[tag]], args=[self.process])
+            await self._redis.delete(self._live, self._holds)
             await self._redis.srem(self._processes, self.process)
-            if not self._kept:  # nothing of it will be sent again: its batch number is no longer needed
-                await self._redis.hdel(self._applied, self.process)
+            if not self._kept:  # nothing of it will be sent again: its batch numbers are no longer needed
+                for applied in sorted(self._applied_in | {self._applied}):
+                    await self._redis.hdel(applied, self.process)
         except RedisError as exc:
             log.error("redis: could not hand back this process's reservations at stop: %r", exc)
         if self._wire is not None:

@@ -597,3 +597,23 @@ def test_the_redis_outage_mode_is_read_and_fail_open_keeps_its_meaning(write) ->
         found = problems(write(VALID + "[redis]\n" + bad))
         assert any("redis.outage" in problem for problem in found), found
     assert "did you mean 'degraded'" in " ".join(problems(write(VALID + '[redis]\noutage = "degrade"\n')))
+
+
+def test_redis_cluster_settings_are_read_and_bad_combinations_refused_naming_the_key(write) -> None:
+    cluster = '[redis]\ncluster_nodes = ["10.0.0.7:7000", "[::1]:7001"]\n'
+    redis = load_config(write(VALID + cluster + 'url = "redis://:pw@"\n'), env=ENV).redis
+    assert (redis.enabled, redis.cluster_nodes, redis.sentinels) == (
+        True,
+        ("10.0.0.7:7000", "[::1]:7001"),
+        (),
+    )
+    sentinel = 'sentinels = ["10.0.0.7:26379"]\nsentinel_master = "gw"\n'
+    for bad, key in (
+        ('cluster_nodes = ["10.0.0.7"]\n', "cluster_nodes[0]"),  # no port
+        ('cluster_nodes = ["10.0.0.7:7000"]\n' + sentinel, "cluster_nodes"),  # a cluster or a Sentinel
+        ('cluster_nodes = ["10.0.0.7:7000"]\nsentinel_master = "gw"\n', "cluster_nodes"),  # half a Sentinel
+        ('cluster_nodes = ["10.0.0.7:7000"]\nurl = "rediss://h"\n', "url"),  # plain TCP only
+        ('cluster_nodes = ["10.0.0.7:7000"]\nurl = "redis://h/2"\n', "url"),  # database 0 only
+    ):
+        found = problems(write(VALID + "[redis]\n" + bad))
+        assert any(f"redis.{key}" in problem for problem in found), (bad, found)
