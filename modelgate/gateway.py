@@ -116,7 +116,7 @@ class Gateway:
                 try:
                     await bus.ping()
                 except Exception as exc:  # start anyway; /readyz and requests report it
-                    log.error("REDIS UNAVAILABLE at start (%r); fail_open = %s", exc, config.redis.fail_open)
+                    log.error("REDIS UNAVAILABLE at start (%r); outage = %s", exc, config.redis.outage_mode)
             elif workers > 1:
                 log.warning(
                     "several workers without Redis: rate limits and balances are counted per process; "
@@ -126,7 +126,7 @@ class Gateway:
             heard_everywhere = db.dialect == "postgres" or bus is not None or host is not None
             keys = KeyDirectory(db, cache=workers == 1 or heard_everywhere)
             counters: Counters = (
-                RedisCounters(bus.client, fail_open=config.redis.fail_open) if bus else InProcessCounters()
+                RedisCounters(bus.client, outage=config.redis.outage_mode) if bus else InProcessCounters()
             )
             ledger = LedgerWriter(
                 db,
@@ -180,6 +180,8 @@ class Gateway:
                 ),
             )
             metrics.watch_realtime(gateway.realtime.sessions)
+            if isinstance(counters, RedisCounters) and counters.shares is not None:
+                metrics.watch_outage_shares(counters.shares)
             billing = config.billing
             gateway.overruns = OverrunReport(gateway.audit, metrics.count_overrun)
             gateway.background = BackgroundFollower(

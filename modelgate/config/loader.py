@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from .catalogue import CatalogueEntry, CatalogueError, find_in_catalogue, read_catalogue
 from .dialects import default_base_url, read_options
@@ -65,6 +66,7 @@ from .schema import (
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("defaults.toml")
 EMBEDDED_SOURCE = "<embedded defaults>"
+OUTAGE_MODES = ("refuse", "degraded", "open")  # `[redis] outage`
 
 
 T = TypeVar("T")
@@ -219,15 +221,41 @@ def _redis(t: Table) -> RedisConfig:
     values = given(
         url=t.string("url", check=url_prefix("redis://", "rediss://", "unix://")),
         fail_open=t.boolean("fail_open"),
+        outage=t.choice("outage", OUTAGE_MODES, "Redis outage mode"),
         sentinels=t.strings("sentinels", check=_sentinel_address),
         sentinel_master=t.string("sentinel_master", check=non_empty),
+        cluster_nodes=t.strings("cluster_nodes", check=_node_address),
     )
-    if bool(values.get("sentinels")) != ("sentinel_master" in values):
+    if values.get("fail_open") and values.get("outage", "open") != "open":
+        t.report("outage", '`fail_open = true` means outage = "open": set one of them, not both')
+    if values.get("cluster_nodes"):
+        _check_cluster(t, values)
+    elif bool(values.get("sentinels")) != ("sentinel_master" in values):
         t.report("sentinel_master", "Redis Sentinel needs both `sentinels` and `sentinel_master`")
     elif values.get("sentinels") and not str(values.get("url", "redis://")).startswith("redis://"):
         t.report("url", "with Redis Sentinel the master is reached over plain TCP: a redis:// URL, or none")
     t.finish()
     return RedisConfig(**values)
+
+
+def _check_cluster(t: Table, values: dict) -> None:
+    if values.get("sentinels") or "sentinel_master" in values:
+        t.report(
+            "cluster_nodes", "a Redis Cluster has no sentinels: set `cluster_nodes` or `sentinels`, not both"
+        )
+    url = str(values.get("url", "redis://"))
+    if not url.startswith("redis://"):
+        t.report("url", "with Redis Cluster the nodes are reached over plain TCP: a redis:// URL, or none")
+    elif urlsplit(url).path.strip("/") not in ("", "0"):
+        t.report("url", "a Redis Cluster has database 0 only")
+
+
+def _node_address(value: str) -> str | None:
+    try:
+        sentinel_address(value)
+    except ValueError:
+        return f"expected a cluster node's host:port such as 10.0.0.7:6379 or [::1]:6379, got {value!r}"
+    return None
 
 
 def _sentinel_address(value: str) -> str | None:
@@ -239,7 +267,7 @@ def _sentinel_address(value: str) -> str | None:
 
 
 def sentinel_address(value: str) -> tuple[str, int]:
-    """A sentinel's `host:port` (an IPv6 host in brackets) as (host, port)."""
+    """A sentinel's or a cluster node's `host:port` (an IPv6 host in brackets) as (host, port)."""
     host, colon, port = value.rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(value)

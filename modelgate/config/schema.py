@@ -114,15 +114,27 @@ class RedisConfig:
 
     url: str | None = field(default=None, repr=False)  # may embed a password
     fail_open: bool = False
+    # While Redis cannot be reached: "refuse" model requests (503), serve them "open" (no limit, no balance
+    # bound), or "degraded": each process admits against its own share of every organization's last known
+    # headroom and limits (domain.local_shares). None: "open" when fail_open, else "refuse".
+    outage: str | None = None
     # Redis Sentinel: the sentinels' `host:port` addresses and the name of the master they watch. The master
     # is the one they name, asked again after every lost connection (a failover); `url`, optional then,
     # gives only the credentials and the database (its host is not used).
     sentinels: tuple[str, ...] = ()
     sentinel_master: str | None = None
+    # Redis Cluster: `host:port` of some of its nodes (the rest are found from them). Counters are sharded by
+    # organization; `url`, optional then, gives only the credentials (a cluster has database 0 only).
+    cluster_nodes: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:
-        return bool(self.url or self.sentinels)
+        return bool(self.url or self.sentinels or self.cluster_nodes)
+
+    @property
+    def outage_mode(self) -> str:
+        """What a Redis outage does: `outage`, or what `fail_open` has always meant."""
+        return self.outage or ("open" if self.fail_open else "refuse")
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,18 +46,24 @@ _FOLLOW_SECONDS = 1.0
 _FOLLOW_OVERLAP_SECONDS = 30.0
 
 
+def org_tag(organization_id: str) -> str:
+    """The Redis Cluster hash tag of an organization's counters: every key one admission or settlement
+    touches carries it, so each script call touches one slot (harmless on a single Redis)."""
+    return "{" + organization_id + "}"
+
+
 def balance_key(organization_id: str) -> str:
-    return f"bal:{organization_id}"
+    return f"bal:{org_tag(organization_id)}"
 
 
 def org_rpm_window(organization_id: str) -> str:
     """The organization's request window (the plan's RPM), which every key of it counts in."""
-    return f"rpm:o:{organization_id}"
+    return f"rpm:o:{org_tag(organization_id)}"
 
 
 def org_tpm_window(organization_id: str) -> str:
     """The organization's token window (the plan's TPM)."""
-    return f"tpm:o:{organization_id}"
+    return f"tpm:o:{org_tag(organization_id)}"
 
 
 def settled_key(writer: str) -> str:
@@ -93,7 +99,7 @@ class CrashSettlements:
         if cost:
             keys = [balance_key(organization_id)]
             for rule_id, start in budgets:
-                keys += await self._counters.matching(budget_counters(rule_id, start))
+                keys += await self._counters.matching(budget_counters(organization_id, rule_id, start))
             await queue_settlement(self._counters, [(key, 0) for key in keys], cost, row_id)
             await self._counters.written()
 
@@ -123,12 +129,12 @@ async def queue_settlement(
 
 def budget_key(rule: PolicyRule, start: float) -> str:
     # An edited rule starts a fresh counter, initialised from its stored spend with the new limit.
-    return f"bud:{rule.id}:{int(rule.updated_at * 1000)}:{int(start)}"
+    return f"bud:{org_tag(rule.organization_id)}:{rule.id}:{int(rule.updated_at * 1000)}:{int(start)}"
 
 
-def budget_counters(rule_id: str, start: float) -> str:
+def budget_counters(organization_id: str, rule_id: str, start: float) -> str:
     """A glob of the live counters of a rule's budget for the period starting at `start`, every version."""
-    return f"bud:{rule_id}:*:{int(start)}"
+    return f"bud:{org_tag(organization_id)}:{rule_id}:*:{int(start)}"
 
 
 _PERIOD_ADJECTIVES = {"day": "daily", "month": "monthly"}
@@ -309,15 +315,15 @@ class Accounts:
             await asyncio.sleep(_FOLLOW_SECONDS)
             try:
                 events = await balance_events_since(self._db, since - _FOLLOW_OVERLAP_SECONDS)
+                for event, created_at in events:  # an event not applied (Redis down) is read again
+                    await self._apply(event)
+                    since = max(since, created_at)
             except Exception as exc:
                 if not failing:
-                    log.warning("reading balance events failed (%r); retrying every second", exc)
+                    log.warning("following balance events failed (%r); retrying every second", exc)
                 failing = True
                 continue
             failing = False
-            for event, created_at in events:
-                since = max(since, created_at)
-                await self._apply(event)
 
     async def stop(self) -> None:
         if self._follower is not None:

@@ -1,8 +1,10 @@
-"""The Redis client of a `[redis]` section: one server by its URL, or a Redis Sentinel service's master."""
+"""The Redis client of a `[redis]` section: one server by its URL, a Redis Sentinel service's master, or a
+Redis Cluster (redis-py's RedisCluster: commands routed by slot, MOVED/ASK and failovers followed)."""
 
 from __future__ import annotations
 
 import redis.asyncio as redis_asyncio
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
 from redis.asyncio.sentinel import Sentinel
 
@@ -13,9 +15,13 @@ _CONNECT_SECONDS = 2.0
 _REPLY_SECONDS = 5.0
 
 
-def redis_client(config: RedisConfig, *, health_check_interval: int = 30) -> redis_asyncio.Redis:
+def redis_client(
+    config: RedisConfig, *, health_check_interval: int = 30
+) -> redis_asyncio.Redis | RedisCluster:
     """A client of the Redis `config` names: its URL, or the master its sentinels name (each connection
     made after a failover asks them again; a demoted master's READONLY answer drops the connection)."""
+    if config.cluster_nodes:
+        return cluster_client(config, health_check_interval=health_check_interval)
     if not config.sentinels:
         assert config.url is not None  # RedisConfig.enabled
         return redis_asyncio.Redis.from_url(
@@ -39,4 +45,17 @@ def redis_client(config: RedisConfig, *, health_check_interval: int = 30) -> red
         username=options.get("username"),
         password=options.get("password"),
         db=options.get("db", 0),
+    )
+
+
+def cluster_client(config: RedisConfig, *, health_check_interval: int = 30) -> RedisCluster:
+    """A client of the Redis Cluster whose nodes `config.cluster_nodes` names (it learns the others)."""
+    options = parse_url(config.url) if config.url else {}
+    return RedisCluster(
+        startup_nodes=[ClusterNode(*sentinel_address(address)) for address in config.cluster_nodes],
+        health_check_interval=health_check_interval,
+        socket_connect_timeout=_CONNECT_SECONDS,
+        socket_timeout=_REPLY_SECONDS,
+        username=options.get("username"),
+        password=options.get("password"),
     )

@@ -39,6 +39,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 return 1
 """
+# KEYS[1] = holds:<process>, ARGV[1] = a hash tag of its held sets (a script, so it goes on the lean wire).
+HOLDING = "return redis.call('SADD', KEYS[1], ARGV[1])"
 # KEYS[1] = held:<dead process>; ARGV[1] = the dead process. Releases what it still held, everywhere.
 RECLAIM = """
 local mine = 'p:' .. ARGV[1]

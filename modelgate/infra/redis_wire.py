@@ -17,11 +17,14 @@ import hashlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+
+if TYPE_CHECKING:
+    from modelgate.infra.redis_cluster import ClusterWire
 
 # RESP headers of short arrays and bulk strings, made once.
 _ARRAY_HEADS = [b"*%d\r\n" % n for n in range(256)]
@@ -178,6 +181,24 @@ class RedisWire:
             return await self.call(b"EVAL", script.source, len(keys), *keys, *args)
         return reply
 
+    async def script_asking(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """Run `script` on a slot being imported here (a Redis Cluster's ASK answer): ASKING and the call
+        written together, so that no other call of this connection comes between them."""
+        if self._wire is None or self._wire.lost:
+            await self._connect()
+        asking = self._send((b"ASKING",))
+        reply = await self._send((b"EVALSHA", script.sha, len(keys), *keys, *args))
+        await asking
+        if isinstance(reply, ResponseError):
+            if not str(reply).startswith("NOSCRIPT"):
+                raise self._failed(reply)
+            asking = self._send((b"ASKING",))
+            reply = await self._send((b"EVAL", script.source, len(keys), *keys, *args))
+            await asking
+            if isinstance(reply, ResponseError):
+                raise self._failed(reply)
+        return reply
+
     async def call(self, *parts: Any) -> Any:
         """Send one command and wait for its reply (an error reply raises)."""
         reply = await self._send(parts)
@@ -260,12 +281,25 @@ class RedisWire:
         self._wire = None
 
 
-def wire_for(client: Any) -> RedisWire | None:
+def wire_for(client: Any) -> RedisWire | ClusterWire | None:
     """A RedisWire to the same server as a redis-py client on plain TCP, or to the master of the same
-    Sentinel service; None for TLS or a Unix socket (the counters then use the client for every call)."""
+    Sentinel service, or a ClusterWire to the same Redis Cluster; None for TLS or a Unix socket (the
+    counters then use the client for every call)."""
+    from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.connection import Connection
     from redis.asyncio.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
+    from modelgate.infra.redis_cluster import ClusterWire
+
+    if isinstance(client, RedisCluster):
+        manager = client.nodes_manager
+        options = manager.connection_kwargs
+        return ClusterWire(
+            [(node.host, int(node.port)) for node in manager.startup_nodes.values()],
+            username=options.get("username"),
+            password=options.get("password"),
+            timeout=float(options.get("socket_timeout") or 5.0),
+        )
     pool = client.connection_pool
     options = pool.connection_kwargs
     if isinstance(pool, SentinelConnectionPool) and pool.connection_class is SentinelManagedConnection:

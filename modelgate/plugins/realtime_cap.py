@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from modelgate.config import Config
+from modelgate.domain.accounts import org_tag
 from modelgate.domain.counters import Counters
 from modelgate.domain.errors import RateLimited
 from modelgate.proxy.pipeline.chain import Plugin
@@ -29,7 +30,7 @@ class RealtimeCap(Plugin):
         cap = self._caps.get(ctx.api_key.plan_code, 0)
         if cap <= 0:
             return
-        slot = f"rt:o:{ctx.api_key.organization_id}"
+        slot = f"rt:o:{org_tag(ctx.api_key.organization_id)}"
         if not await self._counters.acquire(slot, cap):
             raise RateLimited(
                 f"Realtime concurrency cap reached: at most {cap} open realtime session(s) per organization. "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from modelgate.domain.accounts import org_tag
 from modelgate.domain.counters import Counters
 from modelgate.domain.errors import RequestInProgress
 from modelgate.plugins.admission import pending
@@ -42,7 +43,7 @@ class InFlightIds:
 
 def shared_claim_key(organization_id: str, request_id: str) -> str:
     """The counter key of a request id claim shared by every process."""
-    return f"rid:{organization_id}:{request_id}"
+    return f"rid:{org_tag(organization_id)}:{request_id}"
 
 
 class RequestId(Plugin):

@@ -230,6 +230,23 @@ def register_tenant(
     return Tenant(email, token, key.json()["secret"], key.json()["id"])
 
 
+def add_budget(base_url: str, tenant: Tenant, amount_micros: int) -> str:
+    """Give the tenant's organization a daily budget (a policy rule through the cabinet API); its rule id."""
+    reply = httpx.post(
+        f"{base_url}/api/policy-rules",
+        json={
+            "subjectType": "organization",
+            "effect": "allow",
+            "models": ["*"],
+            "budget": {"amountMicros": amount_micros, "period": "day"},
+        },
+        headers={"authorization": f"Bearer {tenant.session_token}"},
+        timeout=30,
+    )
+    assert reply.status_code == 201, reply.text
+    return reply.json()["id"]
+
+
 async def fund_organization(storage_url: str, owner_email: str, usd: float) -> None:
     """Pay the organization's open invoices and credit its balance, straight in storage.
 

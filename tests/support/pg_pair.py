@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from tests.support.gateway import free_port
+from tests.support.local_servers import LocalServers
 
 _BINARIES = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
 
@@ -26,7 +27,7 @@ def postgres_binaries() -> Path | None:
     return _BINARIES[-1].parent if _BINARIES else None
 
 
-class PostgresPair:
+class PostgresPair(LocalServers):
     """`start()` the primary and its replica; `url` names both (`target_session_attrs=read-write`)."""
 
     def __init__(self, database: str = "gateway") -> None:
@@ -103,13 +104,3 @@ class PostgresPair:
                 pass  # already gone
         self._running.clear()
         shutil.rmtree(self._root, ignore_errors=True)
-
-    def __enter__(self) -> PostgresPair:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -14,11 +14,12 @@ from pathlib import Path
 import redis
 
 from tests.support.gateway import free_port
+from tests.support.local_servers import LocalServers
 
 MASTER_NAME = "modelgate"
 
 
-class SentinelTrio:
+class SentinelTrio(LocalServers):
     def __init__(self) -> None:
         self.master_port, self.replica_port, self.sentinel_port = free_port(), free_port(), free_port()
         self._root = Path(tempfile.mkdtemp(prefix="modelgate-sentinel-"))
@@ -73,21 +74,16 @@ class SentinelTrio:
         _wait_for(lambda: self.master_port_now() == self.replica_port, "no failover", timeout)
 
     def close(self) -> None:
-        for process in self._processes.values():
-            process.kill()
-            process.wait(10)
-        self._processes.clear()
-        shutil.rmtree(self._root, ignore_errors=True)
+        kill_all(self._processes, self._root)
 
-    def __enter__(self) -> SentinelTrio:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def kill_all(processes: dict, root: Path) -> None:
+    """Kill the servers a test started and remove their directory."""
+    for process in processes.values():
+        process.kill()
+        process.wait(10)
+    processes.clear()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _ping(port: int) -> bool:

@@ -584,3 +584,36 @@ def test_redis_sentinel_settings_are_read_and_checked(write) -> None:
     ):
         found = problems(write(VALID + "[redis]\n" + bad))
         assert any(f"redis.{key}" in problem for problem in found), found
+
+
+def test_the_redis_outage_mode_is_read_and_fail_open_keeps_its_meaning(write) -> None:
+    def mode(lines: str) -> str:
+        return load_config(write(VALID + '[redis]\nurl = "redis://h"\n' + lines), env=ENV).redis.outage_mode
+
+    assert (mode(""), mode("fail_open = true\n"), mode("fail_open = false\n")) == ("refuse", "open", "refuse")
+    assert mode('outage = "degraded"\n') == "degraded"
+    assert mode('outage = "open"\nfail_open = true\n') == "open"
+    for bad in ('outage = "degrade"\n', 'outage = "degraded"\nfail_open = true\n', "outage = 1\n"):
+        found = problems(write(VALID + "[redis]\n" + bad))
+        assert any("redis.outage" in problem for problem in found), found
+    assert "did you mean 'degraded'" in " ".join(problems(write(VALID + '[redis]\noutage = "degrade"\n')))
+
+
+def test_redis_cluster_settings_are_read_and_bad_combinations_refused_naming_the_key(write) -> None:
+    cluster = '[redis]\ncluster_nodes = ["10.0.0.7:7000", "[::1]:7001"]\n'
+    redis = load_config(write(VALID + cluster + 'url = "redis://:pw@"\n'), env=ENV).redis
+    assert (redis.enabled, redis.cluster_nodes, redis.sentinels) == (
+        True,
+        ("10.0.0.7:7000", "[::1]:7001"),
+        (),
+    )
+    sentinel = 'sentinels = ["10.0.0.7:26379"]\nsentinel_master = "gw"\n'
+    for bad, key in (
+        ('cluster_nodes = ["10.0.0.7"]\n', "cluster_nodes[0]"),  # no port
+        ('cluster_nodes = ["10.0.0.7:7000"]\n' + sentinel, "cluster_nodes"),  # a cluster or a Sentinel
+        ('cluster_nodes = ["10.0.0.7:7000"]\nsentinel_master = "gw"\n', "cluster_nodes"),  # half a Sentinel
+        ('cluster_nodes = ["10.0.0.7:7000"]\nurl = "rediss://h"\n', "url"),  # plain TCP only
+        ('cluster_nodes = ["10.0.0.7:7000"]\nurl = "redis://h/2"\n', "url"),  # database 0 only
+    ):
+        found = problems(write(VALID + "[redis]\n" + bad))
+        assert any(f"redis.{key}" in problem for problem in found), (bad, found)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from modelgate.config import Config
     from modelgate.domain.ledger import LedgerWriter
+    from modelgate.domain.local_shares import LocalShares
 
 # Model calls range from a cached embedding (milliseconds) to a long reasoning stream (minutes).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -303,6 +304,42 @@ class GatewayMetrics:
             "waits about this long; /readyz answers 503 past server.max_event_loop_lag_seconds.",
             registry=self.registry,
         ).set_function(lambda: lag.seconds)
+
+    def watch_outage_shares(self, shares: LocalShares) -> None:
+        """Read this process's shares of the headroom in a Redis outage (degraded mode) at every scrape."""
+        registry = self.registry
+        Gauge(
+            "modelgate_redis_outage_degraded",
+            "1 while Redis is unreachable and this process admits against its shares (outage = degraded).",
+            registry=registry,
+        ).set_function(lambda: 1 if shares.active else 0)
+        Gauge(
+            "modelgate_redis_outage_share_used_ratio",
+            "How far into its share of the most used money counter this process is during a Redis outage "
+            "(reserved and spent over the share; 1: full, further requests on it get 402).",
+            registry=registry,
+        ).set_function(shares.used_ratio)
+        Gauge(
+            "modelgate_redis_outage_known_counters",
+            "Money counters whose headroom this process last read from Redis: an outage gives it a share of "
+            "each (a counter it does not know refuses with 503).",
+            registry=registry,
+        ).set_function(lambda: shares.known)
+        Gauge(
+            "modelgate_redis_outage_processes",
+            "Live gateway processes at the last reading: each share is this part of a counter's headroom.",
+            registry=registry,
+        ).set_function(lambda: shares.processes)
+        Gauge(
+            "modelgate_redis_outage_share_micros",
+            "This process's shares of every money counter's headroom during a Redis outage (micro-units).",
+            registry=registry,
+        ).set_function(lambda: shares.totals()[0])
+        Gauge(
+            "modelgate_redis_outage_used_micros",
+            "Reserved and spent of those shares so far (micro-units); settled into Redis when it is back.",
+            registry=registry,
+        ).set_function(lambda: shares.totals()[1])
 
     def watch_realtime(self, sessions: Sized) -> None:
         """Count the open realtime sessions at every scrape."""

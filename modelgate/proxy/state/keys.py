@@ -19,7 +19,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from modelgate.domain.accounts import PLAN_CHANNEL, balance_key, org_rpm_window, org_tpm_window
+from modelgate.domain.accounts import (
+    PLAN_CHANNEL,
+    balance_key,
+    org_rpm_window,
+    org_tag,
+    org_tpm_window,
+)
 from modelgate.domain.api_keys import key_by_secret_hash
 from modelgate.domain.errors import STORAGE_RETRY_AFTER, STORAGE_UNAVAILABLE, ServiceUnavailable
 from modelgate.domain.tokens import hash_token
@@ -55,8 +61,8 @@ class KeyRecord:
 
     def __post_init__(self) -> None:
         derived = {
-            "rpm_window": f"rpm:k:{self.id}",
-            "tpm_window": f"tpm:k:{self.id}",
+            "rpm_window": f"rpm:k:{org_tag(self.organization_id)}:{self.id}",
+            "tpm_window": f"tpm:k:{org_tag(self.organization_id)}:{self.id}",
             "org_rpm_window": org_rpm_window(self.organization_id),
             "org_tpm_window": org_tpm_window(self.organization_id),
             "balance_counter": balance_key(self.organization_id),

@@ -1,5 +1,8 @@
 """Redis as the shared state of several gateway processes: the counters' client and a pub/sub bus that
 carries key revocations, credits and policy changes to every process.
+
+On a Redis Cluster a message published on any node reaches every node, so the bus subscribes on one node;
+when that node is lost it subscribes again on the next one the client knows (a replica will do).
 """
 
 from __future__ import annotations
@@ -7,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
 
 from modelgate.config.schema import RedisConfig
 from modelgate.infra.redis_client import redis_client
@@ -35,17 +41,38 @@ class RedisBus:
         """Subscribe to every channel a handler was registered for."""
         if not self._handlers:
             return
-        self._pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        self._pubsub = self._subscriber(0)
         self._task = asyncio.get_running_loop().create_task(self._listen(), name="redis-bus")
+
+    def _subscriber(self, attempt: int) -> PubSub:
+        """A pub/sub connection: on a cluster, to its nodes in turn, one more with each `attempt`."""
+        client = self.client
+        if isinstance(client, RedisCluster) and (nodes := client.get_nodes()):
+            return client.pubsub(node=nodes[attempt % len(nodes)], ignore_subscribe_messages=True)
+        return client.pubsub(ignore_subscribe_messages=True)
+
+    async def _lost(self, attempt: int) -> PubSub:
+        """A new pub/sub connection to a cluster's node (after its node was lost: the next one)."""
+        pubsub = self._pubsub
+        assert pubsub is not None
+        if not isinstance(self.client, RedisCluster):
+            return pubsub
+        await pubsub.aclose()
+        self._pubsub = self._subscriber(attempt)
+        return self._pubsub
 
     async def _listen(self) -> None:
         pubsub = self._pubsub
         if pubsub is None:  # never: start() made it before this task
             return
         subscribed = False
+        attempt = 0
         while True:
             if not subscribed:
                 try:
+                    if isinstance(self.client, RedisCluster):  # its map, then a node of it to listen on
+                        await self.client.initialize()
+                        pubsub = await self._lost(attempt)
                     await pubsub.subscribe(*self._handlers)
                     subscribed = True
                 except asyncio.CancelledError:
@@ -53,6 +80,7 @@ class RedisBus:
                 except Exception as exc:  # Redis down: retry, loudly
                     log.error("redis bus: cannot subscribe (%r); retrying in 1 s", exc)
                     await asyncio.sleep(1)
+                    attempt += 1
                     continue
             try:
                 message = await pubsub.get_message(timeout=5.0)
@@ -61,6 +89,9 @@ class RedisBus:
             except Exception as exc:  # the connection was lost (Redis down, a failover): expected, no trace
                 log.error("redis bus: receive failed (%r); retrying in 1 s", exc)
                 await asyncio.sleep(1)
+                if isinstance(self.client, RedisCluster):
+                    attempt += 1
+                    subscribed = False
                 continue
             if message is None:
                 continue

@@ -18,7 +18,14 @@ import pytest
 from redis.asyncio import Redis
 
 from modelgate.config import load_config
-from modelgate.domain.accounts import Accounts, CrashSettlements, balance_key, budget_key, settled_key
+from modelgate.domain.accounts import (
+    Accounts,
+    CrashSettlements,
+    balance_key,
+    budget_key,
+    org_tag,
+    settled_key,
+)
 from modelgate.domain.counters import MoneyState, Reserve
 from modelgate.domain.ledger import LedgerWriter, writer_of
 from modelgate.domain.policy_decisions import PolicyDirectory, period_start
@@ -190,7 +197,8 @@ async def test_completed_requests_leave_no_settlement_record_behind(
         add_row(
             process.ledger, org_id, f"req_{os.urandom(4).hex()}", SETTLED, row_id=row_id, key_id="key_crash"
         )
-    hash_key = prefix + settled_key(writer_of(row_ids[0]))
+    # Beside the counters it settles, in their hash tag (one slot on a Redis Cluster).
+    hash_key = prefix + settled_key(writer_of(row_ids[0])) + ":" + org_tag(org_id)
     # Each record is dropped with the next request's batch, never in a call of its own.
     assert await client.hkeys(hash_key) == [row_ids[-1].encode()]
     later = await _admitted(process, org_id)
@@ -214,7 +222,7 @@ async def test_the_records_of_a_dead_writer_are_dropped_once_its_spool_is_replay
 
     restarted = Process(db, redis, tmp_path / "spool", storage_url)
     await restarted.start()
-    assert not await client.exists(prefix + settled_key(writer_of(row_id)))
+    assert not await client.exists(prefix + settled_key(writer_of(row_id)) + ":" + org_tag(org_id))
     await restarted.ledger.stop(5.0)
 
 
@@ -238,11 +246,11 @@ async def test_a_crashed_requests_cost_reaches_its_budgets_live_counter_too(
     # that budget must reach it as well, or the budget could be spent past its limit until it is rebuilt.
     now = time.time()
     start = period_start("month", now)
+    org_id = await _organization(db)
     rule = PolicyRule(
-        f"pr_{os.urandom(4).hex()}", "org", "organization", "org", "allow", ("*",), 5_000, "month",
+        f"pr_{os.urandom(4).hex()}", org_id, "organization", org_id, "allow", ("*",), 5_000, "month",
         None, None, "", now, now,
     )  # fmt: skip
-    org_id = await _organization(db)
     dead = Process(db, redis, tmp_path / "spool", storage_url)
     await dead.start()
 

@@ -5,14 +5,17 @@ of zero amounts work."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.asyncio import Redis
 
 from modelgate.domain.counters import Counters, InProcessCounters, MoneyAsk, MoneyState, Refusal, Reserve
 from modelgate.domain.redis_counters import RedisCounters
+from tests.fakes.tcp_proxy import TcpProxy
 
 
 @pytest.fixture(params=["in-process", "redis"])
@@ -230,30 +233,53 @@ async def test_a_clean_stop_hands_back_what_the_process_held(redis_url: str) -> 
 async def test_a_batch_redis_applied_but_never_answered_is_not_applied_again_by_its_retry(
     redis_url: str,
 ) -> None:
-    from redis.asyncio import Redis
+    async with _proxied(redis_url) as (proxy, counters, direct, prefix):
+        assert await counters.reserve("bal", 6, True, 0, _fixed(MoneyState(10, True))) == Reserve.OK
+        proxy.swallow_replies()  # Redis runs the settlement; its answer never comes back
+        await counters.settle("bal", 6, 5)
+        await counters.adjust("tpm", 1, 0)  # another operation of the same batch, applied once as well
+        await counters.flush()  # times out: the batch is kept for a retry
+        assert await direct.hmget(f"{prefix}bal", "b", "r") == [b"5", b"0"]  # and yet it was applied
+        proxy.restore()
+        await counters.retry_settlements()
+        await counters.settle("bal", 0, 1)  # a later batch goes through as usual
+        await counters.flush()
+        assert await direct.hmget(f"{prefix}bal", "b", "r") == [b"4", b"0"]
 
-    from tests.fakes.tcp_proxy import TcpProxy
 
+@contextlib.asynccontextmanager
+async def _proxied(redis_url: str) -> AsyncIterator[tuple[TcpProxy, RedisCounters, Redis, str]]:
+    """Counters reaching Redis through a loopback proxy (giving a reply up after half a second), and a
+    direct client to look at what Redis holds."""
     prefix = f"mgtest:{secrets.token_hex(4)}:"
     direct = Redis.from_url(redis_url)
     with TcpProxy(6379) as proxy:
-        # The counters reach Redis through the proxy, and give a reply up after half a second.
         client = Redis(host="127.0.0.1", port=proxy.port, socket_timeout=0.5)
         counters = RedisCounters(client, prefix=prefix)
         try:
-            assert await counters.reserve("bal", 6, True, 0, _fixed(MoneyState(10, True))) == Reserve.OK
-            proxy.swallow_replies()  # Redis runs the settlement; its answer never comes back
-            await counters.settle("bal", 6, 5)
-            await counters.adjust("tpm", 1, 0)  # another operation of the same batch, applied once as well
-            await counters.flush()  # times out: the batch is kept for a retry
-            assert await direct.hmget(f"{prefix}bal", "b", "r") == [b"5", b"0"]  # and yet it was applied
-            proxy.restore()
-            await counters.retry_settlements()
-            await counters.settle("bal", 0, 1)  # a later batch goes through as usual
-            await counters.flush()
-            assert await direct.hmget(f"{prefix}bal", "b", "r") == [b"4", b"0"]
+            yield proxy, counters, direct, prefix
         finally:
             proxy.restore()
             await counters.close()
             await client.aclose()
             await direct.aclose()
+
+
+async def test_a_kept_batch_is_applied_once_though_another_process_took_its_writer_for_dead(
+    redis_url: str,
+) -> None:
+    """A Redis outage longer than the liveness keys (or one cut off from Redis): another process releases
+    the writer's reservations, but must keep its batch number, or the writer's retry applies twice."""
+    async with _proxied(redis_url) as (proxy, counters, direct, prefix):
+        other = RedisCounters(direct, prefix=prefix)
+        await counters.heartbeat(ttl_seconds=0.05)
+        assert await counters.reserve("bal", 6, True, 0, _fixed(MoneyState(10, True))) == Reserve.OK
+        proxy.swallow_replies()
+        await counters.settle("bal", 6, 5)
+        await counters.flush()  # applied, its answer lost: kept
+        await _expire(direct, prefix, counters)
+        assert await other.reclaim_dead() == 1
+        proxy.restore()
+        await counters.retry_settlements()
+        assert await direct.hmget(f"{prefix}bal", "b", "r") == [b"5", b"0"]
+        await other.close()

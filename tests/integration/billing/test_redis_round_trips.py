@@ -94,7 +94,7 @@ def _chat(base_url: str, api_key: str, request_id: str) -> httpx.Response:
 
 
 def _settled(client: redis.Redis, organization_id: str, claim: str) -> bool:
-    reserved = client.hget(f"mg:bal:{organization_id}", "r")
+    reserved = client.hget(f"mg:bal:{{{organization_id}}}", "r")
     return reserved is not None and int(reserved) == 0 and not client.exists(claim)
 
 
@@ -115,7 +115,7 @@ def test_a_chat_request_costs_one_redis_call_on_the_way_in_and_one_batched_after
             assert _chat(gateway.base_url, tenant.api_key, warm_up).status_code == 200
             # The warm-up's settlement batch follows its answer: counted, it would be a third call.
             deadline = time.monotonic() + _DEADLINE_SECONDS
-            while not _settled(client, organization_id, f"mg:rid:{organization_id}:{warm_up}"):
+            while not _settled(client, organization_id, f"mg:rid:{{{organization_id}}}:{warm_up}"):
                 assert time.monotonic() < deadline, "the warm-up request was never settled"
                 time.sleep(0.01)  # the polling period of a bounded wait
             monitor = _Monitor()
@@ -124,7 +124,7 @@ def test_a_chat_request_costs_one_redis_call_on_the_way_in_and_one_batched_after
                 answer = _chat(gateway.base_url, tenant.api_key, request_id)
                 assert answer.status_code == 200, answer.text
                 assert answer.headers["x-ratelimit-remaining-requests"] == "998"
-                claim = f"mg:rid:{organization_id}:{request_id}"
+                claim = f"mg:rid:{{{organization_id}}}:{request_id}"
                 deadline = time.monotonic() + _DEADLINE_SECONDS
                 while not _settled(client, organization_id, claim):
                     assert time.monotonic() < deadline, "the request was never settled"

@@ -9,7 +9,7 @@ PostgreSQL, the gateway as a `modelgate serve` process under load from a client 
 
 from __future__ import annotations
 
-import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,19 +25,13 @@ from tests.integration.billing.test_ledger_spool import (
 )
 from tests.support.chat_load import ChatLoad
 from tests.support.gateway import GatewayProcess, register_tenant
+from tests.support.local_servers import own_servers
 from tests.support.redis_sentinel import MASTER_NAME, SentinelTrio
-from tests.support.services import service_unavailable
 
 
 @pytest.fixture
-def trio():
-    try:
-        started = SentinelTrio().__enter__()
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        service_unavailable("a Redis master, replica and sentinel of the test's own", exc)
-        raise
-    yield started
-    started.close()
+def trio() -> Iterator[SentinelTrio]:
+    yield from own_servers(SentinelTrio, "a Redis master, replica and sentinel of the test's own")
 
 
 def test_the_gateway_follows_a_sentinel_failover_and_the_books_balance(

@@ -16,6 +16,7 @@ from modelgate.gateway import Gateway
 from tests.fakes import FakeUpstream
 from tests.integration.ops.conftest import chat, ops_toml
 from tests.support.gateway import ThreadedGateway, register_tenant, write_config
+from tests.support.span_capture import captured_spans
 
 MISSING = (
     "tracing.enabled: tracing needs OpenTelemetry, which is not installed: pip install 'modelgate[otel]'"
@@ -78,16 +79,8 @@ def test_serve_refuses_to_start_with_tracing_on_and_opentelemetry_missing(
 @pytest.fixture(scope="module")
 def span_exporter() -> Iterator:
     pytest.importorskip("opentelemetry.sdk.trace", reason="the `otel` extra is not installed")
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)  # the gateway keeps a provider the process already installed
-    yield exporter
+    with captured_spans() as exporter:  # the gateway keeps the provider the process installed
+        yield exporter
 
 
 def test_enabled_tracing_records_request_upstream_and_storage_spans(

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import httpx
 
 from tests.fakes.media_records import RealtimeSession
 from tests.fakes.realtime_routes import USAGE
@@ -40,6 +39,7 @@ from tests.integration.realtime.conftest import (
     session,
     stored_balance,
 )
+from tests.support.gateway import add_budget
 
 
 async def _until(read: Callable[[], Awaitable[Any]], expected: Callable[[Any], bool]) -> Any:
@@ -252,19 +252,7 @@ async def test_a_policy_budget_is_reserved_and_charged_per_response(billed) -> N
     tenant = await funded_tenant(billed, 1_000_000_000)  # the balance is ample: the budget is what runs out
     base, storage = billed.gateway.base_url, billed.gateway.storage_url
     budget = WORST + ANSWER + ANSWER // 2
-    rule = await asyncio.to_thread(
-        httpx.post,
-        f"{base}/api/policy-rules",
-        json={
-            "subjectType": "organization",
-            "effect": "allow",
-            "models": ["*"],
-            "budget": {"amountMicros": budget, "period": "day"},
-        },
-        headers={"authorization": f"Bearer {tenant.session_token}"},
-        timeout=30,
-    )
-    assert rule.status_code == 201, rule.text
+    await asyncio.to_thread(add_budget, base, tenant, budget)
     secret = await asyncio.to_thread(mint, base, tenant, TIGHT)
     async with session() as client:
         ws = await connect(client, base, tenant, secret, TIGHT)

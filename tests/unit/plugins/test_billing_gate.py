@@ -81,7 +81,7 @@ async def test_each_budget_rule_that_applies_is_asked_too(services: PluginServic
     assert budget.amount == balance.amount
     ((rule, start),) = pending(ctx).budgets
     assert start == period_start("month", time.time())
-    assert budget.key.startswith(f"bud:{rule.id}:")
+    assert budget.key.startswith(f"bud:{{{rule.organization_id}}}:{rule.id}:")
 
 
 async def test_a_free_route_asks_nothing_but_is_still_asked(services: PluginServices, key: StoredKey) -> None:

@@ -34,7 +34,7 @@ async def test_a_session_takes_a_slot_of_its_organization(services: PluginServic
 
     await RealtimeCap(services.config, services.counters).on_request(ctx)
 
-    assert ctx.realtime.slot == f"rt:o:{key.record.organization_id}"
+    assert ctx.realtime.slot == f"rt:o:{{{key.record.organization_id}}}"
 
 
 async def test_a_session_over_the_plans_cap_is_429(services: PluginServices, key: StoredKey) -> None:
@@ -81,4 +81,4 @@ async def test_requests_that_are_no_realtime_connect_are_left_alone(
     await RealtimeCap(services.config, services.counters).on_request(ctx)
 
     assert ctx.realtime is None
-    assert await services.counters.acquire(f"rt:o:{key.record.organization_id}", 1)  # the slot is free
+    assert await services.counters.acquire(f"rt:o:{{{key.record.organization_id}}}", 1)  # the slot is free

@@ -15,23 +15,13 @@ from modelgate.plugins.tracing import RequestTracing
 from modelgate.proxy.observability.tracing import Tracer
 from modelgate.proxy.pipeline.context import Usage
 from tests.support.plugin_context import CHAT, PluginServices, StoredKey, answered, context_before
+from tests.support.span_capture import captured_spans
 
 
 @pytest.fixture(scope="module")
 def spans() -> Iterator:
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield exporter
-    exporter.shutdown()  # later spans of the process are not kept
+    with captured_spans() as exporter:
+        yield exporter
 
 
 async def _traced(services: PluginServices, key: StoredKey, spans):
