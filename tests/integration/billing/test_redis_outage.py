@@ -151,8 +151,13 @@ def test_two_gateways_serve_through_a_redis_outage_within_their_shares_and_recon
             at_return = [len(load.served) for load in loads]
             assert spool._wait_until(
                 lambda: all(len(load.served) >= at + 20 for load, at in zip(loads, at_return, strict=True))
-            ), ("nothing served after the outage", at_return, [len(load.served) for load in loads],
-                [load.refused[-5:] for load in loads], [len(load.refused) for load in loads])
+            ), (
+                "nothing served after the outage",
+                at_return,
+                [len(load.served) for load in loads],
+                [load.refused[-5:] for load in loads],
+                [len(load.refused) for load in loads],
+            )
     for sample in during:  # each process spent within its share: half the headroom it read
         assert 0 < sample["used_micros"] <= sample["share_micros"] <= spool.OPENING_MICROS // 2, during
         assert sample["share_used_ratio"] <= 1
