@@ -5,7 +5,10 @@ non-streamed calls whose client left before the answer (read to their end and ch
 adjustments while requests are in flight, a graceful restart and a SIGKILL of a gateway mid-mix — and
 afterwards every organization's books balance to the micro-unit (Σ ledger costs = Σ provider-reported usage
 x prices, overruns included and marked), on SQLite with one process and in-process counters, and on
-PostgreSQL + Redis with two processes sharing them.
+PostgreSQL + Redis with two processes sharing them — and once more with a Redis of the run's own stopped
+for OUTAGE_SECONDS at a quarter of the mix while both processes serve in `[redis] outage = "degraded"`
+(issue #37): every invariant holds through it, the floor within the overspend bound of docs/deploy.md
+"Redis outages" (tests/support/conservation_audit.py, `_floor_through_outages`).
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -59,11 +63,13 @@ from tests.support.conservation_mix import (
 )
 from tests.support.conservation_traffic import (
     ABANDON_DELAY,
+    ADMITTED,
     BACKGROUND_MODEL,
     CLIENT_CUT,
     COMPLETED,
     GATEWAY_ERROR,
     SERVER_CUT,
+    OutageRecord,
     Tenant,
     Traffic,
     adjust_endpoint_exists,
@@ -76,6 +82,7 @@ from tests.support.money_books import (
     read_books,
     read_redis_money,
 )
+from tests.support.redis_server import RedisServer
 from tests.support.services import REDIS_URL, create_pg_database, drop_pg_database, service_unavailable
 
 OPERATOR_TOKEN = "operator-conservation-token-0123456789"
@@ -91,6 +98,10 @@ SETTLE_TIMEOUT = 30.0
 # heartbeat).
 RELEASE_TIMEOUT = 40.0
 CONCURRENCY = 12
+# The Redis outage of the degraded setup, and the bound on each wait around it (gateways read their headroom
+# every 5 s heartbeat; a stopped Redis is noticed, and a returned one reconciled, within about a second).
+OUTAGE_SECONDS = 5.0
+OUTAGE_WAIT = 15.0
 # A gateway has settled when these read 0 (one this gateway does not export reads 0).
 PENDING_GAUGES = (
     "modelgate_requests_in_flight",
@@ -111,11 +122,13 @@ class Setup:
     gateways: int
     postgres: bool
     redis: bool
+    outage: bool = False  # a Redis of the run's own, stopped mid-mix; the gateways in degraded mode
 
 
 SETUPS = [
     Setup("sqlite-one-process", 1, postgres=False, redis=False),
     Setup("postgres-redis-two-processes", 2, postgres=True, redis=True),
+    Setup("postgres-redis-outage-degraded", 2, postgres=True, redis=True, outage=True),
 ]
 
 # One fake upstream per behaviour, so each request's fate is decided by the model it names, not by the
@@ -140,8 +153,12 @@ output_per_mtok = {PRICES.output}
 """
 
 
-def conservation_toml(storage_url: str, redis_url: str | None, upstreams: dict[str, FakeUpstream]) -> str:
+def conservation_toml(
+    storage_url: str, redis_url: str | None, upstreams: dict[str, FakeUpstream], outage: bool = False
+) -> str:
     redis = f'[redis]\nurl = "{redis_url}"\n' if redis_url else ""
+    if outage:
+        redis += 'outage = "degraded"\n'
     providers = "".join(
         f'[[providers]]\nname = "{name}"\nkind = "openai"\nbase_url = "{fake.base_url}/v1"\n\n'
         for name, fake in upstreams.items()
@@ -228,19 +245,24 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     workdir = _workdir(tmp_path_factory, setup, seed)
     with ExitStack() as stack:
         storage_url = _storage(stack, setup, workdir)
-        redis_url = _redis(setup)
+        redis_server = _own_redis(stack) if setup.outage else None
+        redis_url = redis_server.url if redis_server else _redis(setup)
         upstreams = {name: stack.enter_context(FakeUpstream(name)) for name in FAULTS}
         for name, fault in FAULTS.items():
             upstreams[name].add_fault("/v1/chat/completions", fault, times=FOREVER)
         config_path = workdir / "conservation.toml"
-        config_path.write_text(conservation_toml(storage_url, redis_url, upstreams), encoding="utf-8")
+        config_path.write_text(
+            conservation_toml(storage_url, redis_url, upstreams, setup.outage), encoding="utf-8"
+        )
         fleet = GatewayFleet(config_path, workdir, setup.gateways)
         try:
             fleet.start_all()
             registered = [
                 register_tenant(fleet.base_url(0), fund_usd=amount / 1_000_000) for amount in FUNDING
             ]
-            evidence = asyncio.run(_run(seed, setup, fleet, storage_url, redis_url, registered, upstreams))
+            evidence = asyncio.run(
+                _run(seed, setup, fleet, storage_url, redis_url, registered, upstreams, redis_server)
+            )
         finally:
             problems = fleet.stop_all()
         run = Run(setup, evidence, workdir)
@@ -286,6 +308,67 @@ def _redis(setup: Setup) -> str | None:
     return REDIS_URL
 
 
+def _own_redis(stack: ExitStack) -> RedisServer:
+    server = RedisServer()
+    stack.callback(server.close)
+    try:
+        server.start()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        service_unavailable("a redis-server of the test's own", exc)
+        raise
+    return server
+
+
+async def _until(fleet: GatewayFleet, condition, within: float = OUTAGE_WAIT) -> bool:
+    """Wait (bounded) until every live gateway's /metrics samples meet `condition`."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        samples = [await fleet.metrics(generation) for generation in fleet.live()]
+        if all(condition(sample) for sample in samples):
+            return True
+        await asyncio.sleep(0.1)  # the polling period of a bounded wait
+    return False
+
+
+def _outage_metric(samples: dict[str, float], name: str) -> float:
+    return samples.get(f"modelgate_redis_outage_{name}", -1.0)
+
+
+async def _redis_outage(
+    fleet: GatewayFleet, server: RedisServer, record: OutageRecord, organizations: int
+) -> None:
+    """Stop Redis once every gateway has read a headroom (every organization's, when it served each within a
+    heartbeat) and counted the fleet, hold the outage while the mix goes on, start Redis again and wait until
+    every gateway has sent its kept settlements. An organization a process never read gets 503 from it."""
+
+    def read(counters: int):
+        return lambda m: (
+            _outage_metric(m, "known_counters") >= counters and _outage_metric(m, "processes") >= len(fleet)
+        )
+
+    if not await _until(fleet, read(organizations), within=6.0) and not await _until(fleet, read(1)):
+        readings = [
+            {name: _outage_metric(await fleet.metrics(g), name) for name in ("known_counters", "processes")}
+            for g in fleet.live()
+        ]
+        record.problems.append(f"a gateway read no headroom before the outage: {readings}")
+    await asyncio.to_thread(server.stop)
+    record.stopped_at = time.monotonic()
+    record.begun.set()
+    if await _until(fleet, lambda m: _outage_metric(m, "degraded") == 1):
+        record.degraded_at = time.monotonic()
+    else:
+        record.problems.append(f"a gateway was not degraded within {OUTAGE_WAIT} s of the stop")
+    # The outage's length, not a synchronisation: the mix runs on meanwhile.
+    await asyncio.sleep(max(0.0, record.stopped_at + record.operation.seconds - time.monotonic()))
+    await asyncio.to_thread(server.start)
+    record.started_at = time.monotonic()
+    if await _until(fleet, lambda m: _outage_metric(m, "degraded") == 0):
+        record.reconciled_at = time.monotonic()
+    else:
+        record.problems.append(f"a gateway did not reconcile within {OUTAGE_WAIT} s of Redis's return")
+
+
 async def _run(
     seed,
     setup: Setup,
@@ -294,6 +377,7 @@ async def _run(
     redis_url: str | None,
     registered,
     fleet_upstreams: dict[str, FakeUpstream],
+    redis_server: RedisServer | None = None,
 ):
     db = await open_database(storage_url, pool_size=2)
     redis = None
@@ -318,8 +402,14 @@ async def _run(
                 adjust_available=adjust,
                 concurrency=CONCURRENCY,
                 finish_background=fleet_upstreams[STEADY].finish_background,
+                redis_outage=(
+                    (lambda record: _redis_outage(fleet, redis_server, record, len(tenants)))
+                    if redis_server
+                    else None
+                ),
             )
-            shape = MixShape(organizations=len(tenants), gateways=setup.gateways)
+            outage = OUTAGE_SECONDS if setup.outage else 0.0
+            shape = MixShape(organizations=len(tenants), gateways=setup.gateways, redis_outage=outage)
             log = await traffic.run(plan_mix(seed, shape))
             settled = await _settle(fleet, db, redis, tenants)
             released = await _released(redis, tenants) if redis is not None else None
@@ -423,6 +513,18 @@ def test_the_mix_ran_as_planned(conservation: Run) -> None:
         problems.append(f"restarts: {[(r.operation, r.ended) for r in log.restarts]}")
     if not conservation.evidence.settled:
         problems.append(f"the books did not settle within {SETTLE_TIMEOUT} s")
+    outages = log.outages
+    if len(outages) != int(conservation.setup.outage):
+        problems.append(f"{len(outages)} Redis outages in a setup with outage={conservation.setup.outage}")
+    for outage in outages:
+        problems += outage.problems
+        during = [
+            r
+            for r in log.calls
+            if r.result in ADMITTED and outage.stopped_at < r.started_at < outage.started_at
+        ]
+        if not during:
+            problems.append("no request was admitted during the Redis outage")
     _check(conservation, problems)
 
 
