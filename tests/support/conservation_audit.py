@@ -253,12 +253,12 @@ def _floor_through_outages(ev: Evidence) -> list[str]:
     for tenant, watched, books in zip(ev.tenants, ev.watch.organizations, ev.books, strict=True):
         over = books.over_reservation_micros
         read = sum(watched.highest_headroom(stop - READING_INTERVAL, stop) for stop in stops)
-        worst: dict[str, tuple[int, float, int]] = {}
+        worst: dict[str, tuple[int, int, float, int]] = {}  # by balance: (past the bound, margin, at, bound)
         for at, name, margin in watched.margins:
             bound = over + (2 * read if at >= first else 0)
-            if margin + bound < 0 and (name not in worst or margin < worst[name][0]):
-                worst[name] = (margin, at, bound)
-        for name, (margin, at, bound) in worst.items():
+            if margin + bound < 0 and (name not in worst or margin + bound < worst[name][0]):
+                worst[name] = (margin + bound, margin, at, bound)
+        for name, (_, margin, at, bound) in worst.items():
             when = "after the outage began" if at >= first else "before any outage"
             findings.append(
                 f"org{tenant.index}: {name} {-margin} µ below its floor {when}, past the bound {bound} µ "
