@@ -248,7 +248,7 @@ def _floor_through_outages(ev: Evidence) -> list[str]:
     showed in the reading interval before the outage: what Redis admitted then fits in it (A_before ≤ H),
     and A_after ≤ Σ_p S_p ≤ H_read ≤ H; so a sample may lie up to O + 2H below its floor."""
     findings = []
-    stops = [outage.stopped_at for outage in ev.log.outages if outage.stopped_at]
+    stops = [o.stopped_at for o in ev.log.outages if o.stopped_at and o.served_from_shares]
     first = min(stops, default=float("inf"))
     for tenant, watched, books in zip(ev.tenants, ev.watch.organizations, ev.books, strict=True):
         over = books.over_reservation_micros
@@ -540,6 +540,12 @@ def _outage_line(ev: Evidence, outage) -> str:
     reconciled = f"{outage.reconciled_at - outage.started_at:.1f} s" if outage.reconciled_at else "never"
     read = [w.highest_headroom(stop - READING_INTERVAL, stop) for w in ev.watch.organizations]
     after = [min((m for at, _, m in w.margins if at >= stop), default=None) for w in ev.watch.organizations]
+    if not outage.served_from_shares:
+        return (
+            f"Redis master killed, a replica promoted {back - stop:.1f} s later, every gateway on it "
+            f"{reconciled} after; calls started meanwhile: {dict(sorted(during.items()))}; lowest margin "
+            f"from the kill on: {after}"
+        )
     return (
         f"Redis outage of {back - stop:.1f} s: degraded after {degraded}, reconciled {reconciled} after "
         f"Redis's return; calls started in it: {dict(sorted(during.items()))}; headroom read before it by "

@@ -117,6 +117,9 @@ class OutageRecord:
     started_at: float = 0.0  # Redis started again
     reconciled_at: float = 0.0  # every live gateway reported its settlements sent (degraded 0 again)
     problems: list[str] = field(default_factory=list)
+    # Degraded mode: gateways served from their shares meanwhile (the floor may give way within the bound of
+    # docs/deploy.md); False for a Sentinel failover, where nothing is admitted while no master answers.
+    served_from_shares: bool = True
     # Set once Redis is down (or the outage gave up): the operations after it wait for it, so the outage
     # meets the rest of the mix whatever the wait for the gateways' readings before it took.
     begun: asyncio.Event = field(default_factory=asyncio.Event)

@@ -8,7 +8,9 @@ x prices, overruns included and marked), on SQLite with one process and in-proce
 PostgreSQL + Redis with two processes sharing them — and once more with a Redis of the run's own stopped
 for OUTAGE_SECONDS at a quarter of the mix while both processes serve in `[redis] outage = "degraded"`
 (issue #37): every invariant holds through it, the floor within the overspend bound of docs/deploy.md
-"Redis outages" (tests/support/conservation_audit.py, `_floor_through_outages`).
+"Redis outages" (tests/support/conservation_audit.py, `_floor_through_outages`); and with a Redis master,
+its replica and a sentinel of the run's own, the master SIGKILLed at that point and the replica promoted:
+every invariant as without an outage (nothing is admitted while no master answers: 503).
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
@@ -29,6 +31,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from modelgate.storage import Database, open_database
@@ -82,6 +85,7 @@ from tests.support.money_books import (
     read_books,
     read_redis_money,
 )
+from tests.support.redis_sentinel import MASTER_NAME, SentinelTrio
 from tests.support.redis_server import RedisServer
 from tests.support.services import REDIS_URL, create_pg_database, drop_pg_database, service_unavailable
 
@@ -122,13 +126,16 @@ class Setup:
     gateways: int
     postgres: bool
     redis: bool
-    outage: bool = False  # a Redis of the run's own, stopped mid-mix; the gateways in degraded mode
+    # A Redis of the run's own stopped mid-mix, the gateways in degraded mode ("outage"); or a master of the
+    # run's own killed mid-mix and its replica promoted by a sentinel ("failover").
+    chaos: str = ""
 
 
 SETUPS = [
     Setup("sqlite-one-process", 1, postgres=False, redis=False),
     Setup("postgres-redis-two-processes", 2, postgres=True, redis=True),
-    Setup("postgres-redis-outage-degraded", 2, postgres=True, redis=True, outage=True),
+    Setup("postgres-redis-outage-degraded", 2, postgres=True, redis=True, chaos="outage"),
+    Setup("postgres-redis-sentinel-failover", 2, postgres=True, redis=True, chaos="failover"),
 ]
 
 # One fake upstream per behaviour, so each request's fate is decided by the model it names, not by the
@@ -154,11 +161,9 @@ output_per_mtok = {PRICES.output}
 
 
 def conservation_toml(
-    storage_url: str, redis_url: str | None, upstreams: dict[str, FakeUpstream], outage: bool = False
+    storage_url: str, redis_url: str | None, upstreams: dict[str, FakeUpstream], redis_more: str = ""
 ) -> str:
-    redis = f'[redis]\nurl = "{redis_url}"\n' if redis_url else ""
-    if outage:
-        redis += 'outage = "degraded"\n'
+    redis = f'[redis]\nurl = "{redis_url}"\n{redis_more}' if redis_url else ""
     providers = "".join(
         f'[[providers]]\nname = "{name}"\nkind = "openai"\nbase_url = "{fake.base_url}/v1"\n\n'
         for name, fake in upstreams.items()
@@ -245,14 +250,21 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     workdir = _workdir(tmp_path_factory, setup, seed)
     with ExitStack() as stack:
         storage_url = _storage(stack, setup, workdir)
-        redis_server = _own_redis(stack) if setup.outage else None
+        redis_server = _own_redis(stack) if setup.chaos == "outage" else None
+        trio = _own_trio(stack) if setup.chaos == "failover" else None
         redis_url = redis_server.url if redis_server else _redis(setup)
+        redis_more = 'outage = "degraded"\n' if redis_server else ""
+        if (
+            trio
+        ):  # the gateways follow the sentinel; the test reads the replica, the master after the failover
+            redis_url = f"redis://127.0.0.1:{trio.replica_port}/0"
+            redis_more = f'sentinels = ["{trio.sentinel}"]\nsentinel_master = "{MASTER_NAME}"\n'
         upstreams = {name: stack.enter_context(FakeUpstream(name)) for name in FAULTS}
         for name, fault in FAULTS.items():
             upstreams[name].add_fault("/v1/chat/completions", fault, times=FOREVER)
         config_path = workdir / "conservation.toml"
         config_path.write_text(
-            conservation_toml(storage_url, redis_url, upstreams, setup.outage), encoding="utf-8"
+            conservation_toml(storage_url, redis_url, upstreams, redis_more), encoding="utf-8"
         )
         fleet = GatewayFleet(config_path, workdir, setup.gateways)
         try:
@@ -261,7 +273,7 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
                 register_tenant(fleet.base_url(0), fund_usd=amount / 1_000_000) for amount in FUNDING
             ]
             evidence = asyncio.run(
-                _run(seed, setup, fleet, storage_url, redis_url, registered, upstreams, redis_server)
+                _run(seed, setup, fleet, storage_url, redis_url, registered, upstreams, redis_server or trio)
             )
         finally:
             problems = fleet.stop_all()
@@ -319,6 +331,50 @@ def _own_redis(stack: ExitStack) -> RedisServer:
     return server
 
 
+def _own_trio(stack: ExitStack) -> SentinelTrio:
+    trio = SentinelTrio()
+    stack.callback(trio.close)
+    try:
+        trio.start()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        service_unavailable("a Redis master, replica and sentinel of the test's own", exc)
+        raise
+    return trio
+
+
+async def _failover(fleet: GatewayFleet, trio: SentinelTrio, record: OutageRecord) -> None:
+    """SIGKILL the master mid-mix; the sentinel promotes the replica, which the gateways follow. The outage
+    ends once every gateway finds Redis ready again: a process stopped while it cannot reach Redis keeps its
+    unsent settlements from Redis's counters for good (docs/deploy.md: keep restarts and outages apart)."""
+    record.served_from_shares = False
+    await asyncio.to_thread(trio.kill_master)
+    record.stopped_at = time.monotonic()
+    record.begun.set()
+    try:
+        await asyncio.to_thread(trio.wait_for_failover, OUTAGE_WAIT)
+    except RuntimeError as exc:
+        record.problems.append(f"the sentinel promoted no replica within {OUTAGE_WAIT} s: {exc}")
+        return
+    record.started_at = time.monotonic()
+    deadline = record.started_at + OUTAGE_WAIT
+    async with httpx.AsyncClient(timeout=5) as http:
+        while time.monotonic() < deadline:
+            ready = [await _redis_ready(http, g.process.base_url) for g in fleet.live()]
+            if all(ready):
+                record.reconciled_at = time.monotonic()
+                return
+            await asyncio.sleep(0.1)  # the polling period of a bounded wait
+    record.problems.append(f"a gateway did not find the promoted master within {OUTAGE_WAIT} s")
+
+
+async def _redis_ready(http: httpx.AsyncClient, base_url: str) -> bool:
+    try:
+        reply = await http.get(f"{base_url}/readyz")
+    except httpx.TransportError:
+        return False
+    return reply.status_code == 200 and reply.json().get("checks", {}).get("redis") == "ok"
+
+
 async def _until(fleet: GatewayFleet, condition, within: float = OUTAGE_WAIT) -> bool:
     """Wait (bounded) until every live gateway's /metrics samples meet `condition`."""
     deadline = time.monotonic() + within
@@ -369,6 +425,15 @@ async def _redis_outage(
         record.problems.append(f"a gateway did not reconcile within {OUTAGE_WAIT} s of Redis's return")
 
 
+def _chaos(fleet: GatewayFleet, own: RedisServer | SentinelTrio | None, organizations: int):
+    """The mix's Redis outage for the setup's own Redis servers (None: the setup has none)."""
+    if isinstance(own, RedisServer):
+        return lambda record: _redis_outage(fleet, own, record, organizations)
+    if isinstance(own, SentinelTrio):
+        return lambda record: _failover(fleet, own, record)
+    return None
+
+
 async def _run(
     seed,
     setup: Setup,
@@ -377,7 +442,7 @@ async def _run(
     redis_url: str | None,
     registered,
     fleet_upstreams: dict[str, FakeUpstream],
-    redis_server: RedisServer | None = None,
+    own_redis: RedisServer | SentinelTrio | None = None,
 ):
     db = await open_database(storage_url, pool_size=2)
     redis = None
@@ -402,13 +467,9 @@ async def _run(
                 adjust_available=adjust,
                 concurrency=CONCURRENCY,
                 finish_background=fleet_upstreams[STEADY].finish_background,
-                redis_outage=(
-                    (lambda record: _redis_outage(fleet, redis_server, record, len(tenants)))
-                    if redis_server
-                    else None
-                ),
+                redis_outage=_chaos(fleet, own_redis, len(tenants)),
             )
-            outage = OUTAGE_SECONDS if setup.outage else 0.0
+            outage = OUTAGE_SECONDS if setup.chaos else 0.0
             shape = MixShape(organizations=len(tenants), gateways=setup.gateways, redis_outage=outage)
             log = await traffic.run(plan_mix(seed, shape))
             settled = await _settle(fleet, db, redis, tenants)
@@ -514,10 +575,12 @@ def test_the_mix_ran_as_planned(conservation: Run) -> None:
     if not conservation.evidence.settled:
         problems.append(f"the books did not settle within {SETTLE_TIMEOUT} s")
     outages = log.outages
-    if len(outages) != int(conservation.setup.outage):
-        problems.append(f"{len(outages)} Redis outages in a setup with outage={conservation.setup.outage}")
+    if len(outages) != int(bool(conservation.setup.chaos)):
+        problems.append(f"{len(outages)} Redis outages in a setup with chaos {conservation.setup.chaos!r}")
     for outage in outages:
         problems += outage.problems
+        if not outage.served_from_shares:
+            continue  # a failover: 503 until the replica is promoted
         during = [
             r
             for r in log.calls
