@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -250,8 +251,14 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     workdir = _workdir(tmp_path_factory, setup, seed)
     with ExitStack() as stack:
         storage_url = _storage(stack, setup, workdir)
-        redis_server = _own_redis(stack) if setup.chaos == "outage" else None
-        trio = _own_trio(stack) if setup.chaos == "failover" else None
+        redis_server = (
+            _own(stack, RedisServer(), "a redis-server of the test's own")
+            if setup.chaos == "outage"
+            else None
+        )
+        trio = None
+        if setup.chaos == "failover":
+            trio = _own(stack, SentinelTrio(), "a Redis master, replica and sentinel of the test's own")
         redis_url = redis_server.url if redis_server else _redis(setup)
         redis_more = 'outage = "degraded"\n' if redis_server else ""
         if (
@@ -320,26 +327,18 @@ def _redis(setup: Setup) -> str | None:
     return REDIS_URL
 
 
-def _own_redis(stack: ExitStack) -> RedisServer:
-    server = RedisServer()
-    stack.callback(server.close)
-    try:
-        server.start()
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        service_unavailable("a redis-server of the test's own", exc)
-        raise
-    return server
+_Own = TypeVar("_Own", RedisServer, SentinelTrio)
 
 
-def _own_trio(stack: ExitStack) -> SentinelTrio:
-    trio = SentinelTrio()
-    stack.callback(trio.close)
+def _own(stack: ExitStack, servers: _Own, what: str) -> _Own:
+    """Servers of the run's own, started now and closed with the run."""
+    stack.callback(servers.close)
     try:
-        trio.start()
+        servers.start()
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        service_unavailable("a Redis master, replica and sentinel of the test's own", exc)
+        service_unavailable(what, exc)
         raise
-    return trio
+    return servers
 
 
 async def _failover(fleet: GatewayFleet, trio: SentinelTrio, record: OutageRecord) -> None:
