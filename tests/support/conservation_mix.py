@@ -133,19 +133,18 @@ class MixShape:
     background_share: float = 0.07
     abandoned_share: float = 0.07
     changes: int = 8
-    redis_outage: float = 0.0  # seconds of a Redis outage at about a quarter of the mix; 0: none
+    redis_outage: float = 0.0  # seconds of a Redis outage at 15 % of the mix; 0: none
 
 
 def plan_mix(seed: int, shape: MixShape) -> list[Operation]:
     """The operations of one run, in issue order: `shape.requests` calls with balance changes spread among
-    them, a Redis outage at about a quarter (when the shape has one: before the restarts, so every process
-    serving in it has read its headroom), a graceful restart at about a third and a kill at about two
-    thirds."""
+    them, a Redis outage at 15 % (when the shape has one: before the restarts, so every process serving in
+    it has read its headroom), a graceful restart at about a third and a kill at about two thirds."""
     rng = random.Random(seed)
     operations: list[Operation] = []
     change_at = set(rng.sample(range(5, shape.requests - 5), shape.changes))
     restart_at, kill_at = int(shape.requests * 0.35), int(shape.requests * 0.7)
-    outage_at = int(shape.requests * 0.25) if shape.redis_outage else -1
+    outage_at = int(shape.requests * 0.15) if shape.redis_outage else -1
     for position in range(shape.requests):
         if position == outage_at:
             operations.append(RedisOutage(len(operations), shape.redis_outage))

@@ -121,8 +121,11 @@ class OutageRecord:
     # docs/deploy.md); False for a Sentinel failover, where nothing is admitted while no master answers.
     served_from_shares: bool = True
     # Set once Redis is down (or the outage gave up): the operations after it wait for it, so the outage
-    # meets the rest of the mix whatever the wait for the gateways' readings before it took.
+    # meets the mix whatever the wait for the gateways' readings before it took.
     begun: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once it is over: the operations from the next restart on wait for it, so the restarts still meet
+    # requests under way rather than a mix the outage saw to its end.
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(slots=True)
@@ -176,6 +179,7 @@ class Traffic:
         # (docs/deploy.md, "Redis outages": keep scale-outs and outages apart).
         self._chaos = asyncio.Lock()
         self._outage_records: dict[int, OutageRecord] = {}
+        self._after_outage: dict[int, int] = {}  # an outage's index: the index of the first restart after it
         # Ends a background response at the provider (the fake), returning it as a retrieve then shows it.
         self._finish_background = finish_background
         self._tenants = tenants
@@ -192,6 +196,9 @@ class Traffic:
             queue.put_nowait(operation)
             if isinstance(operation, RedisOutage):
                 self._outage_records[operation.index] = OutageRecord(operation)
+            if isinstance(operation, Restart):
+                for index in self._outage_records:
+                    self._after_outage.setdefault(index, operation.index)
         workers = [asyncio.create_task(self._worker(queue)) for _ in range(self._concurrency)]
         try:
             await asyncio.gather(*workers)
@@ -214,6 +221,8 @@ class Traffic:
         for index, outage in self._outage_records.items():
             if index < operation.index:
                 await outage.begun.wait()
+            if self._after_outage.get(index, operation.index + 1) <= operation.index:
+                await outage.ended.wait()
         if isinstance(operation, ChatCall):
             record = CallRecord(operation, operation.request_id)
             self.log.calls.append(record)
@@ -547,6 +556,7 @@ class Traffic:
                 await self._redis_outage(record)
         finally:
             record.begun.set()
+            record.ended.set()
 
 
 def _sdk_failure(record: CallRecord, exc: openai.APIStatusError | openai.APIConnectionError) -> None:

@@ -6,7 +6,7 @@ adjustments while requests are in flight, a graceful restart and a SIGKILL of a 
 afterwards every organization's books balance to the micro-unit (Σ ledger costs = Σ provider-reported usage
 x prices, overruns included and marked), on SQLite with one process and in-process counters, and on
 PostgreSQL + Redis with two processes sharing them — and once more with a Redis of the run's own stopped
-for OUTAGE_SECONDS at a quarter of the mix while both processes serve in `[redis] outage = "degraded"`
+for OUTAGE_SECONDS at 15 % of the mix while both processes serve in `[redis] outage = "degraded"`
 (issue #37): every invariant holds through it, the floor within the overspend bound of docs/deploy.md
 "Redis outages" (tests/support/conservation_audit.py, `_floor_through_outages`); and with a Redis master,
 its replica and a sentinel of the run's own, the master SIGKILLed at that point and the replica promoted:
