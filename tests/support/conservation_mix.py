@@ -180,17 +180,24 @@ def _chat_call(rng: random.Random, index: int, shape: MixShape) -> ChatCall:
         # Far past a cap of 1, answered n times: more over the output reservation than the prompt's byte
         # estimate leaves spare (~3 bytes a word, 2 bytes a token), so a call read to the end overruns.
         cap, words, n = 1, rng.randint(25, 30), rng.randint(2, 3)
+    organization, gateway = rng.randrange(shape.organizations), rng.randrange(shape.gateways)
+    include_usage = rng.random() < 0.5
+    cut_after = rng.randint(1, 12) if style == RAW_CUT else 0
+    if behaviour == OVERRUNNING and style == RAW_CUT:
+        # Read to its end, so the overrun is charged: a mix whose few overrunning calls were all cut by their
+        # clients exercised none (seed 1739317603). Decided after the draws: every other call is unchanged.
+        style, cut_after = SDK_STREAM, 0
     return ChatCall(
         index=index,
-        organization=rng.randrange(shape.organizations),
-        gateway=rng.randrange(shape.gateways),
+        organization=organization,
+        gateway=gateway,
         behaviour=behaviour,
         style=style,
         words=words,
         cap=cap,
         n=n,
-        include_usage=rng.random() < 0.5,
-        cut_after=rng.randint(1, 12) if style == RAW_CUT else 0,
+        include_usage=include_usage,
+        cut_after=cut_after,
     )
 
 
