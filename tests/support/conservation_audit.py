@@ -218,6 +218,8 @@ def balance_never_below_the_floor(ev: Evidence) -> list[str]:
     findings = []
     if ev.watch.samples < 10:
         findings.append(f"only {ev.watch.samples} samples were taken (errors: {ev.watch.errors[:3]})")
+    if ev.log.outages:
+        return findings + _floor_through_outages(ev)
     for tenant, watched, books in zip(ev.tenants, ev.watch.organizations, ev.books, strict=True):
         over = books.over_reservation_micros
         for name, point in (
@@ -231,6 +233,37 @@ def balance_never_below_the_floor(ev: Evidence) -> list[str]:
                     f"{over} µ charged over reservations (credit limit {tenant.credit_limit_micros}) at "
                     f"{point.seconds:.1f} s"
                 )
+    return findings
+
+
+# A degraded-mode gateway reads its headroom every heartbeat (modelgate/domain/redis_counters.py: 5 s);
+# one more second of slack for the sampling and the stop itself.
+READING_INTERVAL = 6.0
+
+
+def _floor_through_outages(ev: Evidence) -> list[str]:
+    """The floor with Redis outages (degraded mode), per docs/deploy.md "Redis outages": until the first
+    outage began, as without one (only overruns O may take a balance past its floor); from then on, past it
+    by at most the documented bound A_before + A_after + O. Both A terms are bounded by the headroom H Redis
+    showed in the reading interval before the outage: what Redis admitted then fits in it (A_before ≤ H),
+    and A_after ≤ Σ_p S_p ≤ H_read ≤ H; so a sample may lie up to O + 2H below its floor."""
+    findings = []
+    stops = [o.stopped_at for o in ev.log.outages if o.stopped_at and o.served_from_shares]
+    first = min(stops, default=float("inf"))
+    for tenant, watched, books in zip(ev.tenants, ev.watch.organizations, ev.books, strict=True):
+        over = books.over_reservation_micros
+        read = sum(watched.highest_headroom(stop - READING_INTERVAL, stop) for stop in stops)
+        worst: dict[str, tuple[int, int, float, int]] = {}  # by balance: (past the bound, margin, at, bound)
+        for at, name, margin in watched.margins:
+            bound = over + (2 * read if at >= first else 0)
+            if margin + bound < 0 and (name not in worst or margin + bound < worst[name][0]):
+                worst[name] = (margin + bound, margin, at, bound)
+        for name, (_, margin, at, bound) in worst.items():
+            when = "after the outage began" if at >= first else "before any outage"
+            findings.append(
+                f"org{tenant.index}: {name} {-margin} µ below its floor {when}, past the bound {bound} µ "
+                f"(O = {over} µ charged over reservations, headroom read before the outages H = {read} µ)"
+            )
     return findings
 
 
@@ -500,6 +533,26 @@ def _label(record: CallRecord) -> str:
 # -- the summary --------------------------------------------------------------------------------------------
 
 
+def _outage_line(ev: Evidence, outage) -> str:
+    stop, back = outage.stopped_at, outage.started_at or float("inf")
+    during = Counter(r.result for r in ev.log.calls if stop <= r.started_at < back)
+    degraded = f"{outage.degraded_at - stop:.1f} s" if outage.degraded_at else "never"
+    reconciled = f"{outage.reconciled_at - outage.started_at:.1f} s" if outage.reconciled_at else "never"
+    read = [w.highest_headroom(stop - READING_INTERVAL, stop) for w in ev.watch.organizations]
+    after = [min((m for at, _, m in w.margins if at >= stop), default=None) for w in ev.watch.organizations]
+    if not outage.served_from_shares:
+        return (
+            f"Redis master killed, a replica promoted {back - stop:.1f} s later, every gateway on it "
+            f"{reconciled} after; calls started meanwhile: {dict(sorted(during.items()))}; lowest margin "
+            f"from the kill on: {after}"
+        )
+    return (
+        f"Redis outage of {back - stop:.1f} s: degraded after {degraded}, reconciled {reconciled} after "
+        f"Redis's return; calls started in it: {dict(sorted(during.items()))}; headroom read before it by "
+        f"org: {read}; lowest margin from then on: {after}"
+    )
+
+
 def summary(ev: Evidence) -> str:
     """The run in numbers, for the report and every assertion message."""
     lines = [f"seed {ev.seed} (replay: MODELGATE_CONSERVATION_SEED={ev.seed}); settled: {ev.settled}"]
@@ -530,6 +583,8 @@ def summary(ev: Evidence) -> str:
         lines.append(
             f"{how} {ended} with {restart.busy_at_signal} requests under way{_timing(restart)}{problem}"
         )
+    for outage in ev.log.outages:
+        lines.append(_outage_line(ev, outage))
     served = Counter(r.generation.name if r.generation else "none" for r in ev.log.calls)
     lines.append(f"calls by gateway process: {dict(sorted(served.items()))}")
     exempt = [r for r in ev.log.calls if in_flight_at_kill(r)]

@@ -111,7 +111,15 @@ class AbandonedCall:
         return f"gone-{self.index:04d}"
 
 
-Operation = ChatCall | RealtimeCall | BackgroundCall | AbandonedCall | BalanceChange | Restart
+@dataclass(frozen=True, slots=True)
+class RedisOutage:
+    """Redis stopped mid-mix for `seconds` and started again (gateways in `[redis] outage = "degraded"`)."""
+
+    index: int
+    seconds: float
+
+
+Operation = ChatCall | RealtimeCall | BackgroundCall | AbandonedCall | BalanceChange | Restart | RedisOutage
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,16 +133,21 @@ class MixShape:
     background_share: float = 0.07
     abandoned_share: float = 0.07
     changes: int = 8
+    redis_outage: float = 0.0  # seconds of a Redis outage at 15 % of the mix; 0: none
 
 
 def plan_mix(seed: int, shape: MixShape) -> list[Operation]:
     """The operations of one run, in issue order: `shape.requests` calls with balance changes spread among
-    them, a graceful restart at about a third and a kill at about two thirds."""
+    them, a Redis outage at 15 % (when the shape has one: before the restarts, so every process serving in
+    it has read its headroom), a graceful restart at about a third and a kill at about two thirds."""
     rng = random.Random(seed)
     operations: list[Operation] = []
     change_at = set(rng.sample(range(5, shape.requests - 5), shape.changes))
     restart_at, kill_at = int(shape.requests * 0.35), int(shape.requests * 0.7)
+    outage_at = int(shape.requests * 0.15) if shape.redis_outage else -1
     for position in range(shape.requests):
+        if position == outage_at:
+            operations.append(RedisOutage(len(operations), shape.redis_outage))
         if position == restart_at:
             operations.append(Restart(len(operations), 0, hard=False))
         if position == kill_at:
@@ -167,17 +180,24 @@ def _chat_call(rng: random.Random, index: int, shape: MixShape) -> ChatCall:
         # Far past a cap of 1, answered n times: more over the output reservation than the prompt's byte
         # estimate leaves spare (~3 bytes a word, 2 bytes a token), so a call read to the end overruns.
         cap, words, n = 1, rng.randint(25, 30), rng.randint(2, 3)
+    organization, gateway = rng.randrange(shape.organizations), rng.randrange(shape.gateways)
+    include_usage = rng.random() < 0.5
+    cut_after = rng.randint(1, 12) if style == RAW_CUT else 0
+    if behaviour == OVERRUNNING and style == RAW_CUT:
+        # Read to its end, so the overrun is charged: a mix whose few overrunning calls were all cut by their
+        # clients exercised none (seed 1739317603). Decided after the draws: every other call is unchanged.
+        style, cut_after = SDK_STREAM, 0
     return ChatCall(
         index=index,
-        organization=rng.randrange(shape.organizations),
-        gateway=rng.randrange(shape.gateways),
+        organization=organization,
+        gateway=gateway,
         behaviour=behaviour,
         style=style,
         words=words,
         cap=cap,
         n=n,
-        include_usage=rng.random() < 0.5,
-        cut_after=rng.randint(1, 12) if style == RAW_CUT else 0,
+        include_usage=include_usage,
+        cut_after=cut_after,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -28,6 +28,7 @@ from tests.support.conservation_mix import (
     ChatCall,
     Operation,
     RealtimeCall,
+    RedisOutage,
     Restart,
 )
 from tests.support.gateway_fleet import GatewayFleet, Generation
@@ -107,10 +108,32 @@ class RestartRecord:
 
 
 @dataclass(slots=True)
+class OutageRecord:
+    """A Redis outage as the test ran it: monotonic times (0.0: never reached) and what it saw."""
+
+    operation: RedisOutage
+    stopped_at: float = 0.0
+    degraded_at: float = 0.0  # every live gateway reported serving from its shares
+    started_at: float = 0.0  # Redis started again
+    reconciled_at: float = 0.0  # every live gateway reported its settlements sent (degraded 0 again)
+    problems: list[str] = field(default_factory=list)
+    # Degraded mode: gateways served from their shares meanwhile (the floor may give way within the bound of
+    # docs/deploy.md); False for a Sentinel failover, where nothing is admitted while no master answers.
+    served_from_shares: bool = True
+    # Set once Redis is down (or the outage gave up): the operations after it wait for it, so the outage
+    # meets the mix whatever the wait for the gateways' readings before it took.
+    begun: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once it is over: the operations from the next restart on wait for it, so the restarts still meet
+    # requests under way rather than a mix the outage saw to its end.
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(slots=True)
 class TrafficLog:
     calls: list[CallRecord] = field(default_factory=list)
     changes: list[BalanceRecord] = field(default_factory=list)
     restarts: list[RestartRecord] = field(default_factory=list)
+    outages: list[OutageRecord] = field(default_factory=list)
     timed_out: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # operations that raised (a bug of the test's client)
 
@@ -147,8 +170,16 @@ class Traffic:
         adjust_available: bool,
         concurrency: int,
         finish_background: Callable[[str], dict] | None = None,
+        redis_outage: Callable[[OutageRecord], Awaitable[None]] | None = None,
     ) -> None:
         self._fleet = fleet
+        # Stops Redis, holds the outage, starts it again and waits for the gateways to reconcile.
+        self._redis_outage = redis_outage
+        # Restarts and outages never overlap: a process started during an outage never read its headroom
+        # (docs/deploy.md, "Redis outages": keep scale-outs and outages apart).
+        self._chaos = asyncio.Lock()
+        self._outage_records: dict[int, OutageRecord] = {}
+        self._after_outage: dict[int, int] = {}  # an outage's index: the index of the first restart after it
         # Ends a background response at the provider (the fake), returning it as a retrieve then shows it.
         self._finish_background = finish_background
         self._tenants = tenants
@@ -163,6 +194,11 @@ class Traffic:
         queue: asyncio.Queue[Operation] = asyncio.Queue()
         for operation in operations:
             queue.put_nowait(operation)
+            if isinstance(operation, RedisOutage):
+                self._outage_records[operation.index] = OutageRecord(operation)
+            if isinstance(operation, Restart):
+                for index in self._outage_records:
+                    self._after_outage.setdefault(index, operation.index)
         workers = [asyncio.create_task(self._worker(queue)) for _ in range(self._concurrency)]
         try:
             await asyncio.gather(*workers)
@@ -182,6 +218,11 @@ class Traffic:
                 self.log.failed.append(f"{operation!r}: {exc!r}")
 
     async def _perform(self, operation: Operation) -> None:
+        for index, outage in self._outage_records.items():
+            if index < operation.index:
+                await outage.begun.wait()
+            if self._after_outage.get(index, operation.index + 1) <= operation.index:
+                await outage.ended.wait()
         if isinstance(operation, ChatCall):
             record = CallRecord(operation, operation.request_id)
             self.log.calls.append(record)
@@ -201,6 +242,8 @@ class Traffic:
             await self._served(record, self._realtime)
         elif isinstance(operation, BalanceChange):
             await self._balance_change(operation)
+        elif isinstance(operation, RedisOutage):
+            await self._outage(operation)
         else:
             await self._restart(operation)
 
@@ -497,9 +540,23 @@ class Traffic:
         record = RestartRecord(restart)
         self.log.restarts.append(record)
         # Mid-mix means with requests under way on it: wait (bounded) until some are.
-        record.busy_at_signal = await self._fleet.wait_busy(restart.gateway, 2, RESTART_BUSY_WAIT)
-        record.signalled_at = time.monotonic()
-        record.ended = await self._fleet.restart(restart.gateway, hard=restart.hard)
+        async with self._chaos:
+            record.busy_at_signal = await self._fleet.wait_busy(restart.gateway, 2, RESTART_BUSY_WAIT)
+            record.signalled_at = time.monotonic()
+            record.ended = await self._fleet.restart(restart.gateway, hard=restart.hard)
+
+    async def _outage(self, outage: RedisOutage) -> None:
+        record = self._outage_records[outage.index]
+        self.log.outages.append(record)
+        try:
+            if self._redis_outage is None:
+                record.problems.append("the mix has an outage but the setup has no Redis of its own to stop")
+                return
+            async with self._chaos:
+                await self._redis_outage(record)
+        finally:
+            record.begun.set()
+            record.ended.set()
 
 
 def _sdk_failure(record: CallRecord, exc: openai.APIStatusError | openai.APIConnectionError) -> None:

@@ -8,6 +8,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from modelgate.domain.accounts import balance_key
 from modelgate.storage import Database, open_database
 
@@ -161,6 +164,15 @@ class WatchedOrganization:
     stored: LowestPoint = field(default_factory=LowestPoint)  # organizations.balance_micros
     live: LowestPoint = field(default_factory=LowestPoint)  # Redis balance
     live_headroom: LowestPoint = field(default_factory=LowestPoint)  # Redis balance - reserved
+    # (monotonic time, Redis balance - reserved - floor) of every sample: the headroom a gateway could read.
+    headroom_samples: list[tuple[float, int]] = field(default_factory=list)
+    # (monotonic time, which balance, value - floor) of every sample, for a floor that changes over time.
+    margins: list[tuple[float, str, int]] = field(default_factory=list)
+    live_unreadable: int = 0  # samples taken while Redis did not answer (an outage): storage only
+
+    def highest_headroom(self, since: float, until: float) -> int:
+        """The most headroom Redis showed between two monotonic times (0 when none was sampled)."""
+        return max((margin for at, margin in self.headroom_samples if since <= at <= until), default=0)
 
 
 class BalanceWatch:
@@ -218,12 +230,23 @@ class BalanceWatch:
         for watched in self.organizations:
             organization_id = watched.organization_id
             # Redis first: the debits read after it include every debit it can already hold.
-            live = await read_redis_money(redis, organization_id) if redis is not None else None
+            live = None
+            if redis is not None:
+                try:
+                    live = await read_redis_money(redis, organization_id)
+                except (RedisConnectionError, RedisTimeoutError):  # a Redis outage: storage is still watched
+                    watched.live_unreadable += 1
             stored = await db.fetchval(
                 "SELECT balance_micros FROM organizations WHERE id = $1", organization_id
             )
             floor = -watched.credit_limit_micros + await _debits(db, organization_id)
             watched.stored.offer(int(stored), floor, seconds)
+            now = time.monotonic()
+            watched.margins.append((now, "stored balance", int(stored) - floor))
             if live is not None and live.balance is not None:
                 watched.live.offer(live.balance, floor, seconds)
-                watched.live_headroom.offer(live.balance - (live.reserved or 0), floor, seconds)
+                headroom = live.balance - (live.reserved or 0)
+                watched.live_headroom.offer(headroom, floor, seconds)
+                watched.headroom_samples.append((now, headroom - floor))
+                watched.margins.append((now, "Redis balance", live.balance - floor))
+                watched.margins.append((now, "Redis balance - reserved", headroom - floor))

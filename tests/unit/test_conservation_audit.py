@@ -17,12 +17,13 @@ from tests.support.conservation_audit import (
     no_reservation_left_held,
     one_row_per_admitted_request,
 )
-from tests.support.conservation_mix import SDK_STREAM, STEADY, BalanceChange, ChatCall
+from tests.support.conservation_mix import SDK_STREAM, STEADY, BalanceChange, ChatCall, RedisOutage
 from tests.support.conservation_traffic import (
     COMPLETED,
     REFUSED,
     BalanceRecord,
     CallRecord,
+    OutageRecord,
     Tenant,
     TrafficLog,
 )
@@ -110,6 +111,23 @@ def test_a_sample_below_minus_the_credit_limit_is_found() -> None:
     evidence.watch.organizations[0].stored.offer(-101, -100, 2.5)
     [finding] = balance_never_below_the_floor(evidence)
     assert "-101 below its floor -100" in finding
+
+
+def test_through_a_redis_outage_the_floor_allows_the_documented_bound_from_the_stop_on_only() -> None:
+    """Degraded mode: before the stop a sample below the floor is found as ever; from the stop on, one
+    down to 2 x the headroom Redis showed in the reading interval before it (here 30 µ) is within the
+    bound, one past it is found."""
+    evidence = _evidence()
+    evidence.log.outages.append(OutageRecord(RedisOutage(3, 5.0), stopped_at=100.0, started_at=105.0))
+    watched = evidence.watch.organizations[0]
+    watched.headroom_samples += [(90.0, 500), (95.0, 30), (99.0, 10)]  # 90.0: before the reading interval
+    watched.margins += [(95.0, "stored balance", 10), (101.0, "stored balance", -60)]
+    assert balance_never_below_the_floor(evidence) == []
+    watched.margins += [(102.0, "Redis balance", -61), (99.5, "stored balance", -1)]
+    findings = sorted(balance_never_below_the_floor(evidence))
+    assert len(findings) == 2, findings
+    assert "Redis balance 61 µ below its floor after the outage began, past the bound 60 µ" in findings[0]
+    assert "stored balance 1 µ below its floor before any outage, past the bound 0 µ" in findings[1]
 
 
 def test_an_admitted_call_without_a_row_and_a_refused_call_with_a_cost_are_found() -> None:

@@ -5,7 +5,12 @@ non-streamed calls whose client left before the answer (read to their end and ch
 adjustments while requests are in flight, a graceful restart and a SIGKILL of a gateway mid-mix — and
 afterwards every organization's books balance to the micro-unit (Σ ledger costs = Σ provider-reported usage
 x prices, overruns included and marked), on SQLite with one process and in-process counters, and on
-PostgreSQL + Redis with two processes sharing them.
+PostgreSQL + Redis with two processes sharing them — and once more with a Redis of the run's own stopped
+for OUTAGE_SECONDS at 15 % of the mix while both processes serve in `[redis] outage = "degraded"`
+(issue #37): every invariant holds through it, the floor within the overspend bound of docs/deploy.md
+"Redis outages" (tests/support/conservation_audit.py, `_floor_through_outages`); and with a Redis master,
+its replica and a sentinel of the run's own, the master SIGKILLed at that point and the replica promoted:
+every invariant as without an outage (nothing is admitted while no master answers: 503).
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
@@ -19,12 +24,15 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+import httpx
 import pytest
 
 from modelgate.storage import Database, open_database
@@ -59,11 +67,13 @@ from tests.support.conservation_mix import (
 )
 from tests.support.conservation_traffic import (
     ABANDON_DELAY,
+    ADMITTED,
     BACKGROUND_MODEL,
     CLIENT_CUT,
     COMPLETED,
     GATEWAY_ERROR,
     SERVER_CUT,
+    OutageRecord,
     Tenant,
     Traffic,
     adjust_endpoint_exists,
@@ -76,6 +86,8 @@ from tests.support.money_books import (
     read_books,
     read_redis_money,
 )
+from tests.support.redis_sentinel import MASTER_NAME, SentinelTrio
+from tests.support.redis_server import RedisServer
 from tests.support.services import REDIS_URL, create_pg_database, drop_pg_database, service_unavailable
 
 OPERATOR_TOKEN = "operator-conservation-token-0123456789"
@@ -91,6 +103,10 @@ SETTLE_TIMEOUT = 30.0
 # heartbeat).
 RELEASE_TIMEOUT = 40.0
 CONCURRENCY = 12
+# The Redis outage of the degraded setup, and the bound on each wait around it (gateways read their headroom
+# every 5 s heartbeat; a stopped Redis is noticed, and a returned one reconciled, within about a second).
+OUTAGE_SECONDS = 5.0
+OUTAGE_WAIT = 15.0
 # A gateway has settled when these read 0 (one this gateway does not export reads 0).
 PENDING_GAUGES = (
     "modelgate_requests_in_flight",
@@ -111,11 +127,16 @@ class Setup:
     gateways: int
     postgres: bool
     redis: bool
+    # A Redis of the run's own stopped mid-mix, the gateways in degraded mode ("outage"); or a master of the
+    # run's own killed mid-mix and its replica promoted by a sentinel ("failover").
+    chaos: str = ""
 
 
 SETUPS = [
     Setup("sqlite-one-process", 1, postgres=False, redis=False),
     Setup("postgres-redis-two-processes", 2, postgres=True, redis=True),
+    Setup("postgres-redis-outage-degraded", 2, postgres=True, redis=True, chaos="outage"),
+    Setup("postgres-redis-sentinel-failover", 2, postgres=True, redis=True, chaos="failover"),
 ]
 
 # One fake upstream per behaviour, so each request's fate is decided by the model it names, not by the
@@ -140,8 +161,10 @@ output_per_mtok = {PRICES.output}
 """
 
 
-def conservation_toml(storage_url: str, redis_url: str | None, upstreams: dict[str, FakeUpstream]) -> str:
-    redis = f'[redis]\nurl = "{redis_url}"\n' if redis_url else ""
+def conservation_toml(
+    storage_url: str, redis_url: str | None, upstreams: dict[str, FakeUpstream], redis_more: str = ""
+) -> str:
+    redis = f'[redis]\nurl = "{redis_url}"\n{redis_more}' if redis_url else ""
     providers = "".join(
         f'[[providers]]\nname = "{name}"\nkind = "openai"\nbase_url = "{fake.base_url}/v1"\n\n'
         for name, fake in upstreams.items()
@@ -228,19 +251,37 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     workdir = _workdir(tmp_path_factory, setup, seed)
     with ExitStack() as stack:
         storage_url = _storage(stack, setup, workdir)
-        redis_url = _redis(setup)
+        redis_server = (
+            _own(stack, RedisServer(), "a redis-server of the test's own")
+            if setup.chaos == "outage"
+            else None
+        )
+        trio = None
+        if setup.chaos == "failover":
+            trio = _own(stack, SentinelTrio(), "a Redis master, replica and sentinel of the test's own")
+        redis_url = redis_server.url if redis_server else _redis(setup)
+        redis_more = 'outage = "degraded"\n' if redis_server else ""
+        if (
+            trio
+        ):  # the gateways follow the sentinel; the test reads the replica, the master after the failover
+            redis_url = f"redis://127.0.0.1:{trio.replica_port}/0"
+            redis_more = f'sentinels = ["{trio.sentinel}"]\nsentinel_master = "{MASTER_NAME}"\n'
         upstreams = {name: stack.enter_context(FakeUpstream(name)) for name in FAULTS}
         for name, fault in FAULTS.items():
             upstreams[name].add_fault("/v1/chat/completions", fault, times=FOREVER)
         config_path = workdir / "conservation.toml"
-        config_path.write_text(conservation_toml(storage_url, redis_url, upstreams), encoding="utf-8")
+        config_path.write_text(
+            conservation_toml(storage_url, redis_url, upstreams, redis_more), encoding="utf-8"
+        )
         fleet = GatewayFleet(config_path, workdir, setup.gateways)
         try:
             fleet.start_all()
             registered = [
                 register_tenant(fleet.base_url(0), fund_usd=amount / 1_000_000) for amount in FUNDING
             ]
-            evidence = asyncio.run(_run(seed, setup, fleet, storage_url, redis_url, registered, upstreams))
+            evidence = asyncio.run(
+                _run(seed, setup, fleet, storage_url, redis_url, registered, upstreams, redis_server or trio)
+            )
         finally:
             problems = fleet.stop_all()
         run = Run(setup, evidence, workdir)
@@ -286,6 +327,112 @@ def _redis(setup: Setup) -> str | None:
     return REDIS_URL
 
 
+_Own = TypeVar("_Own", RedisServer, SentinelTrio)
+
+
+def _own(stack: ExitStack, servers: _Own, what: str) -> _Own:
+    """Servers of the run's own, started now and closed with the run."""
+    stack.callback(servers.close)
+    try:
+        servers.start()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        service_unavailable(what, exc)
+        raise
+    return servers
+
+
+async def _failover(fleet: GatewayFleet, trio: SentinelTrio, record: OutageRecord) -> None:
+    """SIGKILL the master mid-mix; the sentinel promotes the replica, which the gateways follow. The outage
+    ends once every gateway finds Redis ready again: a process stopped while it cannot reach Redis keeps its
+    unsent settlements from Redis's counters for good (docs/deploy.md: keep restarts and outages apart)."""
+    record.served_from_shares = False
+    await asyncio.to_thread(trio.kill_master)
+    record.stopped_at = time.monotonic()
+    record.begun.set()
+    try:
+        await asyncio.to_thread(trio.wait_for_failover, OUTAGE_WAIT)
+    except RuntimeError as exc:
+        record.problems.append(f"the sentinel promoted no replica within {OUTAGE_WAIT} s: {exc}")
+        return
+    record.started_at = time.monotonic()
+    deadline = record.started_at + OUTAGE_WAIT
+    async with httpx.AsyncClient(timeout=5) as http:
+        while time.monotonic() < deadline:
+            ready = [await _redis_ready(http, g.process.base_url) for g in fleet.live()]
+            if all(ready):
+                record.reconciled_at = time.monotonic()
+                return
+            await asyncio.sleep(0.1)  # the polling period of a bounded wait
+    record.problems.append(f"a gateway did not find the promoted master within {OUTAGE_WAIT} s")
+
+
+async def _redis_ready(http: httpx.AsyncClient, base_url: str) -> bool:
+    try:
+        reply = await http.get(f"{base_url}/readyz")
+    except httpx.TransportError:
+        return False
+    return reply.status_code == 200 and reply.json().get("checks", {}).get("redis") == "ok"
+
+
+async def _until(fleet: GatewayFleet, condition, within: float = OUTAGE_WAIT) -> bool:
+    """Wait (bounded) until every live gateway's /metrics samples meet `condition`."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        samples = [await fleet.metrics(generation) for generation in fleet.live()]
+        if all(condition(sample) for sample in samples):
+            return True
+        await asyncio.sleep(0.1)  # the polling period of a bounded wait
+    return False
+
+
+def _outage_metric(samples: dict[str, float], name: str) -> float:
+    return samples.get(f"modelgate_redis_outage_{name}", -1.0)
+
+
+async def _redis_outage(
+    fleet: GatewayFleet, server: RedisServer, record: OutageRecord, organizations: int
+) -> None:
+    """Stop Redis once every gateway has read a headroom (every organization's, when it served each within a
+    heartbeat) and counted the fleet, hold the outage while the mix goes on, start Redis again and wait until
+    every gateway has sent its kept settlements. An organization a process never read gets 503 from it."""
+
+    def read(counters: int):
+        return lambda m: (
+            _outage_metric(m, "known_counters") >= counters and _outage_metric(m, "processes") >= len(fleet)
+        )
+
+    if not await _until(fleet, read(organizations), within=6.0) and not await _until(fleet, read(1)):
+        readings = [
+            {name: _outage_metric(await fleet.metrics(g), name) for name in ("known_counters", "processes")}
+            for g in fleet.live()
+        ]
+        record.problems.append(f"a gateway read no headroom before the outage: {readings}")
+    await asyncio.to_thread(server.stop)
+    record.stopped_at = time.monotonic()
+    record.begun.set()
+    if await _until(fleet, lambda m: _outage_metric(m, "degraded") == 1):
+        record.degraded_at = time.monotonic()
+    else:
+        record.problems.append(f"a gateway was not degraded within {OUTAGE_WAIT} s of the stop")
+    # The outage's length, not a synchronisation: the mix runs on meanwhile.
+    await asyncio.sleep(max(0.0, record.stopped_at + record.operation.seconds - time.monotonic()))
+    await asyncio.to_thread(server.start)
+    record.started_at = time.monotonic()
+    if await _until(fleet, lambda m: _outage_metric(m, "degraded") == 0):
+        record.reconciled_at = time.monotonic()
+    else:
+        record.problems.append(f"a gateway did not reconcile within {OUTAGE_WAIT} s of Redis's return")
+
+
+def _chaos(fleet: GatewayFleet, own: RedisServer | SentinelTrio | None, organizations: int):
+    """The mix's Redis outage for the setup's own Redis servers (None: the setup has none)."""
+    if isinstance(own, RedisServer):
+        return lambda record: _redis_outage(fleet, own, record, organizations)
+    if isinstance(own, SentinelTrio):
+        return lambda record: _failover(fleet, own, record)
+    return None
+
+
 async def _run(
     seed,
     setup: Setup,
@@ -294,6 +441,7 @@ async def _run(
     redis_url: str | None,
     registered,
     fleet_upstreams: dict[str, FakeUpstream],
+    own_redis: RedisServer | SentinelTrio | None = None,
 ):
     db = await open_database(storage_url, pool_size=2)
     redis = None
@@ -318,8 +466,10 @@ async def _run(
                 adjust_available=adjust,
                 concurrency=CONCURRENCY,
                 finish_background=fleet_upstreams[STEADY].finish_background,
+                redis_outage=_chaos(fleet, own_redis, len(tenants)),
             )
-            shape = MixShape(organizations=len(tenants), gateways=setup.gateways)
+            outage = OUTAGE_SECONDS if setup.chaos else 0.0
+            shape = MixShape(organizations=len(tenants), gateways=setup.gateways, redis_outage=outage)
             log = await traffic.run(plan_mix(seed, shape))
             settled = await _settle(fleet, db, redis, tenants)
             released = await _released(redis, tenants) if redis is not None else None
@@ -423,6 +573,20 @@ def test_the_mix_ran_as_planned(conservation: Run) -> None:
         problems.append(f"restarts: {[(r.operation, r.ended) for r in log.restarts]}")
     if not conservation.evidence.settled:
         problems.append(f"the books did not settle within {SETTLE_TIMEOUT} s")
+    outages = log.outages
+    if len(outages) != int(bool(conservation.setup.chaos)):
+        problems.append(f"{len(outages)} Redis outages in a setup with chaos {conservation.setup.chaos!r}")
+    for outage in outages:
+        problems += outage.problems
+        if not outage.served_from_shares:
+            continue  # a failover: 503 until the replica is promoted
+        during = [
+            r
+            for r in log.calls
+            if r.result in ADMITTED and outage.stopped_at < r.started_at < outage.started_at
+        ]
+        if not during:
+            problems.append("no request was admitted during the Redis outage")
     _check(conservation, problems)
 
 
