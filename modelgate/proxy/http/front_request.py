@@ -217,17 +217,15 @@ class FrontStream:
         return head + chunk
 
     async def write(self, data: bytes) -> None:
-        connection = self._connection
-        if connection is None:
-            raise RuntimeError("write() before prepare()")
-        await connection.send(self._framed(data))
+        if not self.push(data):
+            await self.drained()
 
     def push(self, data: bytes) -> bool:
         """Write `data` without waiting (a relayed piece, from the provider connection's callback): False when
         the client is behind, and `drained` waits for it; ConnectionResetError once the client is gone."""
         connection = self._connection
         if connection is None:
-            raise RuntimeError("push() before prepare()")
+            raise RuntimeError("a stream written before prepare()")
         return connection.put(self._framed(data))
 
     async def drained(self) -> None:

@@ -390,8 +390,7 @@ class UpstreamAnswer:
         """While piped, after the parser's pass over what arrived: the pieces to the sink, unless the answer
         ended or failed in this pass, whose last piece the piping caller reads itself."""
         if self._done or self._error is not None:
-            self._wake()
-            return
+            return  # its end (message_complete, fail) woke the caller, who reads the last piece
         chunks = self._chunks
         if not chunks:
             return
