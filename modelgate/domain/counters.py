@@ -319,6 +319,16 @@ class InProcessCounters:
                     buckets.append([now, amount])
                 window.total += amount
 
+    def takes(self) -> list[tuple[str, int, int]]:
+        """(window, second, amount) of every bucket still in its window, oldest first per window."""
+        horizon = int(time.time()) - WINDOW_SECONDS
+        return [
+            (key, second, amount)
+            for key, window in self._windows.items()
+            for second, amount in window.buckets
+            if second > horizon and amount
+        ]
+
     async def adjust(self, key: str, second: int, delta: int) -> None:
         window = self._windows.get(key)
         if window is None:

@@ -9,7 +9,9 @@ keys). When Redis stops answering, the process takes from that last reading:
 - per money counter (the balance, each budget): a share of ⌊max(headroom, 0) / processes⌋, where headroom is
   balance + credit limit - reserved; a request's worst case is reserved against the share and its real cost
   charged to it when it settles;
-- per rate window: ⌊limit / processes⌋ requests or tokens in this process's own 60-second window.
+- per rate window: ⌊limit / processes⌋ requests or tokens in this process's own 60-second window; when Redis
+  is back, what these windows took and still counts is added to Redis's windows (and a later token
+  correction of such a take corrects it there).
 
 A counter the process never read (a tenant first seen during the outage) has no share: 503, as without
 degraded mode. Settlements of requests admitted here carry no reservation into Redis (Redis never held one):
@@ -118,10 +120,15 @@ class LocalShares:
         self._windows = InProcessCounters()
         return True
 
-    def end(self) -> None:
-        """Redis answers again: its counters decide from now on (reservations held here settle here)."""
+    def end(self) -> list[tuple[str, int, int]]:
+        """Redis answers again: its counters decide from now on (reservations held here settle here). Returns
+        what this process's windows took in the outage that still counts, (window, second, amount), for
+        Redis's windows: the minute goes on there rather than starting over at the full limit."""
         self.active = False
         self._shares = {}
+        takes = self._windows.takes()
+        self._windows = InProcessCounters()
+        return takes
 
     async def admit(self, windows: Sequence[WindowAsk], money: Sequence[MoneyAsk]) -> Admitted | None:
         """Take the request's windows and reservations from this process's shares, all or nothing (refusals

@@ -144,7 +144,7 @@ class RedisCounters:
         # AttributeError on connections it was still opening when 64 came at once.
         self._wire = wire_for(client)
         self._admit_request = self._hot(scripts.ADMIT_REQUEST)
-        self._complete_one = self._hot(scripts.COMPLETE)
+        self._complete_one = self._hot(scripts.complete(WINDOW_SECONDS))
         self._name_holding = self._hot(scripts.HOLDING)
         self._init = self._hot(scripts.INIT)
         self._acquire = client.register_script(scripts.ACQUIRE)
@@ -221,7 +221,8 @@ class RedisCounters:
         return admitted
 
     def _redis_back(self, shares: LocalShares) -> None:
-        shares.end()
+        for key, second, amount in shares.end():
+            self._enqueue("a", self._windows[key], second, amount)
         self._local_until = 0.0
         self._judge_after = time.monotonic() + self._liveness_seconds
         log.warning("redis: reachable again; its counters admit requests (the kept settlements follow)")
@@ -354,10 +355,14 @@ class RedisCounters:
 
     async def adjust(self, key: str, second: int, delta: int) -> None:
         """Correct a window's bucket by `delta` (a TPM reservation against the real usage), batched. A
-        negative second is a bucket of this process's own window during an outage (`LocalShares.admit`)."""
+        negative second is a bucket taken in this process's own window during an outage (`LocalShares.admit`):
+        corrected there while the outage lasts, in Redis's window (where it was added) after it."""
         if second < 0:
-            if self.shares is not None:
-                await self.shares.adjust(key, -second, delta)
+            shares = self.shares
+            if shares is not None and shares.active:
+                await shares.adjust(key, -second, delta)
+            else:  # the outage is over: its takes were added to Redis's windows (`_redis_back`)
+                self._enqueue("w", self._windows[key], -second, delta)
             return
         self._enqueue("w", self._windows[key], second, delta)
 

@@ -208,16 +208,18 @@ end
 return out
 """
 )
-# After requests, one round trip for a batch. ARGV[1] = process, ARGV[2] = the batch's number (a process
+# After requests, one round trip for a batch (the script: `complete(window)`). ARGV[1] = process, ARGV[2] =
+# the batch's number (a process
 # numbers its batches 1, 2, 3… and sends them in that order, a batch Redis did not answer again before any
 # later one); the last key is the hash of the number each process's last applied batch had: a batch sent
 # again after Redis applied it but its answer was lost (a timeout) is not applied twice. Then per other key
 # three values: an operation and its two arguments. 's' settles (reserved, -cost): it releases at most what
 # this process still holds of the reservation (one `RECLAIM` already released is not released twice) and
-# charges the cost; 'w' corrects a window's bucket (second,
-# delta), and its total, if the bucket still counts; 'm' records a request's settled cost (row id, cost) in
-# a writer's hash, which lives a week past its last record; 'f' forgets one (row id); 'd' deletes the key
-# (a released request id claim; arguments unused).
+# charges the cost; 'w' corrects a window's bucket (second, delta), and its total, if the bucket still counts;
+# 'a' adds a take of an outage to a window (second, amount: `LocalShares.end`, sent only while that second is
+# still in the window), its total and oldest second kept right; 'm' records a request's settled cost (row id,
+# cost) in a writer's hash, which lives a week past its last record; 'f' forgets one (row id); 'd' deletes the
+# key (a released request id claim; arguments unused).
 COMPLETE = """
 local applied = KEYS[#KEYS]
 if tonumber(ARGV[2]) <= tonumber(redis.call('HGET', applied, ARGV[1]) or '0') then return 0 end
@@ -243,6 +245,12 @@ for k = 1, #KEYS - 1 do
       redis.call('HINCRBY', key, x, y)
       redis.call('HINCRBY', key, 't', y)
     end
+  elseif op == 'a' then
+    redis.call('HINCRBY', key, x, y)
+    redis.call('HINCRBY', key, 't', y)  -- a window's hash always has its 't' (window_take, window_use)
+    local oldest = redis.call('HGET', key, 'o')
+    if not oldest or tonumber(oldest) > tonumber(x) then redis.call('HSET', key, 'o', x) end
+    if redis.call('TTL', key) < WINDOW_TTL then redis.call('EXPIRE', key, WINDOW_TTL) end
   elseif op == 'm' then
     redis.call('HSET', key, x, y)
     if not kept[key] then
@@ -257,3 +265,8 @@ for k = 1, #KEYS - 1 do
 end
 return #KEYS - 1
 """
+
+
+def complete(window_seconds: int) -> str:
+    """`COMPLETE` for windows of `window_seconds` (a window's hash lives a second longer than its window)."""
+    return COMPLETE.replace("WINDOW_TTL", str(window_seconds + 1))

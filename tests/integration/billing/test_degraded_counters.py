@@ -114,3 +114,37 @@ async def _keeper_finds_redis_back(counters: RedisCounters) -> None:
         except RedisError:
             continue
     raise AssertionError("the keeper never reached Redis again")
+
+
+async def test_window_takes_of_an_outage_reach_redis_when_it_returns(
+    redis_server: RedisServer, counters: RedisCounters
+) -> None:
+    """Requests admitted on this process's window shares during an outage count in Redis's windows once it is
+    back: the fleet's minute cannot start over at the full limit. A token correction made after the outage,
+    of a take admitted during it, corrects the bucket the take was added to."""
+    limit = 10
+    window = "rpm:o1"
+    tokens = "tpm:o1"
+    await counters.heartbeat(ttl_seconds=60)
+    assert (await counters.admit_request(None, [(window, 1, limit)], [])).refusal == Refusal.NONE
+    await counters.read_shares()  # one live process: the share is the whole limit
+    redis_server.stop()
+    asks = [(window, 1, limit), (tokens, 50, 1000)]
+    during = [await counters.admit_request(None, asks, []) for _ in range(6)]
+    assert [admitted.refusal for admitted in during] == [Refusal.NONE] * 6
+    redis_server.start()
+    await _keeper_finds_redis_back(counters)
+    await counters.flush()
+    with redis_server.client() as direct:
+        assert int(direct.hget(f"{PREFIX}w:{window}", "t") or 0) == 7  # one before, six during
+        assert int(direct.hget(f"{PREFIX}w:{tokens}", "t") or 0) == 300
+    taken = await counters.admit_request(None, [(window, 3, limit)], [])
+    assert taken.refusal == Refusal.NONE  # 7 + 3 = 10
+    refused = await counters.admit_request(None, [(window, 1, limit)], [])
+    assert refused.refusal == Refusal.WINDOW
+    # The usage of a request admitted during the outage is known after it: its take is corrected in Redis.
+    second = during[0].windows[1].second
+    await counters.adjust(tokens, second, -30)
+    await counters.flush()
+    with redis_server.client() as direct:
+        assert int(direct.hget(f"{PREFIX}w:{tokens}", "t") or 0) == 270

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import redis
 
+from modelgate.domain.counters import WINDOW_SECONDS
 from modelgate.infra import redis_scripts
 from tests.fakes import FakeUpstream
 from tests.support.gateway import ThreadedGateway, register_tenant, write_config
@@ -148,4 +149,4 @@ def test_a_chat_request_costs_one_redis_call_on_the_way_in_and_one_batched_after
     assert len(gateway_calls) == 2, "".join(gateway_calls)
     admission, batch = gateway_calls
     assert hashlib.sha1(redis_scripts.ADMIT_REQUEST.encode()).hexdigest() in admission
-    assert hashlib.sha1(redis_scripts.COMPLETE.encode()).hexdigest() in batch
+    assert hashlib.sha1(redis_scripts.complete(WINDOW_SECONDS).encode()).hexdigest() in batch
