@@ -26,6 +26,7 @@ from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.overruns import OverrunReport
 from modelgate.domain.policy_decisions import PolicyDirectory
 from modelgate.domain.redis_counters import RedisCounters
+from modelgate.infra.redis_client import redis_error
 from modelgate.infra.spool import Spool, database_identity, default_spool_dir
 from modelgate.plugins import PluginChain
 from modelgate.plugins.request_id import InFlightIds
@@ -116,7 +117,11 @@ class Gateway:
                 try:
                     await bus.ping()
                 except Exception as exc:  # start anyway; /readyz and requests report it
-                    log.error("REDIS UNAVAILABLE at start (%r); outage = %s", exc, config.redis.outage_mode)
+                    log.error(
+                        "REDIS UNAVAILABLE at start (%s); outage = %s",
+                        redis_error(exc),
+                        config.redis.outage_mode,
+                    )
             elif workers > 1:
                 log.warning(
                     "several workers without Redis: rate limits and balances are counted per process; "

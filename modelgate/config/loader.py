@@ -224,12 +224,15 @@ def _redis(t: Table) -> RedisConfig:
         outage=t.choice("outage", OUTAGE_MODES, "Redis outage mode"),
         sentinels=t.strings("sentinels", check=_sentinel_address),
         sentinel_master=t.string("sentinel_master", check=non_empty),
+        sentinel_password=t.string("sentinel_password", check=non_empty),
         cluster_nodes=t.strings("cluster_nodes", check=_node_address),
     )
     if values.get("fail_open") and values.get("outage", "open") != "open":
         t.report("outage", '`fail_open = true` means outage = "open": set one of them, not both')
     if values.get("cluster_nodes"):
         _check_cluster(t, values)
+    elif "sentinel_password" in values and not values.get("sentinels"):
+        t.report("sentinel_password", "`sentinel_password` is the sentinels' own: set `sentinels` too")
     elif bool(values.get("sentinels")) != ("sentinel_master" in values):
         t.report("sentinel_master", "Redis Sentinel needs both `sentinels` and `sentinel_master`")
     elif values.get("sentinels") and not str(values.get("url", "redis://")).startswith("redis://"):
@@ -239,7 +242,7 @@ def _redis(t: Table) -> RedisConfig:
 
 
 def _check_cluster(t: Table, values: dict) -> None:
-    if values.get("sentinels") or "sentinel_master" in values:
+    if values.get("sentinels") or "sentinel_master" in values or "sentinel_password" in values:
         t.report(
             "cluster_nodes", "a Redis Cluster has no sentinels: set `cluster_nodes` or `sentinels`, not both"
         )

@@ -123,6 +123,8 @@ class RedisConfig:
     # gives only the credentials and the database (its host is not used).
     sentinels: tuple[str, ...] = ()
     sentinel_master: str | None = None
+    # The sentinels' own password (their `requirepass`), when they ask for one; the master's is in `url`.
+    sentinel_password: str | None = field(default=None, repr=False)
     # Redis Cluster: `host:port` of some of its nodes (the rest are found from them). Counters are sharded by
     # organization; `url`, optional then, gives only the credentials (a cluster has database 0 only).
     cluster_nodes: tuple[str, ...] = ()

@@ -50,6 +50,7 @@ from modelgate.domain.counters import (
 from modelgate.domain.errors import ServiceUnavailable
 from modelgate.domain.local_shares import LocalShares
 from modelgate.infra import redis_scripts as scripts
+from modelgate.infra.redis_client import redis_error
 from modelgate.infra.redis_wire import Memo, Script, wire_for
 
 log = logging.getLogger("modelgate.counters")
@@ -184,7 +185,7 @@ class RedisCounters:
                 state = "enforced on this process's shares (outage = degraded); 503 for what has none"
             else:
                 state = "refusing requests (503)"
-            log.error("REDIS UNAVAILABLE (%r): shared limits and balances are %s", exc, state)
+            log.error("REDIS UNAVAILABLE (%s): shared limits and balances are %s", redis_error(exc), state)
         if not self._fail_open:
             raise ServiceUnavailable(
                 "The model service is temporarily unavailable: shared limits cannot be "
@@ -206,9 +207,9 @@ class RedisCounters:
             self._local_until = time.monotonic() + _LOCAL_SECONDS
             if shares.begin():
                 log.error(
-                    "REDIS UNAVAILABLE (%r): admitting against this process's shares of the headroom and"
+                    "REDIS UNAVAILABLE (%s): admitting against this process's shares of the headroom and"
                     " limits read at %s, split among %d live process(es) (outage = degraded)",
-                    exc,
+                    redis_error(exc),
                     time.strftime("%H:%M:%S", time.gmtime(shares.read_at)) if shares.read_at else "never",
                     shares.processes,
                 )
@@ -274,7 +275,7 @@ class RedisCounters:
             if windows or money:
                 self._unavailable(exc)  # 503, or admitted without limits (fail_open)
             else:
-                log.error("request id claim in Redis failed (%r); enforcing it in this process only", exc)
+                log.error("request id claim in Redis failed (%s); in this process only", redis_error(exc))
             now = int(time.time())
             return Admitted(Refusal.NONE, [WindowResult(True, 0, 0, now) for _ in windows])
         if shares is not None and shares.active:
@@ -437,7 +438,8 @@ class RedisCounters:
             except RedisError as exc:
                 if not kept:
                     log.error(
-                        "redis: writing counters failed (%r); kept and written again once it is back", exc
+                        "redis: writing counters failed (%s); kept and written again once it is back",
+                        redis_error(exc),
                     )
                     kept.append((keys, args))
 
@@ -679,7 +681,7 @@ class RedisCounters:
                 for applied in sorted(self._applied_in | {self._applied}):
                     await self._redis.hdel(applied, self.process)
         except RedisError as exc:
-            log.error("redis: could not hand back this process's reservations at stop: %r", exc)
+            log.error("redis: could not hand back this process's reservations at stop: %s", redis_error(exc))
         if self._wire is not None:
             self._wire.close()
 

@@ -3,6 +3,8 @@ Redis Cluster (redis-py's RedisCluster: commands routed by slot, MOVED/ASK and f
 
 from __future__ import annotations
 
+import re
+
 import redis.asyncio as redis_asyncio
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
@@ -33,6 +35,12 @@ def redis_client(
     options = parse_url(config.url) if config.url else {}
     sentinels = Sentinel(
         [sentinel_address(address) for address in config.sentinels],
+        # The connections to the sentinels themselves: their own password, if they ask for one.
+        sentinel_kwargs={
+            "socket_connect_timeout": _CONNECT_SECONDS,
+            "socket_timeout": _REPLY_SECONDS,
+            "password": config.sentinel_password,
+        },
         socket_connect_timeout=_CONNECT_SECONDS,
         socket_timeout=_REPLY_SECONDS,
     )
@@ -59,3 +67,18 @@ def cluster_client(config: RedisConfig, *, health_check_interval: int = 30) -> R
         username=options.get("username"),
         password=options.get("password"),
     )
+
+
+# A client's repr inside redis-py's words (a sentinel that failed): 300 characters of settings around its
+# host and port, which are all a reader needs.
+_CLIENT = re.compile(r"<redis\.[\w.]+\(<.*?host=([^,]+),port=(\d+),.*?\)>\)>\)>")
+
+
+def redis_error(exc: BaseException | None) -> str:
+    """An exception of the Redis client for a log line: its kind and its words. (redis-py's own repr gives the
+    kind alone, "network:MasterNotFoundError", hiding why: a refused connection, a sentinel asking for a
+    password.) Its words name hosts and ports, never a password (a client's settings show it redacted)."""
+    if exc is None:  # not asked again: it failed a moment ago
+        return "unreachable a moment ago"
+    text = _CLIENT.sub(r"\1:\2", str(exc).strip().replace("\n", " "))
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -140,7 +140,8 @@ class GatewayProcess:
         _STORAGE_BY_BASE_URL[self.base_url] = self.storage_url
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 30.0) -> GatewayProcess:
+    def start(self, timeout: float = 30.0, *, ready: int = 200) -> GatewayProcess:
+        """Start it and wait until /readyz answers `ready` (503: serving, but a dependency is down)."""
         # A file, not a pipe: a chatty gateway must never block on a pipe nobody reads until it exits.
         log_dir = self._cwd or Path(tempfile.gettempdir())
         self._log_path = log_dir / f"modelgate-{self.port}.log"
@@ -153,7 +154,7 @@ class GatewayProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited with {self.process.returncode}: {self.output()}")
             try:
-                if httpx.get(f"{self.base_url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.base_url}/readyz", timeout=5).status_code == ready:
                     return self
             except httpx.TransportError:
                 pass
@@ -180,15 +181,19 @@ class GatewayProcess:
             return ""
         return self._log_path.read_text(encoding="utf-8", errors="replace")
 
-    def __enter__(self) -> GatewayProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """SIGTERM, as a deployment stops it; killed if it has not exited within 30 s."""
         self.terminate()
         try:
             self.wait(timeout=30)
         finally:
             self.kill()
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 @dataclass(frozen=True, slots=True)

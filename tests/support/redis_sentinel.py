@@ -1,6 +1,7 @@
 """A Redis master, a replica of it and a sentinel watching them, started by a test on loopback ports of its
 own (`redis-server`, and `redis-server --sentinel` with a config file it may rewrite). `kill_master` is a
-crash; the sentinel then promotes the replica (`wait_for_failover`).
+crash; the sentinel then promotes the replica (`wait_for_failover`). With `password` the master and replica
+ask for it (`requirepass`, `masterauth`); with `sentinel_password` the sentinel asks for its own.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ MASTER_NAME = "modelgate"
 
 
 class SentinelTrio(LocalServers):
-    def __init__(self) -> None:
+    def __init__(self, password: str | None = None, sentinel_password: str | None = None) -> None:
         self.master_port, self.replica_port, self.sentinel_port = free_port(), free_port(), free_port()
+        self.password = password
+        self.sentinel_password = sentinel_password
         self._root = Path(tempfile.mkdtemp(prefix="modelgate-sentinel-"))
         self._processes: dict[str, subprocess.Popen] = {}
 
@@ -36,32 +39,41 @@ class SentinelTrio(LocalServers):
         )
 
     def start(self) -> SentinelTrio:
-        plain = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+        plain: tuple[str, ...] = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+        if self.password:
+            plain += ("--requirepass", self.password, "--masterauth", self.password)
         self._server("master", "--port", str(self.master_port), *plain)
-        _wait_for(lambda: _ping(self.master_port), "the master did not start")
+        _wait_for(lambda: _ping(self.master_port, self.password), "the master did not start")
         following = ("--replicaof", "127.0.0.1", str(self.master_port))
         self._server("replica", "--port", str(self.replica_port), *plain, *following)
-        _wait_for(lambda: _replicating(self.replica_port), "the replica did not catch up with the master")
+        replicating = lambda: _replicating(self.replica_port, self.password)  # noqa: E731
+        _wait_for(replicating, "the replica did not catch up with the master")
         config = self._root / "sentinel.conf"
+        secured = f"sentinel auth-pass {MASTER_NAME} {self.password}\n" if self.password else ""
+        if self.sentinel_password:
+            secured += f"requirepass {self.sentinel_password}\n"
         config.write_text(
             f"port {self.sentinel_port}\nbind 127.0.0.1\n"
             f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master_port} 1\n"
             f"sentinel down-after-milliseconds {MASTER_NAME} 500\n"
-            f"sentinel failover-timeout {MASTER_NAME} 5000\n"
+            f"sentinel failover-timeout {MASTER_NAME} 5000\n{secured}"
         )
         self._server("sentinel", str(config), "--sentinel")
         _wait_for(lambda: self._replicas_known() >= 1, "the sentinel does not know the replica")
         return self
 
+    def _sentinel_client(self) -> redis.Redis:
+        return redis.Redis(port=self.sentinel_port, socket_timeout=1, password=self.sentinel_password)
+
     def _replicas_known(self) -> int:
         try:
-            with redis.Redis(port=self.sentinel_port, socket_timeout=1) as client:
+            with self._sentinel_client() as client:
                 return len(client.sentinel_slaves(MASTER_NAME))
         except redis.RedisError:
             return 0
 
     def master_port_now(self) -> int | None:
-        with redis.Redis(port=self.sentinel_port, socket_timeout=1) as client:
+        with self._sentinel_client() as client:
             address = client.sentinel_get_master_addr_by_name(MASTER_NAME)
         return int(address[1]) if address else None
 
@@ -86,17 +98,17 @@ def kill_all(processes: dict, root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _ping(port: int) -> bool:
+def _ping(port: int, password: str | None = None) -> bool:
     try:
-        with redis.Redis(port=port, socket_timeout=1) as client:
+        with redis.Redis(port=port, socket_timeout=1, password=password) as client:
             return bool(client.ping())
     except redis.RedisError:
         return False
 
 
-def _replicating(port: int) -> bool:
+def _replicating(port: int, password: str | None = None) -> bool:
     try:
-        with redis.Redis(port=port, socket_timeout=1) as client:
+        with redis.Redis(port=port, socket_timeout=1, password=password) as client:
             return client.info("replication").get("master_link_status") == "up"
     except redis.RedisError:
         return False

@@ -571,16 +571,21 @@ def test_late_usage_settings_are_checked_at_load(write):
 def test_redis_sentinel_settings_are_read_and_checked(write) -> None:
     sentinel = '[redis]\nsentinels = ["10.0.0.7:26379", "[::1]:26380"]\nsentinel_master = "gw"\n'
     redis = load_config(write(VALID + sentinel + 'url = "redis://:pw@/2"\n'), env=ENV).redis
-    assert (redis.enabled, redis.sentinels, redis.sentinel_master) == (
+    assert (redis.enabled, redis.sentinels, redis.sentinel_master, redis.sentinel_password) == (
         True,
         ("10.0.0.7:26379", "[::1]:26380"),
         "gw",
+        None,
     )
+    secured = load_config(write(VALID + sentinel + 'sentinel_password = "s3cret"\n'), env=ENV).redis
+    assert secured.sentinel_password == "s3cret" and "s3cret" not in repr(secured)
     for bad, key in (
         ('sentinels = ["10.0.0.7:26379"]\n', "sentinel_master"),  # a master name is needed
         ('sentinel_master = "gw"\n', "sentinel_master"),  # and sentinels to ask
         ('sentinels = ["10.0.0.7"]\nsentinel_master = "gw"\n', "sentinels[0]"),  # no port
         ('sentinels = ["10.0.0.7:26379"]\nsentinel_master = "gw"\nurl = "rediss://h"\n', "url"),  # TCP only
+        ('url = "redis://h"\nsentinel_password = "s"\n', "sentinel_password"),  # no sentinels to give it to
+        ('cluster_nodes = ["h:7000"]\nsentinel_password = "s"\n', "cluster_nodes"),
     ):
         found = problems(write(VALID + "[redis]\n" + bad))
         assert any(f"redis.{key}" in problem for problem in found), found

@@ -15,7 +15,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
 
 from modelgate.config.schema import RedisConfig
-from modelgate.infra.redis_client import redis_client
+from modelgate.infra.redis_client import redis_client, redis_error
 
 log = logging.getLogger("modelgate.redis")
 
@@ -78,7 +78,7 @@ class RedisBus:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # Redis down: retry, loudly
-                    log.error("redis bus: cannot subscribe (%r); retrying in 1 s", exc)
+                    log.error("redis bus: cannot subscribe (%s); retrying in 1 s", redis_error(exc))
                     await asyncio.sleep(1)
                     attempt += 1
                     continue
@@ -87,7 +87,7 @@ class RedisBus:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the connection was lost (Redis down, a failover): expected, no trace
-                log.error("redis bus: receive failed (%r); retrying in 1 s", exc)
+                log.error("redis bus: receive failed (%s); retrying in 1 s", redis_error(exc))
                 await asyncio.sleep(1)
                 if isinstance(self.client, RedisCluster):
                     attempt += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -32,6 +33,18 @@ from tests.support.redis_sentinel import MASTER_NAME, SentinelTrio
 @pytest.fixture
 def trio() -> Iterator[SentinelTrio]:
     yield from own_servers(SentinelTrio, "a Redis master, replica and sentinel of the test's own")
+
+
+MASTER_PASSWORD = "master-secret-7f3a"
+SENTINEL_PASSWORD = "sentinel-secret-91c2"
+
+
+@pytest.fixture
+def secured_trio() -> Iterator[SentinelTrio]:
+    yield from own_servers(
+        lambda: SentinelTrio(password=MASTER_PASSWORD, sentinel_password=SENTINEL_PASSWORD),
+        "a Redis master, replica and sentinel of the test's own, each asking for a password",
+    )
 
 
 def test_the_gateway_follows_a_sentinel_failover_and_the_books_balance(
@@ -81,3 +94,46 @@ async def test_a_demoted_master_is_a_lost_connection_and_the_next_call_asks_the_
         assert told == addresses
     finally:
         wire.close()
+
+
+def test_sentinels_that_ask_for_a_password_of_their_own_are_followed_through_a_failover(
+    tmp_path: Path, fresh_pg_url: str, secured_trio: SentinelTrio
+) -> None:
+    """Sentinels with `requirepass` (their own password, not the master's): `[redis] sentinel_password`
+    reaches them — for redis-py's client and the counters' connection alike — and the master's comes from the
+    URL. Without it the gateway cannot learn the master: requests get 503, and the log says why."""
+    trio = secured_trio
+    redis = (
+        f'[redis]\nsentinels = ["{trio.sentinel}"]\nsentinel_master = "{MASTER_NAME}"\n'
+        f'url = "redis://:{MASTER_PASSWORD}@/0"\n'
+    )
+    config = _config(tmp_path, fresh_pg_url, flush_interval=0.2, billing=redis)
+    unauthorised = GatewayProcess(config, cwd=tmp_path)
+    try:
+        unauthorised.start(ready=503)
+        readiness = httpx.get(f"{unauthorised.base_url}/readyz", timeout=5).text
+    finally:
+        unauthorised.stop()
+    log = unauthorised.output()
+    assert "redis" in readiness.lower(), readiness
+    assert f"127.0.0.1:{trio.sentinel_port} - auth:AuthenticationError" in log, log[-3000:]
+    assert SENTINEL_PASSWORD not in log and MASTER_PASSWORD not in log
+
+    redis += f'sentinel_password = "{SENTINEL_PASSWORD}"\n'
+    config = _config(tmp_path, fresh_pg_url, flush_interval=0.2, billing=redis)
+    with GatewayProcess(config, cwd=tmp_path) as gateway:
+        tenant = register_tenant(gateway.base_url)
+        with ChatLoad(gateway.base_url, tenant.api_key) as load:
+            assert _wait_until(lambda: len(load.served) >= 20), "nothing served through the secured sentinel"
+            trio.kill_master()
+            trio.wait_for_failover()
+            at_failover = len(load.served)
+            assert _wait_until(lambda: len(load.served) >= at_failover + 50), "nothing served after it"
+        log = gateway.output()
+    assert set(load.refused) <= {503}, load.refused
+    rows, balance = _ledger_now(fresh_pg_url, tenant.email)
+    charged = {request_id for request_id, cost in rows if cost}
+    assert charged == set(load.served), "served requests and charged rows differ"
+    assert balance == OPENING_MICROS - PER_REQUEST_MICROS * len(load.served)
+    assert "Traceback" not in log
+    assert SENTINEL_PASSWORD not in log and MASTER_PASSWORD not in log
