@@ -243,19 +243,32 @@ def test_a_key_at_its_share_of_the_rate_limit_is_refused_with_429_during_the_out
             assert int(answers[-1].headers["retry-after"]) >= 1
 
 
-# (storage, how the gateway stops while Redis is down): graceful (SIGTERM) or killed (SIGKILL), both backends.
-STOPS = [(storage, stop) for storage in ("sqlite", "postgres") for stop in ("graceful", "killed")]
+# (storage, how the gateway stops while Redis is down, when it starts again): graceful (SIGTERM) or killed
+# (SIGKILL) on both backends, started again inside the outage (its batches wait for Redis); and once after
+# Redis is back (sent at its start).
+STOPS = [
+    *((storage, stop, "inside") for storage in ("sqlite", "postgres") for stop in ("graceful", "killed")),
+    ("sqlite", "killed", "after"),
+    ("postgres", "graceful", "after"),
+]
 
 
-@pytest.mark.parametrize(("storage", "stop"), STOPS, ids=["-".join(stop) for stop in STOPS])
+@pytest.mark.parametrize(("storage", "stop", "restart"), STOPS, ids=["-".join(stop) for stop in STOPS])
 def test_settlements_of_a_gateway_stopped_during_the_outage_reach_redis_once_after_it(
-    tmp_path: Path, request: pytest.FixtureRequest, storage: str, stop: str, redis_server: RedisServer
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    storage: str,
+    stop: str,
+    restart: str,
+    redis_server: RedisServer,
 ) -> None:
     """A process that served from its shares stops while Redis is down, its settlements never sent: they
     wait in its spool, its next start applies them once Redis is back (each batch once, by its number) and
     releases what the stopped process held, so Redis's balance is the stored one to the micro-unit."""
     storage_url = (
-        f"sqlite:///{tmp_path / 'outage.db'}" if storage == "sqlite" else request.getfixturevalue("fresh_pg_url")
+        f"sqlite:///{tmp_path / 'outage.db'}"
+        if storage == "sqlite"
+        else request.getfixturevalue("fresh_pg_url")
     )
     with _fleet(tmp_path, storage_url, redis_server) as fleet:
         tenant = register_tenant(fleet.base_url(0))
@@ -274,9 +287,11 @@ def test_settlements_of_a_gateway_stopped_during_the_outage_reach_redis_once_aft
         # Every row is stored (a row follows its settlement's batch, kept while Redis is down): the stop
         # below loses nothing of the ledger, only what Redis has not heard yet.
         assert spool._wait_until(lambda: len(spool._ledger_now(storage_url, tenant.email)[0]) == len(served))
-        ended = asyncio.run(fleet.restart(0, hard=stop == "killed"))  # the next start is inside the outage
+        between = redis_server.start if restart == "after" else None
+        ended = asyncio.run(fleet.restart(0, hard=stop == "killed", between=between))
         assert not ended.stop_problem, ended.stop_problem
-        redis_server.start()
+        if restart == "inside":
+            redis_server.start()
         stored = spool.OPENING_MICROS - spool.PER_REQUEST_MICROS * len(served)
         assert spool._wait_until(
             lambda: asyncio.run(_redis_balance(redis_server, storage_url, tenant.email)) == (stored, 0)
@@ -286,5 +301,6 @@ def test_settlements_of_a_gateway_stopped_during_the_outage_reach_redis_once_aft
             assert reply.status_code == 200, reply.text
             served.append(reply.headers["x-request-id"])
     _assert_books_balance(storage_url, redis_server, tenant.email, served, spool.OPENING_MICROS)
-    with redis_server.client() as client:  # no batch number is left of the stopped process
-        assert len(client.hgetall("mg:applied")) <= 2, client.hgetall("mg:applied")
+    with redis_server.client() as client:  # the stopped process's batch number went with its batches
+        applied = client.hgetall("mg:applied")
+    assert len(applied) <= 2, applied
