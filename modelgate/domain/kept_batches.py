@@ -4,8 +4,9 @@ unreachable leaves them in the spool directory, and the next gateway to start th
 answers, under the stopped process's id and batch numbers, so each is applied once.
 
 A batch is written when it is first kept, and again (its added part) each time a later batch joins it; the
-file is deleted once every kept batch is written. Files are `kept-<owner>-<n>.spool` beside the ledger's
-segments, held under `fcntl.flock` like them (`infra.spool`): one that can be locked is a stopped process's.
+file is deleted once every kept batch is written. Files are `kept-<process>-<n>.spool` (the process's id
+in Redis) beside the ledger's segments, held under `fcntl.flock` like them (`infra.spool`): one that can be
+locked is a stopped process's, and while one of a process exists its batch numbers stay in Redis.
 A line: [process, batch number, keys, operations] (the operations three values per key, as
 `redis_scripts.COMPLETE` takes them; the keys without the applied-batches hash, which the sender adds).
 """
@@ -30,6 +31,7 @@ class StoppedBatches:
     batches: deque[tuple[str, int, list[str], list[int | str]]] = field(default_factory=deque)
     files: list[SpoolFile] = field(default_factory=list)
     processes: set[str] = field(default_factory=set)  # whose batches these are (released once written)
+    applied: set[tuple[str, str]] = field(default_factory=set)  # (process, `applied` hash) written in
 
     def settled(self) -> dict[str, int]:
         """The settled costs these batches record, by ledger row id (the `m` operations)."""
@@ -49,8 +51,17 @@ class KeptJournal:
         self._file: SpoolFile | None = None
         self._broken = False
 
+    def own(self, process: str) -> None:
+        """Name this process's files after its id in Redis (`holds_batches_of`)."""
+        self._spool.owner = process
+
     def start(self) -> None:
         self._spool.start()
+
+    def holds_batches_of(self, process: str) -> bool:
+        """Whether kept batches of `process` may still be sent (a file of its is in the spool directory,
+        adopted or not): its batch numbers must stay in Redis until they are."""
+        return self._spool.has_files_of(process)
 
     def keep(self, process: str, number: int, keys: list[str], operations: list[int | str]) -> None:
         """Write a kept batch (or the part of one that joins the kept batch `number`) before its rows are

@@ -132,6 +132,8 @@ class RedisCounters:
         # until it does, so spend is never lost nor charged twice and reservations stay held meanwhile.
         self._kept: deque[tuple[list[str], list[int | str]]] = deque()
         self._journal = journal  # the kept batches on disk (None: in memory only)
+        if journal is not None:
+            journal.own(self.process)
         # The kept batches of stopped processes (`adopt_stopped`): sent before this process's own.
         self._stopped = StoppedBatches()
         self._stopped_settled: dict[str, int] = {}  # row id -> cost their `m` operations record
@@ -534,16 +536,21 @@ class RedisCounters:
         while batches:
             process, number, keys, operations = batches[0]
             await self._complete(keys=[*keys, self._applied], args=[process, number, *operations])
+            if self._cluster:  # the slots' `applied` hashes its number went in
+                stopped.applied.update((process, f"{self._applied}:{_slot_group(key)}") for key in keys)
             batches.popleft()
+        self._stopped_settled = {}
+        if self._journal is not None and stopped.files:  # first: a file found again would be sent again
+            await self._journal.forget(stopped)
+            log.warning(
+                "redis: the settlements kept by %d stopped process(es) are written", len(stopped.processes)
+            )
         for process in sorted(stopped.processes):
             await self.reclaim(process)
-        self._stopped_settled = {}
-        if self._journal is not None:
-            await self._journal.forget(stopped)
-        log.warning(
-            "redis: the settlements kept by %d stopped process(es) are written", len(stopped.processes)
-        )
+        for process, applied in sorted(stopped.applied):
+            await self._redis.hdel(applied, process)
         stopped.processes.clear()
+        stopped.applied.clear()
 
     async def flush(self) -> None:
         """Wait until everything queued so far is written (or kept for retry)."""
@@ -617,9 +624,10 @@ class RedisCounters:
     async def retry_settlements(self) -> None:
         """Send again the batches Redis did not answer, those of stopped processes first (raises while it
         still does not)."""
-        if self._kept or self._stopped.files:
+        stopped = self._stopped
+        if self._kept or stopped.files or stopped.processes:
             async with self._sending:
-                if self._stopped.files:
+                if stopped.files or stopped.processes:
                     await self._send_stopped()
                 await self._send_kept()
 
@@ -629,7 +637,7 @@ class RedisCounters:
         if process == self.process:
             return
         tags = await self._release_held(process)
-        if self._stopped.batches and process in self._stopped.processes:
+        if self._journal is not None and self._journal.holds_batches_of(process):
             return  # its kept batches are not all written: their numbers still guard them
         if self._cluster:
             for tag in tags:

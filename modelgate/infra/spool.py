@@ -100,7 +100,7 @@ class Spool:
         self._kind = kind  # the files' name prefix: a spool adopts only files of its own kind
         self._fsync = fsync
         self._fsync_interval = fsync_interval
-        self._owner = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.owner = f"{os.getpid()}-{secrets.token_hex(4)}"  # in its files' names
         self._sequence = 0
         self._directory_dirty = False
         self._open: list[SpoolFile] = []
@@ -121,7 +121,7 @@ class Spool:
     def new_file(self) -> SpoolFile:
         """A fresh locked segment file with its header. Raises SpoolError."""
         self._sequence += 1
-        name = f"{self._kind}-{self._owner}-{self._sequence:06d}"
+        name = f"{self._kind}-{self.owner}-{self._sequence:06d}"
         # Created under a name adoption ignores, and renamed once locked: a starting process scanning the
         # directory can never take a live process's fresh file for a dead one's.
         temporary = self.directory / f".{name}.tmp"
@@ -194,6 +194,10 @@ class Spool:
             self._open.append(spool_file)
             adopted.append(spool_file)
         return adopted
+
+    def has_files_of(self, owner: str) -> bool:
+        """Whether a file of this kind named after `owner` is in the directory (held or not)."""
+        return any(self.directory.glob(f"{self._kind}-{owner}-*{_SUFFIX}"))
 
     def rows(self, spool_file: SpoolFile) -> Iterator[list]:
         """The rows of a segment file in the order written (a torn last line, from a crash, is skipped)."""

@@ -149,3 +149,28 @@ async def test_a_crashed_request_settled_in_a_kept_batch_is_charged_what_it_sett
     assert stored == live == OPENING - SETTLED
     assert await restarted.counters.money(balance_key(org_id)) == (OPENING - SETTLED, 0)
     await restarted.ledger.stop(5.0)
+
+
+async def test_a_dead_process_keeps_its_batch_numbers_while_another_start_holds_its_kept_batches(
+    scene: Scene,
+) -> None:
+    # Two gateways start on the spool directory at once: one adopts the kept batches (Redis unreachable
+    # from it), the other replays the ledger and releases the dead writer; the numbers must stay, or the
+    # batch Redis applied unanswered would be applied again.
+    client, prefix = scene.redis
+    org_id, dead = await scene.serving(1)
+    scene.proxy.swallow_replies()
+    await dead.accounts.settle(balance_key(org_id), RESERVED, SETTLED)
+    await dead.die()
+    scene.proxy.cut()
+    holder = scene.process(through_proxy=True)
+    assert await holder.counters.adopt_stopped() == 1
+    other = scene.process()
+    await other.counters.reclaim(dead.counters.process)  # as its ledger's replay does
+    assert await client.hexists(prefix + "applied", dead.counters.process)
+
+    scene.proxy.restore()
+    await holder.counters.retry_settlements()
+    assert await holder.counters.money(balance_key(org_id)) == (OPENING - SETTLED, 0)
+    assert not await client.hexists(prefix + "applied", dead.counters.process)
+    assert scene.kept_files() == []
