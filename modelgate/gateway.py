@@ -22,6 +22,7 @@ from modelgate.domain.allowance import AllowanceGrants
 from modelgate.domain.audit_writer import AuditWriter
 from modelgate.domain.background_responses import BackgroundResponses
 from modelgate.domain.counters import Counters, InProcessCounters
+from modelgate.domain.kept_batches import KeptJournal
 from modelgate.domain.ledger import LedgerWriter
 from modelgate.domain.overruns import OverrunReport
 from modelgate.domain.policy_decisions import PolicyDirectory
@@ -131,7 +132,13 @@ class Gateway:
             heard_everywhere = db.dialect == "postgres" or bus is not None or host is not None
             keys = KeyDirectory(db, cache=workers == 1 or heard_everywhere)
             counters: Counters = (
-                RedisCounters(bus.client, outage=config.redis.outage_mode) if bus else InProcessCounters()
+                RedisCounters(
+                    bus.client,
+                    outage=config.redis.outage_mode,
+                    journal=KeptJournal(_spool(config, kind="kept")),
+                )
+                if bus
+                else InProcessCounters()
             )
             ledger = LedgerWriter(
                 db,
@@ -142,6 +149,8 @@ class Gateway:
                 # Row ids name the process that holds their reservations in Redis (see LedgerWriter.open).
                 writer_id=counters.process if isinstance(counters, RedisCounters) else None,
             )
+            if isinstance(counters, RedisCounters):  # before the ledger's replay (`adopt_stopped`)
+                await counters.adopt_stopped()
             settlements = None
             if bus is not None:  # the counters outlive this process: settlements are recorded by row id
                 settlements = CrashSettlements(counters)
@@ -282,13 +291,15 @@ class Gateway:
         await self.db.close()
 
 
-def _spool(config: Config) -> Spool:
+def _spool(config: Config, kind: str = "ledger") -> Spool:
+    """The spool directory for the ledger's segments, or for the counters' kept batches (`kind` "kept")."""
     billing = config.billing
     return Spool(
         Path(billing.spool_dir).absolute() if billing.spool_dir else default_spool_dir(config.storage.url),
         database_identity(config.storage.url),
         fsync=billing.spool_fsync,
         fsync_interval=billing.spool_fsync_interval_seconds,
+        kind=kind,
     )
 
 

@@ -319,8 +319,14 @@ async def announce_balance_event(services: CabinetServices, event: BalanceEvent 
         return
     try:
         await services.billing_sink.balance_changed(event)
-    except Exception:
-        log.exception("billing sink failed on balance_changed for %s", event.organization_id)
+    except Exception as exc:  # Redis unreachable, typically: one line, not a traceback per event
+        log.warning(
+            "balance event %d of %s not applied to the live counters now (%r); every gateway applies it"
+            " from storage once they answer",
+            event.seq,
+            event.organization_id,
+            exc,
+        )
 
 
 async def billing_overview(ex: Executor, config: Config, org: Organization, at: float) -> dict[str, Any]:

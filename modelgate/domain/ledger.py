@@ -187,6 +187,7 @@ class LedgerWriter:
                     crashed.pop(record[1], None)
                     continue
                 crashed.pop(record[0], None)
+                writers.add(writer_of(record[0]))
                 segment.count += 1
                 if record[_COST]:
                     self._pending[record[_ORGANIZATION]] += record[_COST]
@@ -197,13 +198,15 @@ class LedgerWriter:
             self._sealed.append(segment)
             self._backlog += segment.count
             adopted += segment.count
-        if shared is not None and crashed:
+        if shared is not None and writers:
             # The dead processes' reservations go first: charged while still held, a crashed admission would
-            # count twice against the balance until the others noticed the death.
+            # count twice against the balance until the others noticed the death. Their batch numbers go
+            # too (nothing of theirs is sent again but their kept batches, which keep theirs until written).
             try:
                 await shared.release(writers)
             except Exception as exc:  # the others release them once the dead processes' liveness expires
                 log.warning("ledger: the reservations of stopped processes stay until they expire: %r", exc)
+        if shared is not None and crashed:
             await self._settle_crashed(shared, crashed)
         # Into this process's own segment, written after the adopted ones. Careful: should this process die
         # before the adopted files are deleted, the next start replays these ids twice (from both files).

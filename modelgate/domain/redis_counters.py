@@ -11,7 +11,9 @@ until it is written, so no other process can spend it meanwhile.
 Each process keeps its own share of every reservation (`p:<process>` in the counter, the counters it
 reserved on in `held:<process>:{org}`, one set per organization's hash tag, the tags in `holds:<process>`);
 the reservations of a process that died (its `live:<process>` key expired) are released by the others.
-Settlements Redis did not take are kept and retried until it does.
+Settlements Redis did not take are kept and retried until it does, and written to the spool directory
+(`domain.kept_batches`): a process that stops while Redis is unreachable leaves them there, and the next
+one to start sends them under its id and batch numbers once Redis answers, then releases what it held.
 
 On a Redis Cluster every key of one script call carries one organization's hash tag (`accounts.org_tag`),
 so it touches one slot: a batch is then written as one script call per hash tag, each with the batch's
@@ -48,6 +50,7 @@ from modelgate.domain.counters import (
     WindowResult,
 )
 from modelgate.domain.errors import ServiceUnavailable
+from modelgate.domain.kept_batches import KeptJournal, StoppedBatches
 from modelgate.domain.local_shares import LocalShares
 from modelgate.infra import redis_scripts as scripts
 from modelgate.infra.redis_client import redis_error
@@ -90,7 +93,13 @@ class RedisCounters:
     """
 
     def __init__(
-        self, client, prefix: str = "mg:", *, fail_open: bool = False, outage: str | None = None
+        self,
+        client,
+        prefix: str = "mg:",
+        *,
+        fail_open: bool = False,
+        outage: str | None = None,
+        journal: KeptJournal | None = None,
     ) -> None:
         self._redis = client
         self._prefix = prefix
@@ -123,6 +132,12 @@ class RedisCounters:
         # Batches Redis did not answer (unreachable, or its answer lost): sent again, the same and in order,
         # until it does, so spend is never lost nor charged twice and reservations stay held meanwhile.
         self._kept: deque[tuple[list[str], list[int | str]]] = deque()
+        self._journal = journal  # the kept batches on disk (None: in memory only)
+        if journal is not None:
+            journal.own(self.process)
+        # The kept batches of stopped processes (`adopt_stopped`): sent before this process's own.
+        self._stopped = StoppedBatches()
+        self._stopped_settled: dict[str, int] = {}  # row id -> cost their `m` operations record
         self._batches = 0  # the number of the last batch made (redis_scripts.COMPLETE)
         self._applied = prefix + "applied"
         self._applied_in: set[str] = set()  # the slots' `applied` hashes this process wrote (a cluster)
@@ -335,7 +350,12 @@ class RedisCounters:
         """The settled costs recorded in the hash `key` (and its parts per hash tag) for these row ids."""
         if not row_ids:
             return {}
-        found: dict[str, int] = {}
+        # A stopped process's kept batch not written yet holds its record (`adopt_stopped`).
+        kept = self._stopped_settled
+        found = {row_id: kept[row_id] for row_id in row_ids if row_id in kept}
+        row_ids = [row_id for row_id in row_ids if row_id not in found]
+        if not row_ids:
+            return found
         for name in await self._record_hashes(key):
             values = await self._redis.hmget(name, list(row_ids))
             for row_id, value in zip(row_ids, values, strict=True):
@@ -427,8 +447,10 @@ class RedisCounters:
                         # batches go back in a few calls).
                         last_keys[-1:-1] = keys[:-1]  # before the applied-batches key
                         last_args += args[2:]
+                        self._write_kept(int(last_args[1]), keys, args)
                     else:
                         kept.append((keys, args))
+                        self._write_kept(int(args[1]), keys, args)
                     shares = self.shares
                     if shares is not None and shares.active and time.monotonic() < self._local_until:
                         return  # Redis is down: tried again in a moment (`_keep`, `admit_request`)
@@ -442,6 +464,12 @@ class RedisCounters:
                         redis_error(exc),
                     )
                     kept.append((keys, args))
+                    self._write_kept(int(args[1]), keys, args)
+
+    def _write_kept(self, number: int, keys: list[str], args: list[int | str]) -> None:
+        """On disk before the batch's rows are spooled (a row follows its settlement's batch)."""
+        if self._journal is not None:
+            self._journal.keep(self.process, number, keys[:-1], args[2:])
 
     async def _complete(self, keys: list[str], args: list[int | str]) -> None:
         """Write one batch: one script call, or on a cluster one per slot (by hash tag), each guarded by
@@ -479,6 +507,59 @@ class RedisCounters:
             kept.popleft()
             if not kept:
                 log.warning("redis: every kept batch of counters is written again")
+                if self._journal is not None:
+                    await self._journal.drained()
+
+    async def adopt_stopped(self) -> int:
+        """Take the kept batches that stopped processes left in the spool directory and send them now, or
+        with this process's kept ones once Redis answers; returns how many batches were found. Before the
+        ledger's replay: a crashed request settled in one of them is charged what it settled."""
+        if self._journal is None:
+            return 0
+        self._journal.start()
+        stopped = self._stopped = self._journal.adopt()
+        if not stopped.files:
+            return 0
+        self._stopped_settled = stopped.settled()
+        found = len(stopped.batches)
+        log.warning(
+            "redis: %d settlement batches kept by %d stopped gateway process(es) were found in the spool;"
+            " they are written to Redis once it answers",
+            found,
+            len(stopped.processes),
+        )
+        try:
+            await self.retry_settlements()
+        except RedisError as exc:
+            log.warning(
+                "redis: unreachable at start (%s); the stopped processes' batches wait", redis_error(exc)
+            )
+        return found
+
+    async def _send_stopped(self) -> None:
+        """Send the stopped processes' batches, oldest first, each under its process's id and number (the
+        applied-batches hash skips one Redis had applied); then release what those processes held and drop
+        their batch numbers."""
+        stopped = self._stopped
+        batches = stopped.batches
+        while batches:
+            process, number, keys, operations = batches[0]
+            await self._complete(keys=[*keys, self._applied], args=[process, number, *operations])
+            if self._cluster:  # the slots' `applied` hashes its number went in
+                stopped.applied.update((process, f"{self._applied}:{_slot_group(key)}") for key in keys)
+            batches.popleft()
+        self._stopped_settled = {}
+        if self._journal is not None and stopped.files:  # first: a file found again would be sent again
+            await self._journal.forget(stopped)
+            log.warning(
+                "redis: the settlements kept by %d stopped process(es) are written", len(stopped.processes)
+            )
+        for process in sorted(stopped.processes):
+            await self.reclaim(process)
+        for process, applied in sorted(stopped.applied):
+            await self._redis.hdel(applied, process)
+        stopped.processes.clear()
+        stopped.applied.clear()
 
     async def flush(self) -> None:
         """Wait until everything queued so far is written (or kept for retry)."""
@@ -550,9 +631,13 @@ class RedisCounters:
         await pipe.execute()
 
     async def retry_settlements(self) -> None:
-        """Send again the batches Redis did not answer (raises while it still does not)."""
-        if self._kept:
+        """Send again the batches Redis did not answer, those of stopped processes first (raises while it
+        still does not)."""
+        stopped = self._stopped
+        if self._kept or stopped.files or stopped.processes:
             async with self._sending:
+                if stopped.files or stopped.processes:
+                    await self._send_stopped()
                 await self._send_kept()
 
     async def reclaim(self, process: str) -> None:
@@ -561,6 +646,8 @@ class RedisCounters:
         if process == self.process:
             return
         tags = await self._release_held(process)
+        if self._journal is not None and self._journal.holds_batches_of(process):
+            return  # its kept batches are not all written: their numbers still guard them
         if self._cluster:
             for tag in tags:
                 if tag:
@@ -662,7 +749,7 @@ class RedisCounters:
         try:
             await self._release(keys=[self._prefix + key])
         except RedisError as exc:
-            log.error("redis: releasing a slot of %s failed: %r", key, exc)
+            log.error("redis: releasing a slot of %s failed: %s", key, redis_error(exc))
 
     async def close(self) -> None:
         if self._keeper is not None:
@@ -681,7 +768,27 @@ class RedisCounters:
                 for applied in sorted(self._applied_in | {self._applied}):
                     await self._redis.hdel(applied, self.process)
         except RedisError as exc:
-            log.error("redis: could not hand back this process's reservations at stop: %s", redis_error(exc))
+            kept = len(self._kept) + len(self._stopped.batches)
+            if kept and self._journal is not None:
+                log.warning(
+                    "redis: unreachable at stop (%s): %d kept settlement batches wait in the spool for the"
+                    " next start, and this process's reservations are released by the others",
+                    redis_error(exc),
+                    kept,
+                )
+            elif kept:
+                log.error(
+                    "redis: unreachable at stop (%s): %d kept settlement batches are lost",
+                    redis_error(exc),
+                    kept,
+                )
+            else:
+                log.warning(
+                    "redis: unreachable at stop (%s): this process's reservations are released by the others",
+                    redis_error(exc),
+                )
+        if self._journal is not None:
+            await self._journal.close()
         if self._wire is not None:
             self._wire.close()
 

@@ -7,7 +7,8 @@ current segment file; a flush seals the segment and starts the next, and a seale
 the database holds its rows. A process holds every segment file it owns under `fcntl.flock`, so a
 `*.spool` file that can be locked belongs to a process that died: the next gateway to start adopts it.
 Each file starts with a header naming the database its rows belong to; a file of another database is
-left alone.
+left alone. The Redis counters keep their own files in the same directory (`kind` "kept": settlement batches
+Redis did not take, `domain.redis_counters`), adopted the same way.
 """
 
 from __future__ import annotations
@@ -89,14 +90,17 @@ class SpoolFile:
 class Spool:
     """The spool directory of one gateway process: its own segment files and those of dead processes."""
 
-    def __init__(self, directory: Path, database: str, *, fsync: str, fsync_interval: float) -> None:
+    def __init__(
+        self, directory: Path, database: str, *, fsync: str, fsync_interval: float, kind: str = "ledger"
+    ) -> None:
         if fsync not in SPOOL_FSYNC_POLICIES:
             raise ValueError(f"spool fsync must be one of {SPOOL_FSYNC_POLICIES}, got {fsync!r}")
         self.directory = directory
         self._database = database
+        self._kind = kind  # the files' name prefix: a spool adopts only files of its own kind
         self._fsync = fsync
         self._fsync_interval = fsync_interval
-        self._owner = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.owner = f"{os.getpid()}-{secrets.token_hex(4)}"  # in its files' names
         self._sequence = 0
         self._directory_dirty = False
         self._open: list[SpoolFile] = []
@@ -117,7 +121,7 @@ class Spool:
     def new_file(self) -> SpoolFile:
         """A fresh locked segment file with its header. Raises SpoolError."""
         self._sequence += 1
-        name = f"ledger-{self._owner}-{self._sequence:06d}"
+        name = f"{self._kind}-{self.owner}-{self._sequence:06d}"
         # Created under a name adoption ignores, and renamed once locked: a starting process scanning the
         # directory can never take a live process's fresh file for a dead one's.
         temporary = self.directory / f".{name}.tmp"
@@ -152,7 +156,7 @@ class Spool:
         """
         adopted: list[SpoolFile] = []
         skipped_owner: str | None = None
-        for path in sorted(self.directory.glob(f"*{_SUFFIX}"), key=_segment_order):
+        for path in sorted(self.directory.glob(f"{self._kind}-*{_SUFFIX}"), key=_segment_order):
             owner = _segment_order(path)[0]
             if owner == skipped_owner:
                 continue
@@ -190,6 +194,10 @@ class Spool:
             self._open.append(spool_file)
             adopted.append(spool_file)
         return adopted
+
+    def has_files_of(self, owner: str) -> bool:
+        """Whether a file of this kind named after `owner` is in the directory (held or not)."""
+        return any(self.directory.glob(f"{self._kind}-{owner}-*{_SUFFIX}"))
 
     def rows(self, spool_file: SpoolFile) -> Iterator[list]:
         """The rows of a segment file in the order written (a torn last line, from a crash, is skipped)."""
@@ -266,7 +274,7 @@ class Spool:
 
 
 def _segment_order(path: Path) -> tuple[str, int]:
-    """(owning process, sequence number) of a segment named `ledger-<owner>-<sequence>.spool`."""
+    """(owning process, sequence number) of a segment named `<kind>-<owner>-<sequence>.spool`."""
     owner, _, sequence = path.name.removesuffix(_SUFFIX).rpartition("-")
     return (owner, int(sequence)) if sequence.isdigit() else (path.name, 0)
 

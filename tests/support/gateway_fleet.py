@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,9 +82,12 @@ class GatewayFleet:
         process.start(timeout=START_TIMEOUT)
         slot.up = True
 
-    async def restart(self, index: int, *, hard: bool) -> Generation:
-        """SIGTERM (graceful) or SIGKILL slot `index`, then start it again; returns the generation that
-        ended. New requests go to the other slots meanwhile."""
+    async def restart(
+        self, index: int, *, hard: bool, between: Callable[[], object] | None = None
+    ) -> Generation:
+        """SIGTERM (graceful) or SIGKILL slot `index`, then (after `between`, run while it is down, in a
+        thread) start it again; returns the generation that ended. New requests go to the other slots
+        meanwhile."""
         slot = self._slots[index]
         ended = slot.current
         async with self._changed:
@@ -104,6 +107,8 @@ class GatewayFleet:
                 await asyncio.to_thread(process.kill)  # no-op when it stopped in time
         ended.ended_at = time.monotonic()
         self._keep_log(slot, ended)
+        if between is not None:
+            await asyncio.to_thread(between)
         await asyncio.to_thread(self._start, slot)
         async with self._changed:
             self._changed.notify_all()

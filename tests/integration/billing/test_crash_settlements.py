@@ -27,6 +27,7 @@ from modelgate.domain.accounts import (
     settled_key,
 )
 from modelgate.domain.counters import MoneyState, Reserve
+from modelgate.domain.kept_batches import KeptJournal
 from modelgate.domain.ledger import LedgerWriter, writer_of
 from modelgate.domain.policy_decisions import PolicyDirectory, period_start
 from modelgate.domain.policy_rules import PolicyRule
@@ -59,7 +60,11 @@ class Process:
 
     def __init__(self, db: Database, redis: tuple[Redis, str], directory: Path, storage_url: str) -> None:
         client, prefix = redis
-        self.counters = RedisCounters(client, prefix=prefix)
+        # The batches Redis did not take, in the same spool directory (as the gateway builds it).
+        self.journal = KeptJournal(
+            Spool(directory, database_identity(storage_url), fsync="never", fsync_interval=1.0, kind="kept")
+        )
+        self.counters = RedisCounters(client, prefix=prefix, journal=self.journal)
         self.spool = Spool(directory, database_identity(storage_url), fsync="never", fsync_interval=1.0)
         # As the gateway builds it: row ids name the process holding their reservations in Redis.
         self.ledger = LedgerWriter(
@@ -72,11 +77,13 @@ class Process:
         )
 
     async def start(self) -> int:
+        await self.counters.adopt_stopped()  # before the ledger's replay, as the gateway does
         return await self.ledger.open(self.settlements)
 
     async def die(self) -> None:
         """SIGKILL as seen by the next start: the spool files stay unlocked, nothing is flushed."""
         await self.spool.close()
+        await self.journal.close()
 
 
 async def _organization(db: Database) -> str:

@@ -27,11 +27,14 @@ PER_REQUEST_MICROS = 1200
 OPENING_MICROS = 1000 * 1_000_000  # register_tenant funds 1000 USD
 
 
-def _config(tmp_path: Path, storage_url: str, *, flush_interval: float, billing: str = "") -> Path:
+def _config(
+    tmp_path: Path, storage_url: str, *, flush_interval: float, billing: str = "", server: str = ""
+) -> Path:
     path = tmp_path / "spool.toml"
     path.write_text(f"""
 [server]
 shutdown_grace_seconds = 5.0
+{server}
 
 [storage]
 url = "{storage_url}"

@@ -30,6 +30,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.services import service_unavailable
 
 OUTAGE_SECONDS = 30.0  # the issue's outage: Redis stopped for 30 s under load
+OPERATOR_TOKEN = "operator-outage-test"
 
 
 @pytest.fixture
@@ -48,9 +49,9 @@ def redis_server() -> Iterator[RedisServer]:
 @contextlib.contextmanager
 def _fleet(tmp_path: Path, storage_url: str, redis: RedisServer, more: str = "") -> Iterator[GatewayFleet]:
     section = f'[redis]\nurl = "{redis.url}"\noutage = "degraded"\n{more}'
-    fleet = GatewayFleet(
-        spool._config(tmp_path, storage_url, flush_interval=0.2, billing=section), tmp_path, 2
-    )
+    server = f'operator_token = "{OPERATOR_TOKEN}"'
+    config = spool._config(tmp_path, storage_url, flush_interval=0.2, billing=section, server=server)
+    fleet = GatewayFleet(config, tmp_path, 2)
     fleet.start_all()
     try:
         yield fleet
@@ -89,12 +90,28 @@ def _chat(base_url: str, api_key: str) -> httpx.Response:
     )
 
 
-async def _redis_balance(redis: RedisServer, storage_url: str, email: str) -> tuple[int, int]:
+async def _organization_of(storage_url: str, email: str) -> str:
     db = await open_database(storage_url)
     try:
-        org = await db.fetchval("SELECT organization_id FROM users WHERE email = $1", email)
+        return await db.fetchval("SELECT organization_id FROM users WHERE email = $1", email)
     finally:
         await db.close()
+
+
+def _credit(base_url: str, storage_url: str, email: str, amount_micros: int) -> None:
+    """An operator's credit to the tenant (a balance event, committed whatever Redis does)."""
+    organization_id = asyncio.run(_organization_of(storage_url, email))
+    reply = httpx.post(
+        f"{base_url}/api/operator/organizations/{organization_id}/adjust",
+        json={"kind": "credit", "amountMicros": amount_micros, "reason": "outage test"},
+        headers={"authorization": f"Bearer {OPERATOR_TOKEN}"},
+        timeout=30,
+    )
+    assert reply.status_code == 201, reply.text
+
+
+async def _redis_balance(redis: RedisServer, storage_url: str, email: str) -> tuple[int, int]:
+    org = await _organization_of(storage_url, email)
     with redis.client() as client:
         balance, reserved = client.hmget(f"mg:{balance_key(org)}", "b", "r")
     assert isinstance(balance, bytes), "the tenant has no balance counter in Redis"
@@ -241,3 +258,71 @@ def test_a_key_at_its_share_of_the_rate_limit_is_refused_with_429_during_the_out
             error = answers[-1].json()["error"]
             assert (error["type"], error["code"]) == ("rate_limit_error", "rate_limit_exceeded")
             assert int(answers[-1].headers["retry-after"]) >= 1
+
+
+# (storage, how the gateway stops while Redis is down, when it starts again): graceful (SIGTERM) or killed
+# (SIGKILL) on both backends, started again inside the outage (its batches wait for Redis); and once after
+# Redis is back (sent at its start).
+CREDIT_MICROS = 5_000
+STOPS = [
+    *((storage, stop, "inside") for storage in ("sqlite", "postgres") for stop in ("graceful", "killed")),
+    ("sqlite", "killed", "after"),
+    ("postgres", "graceful", "after"),
+]
+
+
+@pytest.mark.parametrize(("storage", "stop", "restart"), STOPS, ids=["-".join(stop) for stop in STOPS])
+def test_settlements_of_a_gateway_stopped_during_the_outage_reach_redis_once_after_it(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    storage: str,
+    stop: str,
+    restart: str,
+    redis_server: RedisServer,
+) -> None:
+    """A process that served from its shares stops while Redis is down, its settlements never sent: they
+    wait in its spool, its next start applies them once Redis is back (each batch once, by its number) and
+    releases what the stopped process held, so Redis's balance is the stored one to the micro-unit."""
+    storage_url = (
+        f"sqlite:///{tmp_path / 'outage.db'}"
+        if storage == "sqlite"
+        else request.getfixturevalue("fresh_pg_url")
+    )
+    with _fleet(tmp_path, storage_url, redis_server) as fleet:
+        tenant = register_tenant(fleet.base_url(0))
+        urls = [fleet.base_url(0), fleet.base_url(1)]
+        served = []
+        for url in urls:
+            reply = _chat(url, tenant.api_key)
+            assert reply.status_code == 200, reply.text
+            served.append(reply.headers["x-request-id"])
+        assert spool._wait_until(lambda: _ready_for_an_outage(fleet)), "no headroom read before the outage"
+        redis_server.stop()
+        for _ in range(10):  # served from the first process's share: settlements Redis cannot take
+            reply = _chat(urls[0], tenant.api_key)
+            assert reply.status_code == 200, reply.text
+            served.append(reply.headers["x-request-id"])
+        # A credit meanwhile: stored at once, in Redis once it answers (one line in the log, no traceback).
+        _credit(urls[1], storage_url, tenant.email, CREDIT_MICROS)
+        assert any("not applied to the live counters now" in log for log in fleet.logs().values())
+        # Every row is stored (a row follows its settlement's batch, kept while Redis is down): the stop
+        # below loses nothing of the ledger, only what Redis has not heard yet.
+        assert spool._wait_until(lambda: len(spool._ledger_now(storage_url, tenant.email)[0]) == len(served))
+        between = redis_server.start if restart == "after" else None
+        ended = asyncio.run(fleet.restart(0, hard=stop == "killed", between=between))
+        assert not ended.stop_problem, ended.stop_problem
+        if restart == "inside":
+            redis_server.start()
+        opening = spool.OPENING_MICROS + CREDIT_MICROS
+        stored = opening - spool.PER_REQUEST_MICROS * len(served)
+        assert spool._wait_until(
+            lambda: asyncio.run(_redis_balance(redis_server, storage_url, tenant.email)) == (stored, 0)
+        ), asyncio.run(_redis_balance(redis_server, storage_url, tenant.email))
+        for url in urls:  # both serve from Redis again, and charge there
+            reply = _chat(url, tenant.api_key)
+            assert reply.status_code == 200, reply.text
+            served.append(reply.headers["x-request-id"])
+    _assert_books_balance(storage_url, redis_server, tenant.email, served, opening)
+    with redis_server.client() as client:  # the stopped process's batch number went with its batches
+        applied = client.hgetall("mg:applied")
+    assert len(applied) <= 2, applied
