@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import orjson
@@ -217,3 +218,25 @@ async def test_a_dead_process_files_are_read_in_the_order_written_past_a_million
         "ledger-1234-abcd-1000000.spool",
         "ledger-1234-abcd-1000001.spool",
     ]
+
+
+async def test_an_open_admission_holds_its_line_not_the_serialiser_s_buffer(
+    db: Database, tmp_path: Path, storage_url: str
+) -> None:
+    """A request's admission is kept for as long as it runs (a long stream: minutes). What is kept is its
+    line, ~100 bytes, not the 4 KiB buffer orjson's result keeps behind it: at 10,000 open streams, 40 MB."""
+    org_id = await _organization(db, 10_000)
+    writer, spool = _writer(db, tmp_path / "spool", storage_url)
+    await writer.open()
+    _crash(writer, org_id, 0)  # the first admission opens the segment's file
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(1, 201):
+            _crash(writer, org_id, n)
+        held = (tracemalloc.get_traced_memory()[0] - before) / 200
+    finally:
+        tracemalloc.stop()
+    assert writer.admitted == 201
+    assert held < 1024, f"{held:.0f} bytes held per open admission"
+    await spool.close()
