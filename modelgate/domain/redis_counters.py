@@ -132,6 +132,9 @@ class RedisCounters:
         self._queued_args: list[int | str] = []
         self._queued_written: asyncio.Future | None = None  # resolved once the queued batch is written
         self._forgotten: list[tuple[str, str]] = []  # (hash, row id) of settlement records no more needed
+        # Slots whose release Redis did not answer (down, a master being failed over): released again by the
+        # keeper once it does, or a session that ended would hold its slot until the count's safety TTL.
+        self._unreleased: list[str] = []
         self._writer: asyncio.Task | None = None
         self._keeper: asyncio.Task | None = None
         self._reclaim = client.register_script(scripts.RECLAIM)
@@ -528,6 +531,7 @@ class RedisCounters:
         and the reading the shares of the next outage come from (raises while Redis is unreachable)."""
         await self.heartbeat(ttl_seconds)
         await self.retry_settlements()
+        await self.release_kept()
         shares = self.shares
         if shares is not None and shares.active:  # back, and this process's outage spend is in Redis
             self._redis_back(shares)
@@ -655,7 +659,16 @@ class RedisCounters:
         try:
             await self._release(keys=[self._prefix + key])
         except RedisError as exc:
-            log.error("redis: releasing a slot of %s failed: %r", key, exc)
+            log.error("redis: releasing a slot of %s failed (%r); released once Redis answers", key, exc)
+            self._unreleased.append(key)
+
+    async def release_kept(self) -> None:
+        """Release the slots whose release Redis did not answer, oldest first (raises while it still does
+        not). One whose answer alone was lost is released twice: its count may read one low for a while
+        (never below 0), where keeping it would have held a slot that is free for hours."""
+        while self._unreleased:
+            await self._release(keys=[self._prefix + self._unreleased[0]])
+            self._unreleased.pop(0)
 
     async def close(self) -> None:
         if self._keeper is not None:
@@ -665,6 +678,7 @@ class RedisCounters:
         try:
             await self.flush()
             await self.retry_settlements()
+            await self.release_kept()
             # A clean stop holds nothing: its share is released now rather than when its key expires.
             for tag in sorted(self._held_in | {""}):
                 await self._reclaim(keys=[self._held_of[tag]], args=[self.process])

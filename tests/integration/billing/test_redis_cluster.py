@@ -229,3 +229,33 @@ async def test_a_slot_being_moved_is_followed_with_asking_on_the_node_it_moves_t
             wire.close()
             for node in (old, new):
                 node.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+
+
+async def test_a_slot_released_while_its_master_is_failed_over_is_released_on_the_promoted_replica(
+    cluster: RedisClusterNodes,
+) -> None:
+    """A realtime session that ends while its organization's master is down cannot release its slot then:
+    the release is kept and made by the keeper once the replica is promoted (found by the conservation
+    audit's cluster failover: the slot stayed held until its 6-hour safety TTL)."""
+    counters = RedisCounters(cluster_client(RedisConfig(cluster_nodes=tuple(cluster.nodes[:1]))))
+    key = "rt:o:{org_failover}"
+    try:
+        assert await counters.acquire(key, 1)
+        assert not await counters.acquire(key, 1)  # the organization's one slot is held
+        master = cluster.master_of("mg:" + key)
+        with redis.Redis(port=master) as node:
+            assert node.wait(1, 5000) == 1  # its replica holds the count
+        cluster.kill(master)
+        await counters.release(key)  # the session ended: no master answers for its slot
+        promoted = cluster.wait_for_failover("mg:" + key, master)
+        with redis.Redis(port=promoted) as node:
+            assert node.get("mg:" + key) == b"1"  # the release did not reach Redis
+            deadline = time.monotonic() + 30
+            while node.get("mg:" + key) != b"0":
+                assert time.monotonic() < deadline, "the slot is still held once the replica was promoted"
+                with contextlib.suppress(redis.RedisError):
+                    await counters.keep_once(ttl_seconds=20)  # the keeper's round
+                await asyncio.sleep(0.1)  # the next round, bounded by the deadline
+        assert await counters.acquire(key, 1)  # the slot is free for the next session
+    finally:
+        await counters.close()
