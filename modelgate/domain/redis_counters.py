@@ -522,6 +522,8 @@ class RedisCounters:
                 await self.keep_once(ttl_seconds=self._liveness_seconds)
             except RedisError as exc:
                 log.debug("redis: keeping counters failed: %r", exc)
+            except Exception:  # never the end of the keeper: liveness, kept settlements and releases need it
+                log.exception("redis: keeping counters failed; tried again in a moment")
             # During an outage Redis is tried often: the sooner this process's spend is back in Redis, the
             # less the others admit there without it (docs/deploy.md, "Redis outages").
             await asyncio.sleep(_LOCAL_SECONDS if shares is not None and shares.active else every)
