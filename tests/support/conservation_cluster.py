@@ -1,7 +1,9 @@
 """The conservation mix on a Redis Cluster of the run's own (issue #37): 3 masters with a replica each, the
-gateways configured with `[redis] cluster_nodes`, and at the mix's outage point the master serving the
-busiest organization's slot SIGKILLed; the cluster promotes its replica (`cluster-node-timeout`), the
-gateways follow it, and every invariant holds as through a Sentinel failover."""
+gateways configured with `[redis] cluster_nodes`, and at the mix's outage point either the master serving
+the busiest organization's slot SIGKILLed ("cluster-failover": the cluster promotes its replica, the
+gateways follow it, and every invariant holds as through a Sentinel failover), or the whole cluster
+stopped for the outage's seconds and started again with what it held ("cluster-outage", the gateways in
+`[redis] outage = "degraded"`: every invariant as through a single Redis's outage)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,36 @@ from tests.support.gateway_fleet import GatewayFleet
 from tests.support.money_books import REDIS_PREFIX
 from tests.support.redis_cluster import RedisClusterNodes
 
+FAILOVER, OUTAGE = "cluster-failover", "cluster-outage"
 
-def cluster_redis_toml(cluster: RedisClusterNodes) -> str:
+
+def cluster_redis_toml(cluster: RedisClusterNodes, chaos: str) -> str:
     """The `[redis]` lines of gateways on `cluster` (two nodes named: the others are learnt from them)."""
-    return "cluster_nodes = [" + ", ".join(f'"{node}"' for node in cluster.nodes[:2]) + "]\n"
+    nodes = "cluster_nodes = [" + ", ".join(f'"{node}"' for node in cluster.nodes[:2]) + "]\n"
+    return nodes + ('outage = "degraded"\n' if chaos == OUTAGE else "")
+
+
+class WholeCluster:
+    """A Redis Cluster as the mix's degraded-mode outage stops and starts it: every node at once."""
+
+    def __init__(self, cluster: RedisClusterNodes) -> None:
+        self.cluster = cluster
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+    def start(self) -> None:
+        self.cluster.start_again()
+
+
+def cluster_of_the_run(chaos: str) -> RedisClusterNodes | None:
+    """The cluster a setup with `chaos` starts (durable when it is stopped whole), None for other setups."""
+    return RedisClusterNodes(durable=chaos == OUTAGE) if chaos in (FAILOVER, OUTAGE) else None
+
+
+def cluster_chaos(cluster: RedisClusterNodes, chaos: str) -> RedisClusterNodes | WholeCluster:
+    """What the mix's outage acts on: the cluster (a master killed) or the whole cluster (stopped)."""
+    return WholeCluster(cluster) if chaos == OUTAGE else cluster
 
 
 async def busiest(storage_url: str, organizations: list[str]) -> str:

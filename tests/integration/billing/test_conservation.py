@@ -13,7 +13,8 @@ its replica and a sentinel of the run's own, the master SIGKILLed at that point 
 every invariant as without an outage (nothing is admitted while no master answers: 503); and on a Redis
 Cluster of the run's own (3 masters, 3 replicas, `[redis] cluster_nodes`), the master serving the busiest
 organization's slot SIGKILLed there and its replica promoted by the cluster: every invariant as with
-Sentinel (tests/support/conservation_cluster.py).
+Sentinel; and that cluster stopped whole for OUTAGE_SECONDS, the gateways in degraded mode: every invariant
+as through a single Redis's outage (tests/support/conservation_cluster.py).
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
@@ -56,7 +57,13 @@ from tests.support.conservation_audit import (
     summary,
     write_post_mortem,
 )
-from tests.support.conservation_cluster import cluster_failover, cluster_redis_toml
+from tests.support.conservation_cluster import (
+    WholeCluster,
+    cluster_chaos,
+    cluster_failover,
+    cluster_of_the_run,
+    cluster_redis_toml,
+)
 from tests.support.conservation_mix import (
     BREAKING,
     FAILING,
@@ -135,7 +142,8 @@ class Setup:
     redis: bool
     # A Redis of the run's own stopped mid-mix, the gateways in degraded mode ("outage"); or a master of the
     # run's own killed mid-mix and its replica promoted by a sentinel ("failover"), or on a Redis Cluster of
-    # the run's own the master of the busiest organization's slot ("cluster-failover").
+    # the run's own the master of the busiest organization's slot ("cluster-failover") or the whole cluster,
+    # the gateways in degraded mode ("cluster-outage").
     chaos: str = ""
 
 
@@ -145,6 +153,7 @@ SETUPS = [
     Setup("postgres-redis-outage-degraded", 2, postgres=True, redis=True, chaos="outage"),
     Setup("postgres-redis-sentinel-failover", 2, postgres=True, redis=True, chaos="failover"),
     Setup("postgres-redis-cluster-failover", 2, postgres=True, redis=True, chaos="cluster-failover"),
+    Setup("postgres-redis-cluster-outage-degraded", 2, postgres=True, redis=True, chaos="cluster-outage"),
 ]
 
 # One fake upstream per behaviour, so each request's fate is decided by the model it names, not by the
@@ -275,10 +284,10 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         ):  # the gateways follow the sentinel; the test reads the replica, the master after the failover
             redis_url = f"redis://127.0.0.1:{trio.replica_port}/0"
             redis_more = f'sentinels = ["{trio.sentinel}"]\nsentinel_master = "{MASTER_NAME}"\n'
-        cluster = None
-        if setup.chaos == "cluster-failover":
-            cluster = _own(stack, RedisClusterNodes(), "a Redis Cluster of the test's own")
-            redis_url, redis_more = None, cluster_redis_toml(cluster)
+        cluster = cluster_of_the_run(setup.chaos)
+        if cluster:
+            _own(stack, cluster, "a Redis Cluster of the test's own")
+            redis_url, redis_more = None, cluster_redis_toml(cluster, setup.chaos)
         upstreams = {name: stack.enter_context(FakeUpstream(name)) for name in FAULTS}
         for name, fault in FAULTS.items():
             upstreams[name].add_fault("/v1/chat/completions", fault, times=FOREVER)
@@ -301,7 +310,7 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
                     tuple(cluster.nodes) if cluster else redis_url,
                     registered,
                     upstreams,
-                    redis_server or trio or cluster,
+                    redis_server or trio or (cluster and cluster_chaos(cluster, setup.chaos)),
                 )
             )
         finally:
@@ -363,7 +372,7 @@ def _own(stack: ExitStack, servers: _Own, what: str) -> _Own:
     return servers
 
 
-OwnRedis = RedisServer | SentinelTrio | RedisClusterNodes
+OwnRedis = RedisServer | SentinelTrio | RedisClusterNodes | WholeCluster
 
 
 async def _failover(fleet: GatewayFleet, trio: SentinelTrio, record: OutageRecord) -> None:
@@ -402,7 +411,7 @@ def _outage_metric(samples: dict[str, float], name: str) -> float:
 
 
 async def _redis_outage(
-    fleet: GatewayFleet, server: RedisServer, record: OutageRecord, organizations: int
+    fleet: GatewayFleet, server: RedisServer | WholeCluster, record: OutageRecord, organizations: int
 ) -> None:
     """Stop Redis once every gateway has read a headroom (every organization's, when it served each within a
     heartbeat) and counted the fleet, hold the outage while the mix goes on, start Redis again and wait until
@@ -438,7 +447,7 @@ async def _redis_outage(
 
 def _chaos(fleet: GatewayFleet, own: OwnRedis | None, storage_url: str, tenants: list[Tenant]):
     """The mix's Redis outage for the setup's own Redis servers (None: the setup has none)."""
-    if isinstance(own, RedisServer):
+    if isinstance(own, RedisServer | WholeCluster):
         return lambda record: _redis_outage(fleet, own, record, len(tenants))
     if isinstance(own, RedisClusterNodes):
         organizations = [tenant.organization_id for tenant in tenants]
