@@ -222,8 +222,9 @@ class UsageMetering(Plugin):
         model = ctx.routed_model
         now = time.time()
         row_id = self._ledger.new_row_id(now)
-        input_tokens = 0 if ctx.matched_route.free else prompt_estimate(len(ctx.body))
-        cost = model.prices.prompt_cost(input_tokens) if input_tokens else 0
+        free = ctx.matched_route.free
+        input_tokens = 0 if free else prompt_estimate(len(ctx.body))
+        cost = 0 if free else model.prices.prompt_cost(input_tokens)
         self._ledger.admit_row(
             charge_row(
                 row_id,
