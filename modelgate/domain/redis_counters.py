@@ -148,6 +148,9 @@ class RedisCounters:
         self._queued_args: list[int | str] = []
         self._queued_written: asyncio.Future | None = None  # resolved once the queued batch is written
         self._forgotten: list[tuple[str, str]] = []  # (hash, row id) of settlement records no more needed
+        # Slots whose release Redis did not answer (down, a master being failed over): released again by the
+        # keeper once it does, or a session that ended would hold its slot until the count's safety TTL.
+        self._unreleased: list[str] = []
         self._writer: asyncio.Task | None = None
         self._keeper: asyncio.Task | None = None
         self._reclaim = client.register_script(scripts.RECLAIM)
@@ -606,7 +609,9 @@ class RedisCounters:
             try:
                 await self.keep_once(ttl_seconds=self._liveness_seconds)
             except RedisError as exc:
-                log.debug("redis: keeping counters failed: %r", exc)
+                log.debug("redis: keeping counters failed: %s", redis_error(exc))
+            except Exception:  # never the end of the keeper: liveness, kept settlements and releases need it
+                log.exception("redis: keeping counters failed; tried again in a moment")
             # During an outage Redis is tried often: the sooner this process's spend is back in Redis, the
             # less the others admit there without it (docs/deploy.md, "Redis outages").
             await asyncio.sleep(_LOCAL_SECONDS if shares is not None and shares.active else every)
@@ -616,6 +621,7 @@ class RedisCounters:
         and the reading the shares of the next outage come from (raises while Redis is unreachable)."""
         await self.heartbeat(ttl_seconds)
         await self.retry_settlements()
+        await self.release_kept()
         shares = self.shares
         if shares is not None and shares.active:  # back, and this process's outage spend is in Redis
             self._redis_back(shares)
@@ -749,7 +755,20 @@ class RedisCounters:
         try:
             await self._release(keys=[self._prefix + key])
         except RedisError as exc:
-            log.error("redis: releasing a slot of %s failed: %s", key, redis_error(exc))
+            log.error(
+                "redis: releasing a slot of %s failed (%s); released once Redis answers",
+                key,
+                redis_error(exc),
+            )
+            self._unreleased.append(key)
+
+    async def release_kept(self) -> None:
+        """Release the slots whose release Redis did not answer, oldest first (raises while it still does
+        not). One whose answer alone was lost is released twice: its count may read one low for a while
+        (never below 0), where keeping it would have held a slot that is free for hours."""
+        while self._unreleased:
+            await self._release(keys=[self._prefix + self._unreleased[0]])
+            self._unreleased.pop(0)
 
     async def close(self) -> None:
         if self._keeper is not None:
@@ -759,6 +778,7 @@ class RedisCounters:
         try:
             await self.flush()
             await self.retry_settlements()
+            await self.release_kept()
             # A clean stop holds nothing: its share is released now rather than when its key expires.
             for tag in sorted(self._held_in | {""}):
                 await self._reclaim(keys=[self._held_of[tag]], args=[self.process])

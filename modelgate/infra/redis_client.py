@@ -9,6 +9,8 @@ import redis.asyncio as redis_asyncio
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 
 from modelgate.config.loader import sentinel_address
 from modelgate.config.schema import RedisConfig
@@ -56,10 +58,27 @@ def redis_client(
     )
 
 
+class _Cluster(RedisCluster):
+    """redis-py's cluster client, failing as a single Redis does when no node answers. Its map cannot be read
+    then (every node down or unreachable), and it raises RedisClusterException, which is no RedisError: every
+    caller that handles an unreachable Redis (503, degraded mode, kept settlements, the counters' keeper)
+    would miss it. Here it is a ConnectionError."""
+
+    async def initialize(
+        self,
+        additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+        last_failed_node_name: str | None = None,
+    ) -> RedisCluster:
+        try:
+            return await super().initialize(additional_startup_nodes_info, last_failed_node_name)
+        except RedisClusterException as exc:
+            raise RedisConnectionError(f"the Redis Cluster cannot be read: {exc}") from exc
+
+
 def cluster_client(config: RedisConfig, *, health_check_interval: int = 30) -> RedisCluster:
     """A client of the Redis Cluster whose nodes `config.cluster_nodes` names (it learns the others)."""
     options = parse_url(config.url) if config.url else {}
-    return RedisCluster(
+    return _Cluster(
         startup_nodes=[ClusterNode(*sentinel_address(address)) for address in config.cluster_nodes],
         health_check_interval=health_check_interval,
         socket_connect_timeout=_CONNECT_SECONDS,

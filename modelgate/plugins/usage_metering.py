@@ -216,13 +216,15 @@ class UsageMetering(Plugin):
         """Journal the request before it is forwarded; returns its row id. The row charged should the
         process die before the request completes is the estimate of its prompt, which the provider surely
         billed (domain.charges.prompt_estimate), said estimated on the row and, like any charge, not capped
-        at the reservation (the excess recorded)."""
+        at the reservation (the excess recorded). A free route (a realtime secret's mint, a retrieve) costs
+        nothing, and its crash row nothing either."""
         key = ctx.api_key
         model = ctx.routed_model
         now = time.time()
         row_id = self._ledger.new_row_id(now)
-        input_tokens = prompt_estimate(len(ctx.body))
-        cost = model.prices.prompt_cost(input_tokens)
+        free = ctx.matched_route.free
+        input_tokens = 0 if free else prompt_estimate(len(ctx.body))
+        cost = 0 if free else model.prices.prompt_cost(input_tokens)
         self._ledger.admit_row(
             charge_row(
                 row_id,

@@ -542,9 +542,9 @@ def _outage_line(ev: Evidence, outage) -> str:
     after = [min((m for at, _, m in w.margins if at >= stop), default=None) for w in ev.watch.organizations]
     if not outage.served_from_shares:
         return (
-            f"Redis master killed, a replica promoted {back - stop:.1f} s later, every gateway on it "
-            f"{reconciled} after; calls started meanwhile: {dict(sorted(during.items()))}; lowest margin "
-            f"from the kill on: {after}"
+            f"Redis master killed ({outage.note or 'Sentinel'}), a replica promoted {back - stop:.1f} s "
+            f"later, every gateway on it {reconciled} after; calls started meanwhile: "
+            f"{dict(sorted(during.items()))}; lowest margin from the kill on: {after}"
         )
     return (
         f"Redis outage of {back - stop:.1f} s: degraded after {degraded}, reconciled {reconciled} after "

@@ -218,3 +218,21 @@ class GatewayFleet:
             with contextlib.suppress(ValueError):
                 samples[name] = float(value)
         return samples
+
+    async def redis_ready(self, within: float) -> bool:
+        """Wait (bounded) until every live generation's /readyz finds Redis ready (False: not in time)."""
+        deadline = time.monotonic() + within
+        async with httpx.AsyncClient(timeout=5) as http:
+            while time.monotonic() < deadline:
+                if all([await _redis_ready(http, g.process.base_url) for g in self.live()]):
+                    return True
+                await asyncio.sleep(0.1)  # the polling period of a bounded wait
+        return False
+
+
+async def _redis_ready(http: httpx.AsyncClient, base_url: str) -> bool:
+    try:
+        reply = await http.get(f"{base_url}/readyz")
+    except httpx.TransportError:
+        return False
+    return reply.status_code == 200 and reply.json().get("checks", {}).get("redis") == "ok"

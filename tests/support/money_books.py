@@ -8,6 +8,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ClusterError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -118,6 +121,20 @@ class RedisMoney:
     raw: dict[str, str]
 
 
+# Where the test reads Redis: a server's URL, the `host:port` of nodes of a Redis Cluster, or none.
+RedisAt = str | tuple[str, ...] | None
+# What reading Redis raises while it is down or a master is being failed over.
+UNREADABLE = (RedisConnectionError, RedisTimeoutError, ClusterError)
+
+
+def redis_reader(at: RedisAt) -> Redis | RedisCluster | None:
+    """A client that reads the Redis `at` names (a cluster's: routed by slot, following its failovers)."""
+    if isinstance(at, tuple):
+        nodes = [ClusterNode(host, int(port)) for host, _, port in (node.rpartition(":") for node in at)]
+        return RedisCluster(startup_nodes=nodes, socket_timeout=2, socket_connect_timeout=1)
+    return Redis.from_url(at) if at else None
+
+
 async def read_redis_money(redis, organization_id: str) -> RedisMoney:
     raw = {
         k.decode(): v.decode()
@@ -179,9 +196,9 @@ class BalanceWatch:
     """Samples every organization's stored balance (and its Redis counter) every ~100 ms in a background
     thread with its own event loop, keeping the lowest point of each relative to its floor."""
 
-    def __init__(self, storage_url: str, redis_url: str | None, organizations: list[WatchedOrganization]):
+    def __init__(self, storage_url: str, redis_at: RedisAt, organizations: list[WatchedOrganization]):
         self._storage_url = storage_url
-        self._redis_url = redis_url
+        self._redis_at = redis_at
         self.organizations = organizations
         self.samples = 0
         self.errors: list[str] = []
@@ -206,11 +223,7 @@ class BalanceWatch:
 
     async def _watch(self) -> None:
         db = await open_database(self._storage_url, pool_size=2)
-        redis = None
-        if self._redis_url:
-            from redis.asyncio import Redis
-
-            redis = Redis.from_url(self._redis_url)
+        redis = redis_reader(self._redis_at)
         started = time.monotonic()
         try:
             while not self._stop.is_set():
@@ -234,7 +247,7 @@ class BalanceWatch:
             if redis is not None:
                 try:
                     live = await read_redis_money(redis, organization_id)
-                except (RedisConnectionError, RedisTimeoutError):  # a Redis outage: storage is still watched
+                except UNREADABLE:  # a Redis outage: storage is still watched
                     watched.live_unreadable += 1
             stored = await db.fetchval(
                 "SELECT balance_micros FROM organizations WHERE id = $1", organization_id

@@ -1,6 +1,8 @@
 """A Redis Cluster started by a test on loopback ports of its own: `masters` masters with `replicas` replicas
 each (`redis-server --cluster-enabled yes`, joined by `redis-cli --cluster create`). `kill_master` is a
-crash of the master serving a key; the cluster then promotes its replica (`wait_for_failover`).
+crash of the master serving a key; the cluster then promotes its replica (`wait_for_failover`). A durable
+cluster (an append-only file fsynced on every write) is stopped whole (`stop`: every node SIGTERMed) and
+started again on its ports with what it held and its roles (`start_again`): an outage of the whole cluster.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ NODE_TIMEOUT_MS = 1000  # a master unreachable this long is failed over (the def
 
 
 class RedisClusterNodes(LocalServers):
-    def __init__(self, masters: int = 3, replicas: int = 1) -> None:
+    def __init__(self, masters: int = 3, replicas: int = 1, *, durable: bool = False) -> None:
         self.masters, self.replicas = masters, replicas
+        self._persistence = (
+            ("--appendonly", "yes", "--appendfsync", "always") if durable else ("--appendonly", "no")
+        )
+        self._stopped: list[int] = []  # the ports of a cluster stopped whole, its masters first
         ports: list[int] = []
         while len(ports) < 2 * masters * (1 + replicas):  # each node's port and its cluster bus port
             if (port := free_port()) not in ports:
@@ -38,12 +44,12 @@ class RedisClusterNodes(LocalServers):
 
     def _server(self, port: int) -> None:
         workdir = self._root / str(port)
-        workdir.mkdir()
-        log = (workdir / "redis.log").open("wb")
+        workdir.mkdir(exist_ok=True)  # a node started again finds its nodes.conf (and data) there
+        log = (workdir / "redis.log").open("ab")
         self._processes[port] = subprocess.Popen(
             [
-                "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", *self._persistence,
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--cluster-port", str(self._bus_ports[port]),
                 "--repl-diskless-sync-delay", "0", "--cluster-require-full-coverage", "no",
             ],
@@ -117,6 +123,24 @@ class RedisClusterNodes(LocalServers):
         process = self._processes.pop(port)
         process.kill()
         process.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM every node (each finishes its append-only file); their ports refuse connections."""
+        masters = self.master_ports()
+        self._stopped = masters + [port for port in self._processes if port not in masters]
+        for port in self._stopped:
+            self._processes[port].terminate()
+        for port in self._stopped:
+            self._processes.pop(port).wait(30)
+
+    def start_again(self) -> None:
+        """Start the nodes `stop` stopped on their ports, masters first (no replica finds its master gone and
+        is promoted), and wait until the cluster is formed as before."""
+        for port in self._stopped:
+            self._server(port)
+            _wait_for(lambda port=port: _ping(port), f"the cluster node on {port} did not start again")
+        self._stopped = []
+        _wait_for(self._formed, "the cluster did not form again", timeout=60)
 
     def wait_for_failover(self, key: str, dead: int, timeout: float = 30.0) -> int:
         """Wait until a replica serves `key` in place of the master on `dead`; returns its port."""

@@ -10,7 +10,11 @@ for OUTAGE_SECONDS at 15 % of the mix while both processes serve in `[redis] out
 (issue #37): every invariant holds through it, the floor within the overspend bound of docs/deploy.md
 "Redis outages" (tests/support/conservation_audit.py, `_floor_through_outages`); and with a Redis master,
 its replica and a sentinel of the run's own, the master SIGKILLed at that point and the replica promoted:
-every invariant as without an outage (nothing is admitted while no master answers: 503).
+every invariant as without an outage (nothing is admitted while no master answers: 503); and on a Redis
+Cluster of the run's own (3 masters, 3 replicas, `[redis] cluster_nodes`), the master serving the busiest
+organization's slot SIGKILLed there and its replica promoted by the cluster: every invariant as with
+Sentinel; and that cluster stopped whole for OUTAGE_SECONDS, the gateways in degraded mode: every invariant
+as through a single Redis's outage (tests/support/conservation_cluster.py).
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
@@ -32,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 import pytest
 
 from modelgate.storage import Database, open_database
@@ -53,6 +56,13 @@ from tests.support.conservation_audit import (
     overruns_charged_and_marked,
     summary,
     write_post_mortem,
+)
+from tests.support.conservation_cluster import (
+    WholeCluster,
+    cluster_chaos,
+    cluster_failover,
+    cluster_of_the_run,
+    cluster_redis_toml,
 )
 from tests.support.conservation_mix import (
     BREAKING,
@@ -82,10 +92,13 @@ from tests.support.gateway import register_tenant
 from tests.support.gateway_fleet import GatewayFleet
 from tests.support.money_books import (
     BalanceWatch,
+    RedisAt,
     WatchedOrganization,
     read_books,
     read_redis_money,
+    redis_reader,
 )
+from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_sentinel import MASTER_NAME, SentinelTrio
 from tests.support.redis_server import RedisServer
 from tests.support.services import REDIS_URL, create_pg_database, drop_pg_database, service_unavailable
@@ -128,7 +141,9 @@ class Setup:
     postgres: bool
     redis: bool
     # A Redis of the run's own stopped mid-mix, the gateways in degraded mode ("outage"); or a master of the
-    # run's own killed mid-mix and its replica promoted by a sentinel ("failover").
+    # run's own killed mid-mix and its replica promoted by a sentinel ("failover"), or on a Redis Cluster of
+    # the run's own the master of the busiest organization's slot ("cluster-failover") or the whole cluster,
+    # the gateways in degraded mode ("cluster-outage").
     chaos: str = ""
 
 
@@ -137,6 +152,8 @@ SETUPS = [
     Setup("postgres-redis-two-processes", 2, postgres=True, redis=True),
     Setup("postgres-redis-outage-degraded", 2, postgres=True, redis=True, chaos="outage"),
     Setup("postgres-redis-sentinel-failover", 2, postgres=True, redis=True, chaos="failover"),
+    Setup("postgres-redis-cluster-failover", 2, postgres=True, redis=True, chaos="cluster-failover"),
+    Setup("postgres-redis-cluster-outage-degraded", 2, postgres=True, redis=True, chaos="cluster-outage"),
 ]
 
 # One fake upstream per behaviour, so each request's fate is decided by the model it names, not by the
@@ -164,7 +181,8 @@ output_per_mtok = {PRICES.output}
 def conservation_toml(
     storage_url: str, redis_url: str | None, upstreams: dict[str, FakeUpstream], redis_more: str = ""
 ) -> str:
-    redis = f'[redis]\nurl = "{redis_url}"\n{redis_more}' if redis_url else ""
+    url = f'url = "{redis_url}"\n' if redis_url else ""
+    redis = f"[redis]\n{url}{redis_more}" if url or redis_more else ""
     providers = "".join(
         f'[[providers]]\nname = "{name}"\nkind = "openai"\nbase_url = "{fake.base_url}/v1"\n\n'
         for name, fake in upstreams.items()
@@ -266,6 +284,10 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         ):  # the gateways follow the sentinel; the test reads the replica, the master after the failover
             redis_url = f"redis://127.0.0.1:{trio.replica_port}/0"
             redis_more = f'sentinels = ["{trio.sentinel}"]\nsentinel_master = "{MASTER_NAME}"\n'
+        cluster = cluster_of_the_run(setup.chaos)
+        if cluster:
+            _own(stack, cluster, "a Redis Cluster of the test's own")
+            redis_url, redis_more = None, cluster_redis_toml(cluster, setup.chaos)
         upstreams = {name: stack.enter_context(FakeUpstream(name)) for name in FAULTS}
         for name, fault in FAULTS.items():
             upstreams[name].add_fault("/v1/chat/completions", fault, times=FOREVER)
@@ -280,7 +302,16 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
                 register_tenant(fleet.base_url(0), fund_usd=amount / 1_000_000) for amount in FUNDING
             ]
             evidence = asyncio.run(
-                _run(seed, setup, fleet, storage_url, redis_url, registered, upstreams, redis_server or trio)
+                _run(
+                    seed,
+                    setup,
+                    fleet,
+                    storage_url,
+                    tuple(cluster.nodes) if cluster else redis_url,
+                    registered,
+                    upstreams,
+                    redis_server or trio or (cluster and cluster_chaos(cluster, setup.chaos)),
+                )
             )
         finally:
             problems = fleet.stop_all()
@@ -327,7 +358,7 @@ def _redis(setup: Setup) -> str | None:
     return REDIS_URL
 
 
-_Own = TypeVar("_Own", RedisServer, SentinelTrio)
+_Own = TypeVar("_Own", RedisServer, SentinelTrio, RedisClusterNodes)
 
 
 def _own(stack: ExitStack, servers: _Own, what: str) -> _Own:
@@ -339,6 +370,9 @@ def _own(stack: ExitStack, servers: _Own, what: str) -> _Own:
         service_unavailable(what, exc)
         raise
     return servers
+
+
+OwnRedis = RedisServer | SentinelTrio | RedisClusterNodes | WholeCluster
 
 
 async def _failover(fleet: GatewayFleet, trio: SentinelTrio, record: OutageRecord) -> None:
@@ -355,23 +389,10 @@ async def _failover(fleet: GatewayFleet, trio: SentinelTrio, record: OutageRecor
         record.problems.append(f"the sentinel promoted no replica within {OUTAGE_WAIT} s: {exc}")
         return
     record.started_at = time.monotonic()
-    deadline = record.started_at + OUTAGE_WAIT
-    async with httpx.AsyncClient(timeout=5) as http:
-        while time.monotonic() < deadline:
-            ready = [await _redis_ready(http, g.process.base_url) for g in fleet.live()]
-            if all(ready):
-                record.reconciled_at = time.monotonic()
-                return
-            await asyncio.sleep(0.1)  # the polling period of a bounded wait
-    record.problems.append(f"a gateway did not find the promoted master within {OUTAGE_WAIT} s")
-
-
-async def _redis_ready(http: httpx.AsyncClient, base_url: str) -> bool:
-    try:
-        reply = await http.get(f"{base_url}/readyz")
-    except httpx.TransportError:
-        return False
-    return reply.status_code == 200 and reply.json().get("checks", {}).get("redis") == "ok"
+    if await fleet.redis_ready(OUTAGE_WAIT):
+        record.reconciled_at = time.monotonic()
+    else:
+        record.problems.append(f"a gateway did not find the promoted master within {OUTAGE_WAIT} s")
 
 
 async def _until(fleet: GatewayFleet, condition, within: float = OUTAGE_WAIT) -> bool:
@@ -390,7 +411,7 @@ def _outage_metric(samples: dict[str, float], name: str) -> float:
 
 
 async def _redis_outage(
-    fleet: GatewayFleet, server: RedisServer, record: OutageRecord, organizations: int
+    fleet: GatewayFleet, server: RedisServer | WholeCluster, record: OutageRecord, organizations: int
 ) -> None:
     """Stop Redis once every gateway has read a headroom (every organization's, when it served each within a
     heartbeat) and counted the fleet, hold the outage while the mix goes on, start Redis again and wait until
@@ -424,10 +445,13 @@ async def _redis_outage(
         record.problems.append(f"a gateway did not reconcile within {OUTAGE_WAIT} s of Redis's return")
 
 
-def _chaos(fleet: GatewayFleet, own: RedisServer | SentinelTrio | None, organizations: int):
+def _chaos(fleet: GatewayFleet, own: OwnRedis | None, storage_url: str, tenants: list[Tenant]):
     """The mix's Redis outage for the setup's own Redis servers (None: the setup has none)."""
-    if isinstance(own, RedisServer):
-        return lambda record: _redis_outage(fleet, own, record, organizations)
+    if isinstance(own, RedisServer | WholeCluster):
+        return lambda record: _redis_outage(fleet, own, record, len(tenants))
+    if isinstance(own, RedisClusterNodes):
+        organizations = [tenant.organization_id for tenant in tenants]
+        return lambda record: cluster_failover(fleet, own, record, storage_url, organizations, OUTAGE_WAIT)
     if isinstance(own, SentinelTrio):
         return lambda record: _failover(fleet, own, record)
     return None
@@ -438,17 +462,13 @@ async def _run(
     setup: Setup,
     fleet: GatewayFleet,
     storage_url: str,
-    redis_url: str | None,
+    redis_url: RedisAt,
     registered,
     fleet_upstreams: dict[str, FakeUpstream],
-    own_redis: RedisServer | SentinelTrio | None = None,
+    own_redis: OwnRedis | None = None,
 ):
     db = await open_database(storage_url, pool_size=2)
-    redis = None
-    if redis_url:
-        from redis.asyncio import Redis
-
-        redis = Redis.from_url(redis_url)
+    redis = redis_reader(redis_url)
     try:
         tenants = await _tenants(db, registered)
         openings = [await _opening(db, tenant) for tenant in tenants]
@@ -466,7 +486,7 @@ async def _run(
                 adjust_available=adjust,
                 concurrency=CONCURRENCY,
                 finish_background=fleet_upstreams[STEADY].finish_background,
-                redis_outage=_chaos(fleet, own_redis, len(tenants)),
+                redis_outage=_chaos(fleet, own_redis, storage_url, tenants),
             )
             outage = OUTAGE_SECONDS if setup.chaos else 0.0
             shape = MixShape(organizations=len(tenants), gateways=setup.gateways, redis_outage=outage)

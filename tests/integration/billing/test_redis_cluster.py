@@ -1,7 +1,8 @@
 """Counters on a Redis Cluster (issue #37): sharded by organization (each script touches one slot), routed
 by the counters' own connection (MOVED, NOSCRIPT, a lost master), and a master killed under load by two
 gateway processes: its replica is promoted, requests go on, the books balance, and an organization on
-another master never notices.
+another master never notices; a release kept through a failover, and a whole cluster stopped and started
+again (unreachable as a single Redis that is down: the keeper and the bus outlive it).
 
 Real servers: 3 masters and 3 replicas started by the test (tests/support/redis_cluster.py), PostgreSQL,
 two `modelgate serve` processes under load from client threads.
@@ -17,11 +18,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis.asyncio.cluster import ClusterPubSub
+from redis.asyncio.cluster import ClusterPubSub, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from modelgate.config.schema import RedisConfig
 from modelgate.domain.accounts import balance_key
 from modelgate.domain.counters import MoneyAsk, MoneyState, Refusal
+from modelgate.domain.errors import ServiceUnavailable
 from modelgate.domain.redis_counters import RedisCounters
 from modelgate.infra.redis_client import cluster_client
 from modelgate.infra.redis_cluster import ClusterWire
@@ -44,6 +47,14 @@ from tests.support.redis_cluster import RedisClusterNodes
 @pytest.fixture
 def cluster() -> Iterator[RedisClusterNodes]:
     yield from own_servers(RedisClusterNodes, "a Redis Cluster of the test's own (redis-server, redis-cli)")
+
+
+@pytest.fixture
+def durable_cluster() -> Iterator[RedisClusterNodes]:
+    """A cluster that keeps what it holds when it is stopped whole and started again."""
+    yield from own_servers(
+        lambda: RedisClusterNodes(durable=True), "a Redis Cluster of the test's own (redis-server, redis-cli)"
+    )
 
 
 _INCR = Script("return redis.call('INCR', KEYS[1])")
@@ -229,3 +240,80 @@ async def test_a_slot_being_moved_is_followed_with_asking_on_the_node_it_moves_t
             wire.close()
             for node in (old, new):
                 node.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+
+
+async def test_a_slot_released_while_its_master_is_failed_over_is_released_on_the_promoted_replica(
+    cluster: RedisClusterNodes,
+) -> None:
+    """A realtime session that ends while its organization's master is down cannot release its slot then:
+    the release is kept and made by the keeper once the replica is promoted (found by the conservation
+    audit's cluster failover: the slot stayed held until its 6-hour safety TTL)."""
+    counters = RedisCounters(cluster_client(RedisConfig(cluster_nodes=tuple(cluster.nodes[:1]))))
+    key = "rt:o:{org_failover}"
+    try:
+        assert await counters.acquire(key, 1)
+        assert not await counters.acquire(key, 1)  # the organization's one slot is held
+        master = cluster.master_of("mg:" + key)
+        with redis.Redis(port=master) as node:
+            assert node.wait(1, 5000) == 1  # its replica holds the count
+        cluster.kill(master)
+        await counters.release(key)  # the session ended: no master answers for its slot
+        promoted = cluster.wait_for_failover("mg:" + key, master)
+        with redis.Redis(port=promoted) as node:
+            assert node.get("mg:" + key) == b"1"  # the release did not reach Redis
+            deadline = time.monotonic() + 30
+            while node.get("mg:" + key) != b"0":
+                assert time.monotonic() < deadline, "the slot is still held once the replica was promoted"
+                with contextlib.suppress(redis.RedisError):
+                    await counters.keep_once(ttl_seconds=20)  # the keeper's round
+                await asyncio.sleep(0.1)  # the next round, bounded by the deadline
+        assert await counters.acquire(key, 1)  # the slot is free for the next session
+    finally:
+        await counters.close()
+
+
+async def test_a_whole_cluster_stopped_fails_as_an_unreachable_redis_and_its_kept_work_is_done_after(
+    durable_cluster: RedisClusterNodes,
+) -> None:
+    """Every node down: redis-py's cluster client cannot read the slot map and raised RedisClusterException,
+    which is no RedisError — the counters' keeper died of it (kept settlements and releases were never sent
+    again: the conservation audit's degraded cluster outage never reconciled) and a realtime secret's mint
+    answered 500. It is a ConnectionError: 503 as for a single Redis, the keeper goes on, and once the
+    cluster is back the keeper does what it kept and the bus listens again."""
+    config = RedisConfig(cluster_nodes=tuple(durable_cluster.nodes[:1]))
+    client = cluster_client(config)
+    counters = RedisCounters(cluster_client(config))
+    bus = RedisBus(config)
+    heard: list[str] = []
+    bus.on("modelgate_test", heard.append)
+    key = "rt:o:{org_whole}"
+    try:
+        await counters.start(heartbeat_seconds=0.2)
+        await bus.start()
+        assert await _heard(durable_cluster, heard, "before"), "the bus heard nothing"
+        assert await counters.acquire(key, 1)
+        assert await client.get("mg:" + key) == b"1"
+        durable_cluster.stop()
+        with pytest.raises(RedisConnectionError):
+            await client.get("mg:" + key)
+        with pytest.raises(RedisConnectionError):
+            await counters.keep_once(ttl_seconds=1)  # what the keeper meets in every round meanwhile
+        with pytest.raises(ServiceUnavailable):
+            await counters.acquire("rt:o:{org_other}", 1)  # 503, as with one Redis down
+        await counters.release(key)  # a session ends meanwhile: kept
+        await asyncio.to_thread(durable_cluster.start_again)
+        deadline = time.monotonic() + 30
+        while await _count(client, "mg:" + key) != b"0":
+            assert time.monotonic() < deadline, "the keeper never released the kept slot"
+            await asyncio.sleep(0.1)  # the keeper's next rounds, bounded by the deadline
+        assert await _heard(durable_cluster, heard, "after"), "the bus heard nothing once it was back"
+    finally:
+        await bus.close()
+        await counters.close()
+        await client.aclose()
+
+
+async def _count(client: RedisCluster, name: str) -> bytes | None:
+    with contextlib.suppress(redis.RedisError):
+        return await client.get(name)
+    return None

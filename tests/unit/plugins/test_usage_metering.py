@@ -200,6 +200,30 @@ async def test_an_admission_journals_the_estimate_of_its_prompt_as_its_crash_row
     assert row[15] == tuple(ctx.admission.charged_budgets) and row[16:] == ("flagged", True)
 
 
+async def test_a_free_route_journals_a_crash_row_that_costs_nothing(
+    services: PluginServices, key: StoredKey
+) -> None:
+    """A realtime secret's mint costs nothing, and so does its crash row (the conservation audit found a
+    mint cut by a SIGKILL charged its prompt's estimate)."""
+    ctx = await context_before(
+        "billing_gate",
+        services,
+        path="/v1/realtime/client_secrets",
+        payload={"model": "gpt-test", "session": {"type": "realtime", "model": "gpt-test"}},
+        key=key.record,
+    )
+    await BillingGate(services.accounts).on_request(ctx)
+    await Admission(services.counters).on_request(ctx)
+    admissions, _ = _spied(services)
+
+    UsageMetering(services.ledger, services.counters).on_request(ctx)
+
+    (row,) = admissions
+    assert ctx.matched_route.free and row[0] == ctx.metering.ledger_row_id
+    # status, tokens (input, cached, output), cost, outcome
+    assert (row[7], row[8], row[9], row[10], row[11], row[14]) == (0, 0, 0, 0, 0, CRASHED)
+
+
 async def test_a_completed_row_carries_its_usage_cost_budgets_and_content_action(
     services: PluginServices, key: StoredKey
 ) -> None:
