@@ -120,6 +120,7 @@ class OutageRecord:
     # Degraded mode: gateways served from their shares meanwhile (the floor may give way within the bound of
     # docs/deploy.md); False for a Sentinel failover, where nothing is admitted while no master answers.
     served_from_shares: bool = True
+    failed: str = "Redis master"  # what a failover lost (its replica promoted), for the summary
     # Set once Redis is down (or the outage gave up): the operations after it wait for it, so the outage
     # meets the mix whatever the wait for the gateways' readings before it took.
     begun: asyncio.Event = field(default_factory=asyncio.Event)

@@ -86,6 +86,8 @@ from tests.support.money_books import (
     read_books,
     read_redis_money,
 )
+from tests.support.pg_pair import PostgresPair
+from tests.support.pg_promotion import promote_mid_mix
 from tests.support.redis_sentinel import MASTER_NAME, SentinelTrio
 from tests.support.redis_server import RedisServer
 from tests.support.services import REDIS_URL, create_pg_database, drop_pg_database, service_unavailable
@@ -128,7 +130,8 @@ class Setup:
     postgres: bool
     redis: bool
     # A Redis of the run's own stopped mid-mix, the gateways in degraded mode ("outage"); or a master of the
-    # run's own killed mid-mix and its replica promoted by a sentinel ("failover").
+    # run's own killed mid-mix and its replica promoted by a sentinel ("failover"); or a PostgreSQL primary of
+    # the run's own stopped mid-mix and its streaming replica promoted ("promotion").
     chaos: str = ""
 
 
@@ -137,6 +140,7 @@ SETUPS = [
     Setup("postgres-redis-two-processes", 2, postgres=True, redis=True),
     Setup("postgres-redis-outage-degraded", 2, postgres=True, redis=True, chaos="outage"),
     Setup("postgres-redis-sentinel-failover", 2, postgres=True, redis=True, chaos="failover"),
+    Setup("postgres-promotion-redis", 2, postgres=True, redis=True, chaos="promotion"),
 ]
 
 # One fake upstream per behaviour, so each request's fate is decided by the model it names, not by the
@@ -250,7 +254,12 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     print(f"\n[{setup.name}] {SEED_VARIABLE}={seed}", flush=True)
     workdir = _workdir(tmp_path_factory, setup, seed)
     with ExitStack() as stack:
-        storage_url = _storage(stack, setup, workdir)
+        pair = None
+        if setup.chaos == "promotion":
+            pair = _own(
+                stack, PostgresPair(synchronous=True), "a PostgreSQL primary and replica of the test's own"
+            )
+        storage_url = pair.url if pair else _storage(stack, setup, workdir)
         redis_server = (
             _own(stack, RedisServer(), "a redis-server of the test's own")
             if setup.chaos == "outage"
@@ -280,7 +289,16 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
                 register_tenant(fleet.base_url(0), fund_usd=amount / 1_000_000) for amount in FUNDING
             ]
             evidence = asyncio.run(
-                _run(seed, setup, fleet, storage_url, redis_url, registered, upstreams, redis_server or trio)
+                _run(
+                    seed,
+                    setup,
+                    fleet,
+                    storage_url,
+                    redis_url,
+                    registered,
+                    upstreams,
+                    redis_server or trio or pair,
+                )
             )
         finally:
             problems = fleet.stop_all()
@@ -327,7 +345,7 @@ def _redis(setup: Setup) -> str | None:
     return REDIS_URL
 
 
-_Own = TypeVar("_Own", RedisServer, SentinelTrio)
+_Own = TypeVar("_Own", RedisServer, SentinelTrio, PostgresPair)
 
 
 def _own(stack: ExitStack, servers: _Own, what: str) -> _Own:
@@ -424,8 +442,10 @@ async def _redis_outage(
         record.problems.append(f"a gateway did not reconcile within {OUTAGE_WAIT} s of Redis's return")
 
 
-def _chaos(fleet: GatewayFleet, own: RedisServer | SentinelTrio | None, organizations: int):
-    """The mix's Redis outage for the setup's own Redis servers (None: the setup has none)."""
+def _chaos(fleet: GatewayFleet, own: RedisServer | SentinelTrio | PostgresPair | None, organizations: int):
+    """The mix's outage for the setup's own servers (None: the setup has none)."""
+    if isinstance(own, PostgresPair):
+        return lambda record: promote_mid_mix(fleet, own, record, OUTAGE_SECONDS)
     if isinstance(own, RedisServer):
         return lambda record: _redis_outage(fleet, own, record, organizations)
     if isinstance(own, SentinelTrio):
@@ -441,7 +461,7 @@ async def _run(
     redis_url: str | None,
     registered,
     fleet_upstreams: dict[str, FakeUpstream],
-    own_redis: RedisServer | SentinelTrio | None = None,
+    own_redis: RedisServer | SentinelTrio | PostgresPair | None = None,
 ):
     db = await open_database(storage_url, pool_size=2)
     redis = None
