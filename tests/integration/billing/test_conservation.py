@@ -10,7 +10,10 @@ for OUTAGE_SECONDS at 15 % of the mix while both processes serve in `[redis] out
 (issue #37): every invariant holds through it, the floor within the overspend bound of docs/deploy.md
 "Redis outages" (tests/support/conservation_audit.py, `_floor_through_outages`); and with a Redis master,
 its replica and a sentinel of the run's own, the master SIGKILLed at that point and the replica promoted:
-every invariant as without an outage (nothing is admitted while no master answers: 503).
+every invariant as without an outage (nothing is admitted while no master answers: 503); and with a
+PostgreSQL primary and its synchronous streaming replica of the run's own (tests/support/pg_promotion.py),
+the primary stopped at that point and the replica promoted OUTAGE_SECONDS later: every invariant as without
+an outage (rows wait in the spools meanwhile; an operator's change then answered 503 may have been made).
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
