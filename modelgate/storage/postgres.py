@@ -29,7 +29,8 @@ from modelgate.storage.database import (
 log = logging.getLogger("modelgate.storage")
 
 # No read-write server answers: connections refused, reset or lost, a server shutting down or starting,
-# a standby (or a demoted primary) refusing a write, no listed host that takes writes.
+# a standby (or a demoted primary) refusing a write, no listed host that takes writes; and a server that
+# does not answer within `command_timeout` (TimeoutError is an OSError).
 _UNAVAILABLE = (
     OSError,
     asyncpg.PostgresConnectionError,

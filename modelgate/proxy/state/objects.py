@@ -214,8 +214,9 @@ class ObjectStore:
         if not self._pending:
             return
         _, late = await asyncio.wait(set(self._pending), timeout=grace_seconds)
+        if late:
+            log.error("%d object binding writes still waiting for storage at shutdown are dropped", len(late))
         for task in late:
-            log.error("object binding writes still waiting for storage at shutdown are dropped")
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
 
