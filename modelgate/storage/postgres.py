@@ -41,14 +41,26 @@ _UNAVAILABLE = (
 
 
 @contextmanager
-def _available() -> Iterator[None]:
-    """Raise what a constraint or a lost server makes of a statement as the storage's own errors."""
+def _available(conn: asyncpg.Connection | PoolConnectionProxy | None = None) -> Iterator[None]:
+    """Raise what a constraint or a lost server makes of a statement as the storage's own errors. On `conn`,
+    a use refused because the server closed it (a rollback after the primary died, say) is one too."""
     try:
         yield
     except asyncpg.IntegrityConstraintViolationError as exc:
         raise IntegrityViolation(str(exc)) from exc
     except _UNAVAILABLE as exc:
         raise StorageUnavailable(f"PostgreSQL unavailable: {exc!r}") from exc
+    except asyncpg.InterfaceError as exc:
+        if conn is None or not _closed(conn):
+            raise  # a misuse, not an outage
+        raise StorageUnavailable(f"PostgreSQL unavailable: {exc!r}") from exc
+
+
+def _closed(conn: asyncpg.Connection | PoolConnectionProxy) -> bool:
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:  # the pool detached its proxy while in use: the server closed it
+        return True
 
 
 class _Conn:
@@ -60,7 +72,7 @@ class _Conn:
         self._conn = conn
 
     async def execute(self, sql: str, *args: Any) -> int:
-        with _available():
+        with _available(self._conn):
             status = await self._conn.execute(sql, *args)
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
@@ -70,7 +82,7 @@ class _Conn:
         binds and executes a statement per row, at twice COPY's cost a row (the ledger writes every request's
         row this way)."""
         target = plain_insert(sql)
-        with _available():
+        with _available(self._conn):
             if target is None:
                 await self._conn.executemany(sql, rows)
             elif rows:
@@ -78,16 +90,16 @@ class _Conn:
                 await self._conn.copy_records_to_table(table, records=rows, columns=list(columns))
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        with _available():
+        with _available(self._conn):
             return [dict(r) for r in await self._conn.fetch(sql, *args)]
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        with _available():
+        with _available(self._conn):
             row = await self._conn.fetchrow(sql, *args)
         return dict(row) if row is not None else None
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        with _available():
+        with _available(self._conn):
             return await self._conn.fetchval(sql, *args)
 
 
@@ -143,8 +155,10 @@ class PostgresDatabase:
         # Connecting, BEGIN and COMMIT too: a COMMIT whose answer was lost with the server has an unknown
         # outcome, which StorageUnavailable also covers (a caller that must know reads before repeating).
         with _available():
-            async with self._pool.acquire() as conn, conn.transaction():
-                yield _Conn(conn)
+            async with self._pool.acquire() as conn:
+                with _available(conn):
+                    async with conn.transaction():
+                        yield _Conn(conn)
 
     async def ping(self) -> None:
         await self.fetchval("SELECT 1")

@@ -20,6 +20,7 @@ import pytest
 
 from modelgate.proxy.state.objects import ObjectBinding, ObjectStore
 from modelgate.storage import open_database
+from modelgate.storage.database import StorageUnavailable
 from modelgate.storage.migrations import apply_migrations
 from tests.integration.billing.test_ledger_spool import (
     _assert_charged_once,
@@ -159,3 +160,19 @@ async def test_an_object_bound_without_a_primary_reaches_the_promoted_replica(pa
     finally:
         await db.close()
     assert binding is not None and binding.row_key == "row"
+
+
+async def test_a_transaction_cut_by_the_primarys_crash_raises_storage_unavailable(pair: PostgresPair) -> None:
+    """Not the rollback's complaint about a closed connection (asyncpg's InterfaceError), which the cabinet
+    answered 500 with a traceback: the statement's own failure, as every caller handles a failover."""
+    db = await open_database(pair.url, pool_size=1)
+    try:
+        with pytest.raises(StorageUnavailable):
+            async with db.transaction() as tx:
+                await tx.execute("CREATE TABLE cut (n int)")
+                await asyncio.to_thread(pair.stop_primary)
+                await tx.execute("INSERT INTO cut VALUES (1)")
+        with pytest.raises(StorageUnavailable):  # no primary: a standby refuses to be one
+            await db.fetchval("SELECT 1")
+    finally:
+        await db.close()
