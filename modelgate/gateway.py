@@ -271,7 +271,7 @@ class Gateway:
         # Within the grace: rows the database does not take (an outage) stay in the spool for the next start.
         await self.ledger.stop(self.config.server.shutdown_grace_seconds)
         await self.audit.stop(self.config.server.shutdown_grace_seconds)
-        await self.objects.drain()
+        await self.objects.drain(self.config.server.shutdown_grace_seconds)
         retiring = list(self._retiring)
         for task in retiring:  # every request has ended (or was cancelled): old clients close now
             task.cancel()

@@ -48,6 +48,7 @@ from modelgate.cabinet.oidc.runtime import install_sso
 from modelgate.cabinet.openapi import openapi_handler
 from modelgate.cabinet.requests import CabinetError, json_response, refuse_unstorable_query
 from modelgate.cabinet.services import SERVICES, CabinetServices
+from modelgate.storage.database import StorageUnavailable
 
 log = logging.getLogger("modelgate.cabinet")
 
@@ -130,6 +131,8 @@ ROUTES = (
 )
 
 _HTTP_MESSAGES = {404: "not found", 405: "method not allowed", 413: "request body too large"}
+# A write may have been committed when the database's answer was lost: read before repeating one.
+_STORAGE_UNAVAILABLE = "storage unavailable; try again shortly (a change may have been applied: check first)"
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -141,7 +144,8 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure becomes `{"error": message}`; an unexpected one is logged and answered 500.
+    """Every failure becomes `{"error": message}`; storage that does not answer (an outage, a failover under
+    way) is 503 with Retry-After; an unexpected failure is logged and answered 500.
 
     A query holding a NUL or invalid UTF-8 is refused here, for every endpoint, before any handler reads
     a value from it (PostgreSQL cannot even compare text with a NUL: a lookup with one would be a 500);
@@ -158,6 +162,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         return _error(exc.status, _HTTP_MESSAGES.get(exc.status, exc.reason.lower()), headers)
+    except StorageUnavailable as exc:
+        log.warning("cabinet request refused: %s %s: %s", request.method, request.path, exc)
+        return _error(503, _STORAGE_UNAVAILABLE, {"Retry-After": "1"})
     except asyncio.CancelledError:
         raise
     except Exception:

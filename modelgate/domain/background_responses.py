@@ -62,7 +62,9 @@ class BackgroundResponses:
         self.owner = owner  # this process, in the `owner` column
 
     async def add(self, follow: BackgroundFollow, lease_until: float) -> bool:
-        """Record a follow this process starts; False when the response is followed already."""
+        """Record a follow this process starts; False when the response is followed already (for another
+        request). A repeat of this very follow, whose first try was committed with its answer lost (the
+        database failed over), finds its own record: True."""
         try:
             await self._db.execute(
                 f"INSERT INTO background_responses ({_COLUMNS}, owner, lease_until)"
@@ -85,7 +87,13 @@ class BackgroundResponses:
                 lease_until,
             )
         except IntegrityViolation:
-            return False
+            recorded = await self._db.fetchrow(
+                "SELECT row_id, owner FROM background_responses WHERE response_id = $1", follow.response_id
+            )
+            return recorded is not None and (recorded["row_id"], recorded["owner"]) == (
+                follow.row_id,
+                self.owner,
+            )
         return True
 
     async def renew(self, lease_until: float) -> None:

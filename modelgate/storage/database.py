@@ -41,6 +41,11 @@ class StorageError(Exception):
     """A storage operation failed for a reason other than a constraint."""
 
 
+class StorageUnavailable(StorageError):
+    """No server that takes the statement answers (an outage, a failover under way): a later try may
+    succeed. A write that raised it may have been committed when the answer to its COMMIT was lost."""
+
+
 class IntegrityViolation(StorageError):
     """A UNIQUE / FOREIGN KEY / CHECK constraint rejected a write."""
 

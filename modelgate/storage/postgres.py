@@ -1,6 +1,8 @@
 """PostgreSQL backend (asyncpg pool): the production storage.
 
-LISTEN/NOTIFY carries cache invalidations (key revocation, policy changes) between gateway processes.
+LISTEN/NOTIFY carries cache invalidations (key revocation, policy changes) between gateway processes. A
+statement that fails because no read-write server answers (refused or lost connections, a server shutting
+down, a standby or a demoted primary refusing writes: a failover under way) raises `StorageUnavailable`.
 """
 
 from __future__ import annotations
@@ -8,16 +10,57 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from modelgate.storage.database import IntegrityViolation, NotifyHandler, Row, StorageError, plain_insert
+from modelgate.storage.database import (
+    IntegrityViolation,
+    NotifyHandler,
+    Row,
+    StorageError,
+    StorageUnavailable,
+    plain_insert,
+)
 
 log = logging.getLogger("modelgate.storage")
+
+# No read-write server answers: connections refused, reset or lost, a server shutting down or starting,
+# a standby (or a demoted primary) refusing a write, no listed host that takes writes; and a server that
+# does not answer within `command_timeout` (TimeoutError is an OSError).
+_UNAVAILABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.TargetServerAttributeNotMatched,
+)
+
+
+@contextmanager
+def _available(conn: asyncpg.Connection | PoolConnectionProxy | None = None) -> Iterator[None]:
+    """Raise what a constraint or a lost server makes of a statement as the storage's own errors. On `conn`,
+    a use refused because the server closed it (a rollback after the primary died, say) is one too."""
+    try:
+        yield
+    except asyncpg.IntegrityConstraintViolationError as exc:
+        raise IntegrityViolation(str(exc)) from exc
+    except _UNAVAILABLE as exc:
+        raise StorageUnavailable(f"PostgreSQL unavailable: {exc!r}") from exc
+    except asyncpg.InterfaceError as exc:
+        if conn is None or not _closed(conn):
+            raise  # a misuse, not an outage
+        raise StorageUnavailable(f"PostgreSQL unavailable: {exc!r}") from exc
+
+
+def _closed(conn: asyncpg.Connection | PoolConnectionProxy) -> bool:
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:  # the pool detached its proxy while in use: the server closed it
+        return True
 
 
 class _Conn:
@@ -29,10 +72,8 @@ class _Conn:
         self._conn = conn
 
     async def execute(self, sql: str, *args: Any) -> int:
-        try:
+        with _available(self._conn):
             status = await self._conn.execute(sql, *args)
-        except asyncpg.IntegrityConstraintViolationError as exc:
-            raise IntegrityViolation(str(exc)) from exc
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
@@ -41,33 +82,25 @@ class _Conn:
         binds and executes a statement per row, at twice COPY's cost a row (the ledger writes every request's
         row this way)."""
         target = plain_insert(sql)
-        try:
+        with _available(self._conn):
             if target is None:
                 await self._conn.executemany(sql, rows)
             elif rows:
                 table, columns = target
                 await self._conn.copy_records_to_table(table, records=rows, columns=list(columns))
-        except asyncpg.IntegrityConstraintViolationError as exc:
-            raise IntegrityViolation(str(exc)) from exc
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        try:
+        with _available(self._conn):
             return [dict(r) for r in await self._conn.fetch(sql, *args)]
-        except asyncpg.IntegrityConstraintViolationError as exc:
-            raise IntegrityViolation(str(exc)) from exc
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        try:
+        with _available(self._conn):
             row = await self._conn.fetchrow(sql, *args)
-        except asyncpg.IntegrityConstraintViolationError as exc:
-            raise IntegrityViolation(str(exc)) from exc
         return dict(row) if row is not None else None
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        try:
+        with _available(self._conn):
             return await self._conn.fetchval(sql, *args)
-        except asyncpg.IntegrityConstraintViolationError as exc:
-            raise IntegrityViolation(str(exc)) from exc
 
 
 class PostgresDatabase:
@@ -98,25 +131,34 @@ class PostgresDatabase:
         return cls(pool, url)
 
     async def execute(self, sql: str, *args: Any) -> int:
-        async with self._pool.acquire() as conn:
-            return await _Conn(conn).execute(sql, *args)
+        with _available():
+            async with self._pool.acquire() as conn:
+                return await _Conn(conn).execute(sql, *args)
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        async with self._pool.acquire() as conn:
-            return await _Conn(conn).fetch(sql, *args)
+        with _available():
+            async with self._pool.acquire() as conn:
+                return await _Conn(conn).fetch(sql, *args)
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        async with self._pool.acquire() as conn:
-            return await _Conn(conn).fetchrow(sql, *args)
+        with _available():
+            async with self._pool.acquire() as conn:
+                return await _Conn(conn).fetchrow(sql, *args)
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        async with self._pool.acquire() as conn:
-            return await _Conn(conn).fetchval(sql, *args)
+        with _available():
+            async with self._pool.acquire() as conn:
+                return await _Conn(conn).fetchval(sql, *args)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Conn]:
-        async with self._pool.acquire() as conn, conn.transaction():
-            yield _Conn(conn)
+        # Connecting, BEGIN and COMMIT too: a COMMIT whose answer was lost with the server has an unknown
+        # outcome, which StorageUnavailable also covers (a caller that must know reads before repeating).
+        with _available():
+            async with self._pool.acquire() as conn:
+                with _available(conn):
+                    async with conn.transaction():
+                        yield _Conn(conn)
 
     async def ping(self) -> None:
         await self.fetchval("SELECT 1")

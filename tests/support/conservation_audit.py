@@ -145,7 +145,8 @@ def events_match_what_was_sent(ev: Evidence) -> list[str]:
         for change in ev.log.changes:
             if change.operation.organization != tenant.index or change.skipped.startswith("the adjust"):
                 continue
-            if change.status is None:
+            # No answer, or 503 while storage had no primary (a failover): applied or not, at most once.
+            if change.status is None or change.status == 503:
                 unanswered += 1
                 continue
             if not 200 <= change.status < 300:
@@ -542,8 +543,8 @@ def _outage_line(ev: Evidence, outage) -> str:
     after = [min((m for at, _, m in w.margins if at >= stop), default=None) for w in ev.watch.organizations]
     if not outage.served_from_shares:
         return (
-            f"Redis master killed ({outage.note or 'Sentinel'}), a replica promoted {back - stop:.1f} s "
-            f"later, every gateway on it {reconciled} after; calls started meanwhile: "
+            f"{outage.failed} killed{f' ({outage.note})' if outage.note else ''}, a replica promoted "
+            f"{back - stop:.1f} s later, every gateway on it {reconciled} after; calls started meanwhile: "
             f"{dict(sorted(during.items()))}; lowest margin from the kill on: {after}"
         )
     return (

@@ -120,7 +120,8 @@ class OutageRecord:
     # Degraded mode: gateways served from their shares meanwhile (the floor may give way within the bound of
     # docs/deploy.md); False for a Sentinel failover, where nothing is admitted while no master answers.
     served_from_shares: bool = True
-    note: str = ""  # what was killed and promoted (a failover), for the report
+    failed: str = "Redis master"  # what a failover lost (its replica promoted), for the summary
+    note: str = ""  # which one it was (a cluster's master of a slot), for the report
     # Set once Redis is down (or the outage gave up): the operations after it wait for it, so the outage
     # meets the mix whatever the wait for the gateways' readings before it took.
     begun: asyncio.Event = field(default_factory=asyncio.Event)

@@ -151,13 +151,21 @@ class BackgroundFollower:
                 return
 
     async def _record(self, follow: BackgroundFollow) -> bool:
-        for attempt in range(5):
+        """Record the follow, trying again until the database takes it (or this process stops): its one
+        charge is claimed on that record, so a follow never recorded would find nothing to claim and be
+        charged its crash cost only (a database failing over meanwhile). False: followed already."""
+        delay = self.timing.first
+        while not self._stopping.is_set():
             try:
                 return await self._repository.add(follow, time.time() + self.timing.lease)
-            except Exception as exc:  # kept in memory meanwhile: followed, but not yet adoptable elsewhere
+            except Exception as exc:  # followed later: the response waits at the provider meanwhile
                 log.warning("background response %s: not recorded yet (%r)", follow.response_id, exc)
-                await asyncio.sleep(min(2**attempt, self.timing.lease / 2))  # a retry interval, not a sync
-        return True
+            try:
+                await asyncio.wait_for(self._stopping.wait(), delay)  # a retry's backoff, or the stop
+            except TimeoutError:
+                pass
+            delay = min(delay * 2, self.timing.lease / 2)
+        return True  # stopping: `stop` charges its crash cost and hands it over
 
     async def _retrieve(self, follow: BackgroundFollow) -> dict | None:
         """The response as the provider has it now; None when it no longer has it (404)."""

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TypeGuard
 
-from modelgate.storage.database import Database, IntegrityViolation
+from modelgate.storage.database import Database, IntegrityViolation, StorageUnavailable
 
 log = logging.getLogger("modelgate.objects")
 
@@ -27,6 +27,10 @@ log = logging.getLogger("modelgate.objects")
 # with nothing to decode, and no id holds a NUL, a control byte, a space, a slash or a percent sign.
 MAX_OBJECT_ID_BYTES = 256
 _OBJECT_ID = re.compile(rf"[A-Za-z0-9\-._~!$&'()*+,;=:@]{{1,{MAX_OBJECT_ID_BYTES}}}")
+# How long a binding's INSERT is tried again while storage does not answer (a failover under way): past it
+# the binding is known to this process only, and another one answers 404 for the object.
+PERSIST_RETRY_SECONDS = 60.0
+_FIRST_RETRY_SECONDS = 0.2
 
 
 def is_object_id(value: object) -> TypeGuard[str]:
@@ -115,19 +119,40 @@ class ObjectStore:
             log.warning("the context of conversation %s was not stored: %r", binding.id, exc)
 
     async def _persist(self, binding: ObjectBinding) -> None:
-        try:
-            await self._db.execute(
-                "INSERT INTO model_objects (id, organization_id, kind, model, row_key, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6)",
-                binding.id,
-                binding.organization_id,
-                binding.kind,
-                binding.model,
-                binding.row_key,
-                time.time(),
+        created_at = time.time()
+        deadline = time.monotonic() + PERSIST_RETRY_SECONDS
+        delay = _FIRST_RETRY_SECONDS
+        while True:
+            try:
+                await self._insert(binding, created_at)
+                return
+            except IntegrityViolation:  # or a retry found its first try committed, its answer lost
+                log.warning("object id %s was bound twice; keeping the first binding", binding.id)
+                return
+            except StorageUnavailable as exc:
+                failure: Exception = exc
+                if time.monotonic() + delay <= deadline:
+                    await asyncio.sleep(delay)  # storage is away (a failover under way): a retry's backoff
+                    delay = min(delay * 2, 5.0)
+                    continue
+            except Exception as exc:
+                failure = exc
+            log.error(
+                "the binding of %s was not stored (%r): known to this process only", binding.id, failure
             )
-        except IntegrityViolation:
-            log.warning("object id %s was bound twice; keeping the first binding", binding.id)
+            return
+
+    async def _insert(self, binding: ObjectBinding, created_at: float) -> None:
+        await self._db.execute(
+            "INSERT INTO model_objects (id, organization_id, kind, model, row_key, created_at)"
+            " VALUES ($1, $2, $3, $4, $5, $6)",
+            binding.id,
+            binding.organization_id,
+            binding.kind,
+            binding.model,
+            binding.row_key,
+            created_at,
+        )
 
     async def find(self, object_id: str, organization_id: str, kind: str) -> ObjectBinding | None:
         """The binding if it exists, is of this kind and belongs to this organization."""
@@ -184,10 +209,16 @@ class ObjectStore:
             "UPDATE model_objects SET deleted_at = $1 WHERE id = $2", time.time(), object_id
         )
 
-    async def drain(self) -> None:
-        """Wait for background writes (graceful shutdown)."""
-        if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+    async def drain(self, grace_seconds: float | None = None) -> None:
+        """Wait for background writes (at shutdown at most `grace_seconds`: the rest are dropped)."""
+        if not self._pending:
+            return
+        _, late = await asyncio.wait(set(self._pending), timeout=grace_seconds)
+        if late:
+            log.error("%d object binding writes still waiting for storage at shutdown are dropped", len(late))
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     def _put(self, object_id: str, binding: ObjectBinding) -> None:
         self._cache[object_id] = binding

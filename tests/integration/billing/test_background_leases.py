@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from modelgate.domain.background_responses import BackgroundFollow, BackgroundResponses
 from modelgate.storage import apply_migrations, open_database
@@ -36,7 +37,8 @@ async def test_an_expired_follow_is_adopted_by_exactly_one_of_racing_processes(s
         await apply_migrations(databases[0])
         dead = BackgroundResponses(databases[0], "dead-process")
         assert await dead.add(follow(), lease_until=time.time() - 1)  # its lease ran out
-        assert not await dead.add(follow(), lease_until=time.time())  # one follow per response
+        # One follow per response: another request given the same response id is not recorded.
+        assert not await dead.add(replace(follow(), row_id="led_1"), lease_until=time.time())
         racers = [BackgroundResponses(db, f"racer-{n}") for n, db in enumerate(databases[1:])]
         now = time.time()
         # Every racer sees the expired follow before any takes it: the worst interleaving, made certain.
@@ -84,3 +86,20 @@ async def test_the_charge_is_claimed_once_and_a_handed_over_follow_is_adoptable_
     finally:
         for db in databases:
             await db.close()
+
+
+async def test_a_follow_recorded_again_after_its_answer_was_lost_finds_its_own_record(
+    storage_url: str,
+) -> None:
+    """A database failing over may lose the answer to a committed INSERT: the follower's retry is this same
+    follow (its request's row id, its process) and is recorded, so its charge can be claimed."""
+    db = await open_database(storage_url)
+    try:
+        await apply_migrations(db)
+        process = BackgroundResponses(db, "process")
+        assert await process.add(follow("resp_lost"), lease_until=time.time() + 30)
+        assert await process.add(follow("resp_lost"), lease_until=time.time() + 30)
+        assert not await BackgroundResponses(db, "other").add(follow("resp_lost"), time.time() + 30)
+        assert await process.claim_charge("resp_lost", time.time())
+    finally:
+        await db.close()

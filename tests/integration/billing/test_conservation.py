@@ -14,7 +14,10 @@ every invariant as without an outage (nothing is admitted while no master answer
 Cluster of the run's own (3 masters, 3 replicas, `[redis] cluster_nodes`), the master serving the busiest
 organization's slot SIGKILLed there and its replica promoted by the cluster: every invariant as with
 Sentinel; and that cluster stopped whole for OUTAGE_SECONDS, the gateways in degraded mode: every invariant
-as through a single Redis's outage (tests/support/conservation_cluster.py).
+as through a single Redis's outage (tests/support/conservation_cluster.py); and with a
+PostgreSQL primary and its synchronous streaming replica of the run's own (tests/support/pg_promotion.py),
+the primary stopped at that point and the replica promoted OUTAGE_SECONDS later: every invariant as without
+an outage (rows wait in the spools meanwhile; an operator's change then answered 503 may have been made).
 
 The mix runs once per setup (a module fixture); each test checks one invariant of that run. The seed comes
 from MODELGATE_CONSERVATION_SEED or is drawn at random; it is printed at the start and is in every assertion
@@ -98,6 +101,8 @@ from tests.support.money_books import (
     read_redis_money,
     redis_reader,
 )
+from tests.support.pg_pair import PostgresPair
+from tests.support.pg_promotion import promote_mid_mix
 from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_sentinel import MASTER_NAME, SentinelTrio
 from tests.support.redis_server import RedisServer
@@ -143,7 +148,8 @@ class Setup:
     # A Redis of the run's own stopped mid-mix, the gateways in degraded mode ("outage"); or a master of the
     # run's own killed mid-mix and its replica promoted by a sentinel ("failover"), or on a Redis Cluster of
     # the run's own the master of the busiest organization's slot ("cluster-failover") or the whole cluster,
-    # the gateways in degraded mode ("cluster-outage").
+    # the gateways in degraded mode ("cluster-outage"); or a PostgreSQL primary of the run's own stopped
+    # mid-mix and its streaming replica promoted ("promotion").
     chaos: str = ""
 
 
@@ -154,6 +160,7 @@ SETUPS = [
     Setup("postgres-redis-sentinel-failover", 2, postgres=True, redis=True, chaos="failover"),
     Setup("postgres-redis-cluster-failover", 2, postgres=True, redis=True, chaos="cluster-failover"),
     Setup("postgres-redis-cluster-outage-degraded", 2, postgres=True, redis=True, chaos="cluster-outage"),
+    Setup("postgres-promotion-redis", 2, postgres=True, redis=True, chaos="promotion"),
 ]
 
 # One fake upstream per behaviour, so each request's fate is decided by the model it names, not by the
@@ -268,7 +275,12 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     print(f"\n[{setup.name}] {SEED_VARIABLE}={seed}", flush=True)
     workdir = _workdir(tmp_path_factory, setup, seed)
     with ExitStack() as stack:
-        storage_url = _storage(stack, setup, workdir)
+        pair = None
+        if setup.chaos == "promotion":
+            pair = _own(
+                stack, PostgresPair(synchronous=True), "a PostgreSQL primary and replica of the test's own"
+            )
+        storage_url = pair.url if pair else _storage(stack, setup, workdir)
         redis_server = (
             _own(stack, RedisServer(), "a redis-server of the test's own")
             if setup.chaos == "outage"
@@ -310,7 +322,7 @@ def conservation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
                     tuple(cluster.nodes) if cluster else redis_url,
                     registered,
                     upstreams,
-                    redis_server or trio or (cluster and cluster_chaos(cluster, setup.chaos)),
+                    redis_server or trio or pair or (cluster and cluster_chaos(cluster, setup.chaos)),
                 )
             )
         finally:
@@ -358,7 +370,7 @@ def _redis(setup: Setup) -> str | None:
     return REDIS_URL
 
 
-_Own = TypeVar("_Own", RedisServer, SentinelTrio, RedisClusterNodes)
+_Own = TypeVar("_Own", RedisServer, SentinelTrio, RedisClusterNodes, PostgresPair)
 
 
 def _own(stack: ExitStack, servers: _Own, what: str) -> _Own:
@@ -445,8 +457,10 @@ async def _redis_outage(
         record.problems.append(f"a gateway did not reconcile within {OUTAGE_WAIT} s of Redis's return")
 
 
-def _chaos(fleet: GatewayFleet, own: OwnRedis | None, storage_url: str, tenants: list[Tenant]):
-    """The mix's Redis outage for the setup's own Redis servers (None: the setup has none)."""
+def _chaos(fleet: GatewayFleet, own: OwnRedis | PostgresPair | None, storage_url: str, tenants: list[Tenant]):
+    """The mix's outage for the setup's own servers (None: the setup has none)."""
+    if isinstance(own, PostgresPair):
+        return lambda record: promote_mid_mix(fleet, own, record, OUTAGE_SECONDS)
     if isinstance(own, RedisServer | WholeCluster):
         return lambda record: _redis_outage(fleet, own, record, len(tenants))
     if isinstance(own, RedisClusterNodes):
@@ -465,7 +479,7 @@ async def _run(
     redis_url: RedisAt,
     registered,
     fleet_upstreams: dict[str, FakeUpstream],
-    own_redis: OwnRedis | None = None,
+    own_redis: OwnRedis | PostgresPair | None = None,
 ):
     db = await open_database(storage_url, pool_size=2)
     redis = redis_reader(redis_url)
