@@ -292,10 +292,12 @@ class BackgroundFollower:
         self, follow: BackgroundFollow, usage: Usage, charge: Charge, outcome: str
     ) -> None:
         """An adopted follow: the crash cost is (or will be, by the spool's replay) charged under the
-        admission's row; this row charges the rest, with the tokens beyond the crash row's estimate."""
+        admission's row; this row charges the rest, with the input tokens beyond the crash row's estimate —
+        fewer than none when the estimate was above the provider's count, so that the two rows add up to
+        what the provider reported, in tokens as in money."""
         row_id = self._ledger.new_row_id(time.time())
         rest = (charge.cost_micros or 0) - follow.crash_cost
-        beyond = replace(usage, input_tokens=max(usage.input_tokens - follow.crash_input_tokens, 0))
+        beyond = replace(usage, input_tokens=usage.input_tokens - follow.crash_input_tokens)
         row = self._row(follow, row_id, 200, outcome, beyond, rest, charge)
         await CrashSettlements(self._counters).charge(follow.organization_id, rest, row_id, follow.budgets)
         self._ledger.add_row(row, True)
