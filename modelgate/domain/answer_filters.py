@@ -9,6 +9,7 @@ decoded (about one a stream); an incomplete event is held back until it complete
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import orjson
 
@@ -92,18 +93,19 @@ class UsageChunkFilter(ProviderPriceFilter):
         out.append(complete[done:])
         return b"".join(out)
 
-    def _withheld(self, complete: bytes) -> list[tuple[int, int]]:
+    def _withheld(self, complete: bytes) -> Sequence[tuple[int, int]]:
         """(start, end) of each usage object (when stripped) and price key in `complete`, in order: the
         searches that pass most chunks are a count and a substring search in C, not a regex scan."""
-        found: list[tuple[int, int]] = []
+        found: Sequence[tuple[int, int]] = ()
         if self._strip_usage:
             searched = self._scanner.searched if self._scanner is not None else None
             if searched is not None and searched[0] is complete and searched[1] == len(complete):
                 found = searched[2]  # the very bytes the metering searched: the same answer
             else:
                 found = usage_objects_at(complete, len(complete))
-        if _COST in complete:
-            found = sorted(found + [match.span() for match in _PRICE.finditer(complete)])
+        # find, not `in`: bytes' `in` first tries its operand as an int, and clears the error it raises.
+        if complete.find(_COST) >= 0:
+            found = sorted([*found, *(match.span() for match in _PRICE.finditer(complete))])
         return found
 
     def finish(self) -> bytes:

@@ -9,6 +9,7 @@ regex pass only when asked for or in batches.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,7 +348,7 @@ class StreamUsageScanner:
         # The last search for usage objects: (the bytes, where the search ended, what it found). The usage
         # filter, fed the same chunk after the metering (the same object unless a row renamed the model in
         # between), takes it from here rather than searching again (modelgate/domain/answer_filters.py).
-        self.searched: tuple[bytes, int, list[tuple[int, int]]] | None = None
+        self.searched: tuple[bytes, int, Sequence[tuple[int, int]]] | None = None
 
     @property
     def generated(self) -> tuple[int, int]:
@@ -379,7 +380,10 @@ class StreamUsageScanner:
         elif carry:
             self._carry = b""
         if end:
-            self._scan(data, end)
+            found = usage_objects_at(data, end)
+            self.searched = (data, end, found)
+            if found:  # about one chunk a stream
+                self._merge(data, end, found)
 
     def _measure(self) -> None:
         for chunk in self._unmeasured:
@@ -389,11 +393,9 @@ class StreamUsageScanner:
         self._unmeasured.clear()
         self._unmeasured_size = 0
 
-    def _scan(self, data: bytes, end: int) -> None:
-        """Merge the usage of each `data:` line in data[:end] that holds a usage object."""
+    def _merge(self, data: bytes, end: int, found: Sequence[tuple[int, int]]) -> None:
+        """Merge the usage of each `data:` line in data[:end] that holds a usage object (`found`)."""
         done = 0  # lines before this are read
-        found = usage_objects_at(data, end)
-        self.searched = (data, end, found)
         for position, _ in found:
             if position < done:
                 continue  # a second usage object in a line already read
@@ -411,7 +413,7 @@ class StreamUsageScanner:
                 merge_usage(self.usage, item, holder)
 
 
-def usage_objects_at(data: bytes, end: int) -> list[tuple[int, int]]:
+def usage_objects_at(data: bytes, end: int) -> Sequence[tuple[int, int]]:
     """The (start, end) of each `"usage"` key in data[:end] whose value is an object, up to its brace, in
     order.
 
@@ -420,9 +422,16 @@ def usage_objects_at(data: bytes, end: int) -> list[tuple[int, int]]:
     is there, and the few others are looked for from the end, where the usage chunk is. A regex search
     stops at every quote of the chunk and costs several times more.
     """
-    others = data.count(_USAGE, 0, end)
-    if others:
-        others -= data.count(_USAGE_NULL, 0, end)
+    if end == len(data):  # the usual call: the whole chunk, searched without bounds to parse
+        others = data.count(_USAGE)
+        if others:
+            others -= data.count(_USAGE_NULL)
+    else:
+        others = data.count(_USAGE, 0, end)
+        if others:
+            others -= data.count(_USAGE_NULL, 0, end)
+    if others <= 0:
+        return ()  # the usual chunk: no list made
     found: list[tuple[int, int]] = []
     position = end
     while others > 0:

@@ -106,15 +106,15 @@ class ObjectBindingPlugin(Plugin):
         return binding.context_tokens if binding.context_tokens < context else context
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
-        self._bind_created(ctx, chunk)
-        return chunk  # read, never changed
-
-    def _bind_created(self, ctx: RequestContext, chunk: bytes) -> None:
         route = ctx.route  # ctx.matched_route, inline: this runs for every piece of a stream
         if route is None:
             raise PhaseError("route", "route_support")
-        kind = route.creates
-        if kind is None or ctx.status != 200 or ctx.bound_object is not None:
+        if route.creates is not None:  # most routes create nothing: no further call
+            self._bind_created(ctx, route.creates, chunk)
+        return chunk  # read, never changed
+
+    def _bind_created(self, ctx: RequestContext, kind: str, chunk: bytes) -> None:
+        if ctx.status != 200 or ctx.bound_object is not None:
             return
         if ctx.bytes_sent > _SCAN_LIMIT or ctx.json_payload.get("store") is False:
             return

@@ -105,3 +105,10 @@ def test_a_chunk_of_many_events_is_renamed_in_one_replace_once_the_start_is_know
     many = b"".join(_delta(word) for word in ("a", "b", "c"))
     assert renamer.feed(many) == many.replace(b'"upstream-2024"', b'"client-model"')
     assert renamer._head.endswith(b'"model":"upstream-2024"')
+
+
+@pytest.mark.parametrize("name", ["client-model", "upstream-2024"])
+@pytest.mark.parametrize("step", STEPS)
+def test_a_last_line_without_its_newline_is_renamed_at_the_end(step: int, name: str) -> None:
+    unfinished = CHAT + _delta("!").rstrip(b"\n")  # the stream ends mid-line: held back until the end
+    assert _relay(unfinished, step, name) == unfinished.replace(b'"upstream-2024"', orjson.dumps(name))

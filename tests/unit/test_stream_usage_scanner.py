@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from modelgate.domain.usage import StreamUsageScanner, complete_events_end
+from modelgate.domain.usage import StreamUsageScanner, complete_events_end, usage_objects_at
 from modelgate.proxy.pipeline.route_table import ROUTES
 
 
@@ -131,3 +131,17 @@ def test_complete_events_end_finds_the_last_blank_line_of_either_ending_within_i
                 checked += 1
         assert complete_events_end(data) == _last_blank_line_end(data, 0, len(data))
     assert checked > 30_000
+
+
+def test_usage_objects_are_found_alike_in_a_whole_chunk_and_within_bounds() -> None:
+    """The whole-chunk search (no bounds given to the counts) and the bounded one agree, and neither finds
+    a usage object past `end` or a `"usage":null`."""
+    stream = _chat_stream(b"\n") + b'data: {"usage":{"prompt_tokens":1}}'  # an unfinished event after
+    for end in range(len(stream) + 1):
+        data = stream[:end]
+        whole = list(usage_objects_at(data, len(data)))
+        assert whole == list(usage_objects_at(stream, end)), end
+        assert all(data[start:stop].startswith(b'"usage":{') for start, stop in whole)
+    assert usage_objects_at(stream, stream.index(b"data: [DONE]")) == [
+        (stream.index(b'"usage":{'), stream.index(b'"usage":{') + 9)
+    ]

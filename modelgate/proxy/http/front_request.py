@@ -226,6 +226,8 @@ class FrontStream:
         connection = self._connection
         if connection is None:
             raise RuntimeError("a stream written before prepare()")
+        if data and self._head_sent:  # the usual piece, framed here: no further call per piece
+            return connection.put(b"%x\r\n%b\r\n" % (len(data), data))
         return connection.put(self._framed(data))
 
     async def drained(self) -> None:

@@ -21,7 +21,7 @@ from modelgate.proxy.http.front_request import FrontRequest, FrontStream
 from modelgate.proxy.pipeline.chain import PluginChain, StreamCut
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.failover import log_failed_attempt
-from modelgate.proxy.upstream.http_client import UpstreamBrokeOff, pipe_of
+from modelgate.proxy.upstream.http_client import UpstreamAnswer, UpstreamBrokeOff, piped_answer
 from modelgate.proxy.upstream.providers import UpstreamResponse
 
 log = logging.getLogger("modelgate.forward")
@@ -71,6 +71,7 @@ class StreamRelay:
         released = False
         try:
             await opened
+            del opened  # spent: not held (a GC-tracked coroutine) for as long as the stream is open
             await self._pieces(ctx, response, upstream, opening, rest)
             ctx.outcome = "completed"
             released = True
@@ -127,10 +128,11 @@ class StreamRelay:
         upstream's whole body is in (`at_eof`) is its last: held back, never waiting for anything, to go out
         with the end of the answer in one write."""
         chunk_hooks = self._chunk_hooks
-        at_eof = upstream.content.at_eof
-        next_chunk = rest.__anext__  # awaited directly, not through a generator that chains the opening in
+        body = upstream.content
         # The pooled client's answer relayed to the gateway's own front is piped: the pieces between the
         # first and the last go out from the provider connection's callback, without a task switch each.
+        # (No bound methods kept for the loop: piped, it turns a few times a stream, and every open stream
+        # would hold them.)
         pusher = _Pusher.of(ctx, chunk_hooks, response, rest)
         last = b""
         head_sent = False
@@ -142,7 +144,7 @@ class StreamRelay:
             if chunk:
                 if ctx.first_byte_at is None:
                     ctx.first_byte_at = time.perf_counter()
-                if at_eof():
+                if body.at_eof():
                     last = chunk
                 else:
                     await response.write(chunk)
@@ -152,9 +154,14 @@ class StreamRelay:
                 await response.write(b"")
                 head_sent = True
             if pusher is not None and not last:
-                await pusher.run()
+                # Pipe until the answer ends or the piping stops (awaited here, not in a coroutine of the
+                # pusher's: one less for every open stream); then raise what stopped it, or wait for the
+                # client to catch up.
+                await pusher.answer.pipe(pusher)
+                pusher.raise_error()
+                await pusher.stream.drained()
             try:
-                chunk = await next_chunk()
+                chunk = await rest.__anext__()  # directly, not through a generator that chains the opening in
             except StopAsyncIteration:
                 break
             if last:  # not the last after all
@@ -187,19 +194,19 @@ class _Pusher:
     False) when the client is behind or a step raised; the relay's task then waits for the client, or raises
     what the step raised, where the unpiped loop would have."""
 
-    __slots__ = ("_ctx", "_error", "_hooks", "_pipe", "_stream")
+    __slots__ = ("_ctx", "_error", "_hooks", "answer", "stream")
 
     def __init__(
         self,
         ctx: RequestContext,
         hooks: tuple[Callable[[RequestContext, bytes], bytes], ...],
         stream: FrontStream,
-        pipe: Callable[[Callable[[bytes], bool]], Awaitable[None]],
+        answer: UpstreamAnswer,
     ) -> None:
         self._ctx = ctx
         self._hooks = hooks
-        self._stream = stream
-        self._pipe = pipe
+        self.stream = stream
+        self.answer = answer
         self._error: Exception | None = None
 
     @classmethod
@@ -213,17 +220,14 @@ class _Pusher:
         """A pusher for the pooled client's answer relayed to the gateway's own front; None otherwise."""
         if not isinstance(response, FrontStream):
             return None
-        pipe = pipe_of(rest)
-        return None if pipe is None else cls(ctx, hooks, response, pipe)
+        answer = piped_answer(rest)
+        return None if answer is None else cls(ctx, hooks, response, answer)
 
-    async def run(self) -> None:
-        """Pipe until the answer ends or the piping stops; then raise what stopped it, or wait for the
-        client to catch up."""
-        await self._pipe(self)
+    def raise_error(self) -> None:
+        """Once the piping stopped: raise what a step raised on a piece, if anything."""
         error, self._error = self._error, None
         if error is not None:
             raise error
-        await self._stream.drained()
 
     def __call__(self, chunk: bytes) -> bool:
         ctx = self._ctx
@@ -236,7 +240,7 @@ class _Pusher:
                 return True
             if ctx.first_byte_at is None:
                 ctx.first_byte_at = time.perf_counter()
-            keeps_up = self._stream.push(chunk)
+            keeps_up = self.stream.push(chunk)
             ctx.bytes_sent += len(chunk)
             return keeps_up
         except Exception as exc:  # StreamCut, the client gone, a step's bug: the relay's task handles it

@@ -49,30 +49,34 @@ class ModelNameStream:
 
     def feed(self, chunk: bytes) -> bytes:
         """Every complete line of `chunk` (and of what came before), the model renamed where one is named."""
-        data = self._carry + chunk if self._carry else chunk
+        carry = self._carry
+        data = carry + chunk if carry else chunk
         end = data.rfind(b"\n") + 1
         if end < len(data):
             self._carry, data = data[end:], data[:end]
             if not data:
                 return b""
-        else:
+        elif carry:
             self._carry = b""
-        return self._rewrite(data)
+        # _rewrite's first steps, inline: most chunks end here, without a further call.
+        models = data.count(_MODEL_KEY)
+        if not models:
+            return data
+        if self._renamed_head is self._head and data.count(self._named) == models:
+            return data
+        return self._rewrite(data, models)
 
     def finish(self) -> bytes:
         """An unfinished last line the stream ended with, rewritten too."""
         tail, self._carry = self._carry, b""
-        return self._rewrite(tail)
+        models = tail.count(_MODEL_KEY)
+        return self._rewrite(tail, models) if models else tail
 
-    def _rewrite(self, data: bytes) -> bytes:
-        """`data` (whole lines) with each line's model renamed: lines that start with the remembered head
-        by one replace, the others one by one, each teaching the head; any other shape by the full walk."""
-        models = data.count(_MODEL_KEY)
-        if not models:
-            return data
-        # Each count is a pass in C; the walk below costs several times more. Skipped while the rows rename.
-        if self._renamed_head is self._head and data.count(self._named) == models:
-            return data  # every model key already names the client's model: nothing to rename
+    def _rewrite(self, data: bytes, models: int) -> bytes:
+        """`data` (whole lines, `models` model keys in them) with each line's model renamed: lines that
+        start with the remembered head by one replace, the others one by one, each teaching the head; any
+        other shape by the full walk. Its caller has passed on a chunk whose every model key names the
+        client's model already (two counts, each a pass in C; the walk costs several times more)."""
         find = data.find
         name = self._name
         pieces: list[bytes] = []

@@ -21,7 +21,7 @@ import ssl
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, cast
 
 import httptools
@@ -294,20 +294,23 @@ class UpstreamAnswer:
 
     async def _wait(self, seconds: float | None, what: str) -> None:
         """Until the connection feeds something, fails, or `seconds` pass with nothing."""
-        self._waiter = waiter = self._loop.create_future()
-        if not seconds:
-            try:
-                await waiter
-            finally:
-                self._waiter = None
-            return
-        deadlines = self._deadlines
-        deadlines.watch(waiter, self, seconds, what)
+        waiter = self._arm(seconds, what)
         try:
             await waiter
         finally:
-            self._waiter = None
-            deadlines.forget(waiter)
+            self._disarm(waiter, seconds)
+
+    def _arm(self, seconds: float | None, what: str) -> asyncio.Future:
+        """The future a wait awaits (`_wait`), watched for `seconds`; `_disarm` once it was awaited."""
+        self._waiter = waiter = self._loop.create_future()
+        if seconds:
+            self._deadlines.watch(waiter, self, seconds, what)
+        return waiter
+
+    def _disarm(self, waiter: asyncio.Future, seconds: float | None) -> None:
+        self._waiter = None
+        if seconds:
+            self._deadlines.forget(waiter)
 
     def time_out(self, waiter: asyncio.Future, seconds: float, what: str) -> None:
         """Called by the Deadlines when `waiter` waited `seconds` in vain."""
@@ -381,10 +384,14 @@ class UpstreamAnswer:
             return  # something to read already
         self._sink = sink
         self._pushed_at = self._loop.time()
+        # `_wait`, inline: one coroutine less held by every piped stream, for as long as it is open.
+        seconds = self._read_timeout
+        waiter = self._arm(seconds, "data")
         try:
-            await self._wait(self._read_timeout, "data")
+            await waiter
         finally:
             self._sink = None
+            self._disarm(waiter, seconds)
 
     def push(self) -> None:
         """While piped, after the parser's pass over what arrived: the pieces to the sink, unless the answer
@@ -466,9 +473,10 @@ class _Pieces:
         return answer.next_piece()
 
 
-def pipe_of(pieces: AsyncIterator[bytes]) -> Callable[[Callable[[bytes], bool]], Awaitable[None]] | None:
-    """The `pipe` of the answer whose pieces (`iter_any`) these are; None for any other body."""
-    return pieces._answer.pipe if isinstance(pieces, _Pieces) else None
+def piped_answer(pieces: AsyncIterator[bytes]) -> UpstreamAnswer | None:
+    """The answer whose pieces (`iter_any`) these are, which can be piped (`pipe`); None for any other
+    body."""
+    return pieces._answer if isinstance(pieces, _Pieces) else None
 
 
 class Deadlines:
