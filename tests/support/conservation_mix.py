@@ -4,7 +4,7 @@ one seed, so a failing run is replayed with the same mix (only the interleaving 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # How the upstream behind a chat model behaves (one fake upstream, one provider and one model each).
 STEADY = "steady"  # answers in full, usage reported
@@ -163,6 +163,34 @@ def plan_mix(seed: int, shape: MixShape) -> list[Operation]:
             operations.append(_late_call(AbandonedCall, rng, len(operations), shape))
         else:
             operations.append(_chat_call(rng, len(operations), shape))
+    return _with_a_chargeable_overrun(operations)
+
+
+def _with_a_chargeable_overrun(operations: list[Operation]) -> list[Operation]:
+    """The plan with at least one overrunning call the audit can see charged: on the organization that never
+    runs short, before the first outage or restart (which may cut it or refuse it). Without one a mix
+    exercises no overrun (seed 1448417331: its three were two cut by the kill and one refused 402). Made
+    after the draws, from the first steady chat there (else its first chat there, else its first steady chat):
+    every other call is unchanged."""
+    calm = next(
+        (i for i, op in enumerate(operations) if isinstance(op, RedisOutage | Restart)), len(operations)
+    )
+    early = [
+        (i, op) for i, op in enumerate(operations[:calm]) if isinstance(op, ChatCall) and not op.organization
+    ]
+    if any(op.behaviour == OVERRUNNING for _, op in early):
+        return operations
+    chosen = next(((i, op) for i, op in early if op.behaviour == STEADY), None) or next(iter(early), None)
+    if chosen is None:  # no chat of that organization before it (the first 22 calls of an outage's mix)
+        later = [
+            (i, op) for i, op in enumerate(operations) if isinstance(op, ChatCall) and not op.organization
+        ]
+        chosen = next(((i, op) for i, op in later if op.behaviour == STEADY), None)
+    if chosen is None:
+        return operations
+    i, call = chosen
+    style = SDK_STREAM if call.style == RAW_CUT else call.style
+    operations[i] = replace(call, behaviour=OVERRUNNING, cap=1, words=28, n=2, style=style, cut_after=0)
     return operations
 
 

@@ -17,7 +17,17 @@ from tests.support.conservation_audit import (
     no_reservation_left_held,
     one_row_per_admitted_request,
 )
-from tests.support.conservation_mix import SDK_STREAM, STEADY, BalanceChange, ChatCall, RedisOutage
+from tests.support.conservation_mix import (
+    OVERRUNNING,
+    SDK_STREAM,
+    STEADY,
+    BalanceChange,
+    ChatCall,
+    MixShape,
+    RedisOutage,
+    Restart,
+    plan_mix,
+)
 from tests.support.conservation_traffic import (
     COMPLETED,
     REFUSED,
@@ -154,3 +164,18 @@ def test_tokens_other_than_reported_and_a_cost_below_the_tokens_price_are_found(
     [cost] = every_delivered_token_charged(_evidence(books=[Books(1420, 1, (undercharged,), (TOP_UP,))]))
     assert "upstream reported 5 output tokens, ledger has 4" in tokens
     assert "charged 80 µ" in cost and "which cost 90 µ" in cost
+
+
+def test_every_planned_mix_has_an_overrun_it_can_charge_before_its_first_disruption() -> None:
+    """A mix whose overrunning calls were all cut by the kill or refused 402 exercised no overrun, and the
+    audit's coverage check failed it (seed 1448417331): each plan has one on the organization that never runs
+    short, before the first outage or restart; other seeds' plans are left as drawn."""
+    for shape in (MixShape(), MixShape(gateways=2, redis_outage=5.0)):
+        for seed in (*range(1, 200), 1448417331):
+            plan = plan_mix(seed, shape)
+            calm = next(i for i, op in enumerate(plan) if isinstance(op, RedisOutage | Restart))
+            ours = [(i, op) for i, op in enumerate(plan) if isinstance(op, ChatCall) and op.organization == 0]
+            overruns = [i for i, op in ours if op.behaviour == OVERRUNNING]
+            assert overruns, (seed, shape)
+            if any(i < calm for i, _ in ours):  # one before the first disruption whenever it can be
+                assert overruns[0] < calm, (seed, shape)
