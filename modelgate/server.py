@@ -33,7 +33,7 @@ from modelgate.proxy.http.connection_guard import EdgeLimits, GuardedServer, nam
 from modelgate.proxy.http.listen import ListenError, address_text, bind_listeners, bound_port
 from modelgate.proxy.http.open_files import open_files_text, raise_open_files_limit
 from modelgate.proxy.observability.logs import configure_logging, flush_logs, flush_logs_periodically
-from modelgate.proxy.observability.metrics import metrics_handler
+from modelgate.proxy.observability.metrics import FROZEN_HEAP, metrics_handler
 from modelgate.proxy.pipeline.route_table import ROUTES
 from modelgate.reload import Reloader
 from modelgate.runtime import ModelApiDispatcher
@@ -271,13 +271,13 @@ def freeze_startup_heap() -> None:
     requests coming and going. Process-wide: for the gateway's own processes, never for a program that runs
     a gateway among other things (the tests)."""
     gc.collect()
-    gc.freeze()
+    FROZEN_HEAP.freeze()
     gc.set_threshold(YOUNG_GENERATION_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _reload(reloader: Reloader, refreeze: bool) -> None:
     if reloader.reload() and refreeze:
-        gc.unfreeze()  # the replaced runtime's reference cycles, frozen at start, can be collected
+        FROZEN_HEAP.unfreeze()  # the replaced runtime's reference cycles, frozen at start, can be collected
         freeze_startup_heap()
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelgate.domain.usage import Usage
-from modelgate.proxy.observability.metrics import LATENCY_BUCKETS, GatewayMetrics
+from modelgate.proxy.observability.metrics import LATENCY_BUCKETS, FrozenHeap, GatewayMetrics
 
 
 def _samples(metrics: GatewayMetrics) -> dict[tuple[str, frozenset], float]:
@@ -55,3 +57,23 @@ def test_counters_and_gauges_read_the_tables() -> None:
     assert tokens == {"input": 11, "cached_input": 3, "output": 5}
     assert samples[("modelgate_requests_in_flight", frozenset())] == 2
     assert samples[("modelgate_active_streams", frozenset())] == 1
+
+
+def test_a_scrape_reports_the_frozen_heap_without_walking_it(monkeypatch) -> None:
+    # gc.get_freeze_count walks every frozen object: at each scrape that stalled the loop for milliseconds.
+    heap = FrozenHeap()
+    gc.collect()
+    heap.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert heap.objects == frozen > 0
+        monkeypatch.setattr("modelgate.proxy.observability.metrics.FROZEN_HEAP", heap)
+
+        def walked() -> int:
+            raise AssertionError("a scrape walked the frozen heap")
+
+        monkeypatch.setattr(gc, "get_freeze_count", walked)
+        assert _samples(GatewayMetrics())[("modelgate_gc_frozen_objects", frozenset())] == frozen
+    finally:
+        heap.unfreeze()
+    assert heap.objects == 0

@@ -187,6 +187,29 @@ def _histogram(name: str, documentation: str, table: dict[tuple[str, str], list[
     return family
 
 
+class FrozenHeap:
+    """What `gc.freeze` took out of the collector's scans, counted once, as it freezes: reading
+    `gc.get_freeze_count` walks every frozen object (3 ms for 84,000 here), and at every scrape that stalled
+    the event loop, every open stream's next chunk with it (2 % of a loaded gateway's CPU at one scrape a
+    second)."""
+
+    __slots__ = ("objects",)
+
+    def __init__(self) -> None:
+        self.objects = 0
+
+    def freeze(self) -> None:
+        gc.freeze()
+        self.objects = gc.get_freeze_count()
+
+    def unfreeze(self) -> None:
+        gc.unfreeze()
+        self.objects = 0
+
+
+FROZEN_HEAP = FrozenHeap()
+
+
 class GatewayMetrics:
     """The instruments of one process; plugins and the server update them, /metrics renders them."""
 
@@ -199,7 +222,7 @@ class GatewayMetrics:
             "modelgate_gc_frozen_objects",
             "Objects built at start that the garbage collector no longer scans (0: not frozen).",
             registry=registry,
-        ).set_function(gc.get_freeze_count)
+        ).set_function(lambda: FROZEN_HEAP.objects)
         Info("modelgate_worker", "The gateway process that answered this scrape.", registry=registry).info(
             {"pid": str(os.getpid())}
         )
