@@ -33,7 +33,7 @@ from modelgate.proxy.content.answer_texts import answer_slots
 from modelgate.proxy.content.prompt_texts import prompt_slots
 from modelgate.proxy.content.redaction import Hit, redact, strongest
 from modelgate.proxy.observability.metrics import GatewayMetrics
-from modelgate.proxy.pipeline.chain import Plugin, StreamCut
+from modelgate.proxy.pipeline.chain import Plugin, StreamCut, StreamStep
 from modelgate.proxy.pipeline.context import AnswerHead, PhaseError, RequestContext
 
 # The client's stream format of each route whose answers carry text.
@@ -153,6 +153,11 @@ class AnswerPolicy(Plugin):
         head.content_guard = AnswerStreamGuard(
             wire, partial(hits_in, scope), scope.window, scope.hold, partial(_seen, ctx)
         )
+
+    def stream_step(self, ctx: RequestContext) -> StreamStep | None:
+        if ctx.answer_head.content_guard is None:  # no rule on this stream's answer: never called for it
+            return None
+        return super().stream_step(ctx)
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream

@@ -20,7 +20,7 @@ import logging
 import orjson
 
 from modelgate.domain.errors import InvalidRequest, UnknownTask
-from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.chain import Plugin, StreamStep
 from modelgate.proxy.pipeline.context import PhaseError, RequestContext
 from modelgate.proxy.state.objects import MAX_OBJECT_ID_BYTES, ObjectBinding, ObjectStore, is_object_id
 from modelgate.proxy.translation.answer_fields import answer_field, event_documents, string_field
@@ -104,6 +104,11 @@ class ObjectBindingPlugin(Plugin):
         if binding is None or binding.context_tokens is None:
             return context
         return binding.context_tokens if binding.context_tokens < context else context
+
+    def stream_step(self, ctx: RequestContext) -> StreamStep | None:
+        if ctx.matched_route.creates is None:  # most routes create nothing: never called for their streams
+            return None
+        return super().stream_step(ctx)
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         route = ctx.route  # ctx.matched_route, inline: this runs for every piece of a stream

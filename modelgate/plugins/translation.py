@@ -12,7 +12,7 @@ from __future__ import annotations
 import orjson
 
 from modelgate.domain.errors import UpstreamUnavailable
-from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.chain import Plugin, StreamStep
 from modelgate.proxy.pipeline.context import AnswerHead, PhaseError, RequestContext
 from modelgate.proxy.pipeline.failover import log_failed_attempt
 from modelgate.proxy.translation.model_name import ModelNameStream, with_model_name
@@ -34,6 +34,10 @@ class Translation(Plugin):
             "text/event-stream"
         ):
             head.stream_translator = ModelNameStream(ctx.model.name)  # relayed as written, but for the model
+
+    def stream_step(self, ctx: RequestContext) -> StreamStep | None:
+        stream = ctx.answer_head.stream_translator
+        return None if stream is None else stream.feed  # the translator's own, one call a piece
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream

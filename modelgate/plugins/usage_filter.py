@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from modelgate.domain.answer_filters import WHOLE_ANSWER_FILTER, UsageChunkFilter
 from modelgate.domain.usage import StreamUsageScanner
-from modelgate.proxy.pipeline.chain import Plugin
+from modelgate.proxy.pipeline.chain import Plugin, StreamStep
 from modelgate.proxy.pipeline.context import AnswerHead, PhaseError, RequestContext
 
 
@@ -32,6 +32,10 @@ class UsageFilter(Plugin):
                 head.usage_filter = UsageChunkFilter(ctx.metering.usage_withheld, scanner)
         elif route.provider_priced:  # the price is the provider's, never relayed
             head.usage_filter = WHOLE_ANSWER_FILTER
+
+    def stream_step(self, ctx: RequestContext) -> StreamStep | None:
+        chunk_filter = ctx.answer_head.usage_filter
+        return None if chunk_filter is None else chunk_filter.feed  # the filter's own, one call a piece
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream

@@ -307,7 +307,7 @@ class FrontConnection(asyncio.Protocol):
             keep_alive = False
         elif self.transport is not None and not self.transport.is_closing():
             try:
-                self._write(whole_answer(response, keep_alive))
+                self.put(whole_answer(response, keep_alive))
             except ValueError:
                 log.exception("an answer could not be serialised; closing its connection")
                 keep_alive = False
@@ -339,29 +339,26 @@ class FrontConnection(asyncio.Protocol):
 
     def put(self, data: bytes) -> bool:
         """Write `data` without waiting: False when the client is behind (`drained` waits for it);
-        ConnectionResetError once it is gone."""
+        ConnectionResetError once it is gone. Written now if it is the pass's first write, else queued in the
+        outbox (module docstring of modelgate/proxy/http/outbox.py); the connection's bytes keep their order
+        either way."""
         transport = self.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("Cannot write to closing transport")
-        self._write(data)
+        out = self._out
+        if out is not None:
+            out.append(data)
+        elif self._outbox.first():
+            transport.write(data)
+        else:
+            self._out = [data]
+            self._outbox.queue(self)
         return self._drain is None
 
     async def drained(self) -> None:
         """Until the client has taken what was written (at once when it keeps up)."""
         if self._drain is not None:
             await asyncio.shield(self._drain)
-
-    def _write(self, data: bytes) -> None:
-        """Write `data` now if it is the pass's first write, else queue it in the outbox (module docstring of
-        modelgate/proxy/http/outbox.py); the connection's bytes keep their order either way."""
-        out = self._out
-        if out is not None:
-            out.append(data)
-        elif self._outbox.first():
-            self.transport.write(data)  # type: ignore[union-attr]
-        else:
-            self._out = [data]
-            self._outbox.queue(self)
 
     def _close(self) -> None:
         """Close the connection once the bytes it queued in the outbox are handed to the transport."""

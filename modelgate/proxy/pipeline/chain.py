@@ -8,6 +8,9 @@ Phases, in order, as in a proxy's filter chain (Envoy's decode/encode filters):
   bytes to pass on: the same bytes to observe only, others to rewrite, b"" to hold them back (the later
   steps see nothing of them until they are released); cheap, and never buffering a stream; raising
   `StreamCut` ends a stream (a GatewayError refuses a whole answer);
+  (a streamed answer's pieces go through `stream_step(ctx)`, made once its head is in: `on_chunk` bound to
+  the request unless the plugin has a step of the stream's own, or none for a stream it has nothing to do
+  with);
 - `on_end(ctx, tail) -> bytes`: a streamed answer ended; returns `tail` (what the earlier steps released)
   followed by whatever this step still held;
 - `on_stream_error(ctx, error) -> bytes`: the provider broke off a stream whose bytes reached the client;
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import ClassVar
 
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
@@ -74,6 +78,10 @@ class ChainOrderError(ValueError):
 # A request or completion hook: a coroutine function when it waits, a plain function when it never does (the
 # chain then calls it without creating a coroutine; the request phase is the hot path).
 PhaseHook = Callable[[RequestContext], Awaitable[None] | None]
+# One step of one streamed answer: each piece in, the bytes to pass on out (as `on_chunk`, its request bound).
+StreamStep = Callable[[bytes], bytes]
+# What a plugin makes of a streamed answer once its head is in: its step, or None (nothing to do with it).
+StreamStepMaker = Callable[[RequestContext], StreamStep | None]
 
 
 class Plugin:
@@ -97,6 +105,13 @@ class Plugin:
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         return chunk
+
+    def stream_step(self, ctx: RequestContext) -> StreamStep | None:
+        """This streamed answer's step for each of its pieces, made once its head is in (after
+        `on_response_head`), or None when the plugin has nothing to do with this stream: the relay then
+        never calls it. A plugin with per-stream state returns that state's own method, saving a call a
+        piece; by default, `on_chunk` with the request bound."""
+        return partial(self.on_chunk, ctx)
 
     def on_end(self, ctx: RequestContext, tail: bytes) -> bytes:
         return tail
@@ -128,6 +143,7 @@ class PluginChain:
         "plugins",
         "request_hooks",
         "stream_error_hooks",
+        "stream_steps",
     )
 
     def __init__(self, plugins: list[Plugin]) -> None:
@@ -138,6 +154,9 @@ class PluginChain:
         )
         self.head_hooks = tuple(p.on_response_head for p in plugins if _overrides(p, "on_response_head"))
         self.chunk_hooks = tuple(p.on_chunk for p in plugins if _overrides(p, "on_chunk"))
+        self.stream_steps: tuple[StreamStepMaker, ...] = tuple(
+            p.stream_step for p in plugins if _overrides(p, "on_chunk")
+        )
         self.end_hooks = tuple(p.on_end for p in plugins if _overrides(p, "on_end"))
         self.stream_error_hooks = tuple(
             p.on_stream_error for p in plugins if _overrides(p, "on_stream_error")

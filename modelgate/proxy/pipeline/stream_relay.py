@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Protocol
 
 import aiohttp
 from aiohttp import web
 
 from modelgate.proxy.http.front_request import FrontRequest, FrontStream
-from modelgate.proxy.pipeline.chain import PluginChain, StreamCut
+from modelgate.proxy.pipeline.chain import PluginChain, StreamCut, StreamStep
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
 from modelgate.proxy.pipeline.failover import log_failed_attempt
 from modelgate.proxy.upstream.http_client import UpstreamAnswer, UpstreamBrokeOff, piped_answer
@@ -45,13 +45,13 @@ class ClientStream(Protocol):
 
 
 class StreamRelay:
-    """Relays streamed answers through the chain's response steps (`on_chunk`, `on_end`,
+    """Relays streamed answers through the chain's response steps (`stream_step`, `on_end`,
     `on_stream_error`)."""
 
-    __slots__ = ("_chunk_hooks", "_end_hooks", "_error_hooks")
+    __slots__ = ("_end_hooks", "_error_hooks", "_stream_steps")
 
     def __init__(self, chain: PluginChain) -> None:
-        self._chunk_hooks = chain.chunk_hooks
+        self._stream_steps = chain.stream_steps
         self._end_hooks = chain.end_hooks
         self._error_hooks = chain.stream_error_hooks
 
@@ -127,20 +127,21 @@ class StreamRelay:
         The rest is read to its end (StopAsyncIteration), whatever kind of body it is. A piece read once the
         upstream's whole body is in (`at_eof`) is its last: held back, never waiting for anything, to go out
         with the end of the answer in one write."""
-        chunk_hooks = self._chunk_hooks
+        # This stream's own steps: those of plugins with nothing to do with it are never called.
+        steps = tuple([step for make in self._stream_steps if (step := make(ctx)) is not None])
         body = upstream.content
         # The pooled client's answer relayed to the gateway's own front is piped: the pieces between the
         # first and the last go out from the provider connection's callback, without a task switch each.
         # (No bound methods kept for the loop: piped, it turns a few times a stream, and every open stream
         # would hold them.)
-        pusher = _Pusher.of(ctx, chunk_hooks, response, rest)
+        pusher = _Pusher.of(ctx, steps, response, rest)
         last = b""
         head_sent = False
         while True:
-            for hook in chunk_hooks:  # the opening is empty when the stream ended before its first byte
+            for step in steps:  # the opening is empty when the stream ended before its first byte
                 if not chunk:
                     break  # held back by a step (or nothing yet): the later ones see it once released
-                chunk = hook(ctx, chunk)
+                chunk = step(chunk)
             if chunk:
                 if ctx.first_byte_at is None:
                     ctx.first_byte_at = time.perf_counter()
@@ -157,7 +158,7 @@ class StreamRelay:
                 # Pipe until the answer ends or the piping stops (awaited here, not in a coroutine of the
                 # pusher's: one less for every open stream); then raise what stopped it, or wait for the
                 # client to catch up.
-                await pusher.answer.pipe(pusher)
+                await pusher.answer.pipe(pusher.push)
                 pusher.raise_error()
                 await pusher.stream.drained()
             try:
@@ -194,17 +195,17 @@ class _Pusher:
     False) when the client is behind or a step raised; the relay's task then waits for the client, or raises
     what the step raised, where the unpiped loop would have."""
 
-    __slots__ = ("_ctx", "_error", "_hooks", "answer", "stream")
+    __slots__ = ("_ctx", "_error", "_steps", "answer", "stream")
 
     def __init__(
         self,
         ctx: RequestContext,
-        hooks: tuple[Callable[[RequestContext, bytes], bytes], ...],
+        steps: tuple[StreamStep, ...],
         stream: FrontStream,
         answer: UpstreamAnswer,
     ) -> None:
         self._ctx = ctx
-        self._hooks = hooks
+        self._steps = steps
         self.stream = stream
         self.answer = answer
         self._error: Exception | None = None
@@ -213,7 +214,7 @@ class _Pusher:
     def of(
         cls,
         ctx: RequestContext,
-        hooks: tuple[Callable[[RequestContext, bytes], bytes], ...],
+        steps: tuple[StreamStep, ...],
         response: ClientStream,
         rest: AsyncIterator[bytes],
     ) -> _Pusher | None:
@@ -221,7 +222,7 @@ class _Pusher:
         if not isinstance(response, FrontStream):
             return None
         answer = piped_answer(rest)
-        return None if answer is None else cls(ctx, hooks, response, answer)
+        return None if answer is None else cls(ctx, steps, response, answer)
 
     def raise_error(self) -> None:
         """Once the piping stopped: raise what a step raised on a piece, if anything."""
@@ -229,15 +230,17 @@ class _Pusher:
         if error is not None:
             raise error
 
-    def __call__(self, chunk: bytes) -> bool:
-        ctx = self._ctx
+    def push(self, chunk: bytes) -> bool:
+        """The sink of the piping (a method, not `__call__`: calling an instance goes through its type's
+        slot, several hundred instructions a piece more)."""
         try:
-            for hook in self._hooks:
+            for step in self._steps:
                 if not chunk:
                     return True  # held back by a step
-                chunk = hook(ctx, chunk)
+                chunk = step(chunk)
             if not chunk:
                 return True
+            ctx = self._ctx
             if ctx.first_byte_at is None:
                 ctx.first_byte_at = time.perf_counter()
             keeps_up = self.stream.push(chunk)
