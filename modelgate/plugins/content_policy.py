@@ -155,9 +155,12 @@ class AnswerPolicy(Plugin):
         )
 
     def stream_step(self, ctx: RequestContext) -> StreamStep | None:
-        if ctx.answer_head.content_guard is None:  # no rule on this stream's answer: never called for it
+        answer = ctx.answer  # ctx.answer_head, inline: this runs for every stream
+        if answer is None:
+            raise PhaseError("answer", "the forwarder")
+        if answer.content_guard is None:  # no rule on this stream's answer: never called for it
             return None
-        return super().stream_step(ctx)
+        return partial(self.on_chunk, ctx)
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         answer = ctx.answer  # ctx.answer_head, inline: this runs for every piece of a stream

@@ -16,6 +16,7 @@ the model's context window when it is not known).
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import orjson
 
@@ -106,9 +107,12 @@ class ObjectBindingPlugin(Plugin):
         return binding.context_tokens if binding.context_tokens < context else context
 
     def stream_step(self, ctx: RequestContext) -> StreamStep | None:
-        if ctx.matched_route.creates is None:  # most routes create nothing: never called for their streams
+        route = ctx.route  # ctx.matched_route, inline: this runs for every stream
+        if route is None:
+            raise PhaseError("route", "route_support")
+        if route.creates is None:  # most routes create nothing: never called for their streams
             return None
-        return super().stream_step(ctx)
+        return partial(self.on_chunk, ctx)
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         route = ctx.route  # ctx.matched_route, inline: this runs for every piece of a stream

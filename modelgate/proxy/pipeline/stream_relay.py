@@ -128,7 +128,10 @@ class StreamRelay:
         upstream's whole body is in (`at_eof`) is its last: held back, never waiting for anything, to go out
         with the end of the answer in one write."""
         # This stream's own steps: those of plugins with nothing to do with it are never called.
-        steps = tuple([step for make in self._stream_steps if (step := make(ctx)) is not None])
+        steps: tuple[StreamStep, ...] = ()
+        for make in self._stream_steps:
+            if (step := make(ctx)) is not None:
+                steps += (step,)
         body = upstream.content
         # The pooled client's answer relayed to the gateway's own front is piped: the pieces between the
         # first and the last go out from the provider connection's callback, without a task switch each.
