@@ -35,6 +35,7 @@ from aiohttp import web
 from aiohttp.tcp_helpers import tcp_nodelay
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from modelgate.proxy.http.eager_start import start_eagerly
 from modelgate.proxy.http.front_request import FrontRequest, FrontStream, whole_answer
 from modelgate.proxy.http.outbox import outbox_for
 
@@ -270,7 +271,10 @@ class FrontConnection(asyncio.Protocol):
             pending.body_length,
             pending.keep_alive and not self._closing,
         )
-        self._task_handler = self._loop.create_task(self._serve(request))
+        start_eagerly(self._loop, self._serve(request), self._adopt)
+
+    def _adopt(self, task: asyncio.Task[None]) -> None:
+        self._task_handler = task  # before its first step, which may already finish it (`_finish`)
 
     async def _serve(self, request: FrontRequest) -> None:
         try:
