@@ -6,6 +6,8 @@ unknown, revoked or missing key: 401.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from modelgate.domain.errors import AuthenticationFailed, AuthenticationFailedEnvelopeA
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
@@ -40,7 +42,8 @@ class Auth(Plugin):
     def __init__(self, keys: KeyDirectory) -> None:
         self._keys = keys
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> Awaitable[None] | None:
+        # A plain function: a key this process knows (the usual request) is resolved without a coroutine.
         error = (
             AuthenticationFailedEnvelopeA
             if ctx.matched_route.envelope_b_with_version_header
@@ -51,7 +54,21 @@ class Auth(Plugin):
             raise error(_MISSING)
         if not secret.startswith("sk-") or secret.startswith("sk-mgmt-") or len(secret) > 256:
             raise error(_WRONG)
-        key = await self._keys.lookup(secret)
+        keys = self._keys
+        secret_hash = keys.secret_hash(secret)
+        key = keys.cached(secret_hash)
+        if key is None:
+            return self._read(ctx, secret_hash, error)
+        ctx.key = key
+        return None
+
+    async def _read(
+        self,
+        ctx: RequestContext,
+        secret_hash: str,
+        error: type[AuthenticationFailed],
+    ) -> None:
+        key = await self._keys.read(secret_hash)
         if key is None:
             raise error(_WRONG)
         ctx.key = key

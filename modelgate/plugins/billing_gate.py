@@ -13,6 +13,7 @@ and cost nothing.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 
 from modelgate.domain.accounts import Accounts
 from modelgate.domain.charges import charge_usage, delivered_usage, reservation
@@ -90,13 +91,13 @@ class BillingGate(Plugin):
     def __init__(self, accounts: Accounts) -> None:
         self._accounts = accounts
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> Awaitable[None] | None:
+        # A plain function: only a realtime connect waits here (the usual request records its asks).
         route = ctx.matched_route
         if route.websocket:  # reserved per response by the relay; here: can it afford one?
-            await admit(self._accounts.counters, ctx)  # its windows first: 429 before 402
-            return await check_one_response(self._accounts, ctx)
+            return self._one_response(ctx)
         if ctx.model is None:
-            return
+            return None
         admission = ctx.admission
         if route.free:
             worst = 0  # costs nothing, but an organization that may not spend (unpaid) may not call it either
@@ -123,12 +124,18 @@ class BillingGate(Plugin):
                 ask, start = accounts.budget_ask(rule, worst, now)
                 admission.money.append(ask)
                 admission.budgets.append((rule, start))
+        return None
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    async def _one_response(self, ctx: RequestContext) -> None:
+        await admit(self._accounts.counters, ctx)  # its windows first: 429 before 402
+        await check_one_response(self._accounts, ctx)
+
+    def on_complete(self, ctx: RequestContext) -> Awaitable[None] | None:
         reservations = ctx.admission.reservations
         if not reservations or (ctx.metering.background_id and ctx.answered_status == 200):
-            return  # nothing reserved; or held until a background response's final usage is known
+            return None  # nothing reserved; or held until a background response's final usage is known
         cost = final_cost(ctx)
         # Batched with other requests' (and this one's TPM corrections); its ledger row follows once the batch
-        # is written (UsageMetering), so the handler never waits on Redis here.
-        await self._accounts.queue_settlement(reservations, cost, ctx.metering.ledger_row_id)
+        # is written (UsageMetering), so the handler never waits on Redis here. The settlement's own
+        # awaitable goes to the chain, not wrapped in a coroutine of this hook's.
+        return self._accounts.queue_settlement(reservations, cost, ctx.metering.ledger_row_id)

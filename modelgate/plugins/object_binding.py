@@ -16,6 +16,7 @@ the model's context window when it is not known).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from functools import partial
 
 import orjson
@@ -64,11 +65,15 @@ class ObjectBindingPlugin(Plugin):
         self._store = store
         self._catalog = catalog
 
-    async def on_request(self, ctx: RequestContext) -> None:
-        route = ctx.matched_route
-        kind = _OBJECT_KINDS.get(route.kind)
+    def on_request(self, ctx: RequestContext) -> Awaitable[None] | None:
+        # A plain function: most routes bind nothing, and their requests pass without a coroutine.
+        kind = _OBJECT_KINDS.get(ctx.matched_route.kind)
         if kind is None:
-            return
+            return None
+        return self._bind(ctx, kind)
+
+    async def _bind(self, ctx: RequestContext, kind: str) -> None:
+        route = ctx.matched_route
         if route.has_id:
             if not is_object_id(ctx.object_id):  # no such id was ever bound: no lookup either
                 raise UnknownTask(f"{_NOUNS[kind]} not found.")
@@ -155,14 +160,15 @@ class ObjectBindingPlugin(Plugin):
             )
         )
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> Awaitable[None] | None:
         route = ctx.route
         if route is None:
-            return
+            return None
         if route.deletes and ctx.status == 200 and ctx.object_id is not None:
-            await self._store.forget(ctx.object_id)
-        elif route.creates == "response" and ctx.answered_status == 200:
+            return self._store.forget(ctx.object_id)
+        if route.creates == "response" and ctx.answered_status == 200:
             self._remember_context(ctx)
+        return None
 
     def _remember_context(self, ctx: RequestContext) -> None:
         """The context a created response carried, as the provider reported it (none reported: unknown)."""

@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from modelgate.config import Config
 from modelgate.domain.accounts import org_tag
 from modelgate.domain.counters import Counters
 from modelgate.domain.errors import RateLimited
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
+from modelgate.proxy.realtime.secrets import RealtimeClaim
 
 
 class RealtimeCap(Plugin):
@@ -24,9 +27,13 @@ class RealtimeCap(Plugin):
         self._caps = {plan.code: plan.realtime_concurrency for plan in config.plans}
         self._counters = counters
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> Awaitable[None] | None:
+        # A plain function: only a realtime session waits (for its slot).
         if ctx.realtime is None or ctx.model is None:
-            return
+            return None
+        return self._hold_slot(ctx, ctx.realtime)
+
+    async def _hold_slot(self, ctx: RequestContext, claim: RealtimeClaim) -> None:
         cap = self._caps.get(ctx.api_key.plan_code, 0)
         if cap <= 0:
             return
@@ -36,10 +43,11 @@ class RealtimeCap(Plugin):
                 f"Realtime concurrency cap reached: at most {cap} open realtime session(s) per organization. "
                 "Close a session and retry."
             )
-        ctx.realtime.slot = slot
+        claim.slot = slot
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> Awaitable[None] | None:
         claim = ctx.realtime
         if claim is not None and claim.slot is not None:
             claim.slot, slot = None, claim.slot
-            await self._counters.release(slot)
+            return self._counters.release(slot)
+        return None

@@ -11,6 +11,8 @@ On POST /v1/realtime/client_secrets, OpenAI's `{session: {model, ...}}` shape is
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from modelgate.domain.errors import InvalidRealtimeCredential, RequestInProgress
 from modelgate.proxy.pipeline.chain import Plugin
 from modelgate.proxy.pipeline.context import RequestContext
@@ -28,16 +30,20 @@ class RealtimeCredentials(Plugin):
     def __init__(self, secrets: RealtimeSecrets) -> None:
         self._secrets = secrets
 
-    async def on_request(self, ctx: RequestContext) -> None:
+    def on_request(self, ctx: RequestContext) -> Awaitable[None] | None:
+        # A plain function: only a realtime connect waits (for its claim).
         route = ctx.matched_route
         if route.mints_realtime_secret:
             payload = ctx.json_payload
             session = payload.get("session")
             if "model" not in payload and isinstance(session, dict) and "model" in session:
                 payload["model"] = session["model"]
-            return
+            return None
         if not route.websocket:
-            return
+            return None
+        return self._claim(ctx)
+
+    async def _claim(self, ctx: RequestContext) -> None:
         query = ctx.request.query
         value = query.get("client_secret")
         if not value:
@@ -58,7 +64,8 @@ class RealtimeCredentials(Plugin):
         ctx.realtime = RealtimeClaim(value, secret)
         ctx.payload = {"model": secret.model}
 
-    async def on_complete(self, ctx: RequestContext) -> None:
+    def on_complete(self, ctx: RequestContext) -> Awaitable[None] | None:
         claim = ctx.realtime
         if claim is not None and not claim.established:
-            await self._secrets.release(claim.value)
+            return self._secrets.release(claim.value)
+        return None

@@ -19,6 +19,8 @@ class RequestTracing(Plugin):
     def __init__(self, tracer: Tracer | None) -> None:
         self._tracer = tracer
         self._open: dict[int, RequestSpan] = {}  # id() of the context -> its span
+        if tracer is None:  # tracing is off: the chain calls neither hook
+            self.idle_hooks = frozenset({"on_request", "on_complete"})
 
     def on_request(self, ctx: RequestContext) -> None:
         if self._tracer is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -355,6 +356,13 @@ async def context_before(
     if "output_caps" in done:
         ensure_estimate(ctx)
     return ctx
+
+
+async def run_hook(result: Awaitable[None] | None) -> None:
+    """Await what a request or completion hook returned, as the chain does: a hook that did not need to wait
+    returned None."""
+    if result is not None:
+        await result
 
 
 def answer_head(

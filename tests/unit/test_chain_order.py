@@ -3,6 +3,8 @@ what it reads (modelgate/proxy/pipeline/chain.py `requires` / `provides`)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from modelgate.plugins import CHAIN_PLUGINS
@@ -11,6 +13,8 @@ from modelgate.plugins.body_limits import BodyLimits
 from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.policy import Policy
 from modelgate.plugins.route_support import RouteSupport
+from modelgate.plugins.tracing import RequestTracing
+from modelgate.proxy.observability.tracing import Tracer
 from modelgate.proxy.pipeline.chain import ChainOrderError, Plugin, PluginChain, check_order
 
 
@@ -66,3 +70,12 @@ def test_building_a_chain_checks_its_order() -> None:
         "provides_the_model",
         "reads_the_model",
     )
+
+
+def test_tracing_switched_off_puts_no_hook_in_the_chain_and_switched_on_both() -> None:
+    off = RequestTracing(None)
+    on = RequestTracing(cast(Tracer, object()))  # never called: building the chain only looks at it
+
+    assert PluginChain([off]).request_hooks == () and PluginChain([off]).complete_hooks == ()
+    assert PluginChain([on]).request_hooks == (on.on_request,)
+    assert PluginChain([on]).complete_hooks == (on.on_complete,)

@@ -201,6 +201,10 @@ class FrontStream:
         return self._head_sent
 
     async def prepare(self, request: FrontRequest) -> None:
+        self.attach(request)
+
+    def attach(self, request: FrontRequest) -> None:
+        """`prepare`, without a coroutine: the stream answers `request` on its connection."""
         request.stream = self
         self._connection = request.protocol
         self.keep_alive = request.keep_alive
@@ -242,7 +246,8 @@ class FrontStream:
         connection = self._connection
         if connection is None:
             raise RuntimeError("write_eof() before prepare()")
-        await connection.send(self._framed(data) + b"0\r\n\r\n")
+        if not connection.put(self._framed(data) + b"0\r\n\r\n"):  # `connection.send`, inline
+            await connection.drained()
         self.finished = True
 
 

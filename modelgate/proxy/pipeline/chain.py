@@ -96,6 +96,9 @@ class Plugin:
     # Context fields this step needs filled in by an earlier one, and those it fills in for later ones.
     requires: ClassVar[frozenset[str]] = frozenset()
     provides: ClassVar[frozenset[str]] = frozenset()
+    # Hooks it overrides that do nothing as this plugin was built (e.g. tracing switched off): the chain
+    # leaves them out, sparing every request their calls.
+    idle_hooks: frozenset[str] = frozenset()
 
     def on_request(self, ctx: RequestContext) -> Awaitable[None] | None:
         return None
@@ -124,7 +127,7 @@ class Plugin:
 
 
 def _overrides(plugin: Plugin, hook: str) -> bool:
-    return getattr(type(plugin), hook) is not getattr(Plugin, hook)
+    return getattr(type(plugin), hook) is not getattr(Plugin, hook) and hook not in plugin.idle_hooks
 
 
 class PluginChain:

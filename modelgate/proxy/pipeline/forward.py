@@ -10,7 +10,7 @@ client's fault and are passed on with their status in our envelope.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from urllib.parse import quote
 
 import aiohttp
@@ -171,7 +171,8 @@ class Forwarder:
             # Nothing is sent to the client before the answer's first bytes are in: a row that breaks off
             # before then is failed over like one that never answered.
             try:
-                opening, rest = await _opening(ctx, upstream)
+                reading, rest = _opening(ctx, upstream)
+                opening = await reading
             except (aiohttp.ClientError, UpstreamBrokeOff, TimeoutError) as exc:
                 failed = True
                 upstream.close()
@@ -243,14 +244,15 @@ class Forwarder:
         return await self._streams.relay(ctx, upstream, head, opening, rest)
 
 
-async def _opening(
+def _opening(
     ctx: RequestContext, upstream: UpstreamResponse
-) -> tuple[bytes, AsyncIterator[bytes] | None]:
-    """The whole body of a plain answer (rest None), or a stream's first chunk and the rest of its chunks."""
+) -> tuple[Awaitable[bytes], AsyncIterator[bytes] | None]:
+    """The read of the whole body of a plain answer (rest None), or of a stream's first chunk and the rest of
+    its chunks; the caller awaits the read (a plain function: no coroutine of its own around it)."""
     content_type = upstream.headers.get("content-type", "")
     # Event streams and binary media (speech, video content) are relayed chunk by chunk, never read whole.
     streamed = content_type.startswith(_STREAMED_TYPES)
     if not ctx.stream and not streamed:
-        return await upstream.read(), None
+        return upstream.read(), None
     chunks = aiter(upstream.content.iter_any())
-    return await anext(chunks, b""), chunks
+    return anext(chunks, b""), chunks

@@ -70,8 +70,9 @@ class StreamRelay:
         response, opened = _stream_response(ctx.request, head)
         released = False
         try:
-            await opened
-            del opened  # spent: not held (a GC-tracked coroutine) for as long as the stream is open
+            if opened is not None:  # aiohttp's stream: prepared before its first write
+                await opened
+                del opened  # spent: not held (a GC-tracked coroutine) for as long as the stream is open
             await self._pieces(ctx, response, upstream, opening, rest)
             ctx.outcome = "completed"
             released = True
@@ -256,13 +257,14 @@ class _Pusher:
 
 def _stream_response(
     request: web.Request | FrontRequest, head: AnswerHead
-) -> tuple[web.StreamResponse | FrontStream, Awaitable[object]]:
-    """The streamed answer for the entry the request came through, and its opening (to await) — the gateway's
-    own HTTP front writes to its connection (modelgate/proxy/http/front.py), aiohttp's server through its
-    StreamResponse."""
+) -> tuple[web.StreamResponse | FrontStream, Awaitable[object] | None]:
+    """The streamed answer for the entry the request came through, and its opening to await (None: it is
+    open) — the gateway's own HTTP front writes to its connection (modelgate/proxy/http/front.py), prepared
+    here without a coroutine; aiohttp's server through its StreamResponse."""
     if isinstance(request, FrontRequest):
         stream = FrontStream(head.status, head.headers)
-        return stream, stream.prepare(request)
+        stream.attach(request)
+        return stream, None
     response = _RelayedStream(status=head.status, headers=head.headers)
     return response, response.prepare(request)
 

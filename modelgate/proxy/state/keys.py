@@ -129,12 +129,25 @@ class KeyDirectory:
 
     async def lookup(self, secret: str) -> KeyRecord | None:
         """The active key behind a secret, or None."""
-        if self._poll is not None:
-            self._poll()
-        secret_hash = hash_token(secret)
+        secret_hash = self.secret_hash(secret)
         record = self._cache.get(secret_hash)
         if record is not None:
             return record
+        return await self.read(secret_hash)
+
+    def secret_hash(self, secret: str) -> str:
+        """The hash a lookup goes by, once what other processes published is acted on (the host channel's
+        poll): `cached`, then `read` when that finds nothing, is `lookup` in two steps."""
+        if self._poll is not None:
+            self._poll()
+        return hash_token(secret)
+
+    def cached(self, secret_hash: str) -> KeyRecord | None:
+        """The key this process knows by `secret_hash` (from `secret_hash`, just now), without a read."""
+        return self._cache.get(secret_hash)
+
+    async def read(self, secret_hash: str) -> KeyRecord | None:
+        """The active key behind a hash that is not cached (`cached` found nothing), or None."""
         if secret_hash in self._tombstones:
             return None
         generation = self._generation

@@ -16,6 +16,7 @@ from tests.support.plugin_context import (
     add_key,
     add_policy_rule,
     context_before,
+    run_hook,
 )
 
 
@@ -23,7 +24,7 @@ async def _recorded(services: PluginServices, key: StoredKey):
     """A request as the rate limits and the billing gate leave it: everything asked, nothing taken."""
     ctx = await context_before("rate_limits", services, payload=CHAT, key=key.record)
     RateLimits(services.config, services.counters).on_request(ctx)
-    await BillingGate(services.accounts).on_request(ctx)
+    await run_hook(BillingGate(services.accounts).on_request(ctx))
     return ctx
 
 
@@ -31,7 +32,7 @@ async def test_everything_asked_is_taken_and_reported(services: PluginServices, 
     ctx = await _recorded(services, key)
     amount = ctx.admission.money[0].amount
 
-    await Admission(services.counters).on_request(ctx)
+    await run_hook(Admission(services.counters).on_request(ctx))
 
     assert ctx.admission.taken
     assert ctx.admission.reserved_micros == amount
@@ -48,7 +49,7 @@ async def test_everything_asked_is_taken_and_reported(services: PluginServices, 
 async def test_a_request_that_asked_nothing_takes_nothing(services: PluginServices) -> None:
     ctx = await context_before("admission", services, method="GET", path="/v1/models")
 
-    await Admission(services.counters).on_request(ctx)
+    await run_hook(Admission(services.counters).on_request(ctx))
 
     assert not ctx.admission.asked and ctx.admission.reservations == []
 
@@ -58,11 +59,11 @@ async def test_a_full_request_window_is_429_with_retry_hints_and_takes_no_money(
 ) -> None:
     tight = await add_key(services, plan="tight", balance_usd=10.0)  # one request a minute
     first = await _recorded(services, tight)
-    await Admission(services.counters).on_request(first)
+    await run_hook(Admission(services.counters).on_request(first))
     second = await _recorded(services, tight)
 
     with pytest.raises(RateLimited) as caught:
-        await Admission(services.counters).on_request(second)
+        await run_hook(Admission(services.counters).on_request(second))
 
     headers = caught.value.headers
     assert caught.value.status == 429
@@ -80,7 +81,7 @@ async def test_a_balance_that_cannot_cover_the_worst_case_is_402_and_takes_no_wi
     ctx = await _recorded(services, broke)
 
     with pytest.raises(InsufficientBalance, match="cannot cover this request's maximum cost") as caught:
-        await Admission(services.counters).on_request(ctx)
+        await run_hook(Admission(services.counters).on_request(ctx))
 
     assert (caught.value.status, caught.value.code) == (402, "insufficient_balance")
     (probe,) = await services.counters.admit([(broke.record.rpm_window, 0, 10**9)])
@@ -91,14 +92,14 @@ async def test_an_organization_whose_first_invoice_is_unpaid_is_402(services: Pl
     unpaid = await add_key(services, balance_usd=10.0, activated=False)
 
     with pytest.raises(InsufficientBalance, match="first invoice is not paid yet"):
-        await Admission(services.counters).on_request(await _recorded(services, unpaid))
+        await run_hook(Admission(services.counters).on_request(await _recorded(services, unpaid)))
 
 
 async def test_an_exhausted_budget_is_402_naming_its_rule(services: PluginServices, key: StoredKey) -> None:
     rule_id = await add_policy_rule(services, key.record, budget_usd=0.000001, budget_period="month")
 
     with pytest.raises(InsufficientBalance, match=f"monthly budget of policy rule {rule_id} is exhausted"):
-        await Admission(services.counters).on_request(await _recorded(services, key))
+        await run_hook(Admission(services.counters).on_request(await _recorded(services, key)))
 
 
 async def test_an_exhausted_daily_budget_is_402_naming_its_rule(
@@ -107,4 +108,4 @@ async def test_an_exhausted_daily_budget_is_402_naming_its_rule(
     rule_id = await add_policy_rule(services, key.record, budget_usd=0.000001, budget_period="day")
 
     with pytest.raises(InsufficientBalance, match=f"daily budget of policy rule {rule_id} is exhausted"):
-        await Admission(services.counters).on_request(await _recorded(services, key))
+        await run_hook(Admission(services.counters).on_request(await _recorded(services, key)))

@@ -25,6 +25,7 @@ from tests.support.plugin_context import (
     add_policy_rule,
     answered,
     context_before,
+    run_hook,
 )
 
 
@@ -32,7 +33,7 @@ async def _gated(
     services: PluginServices, key: StoredKey, path: str = "/v1/chat/completions", payload: dict = CHAT
 ):
     ctx = await context_before("billing_gate", services, path=path, payload=payload, key=key.record)
-    await BillingGate(services.accounts).on_request(ctx)
+    await run_hook(BillingGate(services.accounts).on_request(ctx))
     return ctx
 
 
@@ -42,8 +43,8 @@ async def _answered(
     """A request admitted with its reservation taken, then answered whole with `usage`."""
     plugin = BillingGate(services.accounts)
     ctx = await context_before("billing_gate", services, payload=CHAT, key=key.record)
-    await plugin.on_request(ctx)
-    await Admission(services.counters).on_request(ctx)
+    await run_hook(plugin.on_request(ctx))
+    await run_hook(Admission(services.counters).on_request(ctx))
     answered(ctx, body=b"{}")
     ctx.metering.usage = usage
     return plugin, ctx
@@ -97,7 +98,7 @@ async def test_completion_settles_the_reservation_to_the_real_cost(
 ) -> None:
     plugin, ctx = await _answered(services, key, Usage(input_tokens=20, output_tokens=50))
 
-    await plugin.on_complete(ctx)
+    await run_hook(plugin.on_complete(ctx))
 
     assert ctx.metering.cost_micros == 20 * 2 + 50 * 10
     assert await services.counters.money(key.record.balance_counter) == (to_micros(10.0) - 540, 0)
@@ -111,7 +112,7 @@ async def test_a_cost_over_the_reservation_is_charged_in_full_and_the_excess_rec
     plugin, ctx = await _answered(services, key, Usage(input_tokens=20, output_tokens=4_000))
     reserved = ctx.admission.reserved_micros
 
-    await plugin.on_complete(ctx)
+    await run_hook(plugin.on_complete(ctx))
 
     truth = 20 * 2 + 4_000 * 10
     assert ctx.metering.cost_micros == truth
@@ -126,7 +127,7 @@ async def test_usage_beyond_the_models_context_and_output_cap_is_charged_at_that
     # gpt-test: a context window of 8,000 tokens, a cap of 100 sent: no answer can bill 100,000 prompt tokens.
     plugin, ctx = await _answered(services, key, Usage(input_tokens=100_000, output_tokens=100))
 
-    await plugin.on_complete(ctx)
+    await run_hook(plugin.on_complete(ctx))
 
     bound = 8_000 * 2 + 100 * 10
     assert ctx.metering.usage_implausible
@@ -148,10 +149,10 @@ async def test_a_realtime_connect_the_balance_cannot_afford_one_response_of_is_4
     ctx = await context_before(
         "realtime_credentials", services, method="GET", path="/v1/realtime?client_secret=ek_1", key=record
     )
-    await RealtimeCredentials(secrets).on_request(ctx)
+    await run_hook(RealtimeCredentials(secrets).on_request(ctx))
     ModelRouting(services.catalog).on_request(ctx)
 
     with pytest.raises(InsufficientBalance) as caught:
-        await BillingGate(services.accounts).on_request(ctx)
+        await run_hook(BillingGate(services.accounts).on_request(ctx))
 
     assert (caught.value.status, caught.value.code) == (402, "insufficient_balance")

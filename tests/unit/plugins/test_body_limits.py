@@ -10,7 +10,7 @@ import pytest
 from modelgate.domain.errors import InvalidRequest, RequestTooLarge
 from modelgate.plugins.body_limits import BodyLimits
 from modelgate.proxy.pipeline.route_table import MiB
-from tests.support.plugin_context import CHAT, PluginServices, context_before
+from tests.support.plugin_context import CHAT, PluginServices, context_before, run_hook
 
 SECRETS = "/v1/realtime/client_secrets"  # the 1 MiB JSON group
 
@@ -18,7 +18,7 @@ SECRETS = "/v1/realtime/client_secrets"  # the 1 MiB JSON group
 async def test_a_json_body_is_kept_and_parsed_into_the_payload(services: PluginServices) -> None:
     ctx = await context_before("body_limits", services, payload=CHAT)
 
-    await BodyLimits().on_request(ctx)
+    await run_hook(BodyLimits().on_request(ctx))
 
     assert ctx.payload == CHAT
     assert ctx.body == orjson.dumps(CHAT)
@@ -33,7 +33,7 @@ async def test_a_declared_length_over_the_limit_is_413_before_any_byte_is_read(
     )
 
     with pytest.raises(RequestTooLarge) as caught:
-        await BodyLimits().on_request(ctx)
+        await run_hook(BodyLimits().on_request(ctx))
 
     assert (caught.value.status, caught.value.code) == (413, "request_too_large")
     assert ctx.payload is None
@@ -46,7 +46,7 @@ async def test_a_chunked_body_is_refused_once_it_passes_the_limit(services: Plug
     )
 
     with pytest.raises(RequestTooLarge):
-        await BodyLimits().on_request(ctx)
+        await run_hook(BodyLimits().on_request(ctx))
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ async def test_a_body_that_is_no_json_object_is_400(
     ctx = await context_before("body_limits", services, body=body, headers={"Content-Length": str(len(body))})
 
     with pytest.raises(InvalidRequest, match=message):
-        await BodyLimits().on_request(ctx)
+        await run_hook(BodyLimits().on_request(ctx))
 
 
 async def test_a_gzipped_body_is_decoded_and_parsed(services: PluginServices) -> None:
@@ -72,7 +72,7 @@ async def test_a_gzipped_body_is_decoded_and_parsed(services: PluginServices) ->
         "body_limits", services, body=gzip.compress(orjson.dumps(CHAT)), headers={"Content-Encoding": "gzip"}
     )
 
-    await BodyLimits().on_request(ctx)
+    await run_hook(BodyLimits().on_request(ctx))
 
     assert ctx.payload == CHAT
     assert ctx.body == orjson.dumps(CHAT)  # the upstream gets the decoded body
@@ -94,7 +94,7 @@ async def test_a_multipart_body_is_read_only_up_to_its_model_field(services: Plu
         headers={"Content-Type": "multipart/form-data; boundary=b0undary"},
     )
 
-    await BodyLimits().on_request(ctx)
+    await run_hook(BodyLimits().on_request(ctx))
 
     assert ctx.payload == {"model": "image-test"}
     assert ctx.body_stream is not None  # the rest is relayed as it arrives
@@ -107,12 +107,12 @@ async def test_json_sent_to_a_multipart_route_is_400(services: PluginServices) -
     )
 
     with pytest.raises(InvalidRequest, match="expects a multipart/form-data body"):
-        await BodyLimits().on_request(ctx)
+        await run_hook(BodyLimits().on_request(ctx))
 
 
 async def test_a_route_without_a_body_reads_nothing(services: PluginServices) -> None:
     ctx = await context_before("body_limits", services, method="GET", path="/v1/responses/resp_1")
 
-    await BodyLimits().on_request(ctx)
+    await run_hook(BodyLimits().on_request(ctx))
 
     assert (ctx.body, ctx.payload) == (b"", None)

@@ -16,6 +16,7 @@ from tests.support.plugin_context import (
     answer_head,
     answered,
     context_before,
+    run_hook,
 )
 
 NATIVE_ROW = "anthropic/claude-test@anthropic.test"
@@ -39,7 +40,7 @@ async def test_a_created_response_id_is_bound_to_its_row_and_stored(
         key=key.record,
     )
     plugin = ObjectBindingPlugin(services.objects, services.catalog)
-    await plugin.on_request(ctx)
+    await run_hook(plugin.on_request(ctx))
     answered(ctx, row_index=1)
 
     plugin.on_chunk(ctx, b'{"id": "resp_abc123", "object": "response", "output": []}')
@@ -93,7 +94,7 @@ async def test_a_follow_up_reaches_the_row_that_created_the_object(
         "object_binding", services, method="GET", path="/v1/responses/resp_abc123", key=key.record
     )
 
-    await ObjectBindingPlugin(services.objects, services.catalog).on_request(ctx)
+    await run_hook(ObjectBindingPlugin(services.objects, services.catalog).on_request(ctx))
 
     assert ctx.model is services.catalog.get("gpt-test")
     assert [row.key for row in ctx.rows] == [NATIVE_ROW]
@@ -109,7 +110,7 @@ async def test_another_organizations_object_is_404_without_a_code(
     )
 
     with pytest.raises(UnknownTask) as caught:
-        await ObjectBindingPlugin(services.objects, services.catalog).on_request(ctx)
+        await run_hook(ObjectBindingPlugin(services.objects, services.catalog).on_request(ctx))
 
     assert (caught.value.status, caught.value.code) == (404, None)
     assert caught.value.message == "Video with id 'video_abc123' not found."
@@ -123,7 +124,7 @@ async def test_an_unknown_previous_response_id_is_400(services: PluginServices, 
     )
 
     with pytest.raises(InvalidRequest, match="Previous response with id 'resp_never' not found"):
-        await ObjectBindingPlugin(services.objects, services.catalog).on_request(ctx)
+        await run_hook(ObjectBindingPlugin(services.objects, services.catalog).on_request(ctx))
 
 
 async def test_a_previous_response_keeps_only_the_row_that_made_it(
@@ -135,7 +136,7 @@ async def test_a_previous_response_keeps_only_the_row_that_made_it(
         "object_binding", services, path="/v1/responses", payload=payload, key=key.record
     )
 
-    await ObjectBindingPlugin(services.objects, services.catalog).on_request(ctx)
+    await run_hook(ObjectBindingPlugin(services.objects, services.catalog).on_request(ctx))
 
     assert [row.key for row in ctx.rows] == [NATIVE_ROW]
 
@@ -148,9 +149,9 @@ async def test_a_deleted_object_is_forgotten_once_the_delete_succeeded(
         "object_binding", services, method="DELETE", path="/v1/responses/resp_abc123", key=key.record
     )
     plugin = ObjectBindingPlugin(services.objects, services.catalog)
-    await plugin.on_request(ctx)
+    await run_hook(plugin.on_request(ctx))
     answered(ctx)
 
-    await plugin.on_complete(ctx)
+    await run_hook(plugin.on_complete(ctx))
 
     assert await ObjectStore(services.db).find("resp_abc123", key.record.organization_id, "response") is None

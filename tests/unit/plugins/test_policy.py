@@ -14,12 +14,13 @@ from tests.support.plugin_context import (
     add_key,
     add_policy_rule,
     context_before,
+    run_hook,
 )
 
 
 async def _decided(services: PluginServices, key: StoredKey, payload: dict = CHAT):
     ctx = await context_before("policy", services, payload=payload, key=key.record)
-    await Policy(services.policies).on_request(ctx)
+    await run_hook(Policy(services.policies).on_request(ctx))
     return ctx
 
 
@@ -94,6 +95,6 @@ async def test_a_route_naming_no_model_reads_the_policy_and_decides_nothing(
     await add_policy_rule(services, key.record, effect="deny")
     ctx = await context_before("policy", services, method="GET", path="/v1/models", key=key.record)
 
-    await Policy(services.policies).on_request(ctx)
+    await run_hook(Policy(services.policies).on_request(ctx))
 
     assert ctx.policy is not None and ctx.decision is None

@@ -17,6 +17,7 @@ from tests.support.plugin_context import (
     add_policy_rule,
     answered,
     context_before,
+    run_hook,
 )
 
 
@@ -76,11 +77,11 @@ async def test_completion_corrects_the_token_windows_to_the_real_usage(
 ) -> None:
     plugin = RateLimits(services.config, services.counters)
     ctx = await _limited(services, key)
-    await Admission(services.counters).on_request(ctx)
+    await run_hook(Admission(services.counters).on_request(ctx))
     answered(ctx, body=b"{}")
     ctx.metering.usage = Usage(input_tokens=7, output_tokens=3)
 
-    await plugin.on_complete(ctx)
+    await run_hook(plugin.on_complete(ctx))
 
     (probe,) = await services.counters.admit([(key.record.tpm_window, 0, 10**9)])
     assert probe.used == 10
@@ -90,10 +91,10 @@ async def test_a_request_that_sent_nothing_gives_its_tokens_back(
     services: PluginServices, key: StoredKey
 ) -> None:
     ctx = await _limited(services, key)
-    await Admission(services.counters).on_request(ctx)
+    await run_hook(Admission(services.counters).on_request(ctx))
     ctx.status = 502  # no row answered
 
-    await RateLimits(services.config, services.counters).on_complete(ctx)
+    await run_hook(RateLimits(services.config, services.counters).on_complete(ctx))
 
     (probe,) = await services.counters.admit([(key.record.org_tpm_window, 0, 10**9)])
     assert probe.used == 0

@@ -11,7 +11,7 @@ from modelgate.plugins.model_routing import ModelRouting
 from modelgate.plugins.realtime_cap import RealtimeCap
 from modelgate.plugins.realtime_credentials import RealtimeCredentials
 from modelgate.proxy.realtime.secrets import ClientSecret, InProcessSecrets
-from tests.support.plugin_context import PluginServices, StoredKey, add_key, context_before
+from tests.support.plugin_context import PluginServices, StoredKey, add_key, context_before, run_hook
 
 
 async def _connect(services: PluginServices, key: StoredKey, secrets: InProcessSecrets):
@@ -24,7 +24,7 @@ async def _connect(services: PluginServices, key: StoredKey, secrets: InProcessS
     ctx = await context_before(
         "realtime_credentials", services, method="GET", path=f"/v1/realtime?client_secret={value}", key=record
     )
-    await RealtimeCredentials(secrets).on_request(ctx)
+    await run_hook(RealtimeCredentials(secrets).on_request(ctx))
     ModelRouting(services.catalog).on_request(ctx)
     return ctx
 
@@ -32,18 +32,18 @@ async def _connect(services: PluginServices, key: StoredKey, secrets: InProcessS
 async def test_a_session_takes_a_slot_of_its_organization(services: PluginServices, key: StoredKey) -> None:
     ctx = await _connect(services, key, InProcessSecrets())
 
-    await RealtimeCap(services.config, services.counters).on_request(ctx)
+    await run_hook(RealtimeCap(services.config, services.counters).on_request(ctx))
 
     assert ctx.realtime.slot == f"rt:o:{{{key.record.organization_id}}}"
 
 
 async def test_a_session_over_the_plans_cap_is_429(services: PluginServices, key: StoredKey) -> None:
     secrets, plugin = InProcessSecrets(), RealtimeCap(services.config, services.counters)
-    await plugin.on_request(await _connect(services, key, secrets))  # the free plan allows one
+    await run_hook(plugin.on_request(await _connect(services, key, secrets)))  # the free plan allows one
     second = await _connect(services, key, secrets)
 
     with pytest.raises(RateLimited, match="at most 1 open realtime session") as caught:
-        await plugin.on_request(second)
+        await run_hook(plugin.on_request(second))
 
     assert (caught.value.status, caught.value.code) == (429, "rate_limit_exceeded")
     assert second.realtime.slot is None
@@ -52,11 +52,11 @@ async def test_a_session_over_the_plans_cap_is_429(services: PluginServices, key
 async def test_the_slot_is_given_back_when_the_session_ends(services: PluginServices, key: StoredKey) -> None:
     secrets, plugin = InProcessSecrets(), RealtimeCap(services.config, services.counters)
     first = await _connect(services, key, secrets)
-    await plugin.on_request(first)
-    await plugin.on_complete(first)
+    await run_hook(plugin.on_request(first))
+    await run_hook(plugin.on_complete(first))
     second = await _connect(services, key, secrets)
 
-    await plugin.on_request(second)
+    await run_hook(plugin.on_request(second))
 
     assert first.realtime.slot is None
     assert second.realtime.slot is not None
@@ -66,7 +66,7 @@ async def test_a_plan_without_a_cap_takes_no_slot(services: PluginServices) -> N
     postpaid = await add_key(services, plan="postpaid")
     ctx = await _connect(services, postpaid, InProcessSecrets())
 
-    await RealtimeCap(services.config, services.counters).on_request(ctx)
+    await run_hook(RealtimeCap(services.config, services.counters).on_request(ctx))
 
     assert ctx.realtime.slot is None
 
@@ -78,7 +78,7 @@ async def test_requests_that_are_no_realtime_connect_are_left_alone(
         "realtime_cap", services, payload={"model": "gpt-test", "messages": []}, key=key.record
     )
 
-    await RealtimeCap(services.config, services.counters).on_request(ctx)
+    await run_hook(RealtimeCap(services.config, services.counters).on_request(ctx))
 
     assert ctx.realtime is None
     assert await services.counters.acquire(f"rt:o:{{{key.record.organization_id}}}", 1)  # the slot is free

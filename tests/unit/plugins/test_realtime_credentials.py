@@ -9,7 +9,7 @@ import pytest
 from modelgate.domain.errors import InvalidRealtimeCredential, RequestInProgress
 from modelgate.plugins.realtime_credentials import RealtimeCredentials
 from modelgate.proxy.realtime.secrets import ClientSecret, InProcessSecrets
-from tests.support.plugin_context import PluginServices, StoredKey, add_key, context_before
+from tests.support.plugin_context import PluginServices, StoredKey, add_key, context_before, run_hook
 
 SECRET = "ek_test_0123456789abcdef"
 
@@ -34,7 +34,7 @@ async def test_a_fresh_secret_is_claimed_and_names_the_model(
 ) -> None:
     ctx = await _connect(services, key, f"client_secret={SECRET}&model=gpt-test")
 
-    await RealtimeCredentials(await _minted(key)).on_request(ctx)
+    await run_hook(RealtimeCredentials(await _minted(key)).on_request(ctx))
 
     assert ctx.realtime.value == SECRET
     assert ctx.realtime.secret.session == {"voice": "alloy"}
@@ -48,7 +48,7 @@ async def test_a_connect_without_a_secret_is_404_invalid_realtime_credential(
     ctx = await _connect(services, key, "model=gpt-test")
 
     with pytest.raises(InvalidRealtimeCredential) as caught:
-        await RealtimeCredentials(await _minted(key)).on_request(ctx)
+        await run_hook(RealtimeCredentials(await _minted(key)).on_request(ctx))
 
     assert (caught.value.status, caught.value.code) == (404, "invalid_realtime_credential")
 
@@ -60,7 +60,7 @@ async def test_a_secret_for_another_model_or_unknown_is_404(
     ctx = await _connect(services, key, query)
 
     with pytest.raises(InvalidRealtimeCredential):
-        await RealtimeCredentials(await _minted(key)).on_request(ctx)
+        await run_hook(RealtimeCredentials(await _minted(key)).on_request(ctx))
 
     assert ctx.realtime is None
 
@@ -70,17 +70,17 @@ async def test_another_keys_secret_is_404(services: PluginServices, key: StoredK
     ctx = await _connect(services, await add_key(services), f"client_secret={SECRET}")
 
     with pytest.raises(InvalidRealtimeCredential):
-        await RealtimeCredentials(secrets).on_request(ctx)
+        await run_hook(RealtimeCredentials(secrets).on_request(ctx))
 
 
 async def test_a_second_connect_while_the_first_is_established_is_409(
     services: PluginServices, key: StoredKey
 ) -> None:
     plugin = RealtimeCredentials(await _minted(key))
-    await plugin.on_request(await _connect(services, key, f"client_secret={SECRET}"))
+    await run_hook(plugin.on_request(await _connect(services, key, f"client_secret={SECRET}")))
 
     with pytest.raises(RequestInProgress) as caught:
-        await plugin.on_request(await _connect(services, key, f"client_secret={SECRET}"))
+        await run_hook(plugin.on_request(await _connect(services, key, f"client_secret={SECRET}")))
 
     assert caught.value.status == 409
 
@@ -90,11 +90,11 @@ async def test_a_claim_whose_session_never_opened_is_released_on_completion(
 ) -> None:
     plugin = RealtimeCredentials(await _minted(key))
     first = await _connect(services, key, f"client_secret={SECRET}")
-    await plugin.on_request(first)
-    await plugin.on_complete(first)
+    await run_hook(plugin.on_request(first))
+    await run_hook(plugin.on_complete(first))
     retry = await _connect(services, key, f"client_secret={SECRET}")
 
-    await plugin.on_request(retry)
+    await run_hook(plugin.on_request(retry))
 
     assert retry.realtime is not None
 
@@ -110,7 +110,7 @@ async def test_minting_reads_the_model_from_the_session_object(
         key=key.record,
     )
 
-    await RealtimeCredentials(InProcessSecrets()).on_request(ctx)
+    await run_hook(RealtimeCredentials(InProcessSecrets()).on_request(ctx))
 
     assert ctx.payload["model"] == "gpt-test"
     assert ctx.realtime is None

@@ -21,6 +21,7 @@ from tests.support.plugin_context import (
     answered,
     context_before,
     request_context,
+    run_hook,
 )
 
 ANSWER = orjson.dumps(
@@ -97,8 +98,8 @@ async def test_an_admitted_request_is_journaled_and_its_row_takes_that_id(
 ) -> None:
     plugin = UsageMetering(services.ledger, services.counters)
     ctx = await context_before("billing_gate", services, payload=CHAT, key=key.record)
-    await BillingGate(services.accounts).on_request(ctx)
-    await Admission(services.counters).on_request(ctx)
+    await run_hook(BillingGate(services.accounts).on_request(ctx))
+    await run_hook(Admission(services.counters).on_request(ctx))
 
     plugin.on_request(ctx)
     assert ctx.metering.ledger_row_id is not None and services.ledger.admitted == 1
@@ -155,8 +156,8 @@ async def _admitted(services: PluginServices, key: StoredKey) -> RequestContext:
     """A request admitted with a budget charged and a content rule's hit in its prompt."""
     await add_policy_rule(services, key.record, budget_usd=1.0, budget_period="month")
     ctx = await context_before("billing_gate", services, payload=CHAT, key=key.record)
-    await BillingGate(services.accounts).on_request(ctx)
-    await Admission(services.counters).on_request(ctx)
+    await run_hook(BillingGate(services.accounts).on_request(ctx))
+    await run_hook(Admission(services.counters).on_request(ctx))
     ctx.content_hits = [("prompt", Hit(0, 4, "flag", "pol_1", "phrase"))]
     return ctx
 
@@ -212,8 +213,8 @@ async def test_a_free_route_journals_a_crash_row_that_costs_nothing(
         payload={"model": "gpt-test", "session": {"type": "realtime", "model": "gpt-test"}},
         key=key.record,
     )
-    await BillingGate(services.accounts).on_request(ctx)
-    await Admission(services.counters).on_request(ctx)
+    await run_hook(BillingGate(services.accounts).on_request(ctx))
+    await run_hook(Admission(services.counters).on_request(ctx))
     admissions, _ = _spied(services)
 
     UsageMetering(services.ledger, services.counters).on_request(ctx)
