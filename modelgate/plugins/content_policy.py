@@ -155,10 +155,7 @@ class AnswerPolicy(Plugin):
         )
 
     def stream_step(self, ctx: RequestContext) -> StreamStep | None:
-        answer = ctx.answer  # ctx.answer_head, inline: this runs for every stream
-        if answer is None:
-            raise PhaseError("answer", "the forwarder")
-        if answer.content_guard is None:  # no rule on this stream's answer: never called for it
+        if ctx.answer_head.content_guard is None:  # no rule on this stream's answer: never called for it
             return None
         return partial(self.on_chunk, ctx)
 

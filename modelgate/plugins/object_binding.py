@@ -112,10 +112,7 @@ class ObjectBindingPlugin(Plugin):
         return binding.context_tokens if binding.context_tokens < context else context
 
     def stream_step(self, ctx: RequestContext) -> StreamStep | None:
-        route = ctx.route  # ctx.matched_route, inline: this runs for every stream
-        if route is None:
-            raise PhaseError("route", "route_support")
-        if route.creates is None:  # most routes create nothing: never called for their streams
+        if ctx.matched_route.creates is None:  # most routes create nothing: never called for their streams
             return None
         return partial(self.on_chunk, ctx)
 

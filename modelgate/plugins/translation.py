@@ -36,10 +36,7 @@ class Translation(Plugin):
             head.stream_translator = ModelNameStream(ctx.model.name)  # relayed as written, but for the model
 
     def stream_step(self, ctx: RequestContext) -> StreamStep | None:
-        answer = ctx.answer  # ctx.answer_head, inline: this runs for every stream
-        if answer is None:
-            raise PhaseError("answer", "the forwarder")
-        stream = answer.stream_translator
+        stream = ctx.answer_head.stream_translator
         return None if stream is None else stream.feed  # the translator's own, one call a piece
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:

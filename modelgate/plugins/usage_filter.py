@@ -34,10 +34,7 @@ class UsageFilter(Plugin):
             head.usage_filter = WHOLE_ANSWER_FILTER
 
     def stream_step(self, ctx: RequestContext) -> StreamStep | None:
-        answer = ctx.answer  # ctx.answer_head, inline: this runs for every stream
-        if answer is None:
-            raise PhaseError("answer", "the forwarder")
-        chunk_filter = answer.usage_filter
+        chunk_filter = ctx.answer_head.usage_filter
         return None if chunk_filter is None else chunk_filter.feed  # the filter's own, one call a piece
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
