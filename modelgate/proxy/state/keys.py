@@ -130,7 +130,7 @@ class KeyDirectory:
     async def lookup(self, secret: str) -> KeyRecord | None:
         """The active key behind a secret, or None."""
         secret_hash = self.secret_hash(secret)
-        record = self._cache.get(secret_hash)
+        record = self.cached(secret_hash)
         if record is not None:
             return record
         return await self.read(secret_hash)
