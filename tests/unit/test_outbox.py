@@ -1,7 +1,8 @@
 """Socket writes gathered per pass of the event loop (modelgate/proxy/http/outbox.py), and the front's use of
-them: the first write of a pass goes out at once, the rest at the start of the next pass, and whatever the
-front does to a connection later (a close, a hand-over) comes after the bytes it queued; a client gone
-meanwhile is written nothing, and neither is a provider whose connection the lean client aborted meanwhile.
+them: the first write of a pass goes out at once, the rest at the start of the next pass (or mid-pass, once a
+long pass has held them too long), and whatever the front does to a connection later (a close, a hand-over)
+comes after the bytes it queued; a client gone meanwhile is written nothing, and neither is a provider whose
+connection the lean client aborted meanwhile.
 
 "The same pass" is made the way it happens under load: several handlers woken by one event run one after
 another before the loop polls again, and an observer woken last sees what each wrote by then.
@@ -15,6 +16,7 @@ import logging
 import pytest
 from aiohttp import web
 
+from modelgate.proxy.http import outbox as outbox_module
 from modelgate.proxy.http.front_request import FrontRequest
 from modelgate.proxy.http.outbox import Outbox, outbox_for
 from modelgate.proxy.upstream.http_client import ConnectionPool, _Connection
@@ -68,6 +70,29 @@ async def test_the_first_write_of_a_pass_goes_now_and_the_others_at_the_start_of
         "a callback queued after it",
     ]
     assert outbox.first() is True  # a new pass: its first write goes now again
+
+
+@pytest.mark.parametrize("held_too_long", [True, False])
+async def test_a_queue_held_too_long_goes_out_mid_pass_at_its_next_check(
+    held_too_long: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long pass (hundreds of pieces relayed) is made here by lowering the bound to nothing.
+    monkeypatch.setattr(outbox_module, "HOLD_AT_MOST", 0.0 if held_too_long else 3600.0)
+    log: list[str] = []
+    outbox = Outbox(asyncio.get_running_loop())
+    outbox.first()
+    for n in range(1, 16):
+        outbox.queue(Recorder(str(n), log))
+    before_the_check = list(log)
+    outbox.queue(Recorder("16", log))  # the 16th: the clock is read
+    outbox.queue(Recorder("17", log))  # after the check: waits for the next check or the pass's end
+    in_this_pass = list(log)
+    await _next_pass()
+    await _next_pass()
+
+    assert before_the_check == []
+    assert in_this_pass == ([str(n) for n in range(1, 17)] if held_too_long else [])
+    assert log == [str(n) for n in range(1, 18)]
 
 
 async def test_a_writer_that_fails_does_not_keep_the_others_bytes_back(
