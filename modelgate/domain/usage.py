@@ -9,7 +9,7 @@ regex pass only when asked for or in batches.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -322,11 +322,17 @@ class StreamUsageScanner:
     The generated text is measured only when asked for (a stream that ended without usage) or once 16 KiB
     of chunks are waiting: the chunks are kept by reference until then, so a complete stream never pays
     for the regex.
+
+    `feed` returns the chunk as it came, so it is itself a relayed stream's step for each piece
+    (plugins/usage_metering.py); what its caller would look at after each piece is told instead, once, to
+    the callbacks given to `watch`.
     """
 
     __slots__ = (
         "_carry",
         "_markers",
+        "_on_final",
+        "_on_usage",
         "_pieces",
         "_size",
         "_unmeasured",
@@ -349,6 +355,8 @@ class StreamUsageScanner:
         # filter, fed the same chunk after the metering (the same object unless a row renamed the model in
         # between), takes it from here rather than searching again (modelgate/domain/answer_filters.py).
         self.searched: tuple[bytes, int, Sequence[tuple[int, int]]] | None = None
+        self._on_usage: Callable[[Usage], None] | None = None
+        self._on_final: Callable[[], None] | None = None
 
     @property
     def generated(self) -> tuple[int, int]:
@@ -361,7 +369,17 @@ class StreamUsageScanner:
     def content_tokens(self) -> int:
         return tokens_of(*self.generated)
 
-    def feed(self, chunk: bytes) -> None:
+    def watch(self, on_usage: Callable[[Usage], None], on_final: Callable[[], None] | None) -> None:
+        """Call `on_usage` with the usage object once the stream's first usage is read, and `on_final` once
+        its final event is seen (each at once if that happened already); each is let go of once called."""
+        self._on_usage, self._on_final = on_usage, on_final
+        if self.usage is not None:
+            self._tell_usage()
+        if self.final:
+            self._tell_final()
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Read `chunk`; returns it unchanged."""
         self._unmeasured.append(chunk)
         self._unmeasured_size += len(chunk)
         if self._unmeasured_size > _MEASURE_ABOVE:
@@ -372,18 +390,37 @@ class StreamUsageScanner:
             for marker in self._markers:
                 if data.rfind(marker) >= 0:  # from the end, where the final event is: found at once
                     self.final = True
+                    if self._on_final is not None:
+                        self._tell_final()
                     break
         end = len(data)
         if not data.endswith(b"\n\n"):  # the usual chunk ends its last event: nothing to carry
             end = complete_events_end(data)
             self._carry = data[end:] if len(data) - end <= _MAX_CARRY else b""
-        elif carry:
-            self._carry = b""
+            found = usage_objects_at(data, end) if end else ()
+        else:
+            if carry:
+                self._carry = b""
+            # usage_objects_at's usual first step, inline (a call less a piece): two counts in C
+            others = data.count(_USAGE)
+            if others:
+                others -= data.count(_USAGE_NULL)
+            found = usage_objects_at(data, end) if others > 0 else ()
         if end:
-            found = usage_objects_at(data, end)
             self.searched = (data, end, found)
             if found:  # about one chunk a stream
                 self._merge(data, end, found)
+        return chunk
+
+    def _tell_usage(self) -> None:
+        on_usage, self._on_usage = self._on_usage, None
+        if on_usage is not None and self.usage is not None:
+            on_usage(self.usage)
+
+    def _tell_final(self) -> None:
+        on_final, self._on_final = self._on_final, None
+        if on_final is not None:
+            on_final()
 
     def _measure(self) -> None:
         for chunk in self._unmeasured:
@@ -410,6 +447,8 @@ class StreamUsageScanner:
             for item, holder in usage_holders(document):
                 if self.usage is None:
                     self.usage = Usage()
+                    if self._on_usage is not None:
+                        self._tell_usage()  # the object itself: what is merged into it later is seen too
                 merge_usage(self.usage, item, holder)
 
 

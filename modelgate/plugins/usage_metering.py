@@ -18,12 +18,16 @@ from modelgate.domain.counters import Counters
 from modelgate.domain.ledger import CRASHED, LedgerWriter
 from modelgate.domain.media import MediaUsageReader
 from modelgate.domain.overruns import Overrun, OverrunReport
-from modelgate.domain.usage import StreamUsageScanner, generated_tokens, tokens_of, usage_of_body
+from modelgate.domain.usage import StreamUsageScanner, Usage, generated_tokens, tokens_of, usage_of_body
 from modelgate.plugins.billing_gate import final_cost
-from modelgate.proxy.pipeline.chain import Plugin
-from modelgate.proxy.pipeline.context import PhaseError, RequestContext, content_action
+from modelgate.proxy.pipeline.chain import Plugin, StreamStep
+from modelgate.proxy.pipeline.context import Metering, PhaseError, RequestContext, content_action
 from modelgate.proxy.state.background_follower import BackgroundFollower
 from modelgate.proxy.state.objects import is_object_id
+
+
+def _usage_read(metering: Metering, usage: Usage) -> None:
+    metering.usage = usage
 
 
 class UsageMetering(Plugin):
@@ -91,6 +95,16 @@ class UsageMetering(Plugin):
                     }
                     ctx.payload_changed = True
                     ctx.metering.usage_withheld = True
+
+    def stream_step(self, ctx: RequestContext) -> StreamStep | None:
+        metering = ctx.metering
+        scanner = metering.scanner
+        if not isinstance(scanner, StreamUsageScanner):
+            return partial(self.on_chunk, ctx)
+        # The scanner's own feed is the step; what `on_chunk` looks at after each piece, it tells once.
+        on_final = partial(self._final_event_passes, ctx) if metering.final_after < 0 else None
+        scanner.watch(partial(_usage_read, metering), on_final)
+        return scanner.feed
 
     def on_chunk(self, ctx: RequestContext, chunk: bytes) -> bytes:
         metering = ctx.metering

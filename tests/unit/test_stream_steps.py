@@ -5,12 +5,16 @@ Driven on the lean front, with the real relay and chain."""
 
 from __future__ import annotations
 
+import gc
+
 from aiohttp import web
 
+from modelgate.domain.usage import StreamUsageScanner
 from modelgate.plugins.content_policy import AnswerPolicy
 from modelgate.plugins.object_binding import ObjectBindingPlugin
 from modelgate.plugins.translation import Translation
 from modelgate.plugins.usage_filter import UsageFilter
+from modelgate.plugins.usage_metering import UsageMetering
 from modelgate.proxy.http.front_request import FrontRequest
 from modelgate.proxy.pipeline.chain import Plugin, PluginChain, StreamStep
 from modelgate.proxy.pipeline.context import AnswerHead, RequestContext
@@ -122,3 +126,29 @@ def test_the_answer_steps_of_a_stream_are_its_own_state_s() -> None:
     responses = _streamed_chat("responses")
     assert responses.matched_route.creates is not None
     assert ObjectBindingPlugin(None, None).stream_step(responses) is not None  # type: ignore[arg-type]
+
+
+def test_the_metering_step_of_a_stream_is_its_scanner_s_feed_telling_usage_and_the_end_once() -> None:
+    ctx = _streamed_chat()
+    scanner = StreamUsageScanner(ctx.matched_route.final_events)
+    ctx.metering.scanner = scanner
+    step = UsageMetering(None, None).stream_step(ctx)  # type: ignore[arg-type]
+    assert step == scanner.feed  # no call of the plugin's own a piece
+    content = b'data: {"choices":[{"delta":{"content":"Hi"}}],"usage":null}\n\n'
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}\n\n'
+    assert step(content) == content  # read, never changed
+    ctx.bytes_sent = len(content)
+    assert (ctx.metering.usage, ctx.metering.final_after) == (None, -1)
+    assert step(usage) == usage
+    read = ctx.metering.usage
+    assert read is scanner.usage and read is not None
+    assert (read.input_tokens, read.output_tokens) == (3, 5)
+    ctx.bytes_sent += len(usage)
+    assert ctx.metering.final_after == -1
+    assert step(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"
+    assert ctx.metering.final_after == len(content) + len(usage)  # what had gone out before the final event
+    ctx.bytes_sent += 14
+    assert ctx.metering.outcome_when_left(ctx.bytes_sent, "client_closed") == "completed"
+    # Both told: the scanner no longer holds anything of the request (no reference cycle through it).
+    assert ctx not in gc.get_referents(scanner) and ctx.metering not in gc.get_referents(scanner)
+    assert all(ctx not in gc.get_referents(held) for held in gc.get_referents(scanner))

@@ -354,11 +354,12 @@ class FrontConnection(asyncio.Protocol):
         out = self._out
         if out is not None:
             out.append(data)
-        elif self._outbox.first():
-            transport.write(data)
-        else:
+        elif self._outbox.armed:  # `Outbox.first`'s usual answer, read without a call
             self._out = [data]
             self._outbox.queue(self)
+        else:
+            self._outbox.arm()
+            transport.write(data)
         return self._drain is None
 
     async def drained(self) -> None:

@@ -41,21 +41,25 @@ class Writer(Protocol):
 class Outbox:
     """The writes of one event loop (see the module docstring)."""
 
-    __slots__ = ("__weakref__", "_armed", "_loop", "_queued", "_since")
+    __slots__ = ("__weakref__", "_loop", "_queued", "_since", "armed")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._queued: list[Writer] = []
-        self._armed = False
+        self.armed = False  # a write of this pass went out: the next ones `queue` (read, never set, outside)
         self._since = 0.0  # when the oldest write waiting was queued
 
     def first(self) -> bool:
         """True when nothing was written in this pass yet: the caller writes now. Otherwise it `queue`s."""
-        if self._armed:
+        if self.armed:
             return False
-        self._armed = True
-        self._loop.call_soon(self._end_of_pass)
+        self.arm()
         return True
+
+    def arm(self) -> None:
+        """The pass's first write goes now (its writer read `armed` False): the later ones are queued."""
+        self.armed = True
+        self._loop.call_soon(self._end_of_pass)
 
     def queue(self, writer: Writer) -> None:
         """`writer.flush_out()` runs at the start of the next pass, or now once the queue was held too long
@@ -69,7 +73,7 @@ class Outbox:
             self._flush()
 
     def _end_of_pass(self) -> None:
-        self._armed = False
+        self.armed = False
         self._flush()
 
     def _flush(self) -> None:

@@ -108,7 +108,20 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
             if answer._sink is not None:
-                answer.push()
+                # While piped (`UpstreamAnswer.pipe`), here rather than in a method (a call less a piece): the
+                # pieces of this read to the sink as one, unless the answer ended or failed in this read,
+                # whose last piece the piping caller reads itself (its end woke the caller).
+                chunks = answer._chunks
+                if chunks and not answer._done and answer._error is None:
+                    chunk = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    chunks.clear()
+                    answer._buffered = 0
+                    if answer._paused:
+                        answer._resume()
+                    answer._pushed_at = self.loop.time()
+                    if not answer._sink(chunk):  # the sink stops: its caller takes over
+                        answer._sink = None
+                        answer._wake()
         except httptools.HttpParserUpgrade:
             answer.fail(UpstreamBrokeOff("the provider switched protocols"))
             self.abort()
@@ -146,9 +159,17 @@ class _Connection(asyncio.Protocol):
             answer.head_complete(self.parser.get_status_code(), self.parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
+        # The answer's feed, inline (a call less a piece): kept until read or pushed; a consumer far behind
+        # pauses reading (back-pressure); a reader waiting (not piped) is woken.
         answer = self.answer
         if answer is not None and not self.closed:
-            answer.feed(body)
+            answer._chunks.append(body)
+            answer._buffered += len(body)
+            if answer._buffered > _PAUSE_ABOVE and not answer._paused and self.transport is not None:
+                answer._paused = True
+                self.transport.pause_reading()
+            if answer._waiter is not None and answer._sink is None:  # a later piece of a read finds it gone
+                answer._wake()
 
     def on_message_complete(self) -> None:
         answer = self.answer
@@ -238,21 +259,6 @@ class UpstreamAnswer:
         self._keep_alive = keep_alive
         self._head_seen = True
         self._wake()
-
-    def feed(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._buffered += len(data)
-        conn = self._conn
-        if (
-            self._buffered > _PAUSE_ABOVE
-            and not self._paused
-            and conn is not None
-            and conn.transport is not None
-        ):
-            self._paused = True
-            conn.transport.pause_reading()
-        if self._waiter is not None and self._sink is None:  # a later piece of a pass finds it gone
-            self._wake()
 
     def message_complete(self) -> None:
         if self._interim:
@@ -396,25 +402,6 @@ class UpstreamAnswer:
         finally:
             self._sink = None
             self._disarm(waiter, seconds)
-
-    def push(self) -> None:
-        """While piped, after the parser's pass over what arrived: the pieces to the sink, unless the answer
-        ended or failed in this pass, whose last piece the piping caller reads itself."""
-        if self._done or self._error is not None:
-            return  # its end (message_complete, fail) woke the caller, who reads the last piece
-        chunks = self._chunks
-        if not chunks:
-            return
-        chunk = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        self._buffered = 0
-        if self._paused:
-            self._resume()
-        self._pushed_at = self._loop.time()
-        sink = self._sink
-        if sink is not None and not sink(chunk):  # the sink stops: its caller takes over
-            self._sink = None
-            self._wake()
 
     def at_eof(self) -> bool:
         """Whether the whole body is in and has been read (aiohttp's StreamReader.at_eof)."""
