@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from modelgate.server import YOUNG_GENERATION_THRESHOLD
+from modelgate.server import MIDDLE_GENERATION_THRESHOLD, YOUNG_GENERATION_THRESHOLD
 from tests.support.gateway import ThreadedGateway, write_config
 
 BROKEN_CONFIG = """
@@ -195,6 +195,19 @@ def test_a_gateway_run_inside_another_program_leaves_its_garbage_collector_alone
         assert _frozen_objects(gateway.port) == 0
         assert gc.get_freeze_count() == 0
         assert gc.get_threshold()[0] != YOUNG_GENERATION_THRESHOLD
+
+
+def test_a_gateway_process_collects_its_young_and_middle_generations_seldom() -> None:
+    # What `modelgate serve` does to its own process before it accepts connections (freeze_startup_heap),
+    # in a process of its own: the collector's settings are process-wide.
+    script = "import gc; from modelgate.server import freeze_startup_heap; freeze_startup_heap(); "
+    script += "print(*gc.get_threshold())"
+    printed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    young, middle, oldest = map(int, printed.stdout.split())
+    assert (young, middle) == (YOUNG_GENERATION_THRESHOLD, MIDDLE_GENERATION_THRESHOLD) == (10_000, 100)
+    assert oldest == gc.get_threshold()[2]  # Python's own
 
 
 def test_serve_refuses_port_0_with_several_workers(tmp_path: Path) -> None:
