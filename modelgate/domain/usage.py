@@ -371,12 +371,17 @@ class StreamUsageScanner:
 
     def watch(self, on_usage: Callable[[Usage], None], on_final: Callable[[], None] | None) -> None:
         """Call `on_usage` with the usage object once the stream's first usage is read, and `on_final` once
-        its final event is seen (each at once if that happened already); each is let go of once called."""
+        its final event is seen (each at once if that happened already); each is let go of once called, and
+        both by `unwatch` (the request's completion) when the stream ended before."""
         self._on_usage, self._on_final = on_usage, on_final
         if self.usage is not None:
             self._tell_usage()
         if self.final:
             self._tell_final()
+
+    def unwatch(self) -> None:
+        """Let go of the callbacks not called yet (they hold the request: a reference cycle until then)."""
+        self._on_usage = self._on_final = None
 
     def feed(self, chunk: bytes) -> bytes:
         """Read `chunk`; returns it unchanged."""

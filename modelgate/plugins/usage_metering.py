@@ -134,6 +134,9 @@ class UsageMetering(Plugin):
             ctx.metering.final_after = ctx.bytes_sent
 
     def on_complete(self, ctx: RequestContext) -> None:
+        scanner = ctx.metering.scanner
+        if isinstance(scanner, StreamUsageScanner):
+            scanner.unwatch()  # a stream that ended before its usage or final event: no cycle left behind
         if ctx.model is None or ctx.key is None:  # refused before a model was known: nothing was used
             return
         if ctx.matched_route.websocket and ctx.status == 101:  # one row per response, written by the relay

@@ -150,5 +150,25 @@ def test_the_metering_step_of_a_stream_is_its_scanner_s_feed_telling_usage_and_t
     ctx.bytes_sent += 14
     assert ctx.metering.outcome_when_left(ctx.bytes_sent, "client_closed") == "completed"
     # Both told: the scanner no longer holds anything of the request (no reference cycle through it).
-    assert ctx not in gc.get_referents(scanner) and ctx.metering not in gc.get_referents(scanner)
-    assert all(ctx not in gc.get_referents(held) for held in gc.get_referents(scanner))
+    assert not _holds(scanner, ctx) and not _holds(scanner, ctx.metering)
+
+
+def test_a_stream_that_ends_before_its_usage_leaves_no_cycle_once_its_request_completes() -> None:
+    ctx = _streamed_chat()
+    scanner = StreamUsageScanner(ctx.matched_route.final_events)
+    ctx.metering.scanner = scanner
+    metering = UsageMetering(None, None)  # type: ignore[arg-type]
+    step = metering.stream_step(ctx)
+    assert step is not None
+    step(b'data: {"choices":[{"delta":{"content":"Hi"}}],"usage":null}\n\n')  # then the provider broke off
+    assert _holds(scanner, ctx) and _holds(scanner, ctx.metering)  # the cycles, while it streams
+    metering.on_complete(ctx)  # no model or key on this context: nothing to record, but let go
+    assert not _holds(scanner, ctx) and not _holds(scanner, ctx.metering)
+
+
+def _holds(holder: object, target: object, depth: int = 3) -> bool:
+    """Whether `target` is reachable from `holder` within `depth` references (a callback, its arguments)."""
+    referents = gc.get_referents(holder)
+    return any(r is target for r in referents) or (
+        depth > 1 and any(_holds(r, target, depth - 1) for r in referents if not isinstance(r, type))
+    )
