@@ -16,11 +16,6 @@ import orjson
 from modelgate.domain.usage import StreamUsageScanner, complete_events_end, usage_objects_at
 
 
-def _with_prices(complete: bytes, found: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`found` and the span of each price key in `complete`, in order."""
-    return sorted([*found, *(match.span() for match in _PRICE.finditer(complete))])
-
-
 class ProviderPriceFilter:
     """Keeps a provider's own price (`cost`, `cost_details`, top level or in `usage`) from the client of a
     whole OpenAI-style answer. Stateless, so one serves every request; streams pass through it unchanged."""
@@ -76,17 +71,19 @@ class UsageChunkFilter(ProviderPriceFilter):
                 self._carry = data
                 return b""
             complete, self._carry = data[:end], data[end:]
-        scanner = self._scanner
-        searched = scanner.searched if scanner is not None else None
-        if searched is not None and searched[0] is complete and searched[1] == len(complete):
-            # The very bytes the metering searched for usage objects, fed it just before (the usual piece):
-            # its finds are these, and only prices are still to look for.
-            found = searched[2] if self._strip_usage else ()
-            # find, not `in`: bytes' `in` first tries its operand as an int, and clears the error it raises.
-            if complete.find(_COST) >= 0:
-                found = _with_prices(complete, found)
-        else:
-            found = self._withheld(complete)
+        # What is withheld, in order: each usage object (when stripped) and price key. The searches that pass
+        # most chunks are a count and a substring search in C, not a regex scan; the usual chunk's usage
+        # objects are the metering's finds, fed the very same bytes just before.
+        found: Sequence[tuple[int, int]] = ()
+        if self._strip_usage:
+            searched = self._scanner.searched if self._scanner is not None else None
+            if searched is not None and searched[0] is complete and searched[1] == len(complete):
+                found = searched[2]
+            else:
+                found = usage_objects_at(complete, len(complete))
+        # find, not `in`: bytes' `in` first tries its operand as an int, and clears the error it raises.
+        if complete.find(_COST) >= 0:
+            found = sorted([*found, *(match.span() for match in _PRICE.finditer(complete))])
         if not found:
             return complete
         # Only the events holding a match are rebuilt; the bytes between them pass as they came.
@@ -107,12 +104,6 @@ class UsageChunkFilter(ProviderPriceFilter):
             done = blank.end()
         out.append(complete[done:])
         return b"".join(out)
-
-    def _withheld(self, complete: bytes) -> Sequence[tuple[int, int]]:
-        """(start, end) of each usage object (when stripped) and price key in `complete`, in order: the
-        searches that pass most chunks are a count and a substring search in C, not a regex scan."""
-        found = usage_objects_at(complete, len(complete)) if self._strip_usage else ()
-        return _with_prices(complete, found) if complete.find(_COST) >= 0 else found
 
     def finish(self) -> bytes:
         tail, self._carry = self._carry, b""

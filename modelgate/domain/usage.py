@@ -402,16 +402,10 @@ class StreamUsageScanner:
         if not data.endswith(b"\n\n"):  # the usual chunk ends its last event: nothing to carry
             end = complete_events_end(data)
             self._carry = data[end:] if len(data) - end <= _MAX_CARRY else b""
-            found = usage_objects_at(data, end) if end else ()
-        else:
-            if carry:
-                self._carry = b""
-            # usage_objects_at's usual first step, inline (a call less a piece): two counts in C
-            others = data.count(_USAGE)
-            if others:
-                others -= data.count(_USAGE_NULL)
-            found = usage_objects_at(data, end) if others > 0 else ()
+        elif carry:
+            self._carry = b""
         if end:
+            found = usage_objects_at(data, end)
             self.searched = (data, end, found)
             if found:  # about one chunk a stream
                 self._merge(data, end, found)
