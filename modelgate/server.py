@@ -28,6 +28,7 @@ from modelgate.cabinet.services import CabinetServices
 from modelgate.cabinet.web_assets import WebAssets, add_web_routes
 from modelgate.config import Config
 from modelgate.gateway import Gateway
+from modelgate.proxy.http.accept import AcceptingSite
 from modelgate.proxy.http.client_address import forwarded_client, forwarded_client_middleware
 from modelgate.proxy.http.connection_guard import EdgeLimits, GuardedServer, name_the_server
 from modelgate.proxy.http.listen import ListenError, address_text, bind_listeners, bound_port
@@ -230,7 +231,7 @@ async def serve(
         freeze_startup_heap()  # before the first connection, which would wait for its full collection
     try:
         for listener in listeners:
-            await web.SockSite(runner, listener, backlog=LISTEN_BACKLOG).start()
+            await AcceptingSite(runner, listener, backlog=LISTEN_BACKLOG).start()
         where = address_text(host, bound_port(listeners))  # the port the system chose for --port 0
         log.info("modelgate listening on http://%s (pid %d)", where, os.getpid())
         if open_files is not None:
