@@ -175,12 +175,16 @@ async def _keep_open(port: int, request: bytes, window: _Window) -> None:
 async def _drive(port: int, request: bytes, streams: int, ramp_until: float, start: float, end: float):
     window = _Window(start, end)
     tasks = []
-    # Connect in batches spread over the ramp: thousands of connects at once overflow the listen backlog.
-    pause = max(0.0, ramp_until - time.monotonic()) / max(1, streams // 100)
+    # One connect at a time, evenly over the ramp: streams then start (and, all lasting alike, go on
+    # starting) spread in time, as real clients' do. Batches of 100 at once stay synchronised for the
+    # whole run, and every batch's last request then waits for the 99 before it to be admitted.
+    began = time.monotonic()
+    step = max(0.0, ramp_until - began) / max(1, streams)
     for index in range(streams):
         tasks.append(asyncio.ensure_future(_keep_open(port, request, window)))
-        if index % 100 == 99:
-            await asyncio.sleep(pause)
+        delay = began + (index + 1) * step - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
     await asyncio.sleep(max(0.0, end - time.monotonic()))
     window.running = False
     window.stats.seconds = end - start

@@ -232,6 +232,7 @@ async def serve(
     try:
         for listener in listeners:
             await AcceptingSite(runner, listener, backlog=LISTEN_BACKLOG).start()
+        gateway.metrics.watch_listeners(listeners)
         where = address_text(host, bound_port(listeners))  # the port the system chose for --port 0
         log.info("modelgate listening on http://%s (pid %d)", where, os.getpid())
         if open_files is not None:

@@ -1,6 +1,7 @@
 """The gateway's own accepting (modelgate/proxy/http/accept.py), on uvloop as `modelgate serve` runs: a burst
 of connections waiting in the listen queue is taken in a few passes of a busy loop, not one a pass (uvloop's
-own server); out of descriptors, accepting pauses and then takes what waited; a stopped site refuses.
+own server); out of descriptors, accepting pauses and then takes what waited; a stopped site refuses; the
+listen queue's gauge counts the connections not taken yet.
 
 Every pass of the loop here is kept busy for a millisecond, the way thousands of open streams keep it; the
 clients connect with plain blocking sockets, whose handshakes the kernel completes into the listen queue
@@ -22,7 +23,8 @@ import uvloop
 from aiohttp import web
 
 from modelgate.proxy.http import accept as accept_module
-from modelgate.proxy.http.accept import ACCEPT_AT_MOST, AcceptingSite
+from modelgate.proxy.http.accept import ACCEPT_AT_MOST, AcceptingSite, listen_queue
+from modelgate.proxy.observability.metrics import GatewayMetrics
 
 BURST = 600  # connections of a burst: more than two passes' worth
 BUSY_SECONDS = 0.001  # each pass of the loop is held this long
@@ -37,8 +39,24 @@ def _on_uvloop(body: Callable[[], Awaitable[None]]) -> None:
         runner.run(body())
 
 
-async def _serving(site_type: type[web.BaseSite] | None = None) -> tuple[web.ServerRunner, socket.socket]:
-    runner = web.ServerRunner(web.Server(_hello))
+class _CountingServer(web.Server):
+    """aiohttp's low-level server, telling when `expected` connections are open."""
+
+    def __init__(self, expected: int) -> None:
+        super().__init__(_hello)
+        self.expected = expected
+        self.all_open = asyncio.Event()
+
+    def connection_made(self, handler: web.RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        if len(self.connections) >= self.expected:
+            self.all_open.set()
+
+
+async def _serving(
+    site_type: type[web.BaseSite] | None = None, server: web.Server | None = None
+) -> tuple[web.ServerRunner, socket.socket]:
+    runner = web.ServerRunner(server if server is not None else web.Server(_hello))
     await runner.setup()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -146,9 +164,8 @@ def test_out_of_descriptors_accepting_pauses_then_takes_what_waited(
     waiting = 5
 
     async def body() -> None:
-        runner, sock = await _serving()
-        server = runner.server
-        assert server is not None
+        server = _CountingServer(waiting)
+        runner, sock = await _serving(server=server)
         clients = _connect(sock.getsockname()[1], waiting)
         try:
             # No descriptor can be opened: every accept fails with EMFILE.
@@ -163,13 +180,30 @@ def test_out_of_descriptors_accepting_pauses_then_takes_what_waited(
                 assert sum("cannot accept" in record.getMessage() for record in caplog.records) == 1
             finally:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-            deadline = asyncio.get_running_loop().time() + 5
-            while len(server.connections) < waiting and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.01)
-            assert len(server.connections) == waiting
+            await asyncio.wait_for(server.all_open.wait(), timeout=5)  # taken once the pause is over
         finally:
             for client in clients:
                 client.close()
             await runner.cleanup()
 
     _on_uvloop(body)
+
+
+def test_the_listen_queue_gauge_counts_connections_not_taken_yet() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    metrics = GatewayMetrics()
+    metrics.watch_listeners([listener])
+    clients = _connect(listener.getsockname()[1], 3)
+    try:
+        assert listen_queue(listener) == 3
+        assert b"modelgate_listen_queue_connections 3.0" in metrics.render()
+        taken, _address = listener.accept()
+        taken.close()
+        assert listen_queue(listener) == 2
+        listener.close()
+        assert listen_queue(listener) == 0  # a closed socket: nothing to tell
+    finally:
+        for client in clients:
+            client.close()

@@ -21,6 +21,7 @@ import asyncio
 import errno
 import logging
 import socket
+import struct
 
 from aiohttp import web
 from yarl import URL
@@ -33,6 +34,26 @@ ACCEPT_AT_MOST = 256  # connections taken in one pass; the rest wait for the nex
 RETRY_AFTER_SECONDS = 0.25  # out of descriptors: the pause before accepting again
 # accept() errors that say the process or the system is short of resources: retried after a pause
 _SHORT_OF = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+# struct tcp_info (linux/tcp.h): eight one-byte fields, then u32 rto, ato, snd_mss, rcv_mss, unacked, sacked.
+# On a listening socket `unacked` is the connections waiting in its accept queue, `sacked` the queue's bound.
+_TCP_INFO_QUEUE = struct.Struct("8x4xIIIII")  # ... ato, snd_mss, rcv_mss, unacked, sacked (rto skipped)
+
+
+def listen_queue(sock: socket.socket) -> int:
+    """Connections the system holds accepted for `sock` that the gateway has not taken yet (Linux; 0 where
+    the system does not tell, or once the socket is closed)."""
+    tcp_info = getattr(socket, "TCP_INFO", None)
+    if tcp_info is None or sock.fileno() < 0:
+        return 0
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, tcp_info, _TCP_INFO_QUEUE.size)
+    except OSError:
+        return 0
+    if len(info) < _TCP_INFO_QUEUE.size:
+        return 0
+    return _TCP_INFO_QUEUE.unpack(info)[3]
 
 
 class _Acceptor(asyncio.AbstractServer):

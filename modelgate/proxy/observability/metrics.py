@@ -11,9 +11,10 @@ from __future__ import annotations
 import gc
 import hmac
 import os
+import socket
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Protocol
 
 import orjson
@@ -32,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from modelgate.domain.usage import Usage
+from modelgate.proxy.http.accept import listen_queue
 from modelgate.proxy.upstream.http_client import POOL_WAIT_BUCKETS
 
 if TYPE_CHECKING:
@@ -327,6 +329,15 @@ class GatewayMetrics:
             "waits about this long; /readyz answers 503 past server.max_event_loop_lag_seconds.",
             registry=self.registry,
         ).set_function(lambda: lag.seconds)
+
+    def watch_listeners(self, listeners: Sequence[socket.socket]) -> None:
+        """Read the accept queues of the worker's listening sockets at every scrape."""
+        Gauge(
+            "modelgate_listen_queue_connections",
+            "Connections the system has accepted on this worker's listening sockets that the worker has not "
+            "taken yet: above 0 for long, clients wait for their connection (the worker is out of CPU).",
+            registry=self.registry,
+        ).set_function(lambda: sum(listen_queue(sock) for sock in listeners))
 
     def watch_outage_shares(self, shares: LocalShares) -> None:
         """Read this process's shares of the headroom in a Redis outage (degraded mode) at every scrape."""

@@ -142,6 +142,7 @@ def test_metrics_token_is_required_when_configured(tmp_path: Path, sqlite_url: s
 def test_metrics_are_open_without_a_token(tmp_path: Path, sqlite_url: str) -> None:
     with ThreadedGateway(write_config(tmp_path / "o.toml", ops_toml(sqlite_url))) as gateway:
         assert scrape(gateway.base_url).has("modelgate_worker_info")
+        assert scrape(gateway.base_url).value("modelgate_listen_queue_connections") == 0  # every one taken
 
 
 def test_realtime_sessions_gauge_counts_the_open_sessions() -> None:
