@@ -4,6 +4,7 @@ aiohttp passthrough, its connection cap lifted) and the gateway with its default
 
     python bench/overhead.py --long-streams 1000,3000 --duration 20 --rounds 2
     python bench/overhead.py --long-streams 10000 --chunk-delay-ms 1000 --chunks 10 --targets direct,gateway
+    python bench/overhead.py --long-streams 1000,3000 --production   # the gateway on PostgreSQL and Redis
 
 Per target and concurrency: streams/s (and its ratio to direct), time to first byte p50/p99 and what the
 proxy added to it (against direct in the same round), the gap between pieces p99 and what was added, errors,
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proc_stats import cpu_seconds, process_tree, rss_mb
+from production import production_database
 from run_control import core_layout, log_problems, started_services
 from services import Services
 from stream_clients import StreamStats, percentile, run_streams
@@ -155,10 +157,12 @@ def run_long_streams(args: argparse.Namespace) -> int:
                 log_dir = Path(temp) / f"r{round_}-{streams}"
                 log_dir.mkdir()
                 with contextlib.ExitStack() as stack:
+                    storage_url = stack.enter_context(production_database()) if args.production else None
                     services = started_services(
                         stack,
                         args,
                         log_dir=log_dir,
+                        storage_url=storage_url,
                         lifetime=3600,
                         workers=args.workers,
                         proxy_cpus=proxy_cpus,
@@ -192,7 +196,7 @@ def render_long_streams(
     lines = [
         f"\nlong streams: first byte after {args.ttfb_ms:g} ms, {args.chunks} chunks "
         f"{args.chunk_delay_ms:g} ms apart; {args.duration:g} s measured per run after a warm-up; "
-        f"workers: {args.workers}; "
+        f"workers: {args.workers}; {'production (PostgreSQL + Redis)' if args.production else 'embedded'}; "
         f"proxy cores {sorted(proxy_cpus)}, upstream + clients {sorted(load_cpus)}",
         "",
         "| round | target | streams | streams/s | x direct | TTFB p50 / p99 ms | added p50 / p99 ms "
