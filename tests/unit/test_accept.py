@@ -1,7 +1,7 @@
 """The gateway's own accepting (modelgate/proxy/http/accept.py), on uvloop as `modelgate serve` runs: a burst
 of connections waiting in the listen queue is taken in a few passes of a busy loop, not one a pass (uvloop's
-own server); out of descriptors, accepting pauses and then takes what waited; a stopped site refuses; the
-listen queue's gauge counts the connections not taken yet.
+own server); clients reset while they wait leave the others served; out of descriptors, accepting pauses and
+then takes what waited; a stopped site refuses; the listen queue's gauge counts the connections not taken yet.
 
 Every pass of the loop here is kept busy for a millisecond, the way thousands of open streams keep it; the
 clients connect with plain blocking sockets, whose handshakes the kernel completes into the listen queue
@@ -15,6 +15,7 @@ import logging
 import os
 import resource
 import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 
@@ -136,6 +137,29 @@ def test_answers_go_out_on_accepted_connections() -> None:
             await runner.cleanup()
 
     _on_uvloop(body)
+
+
+def test_clients_that_reset_before_they_are_taken_leave_the_others_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def body() -> None:
+        runner, sock = await _serving()
+        try:
+            # Connected, then reset (SO_LINGER 0) while waiting in the listen queue, before the loop ran.
+            for gone in _connect(sock.getsockname()[1], 20):
+                gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                gone.close()
+            reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200")
+            writer.close()
+        finally:
+            await runner.cleanup()
+
+    with caplog.at_level(logging.WARNING):
+        _on_uvloop(body)
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
 
 def test_a_stopped_site_refuses_connections() -> None:
