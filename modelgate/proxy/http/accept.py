@@ -24,7 +24,6 @@ import socket
 import struct
 
 from aiohttp import web
-from yarl import URL
 
 from modelgate.proxy.http.eager_start import start_eagerly
 
@@ -139,23 +138,14 @@ class _Acceptor(asyncio.AbstractServer):
             log.debug("an accepted connection could not be opened: %r", exc)
 
 
-class AcceptingSite(web.BaseSite):
-    """aiohttp's SockSite, accepting with `_Acceptor` instead of the loop's own server."""
+class AcceptingSite(web.SockSite):
+    """aiohttp's SockSite (its socket, backlog and name), accepting with `_Acceptor` instead of the loop's own
+    server."""
 
-    __slots__ = ("_name", "_sock")
-
-    def __init__(self, runner: web.BaseRunner, sock: socket.socket, *, backlog: int) -> None:
-        super().__init__(runner, backlog=backlog)
-        self._sock = sock
-        host, port = sock.getsockname()[:2]
-        self._name = str(URL.build(scheme="http", host=host, port=port))
-
-    @property
-    def name(self) -> str:
-        return self._name
+    __slots__ = ()
 
     async def start(self) -> None:
-        await super().start()
+        await web.BaseSite.start(self)  # registers the site with its runner (SockSite's would also serve)
         server = self._runner.server
         if server is None:  # never: the base class refuses a runner that is not set up
             raise RuntimeError("the runner is not set up")
